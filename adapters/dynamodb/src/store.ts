@@ -1,0 +1,213 @@
+import {
+  type DynamoDBClient,
+  UpdateItemCommand,
+  type UpdateItemCommandOutput,
+} from '@aws-sdk/client-dynamodb';
+import {
+  type CasRequest,
+  type CasResult,
+  ClosedError,
+  InvalidArgumentError,
+  type NotificationScanOptions,
+  type RowRef,
+  type RowStore,
+  type ScannedStoredRow,
+  type ScanOptions,
+  type StoreCapabilities,
+  type StoredRow,
+  StoreError,
+  validateRowKey,
+  validateTable,
+} from '@percolator/core';
+import { dropNamespace, readMany } from './batch.js';
+import { Caller, DEFAULT_RETRY, type RetryPolicy } from './calls.js';
+import { type CasContext, checkAndSet, readRow } from './cas.js';
+import { type ClientOptions, resolveClient } from './client.js';
+import { ATTR, counterPartition, itemKey, MAX_STATE_BYTES } from './layout.js';
+import { scanNotifiedKeys, scanRows } from './scan.js';
+import { ensureTable, validateDynamoTableName } from './table.js';
+import {
+  DEFAULT_NAMESPACE,
+  validateCasRequest,
+  validateCounter,
+  validateNamespace,
+  validateNotificationScanOptions,
+  validateRowRef,
+  validateScanOptions,
+} from './validate.js';
+
+export interface DynamoDbStoreOptions extends ClientOptions {
+  /** The DynamoDB table holding every namespace (key schema: pk S HASH, sk B RANGE). */
+  readonly tableName: string;
+  /** Separates stores sharing one DynamoDB table. /^[a-z][a-z0-9_]{0,31}$/, default "percolator". */
+  readonly namespace?: string;
+  /** Create the table (on-demand billing) if it is missing, and wait until it is ACTIVE. */
+  readonly createTable?: boolean;
+  /** How long to wait for the table to become ACTIVE. Default 5 minutes. */
+  readonly tableWaitTimeoutMs?: number;
+  /** Backoff for throttled and transient calls (see README: writes are retried only when surely not applied). */
+  readonly retry?: Partial<RetryPolicy>;
+}
+
+/**
+ * The store: a RowStore whose optional methods (all implemented here) are not optional,
+ * plus `dropNamespace`.
+ */
+export type DynamoDbRowStore = RowStore &
+  Required<Pick<RowStore, 'readMany' | 'checkAndSetMany' | 'scan' | 'incrementCounter' | 'scanNotified'>> & {
+    readonly tableName: string;
+    readonly namespace: string;
+    /** Deletes every item of this namespace: rows, notification index entries, counters. */
+    dropNamespace(): Promise<void>;
+  };
+
+export const DYNAMODB_CAPABILITIES: StoreCapabilities = Object.freeze({
+  batchRead: true,
+  // DynamoDB has no batch of independent conditional writes (TransactWriteItems is
+  // all-or-nothing), so `checkAndSetMany` sends parallel PutItems: not one round trip.
+  batchCheckAndSet: false,
+  orderedScan: true,
+  atomicCounter: true,
+  notificationIndex: true,
+  stampedCheckAndSet: false,
+  maxStateBytes: MAX_STATE_BYTES,
+});
+
+export async function createDynamoDbStore(options: DynamoDbStoreOptions): Promise<DynamoDbRowStore> {
+  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options are required');
+  const namespace = options.namespace ?? DEFAULT_NAMESPACE;
+  validateNamespace(namespace);
+  validateDynamoTableName(options.tableName);
+  const policy = resolveRetry(options.retry);
+  const waitMs = options.tableWaitTimeoutMs ?? 5 * 60_000;
+  if (!Number.isInteger(waitMs) || waitMs < 0)
+    throw new InvalidArgumentError('tableWaitTimeoutMs must be >= 0');
+  const { client, owned } = await resolveClient(options);
+  const caller = new Caller(client, policy);
+  try {
+    await ensureTable(caller, options.tableName, options.createTable === true, waitMs);
+  } catch (error) {
+    if (owned) client.destroy();
+    throw error;
+  }
+  return new DynamoDbStore(client, owned, { caller, tableName: options.tableName, namespace });
+}
+
+function resolveRetry(retry: Partial<RetryPolicy> | undefined): RetryPolicy {
+  const policy = { ...DEFAULT_RETRY, ...retry };
+  for (const [name, value] of Object.entries(policy)) {
+    if (!Number.isInteger(value) || value < (name === 'maxAttempts' ? 1 : 0)) {
+      throw new InvalidArgumentError(
+        `retry.${name} must be a ${name === 'maxAttempts' ? 'positive' : 'non-negative'} integer`,
+      );
+    }
+  }
+  return policy;
+}
+
+class DynamoDbStore implements DynamoDbRowStore {
+  readonly name = 'dynamodb';
+  readonly capabilities = DYNAMODB_CAPABILITIES;
+  readonly tableName: string;
+  readonly namespace: string;
+  private closed = false;
+
+  constructor(
+    private readonly client: DynamoDBClient,
+    private readonly ownsClient: boolean,
+    private readonly ctx: CasContext,
+  ) {
+    this.tableName = ctx.tableName;
+    this.namespace = ctx.namespace;
+  }
+
+  private open(): CasContext {
+    if (this.closed) throw new ClosedError('the DynamoDB store is closed');
+    return this.ctx;
+  }
+
+  async read(table: string, key: string): Promise<StoredRow | null> {
+    const ctx = this.open();
+    validateTable(table);
+    validateRowKey(key);
+    return readRow(ctx, { table, key });
+  }
+
+  async checkAndSet(request: CasRequest): Promise<CasResult> {
+    const ctx = this.open();
+    validateCasRequest(request);
+    return checkAndSet(ctx, request);
+  }
+
+  async readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+    const ctx = this.open();
+    if (!Array.isArray(rows)) throw new InvalidArgumentError('rows must be an array');
+    for (const ref of rows) validateRowRef(ref);
+    return readMany(ctx, rows);
+  }
+
+  /**
+   * Independent CAS of many rows, sent in parallel (DynamoDB has no batched conditional
+   * write); each applies or not on its own. If any call fails, its error is thrown after
+   * all have settled, preferring one whose outcome is unknown.
+   */
+  async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    const ctx = this.open();
+    if (!Array.isArray(requests)) throw new InvalidArgumentError('requests must be an array');
+    for (const request of requests) validateCasRequest(request);
+    const settled = await Promise.allSettled(requests.map((request) => checkAndSet(ctx, request)));
+    const failures = settled.flatMap((s) => (s.status === 'rejected' ? [s.reason as unknown] : []));
+    if (failures.length > 0) {
+      throw failures.find((e) => !(e instanceof StoreError) || e.applied === 'unknown') ?? failures[0];
+    }
+    return settled.map((s) => (s as PromiseFulfilledResult<CasResult>).value);
+  }
+
+  async scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    const ctx = this.open();
+    validateScanOptions(table, options);
+    return scanRows(ctx, table, options);
+  }
+
+  async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
+    const ctx = this.open();
+    validateNotificationScanOptions(table, options);
+    return scanNotifiedKeys(ctx, table, options);
+  }
+
+  /** UpdateItem ADD is atomic; not idempotent, so a lost reply is an unknown outcome. */
+  async incrementCounter(name: string, delta: number): Promise<number> {
+    const ctx = this.open();
+    validateCounter(name, delta);
+    const out = await ctx.caller.write<UpdateItemCommandOutput>(
+      'UpdateItem',
+      new UpdateItemCommand({
+        TableName: ctx.tableName,
+        Key: itemKey(counterPartition(ctx.namespace), name),
+        UpdateExpression: 'ADD #c :delta',
+        ExpressionAttributeNames: { '#c': ATTR.counter },
+        ExpressionAttributeValues: { ':delta': { N: String(delta) } },
+        ReturnValues: 'UPDATED_NEW',
+      }),
+    );
+    const value = Number(out.Attributes?.[ATTR.counter]?.N);
+    if (!Number.isSafeInteger(value)) {
+      throw new StoreError(
+        `counter ${JSON.stringify(name)} is not a safe integer after the increment`,
+        'unknown',
+      );
+    }
+    return value;
+  }
+
+  async dropNamespace(): Promise<void> {
+    await dropNamespace(this.open());
+  }
+
+  /** Destroys the client only if this store created it. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.ownsClient) this.client.destroy();
+  }
+}

@@ -1,0 +1,110 @@
+import {
+  CreateTableCommand,
+  type CreateTableCommandOutput,
+  DescribeTableCommand,
+  type DescribeTableCommandOutput,
+  type TableDescription,
+} from '@aws-sdk/client-dynamodb';
+import { InvalidArgumentError, StoreError } from '@percolator/core';
+import { type Caller, errorName, sleep } from './calls.js';
+import { ATTR } from './layout.js';
+
+/** DynamoDB's own table-name rule. */
+const DYNAMODB_TABLE_NAME = /^[A-Za-z0-9_.-]{3,255}$/;
+
+export function validateDynamoTableName(name: unknown): asserts name is string {
+  if (typeof name !== 'string' || !DYNAMODB_TABLE_NAME.test(name)) {
+    throw new InvalidArgumentError(
+      `tableName must be 3-255 characters from [A-Za-z0-9_.-], got ${JSON.stringify(name)}`,
+    );
+  }
+}
+
+/**
+ * Makes sure the DynamoDB table exists with our key schema and is ACTIVE. With `create`,
+ * creates it (on-demand billing) if missing; a concurrent creator is fine
+ * (ResourceInUseException), so this is idempotent.
+ */
+export async function ensureTable(
+  caller: Caller,
+  tableName: string,
+  create: boolean,
+  timeoutMs: number,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let description = await describe(caller, tableName);
+  if (description === null) {
+    if (!create) {
+      throw new InvalidArgumentError(
+        `DynamoDB table ${tableName} does not exist (pass createTable: true to create it)`,
+      );
+    }
+    await createTable(caller, tableName);
+    description = await describe(caller, tableName);
+  }
+  while (description?.TableStatus !== 'ACTIVE') {
+    if (Date.now() > deadline) {
+      throw new StoreError(
+        `DynamoDB table ${tableName} is ${description?.TableStatus ?? 'missing'}, not ACTIVE, after ${timeoutMs} ms`,
+        'no',
+      );
+    }
+    await sleep(500);
+    description = await describe(caller, tableName);
+  }
+  checkKeySchema(tableName, description);
+}
+
+async function describe(caller: Caller, tableName: string): Promise<TableDescription | null> {
+  try {
+    const out = await caller.idempotent<DescribeTableCommandOutput>(
+      'DescribeTable',
+      new DescribeTableCommand({ TableName: tableName }),
+    );
+    return out.Table ?? null;
+  } catch (error) {
+    if (error instanceof StoreError && errorName(error.cause) === 'ResourceNotFoundException') return null;
+    throw error;
+  }
+}
+
+async function createTable(caller: Caller, tableName: string): Promise<void> {
+  try {
+    await caller.write<CreateTableCommandOutput>(
+      'CreateTable',
+      new CreateTableCommand({
+        TableName: tableName,
+        BillingMode: 'PAY_PER_REQUEST',
+        AttributeDefinitions: [
+          { AttributeName: ATTR.partition, AttributeType: 'S' },
+          { AttributeName: ATTR.sort, AttributeType: 'B' },
+        ],
+        KeySchema: [
+          { AttributeName: ATTR.partition, KeyType: 'HASH' },
+          { AttributeName: ATTR.sort, KeyType: 'RANGE' },
+        ],
+      }),
+    );
+  } catch (error) {
+    // Someone else created it first; or our reply was lost after it was created.
+    if (error instanceof StoreError && errorName(error.cause) === 'ResourceInUseException') return;
+    if (error instanceof StoreError && error.applied === 'unknown') return; // the describe loop decides
+    throw error;
+  }
+}
+
+function checkKeySchema(tableName: string, table: TableDescription): void {
+  const types = new Map(table.AttributeDefinitions?.map((d) => [d.AttributeName, d.AttributeType]));
+  const keys = new Map(table.KeySchema?.map((k) => [k.KeyType, k.AttributeName]));
+  const ok =
+    keys.size === 2 &&
+    keys.get('HASH') === ATTR.partition &&
+    keys.get('RANGE') === ATTR.sort &&
+    types.get(ATTR.partition) === 'S' &&
+    types.get(ATTR.sort) === 'B';
+  if (!ok) {
+    throw new InvalidArgumentError(
+      `DynamoDB table ${tableName} has the wrong key schema: expected ${ATTR.partition} (S, HASH) and ${ATTR.sort} (B, RANGE)`,
+    );
+  }
+}

@@ -1,0 +1,179 @@
+import { StoreError } from '@percolator/core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type DynamoDbLocal, startDynamoDbLocal } from '../src/local.js';
+import { createDynamoDbStore, type DynamoDbRowStore } from '../src/store.js';
+import { bytes, text, uniqueNamespace, useDynamoDb } from './helpers.js';
+import { startProxy, type TestProxy } from './proxy.js';
+
+/**
+ * Lost replies, for real: a TCP proxy in front of DynamoDB forwards each request to the
+ * service and then loses, resets or replaces its reply. The write did land, so the only
+ * honest answer is StoreError 'unknown' (and a retried conditional write would have
+ * failed its own condition and looked like a conflict).
+ */
+const db = useDynamoDb();
+let ownLocal: DynamoDbLocal | undefined;
+let upstream: { host: string; port: number };
+let proxy: TestProxy;
+
+beforeAll(async () => {
+  // The proxy speaks plain TCP to an http endpoint; for an https one (real AWS) these
+  // tests use a DynamoDB Local of their own.
+  let url = new URL(db.target().endpoint);
+  if (url.protocol !== 'http:') {
+    ownLocal = await startDynamoDbLocal();
+    url = new URL(ownLocal.endpoint);
+  }
+  upstream = { host: url.hostname, port: Number(url.port) };
+});
+
+afterAll(async () => {
+  await ownLocal?.stop();
+});
+
+afterEach(async () => {
+  await proxy?.close();
+});
+
+/** A store through the proxy, and a direct one on the same namespace to check what landed. */
+async function stores(
+  requestTimeoutMs = 800,
+): Promise<{ viaProxy: DynamoDbRowStore; direct: DynamoDbRowStore }> {
+  proxy = await startProxy(upstream);
+  const base = ownLocal
+    ? {
+        endpoint: ownLocal.endpoint,
+        region: 'us-east-1',
+        credentials: { accessKeyId: 'l', secretAccessKey: 'l' },
+        tableName: 'percolator_test',
+        createTable: true,
+      }
+    : db.target().storeOptions('unused');
+  const namespace = uniqueNamespace('f');
+  const direct = db.track(await createDynamoDbStore({ ...base, namespace }));
+  const viaProxy = db.track(
+    await createDynamoDbStore({
+      ...base,
+      endpoint: proxy.endpoint,
+      namespace,
+      requestTimeoutMs,
+      retry: { maxAttempts: 3, baseDelayMs: 10, maxDelayMs: 50 },
+    }),
+  );
+  return { viaProxy, direct };
+}
+
+async function expectUnknown(promise: Promise<unknown>): Promise<StoreError> {
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(StoreError);
+  expect((error as StoreError).applied).toBe('unknown');
+  expect((error as StoreError).code).toBe('STORE_AMBIGUOUS');
+  return error as StoreError;
+}
+
+describe('dynamodb store: ambiguous outcomes', () => {
+  it('a conditional put whose reply is lost (timeout) is unknown, and did land', async () => {
+    const { viaProxy, direct } = await stores();
+    const created = await viaProxy.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v1') });
+    if (!created.ok) throw new Error('create failed');
+    proxy.mode = 'drop-replies';
+    const sentBefore = proxy.forwarded;
+    const started = Date.now();
+    await expectUnknown(
+      viaProxy.checkAndSet({ table: 't', key: 'k', expected: created.version, state: bytes('v2') }),
+    );
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(proxy.forwarded - sentBefore).toBe(1);
+    const row = await direct.read('t', 'k');
+    expect(text(row?.state ?? new Uint8Array())).toBe('v2');
+    expect(row?.version).not.toBe(created.version);
+  });
+
+  it('a 5xx reply to a conditional put is unknown and is not retried', async () => {
+    const { viaProxy, direct } = await stores();
+    proxy.mode = 'reply-500';
+    const before = proxy.forwarded;
+    await expectUnknown(
+      viaProxy.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('landed') }),
+    );
+    expect(proxy.forwarded - before).toBe(1);
+    // Had the adapter (or the SDK) resent it, the second attempt would have failed
+    // `attribute_not_exists` and been reported as a conflict.
+    expect(text((await direct.read('t', 'k'))?.state ?? new Uint8Array())).toBe('landed');
+  });
+
+  it('a reset connection during a transactional CAS (notified) or a delete is unknown', async () => {
+    const { viaProxy, direct } = await stores();
+    const created = await viaProxy.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('a') });
+    if (!created.ok) throw new Error('create failed');
+    proxy.mode = 'reset-on-reply';
+    await expectUnknown(
+      viaProxy.checkAndSet({
+        table: 't',
+        key: 'k',
+        expected: created.version,
+        state: bytes('b'),
+        notified: true,
+      }),
+    );
+    expect(await direct.scanNotified('t', { limit: 10 })).toEqual(['k']);
+    expect(text((await direct.read('t', 'k'))?.state ?? new Uint8Array())).toBe('b');
+
+    proxy.mode = 'pass';
+    const plain = await viaProxy.checkAndSet({ table: 't', key: 'd', expected: null, state: bytes('d') });
+    if (!plain.ok) throw new Error('create failed');
+    proxy.mode = 'reset-on-reply';
+    await expectUnknown(viaProxy.checkAndSet({ table: 't', key: 'd', expected: plain.version, state: null }));
+    expect(await direct.read('t', 'd')).toBeNull();
+  });
+
+  it('a counter increment whose reply is lost is unknown', async () => {
+    const { viaProxy, direct } = await stores();
+    expect(await viaProxy.incrementCounter('c', 1)).toBe(1);
+    proxy.mode = 'reply-500';
+    await expectUnknown(viaProxy.incrementCounter('c', 1));
+    expect(await direct.incrementCounter('c', 1)).toBe(3);
+  });
+
+  it('reads retry transient failures, and fail with applied "no" when they persist', async () => {
+    const { viaProxy, direct } = await stores(500);
+    await direct.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('r') });
+    proxy.mode = 'reply-500-once';
+    // The first attempt gets a 500; the retry gets through.
+    const before = proxy.forwarded;
+    const row = await viaProxy.read('t', 'k');
+    expect(text(row?.state ?? new Uint8Array())).toBe('r');
+    expect(proxy.forwarded - before).toBe(2);
+
+    proxy.mode = 'drop-replies';
+    const error = await viaProxy.read('t', 'k').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('no');
+  });
+
+  it('a throttled write is retried (it was not applied) and then succeeds once', async () => {
+    const { viaProxy, direct } = await stores();
+    proxy.mode = 'throttle-once';
+    const before = proxy.forwarded;
+    const result = await viaProxy.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('t') });
+    expect(result.ok).toBe(true);
+    expect(proxy.mode).toBe('pass');
+    expect(proxy.forwarded - before).toBe(1);
+    expect((await direct.read('t', 'k'))?.version).toBe(result.ok ? result.version : '');
+  });
+
+  it('a refused connection is StoreError "no": nothing was sent', async () => {
+    const { viaProxy, direct } = await stores();
+    await proxy.close();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const error = await viaProxy
+      .checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('x') })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('no');
+    expect(await direct.read('t', 'k')).toBeNull();
+  });
+});

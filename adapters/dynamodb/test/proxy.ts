@@ -1,0 +1,111 @@
+import { connect, createServer, type Socket } from 'node:net';
+
+/**
+ * A TCP proxy in front of the real DynamoDB endpoint, for failure tests. Requests always
+ * reach the real service (except in `throttle-once`), so a write "lost" here really
+ * was applied:
+ * - `pass`: forward both ways;
+ * - `drop-replies`: forward the request, swallow the reply (the client times out);
+ * - `reset-on-reply`: forward the request, reset the client connection when the reply comes;
+ * - `reply-500`: forward the request, replace the reply by an HTTP 500 InternalServerError;
+ * - `reply-500-once`: the same for one request, then back to `pass`;
+ * - `throttle-once`: answer the next request with a 400 ThrottlingException without
+ *   forwarding it, then go back to `pass`.
+ */
+export type ProxyMode =
+  | 'pass'
+  | 'drop-replies'
+  | 'reset-on-reply'
+  | 'reply-500'
+  | 'reply-500-once'
+  | 'throttle-once';
+
+export interface TestProxy {
+  readonly endpoint: string;
+  mode: ProxyMode;
+  /** Requests forwarded to the service (counted by their first line). */
+  readonly forwarded: number;
+  close(): Promise<void>;
+}
+
+function jsonReply(status: string, type: string, message: string): string {
+  const body = JSON.stringify({ __type: `com.amazonaws.dynamodb.v20120810#${type}`, message });
+  return (
+    `HTTP/1.1 ${status}\r\nContent-Type: application/x-amz-json-1.0\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+  );
+}
+
+export async function startProxy(target: { host: string; port: number }): Promise<TestProxy> {
+  const sockets = new Set<Socket>();
+  const state = { mode: 'pass' as ProxyMode, forwarded: 0 };
+  const server = createServer((client) => {
+    const upstream = connect(target.port, target.host);
+    sockets.add(client);
+    sockets.add(upstream);
+    const closeBoth = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', closeBoth);
+    upstream.on('error', closeBoth);
+    client.on('close', () => {
+      sockets.delete(client);
+      upstream.destroy();
+    });
+    upstream.on('close', () => {
+      sockets.delete(upstream);
+      client.end();
+    });
+    client.on('data', (chunk) => {
+      if (state.mode === 'throttle-once') {
+        state.mode = 'pass';
+        client.end(jsonReply('400 Bad Request', 'ThrottlingException', 'injected by the test proxy'));
+        upstream.destroy();
+        return;
+      }
+      if (chunk.subarray(0, 5).toString('latin1') === 'POST ') state.forwarded++;
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => {
+      switch (state.mode) {
+        case 'drop-replies':
+          return;
+        case 'reset-on-reply':
+          client.resetAndDestroy();
+          upstream.destroy();
+          return;
+        case 'reply-500':
+        case 'reply-500-once':
+          if (state.mode === 'reply-500-once') state.mode = 'pass';
+          client.end(
+            jsonReply('500 Internal Server Error', 'InternalServerError', 'injected by the test proxy'),
+          );
+          upstream.destroy();
+          return;
+        default:
+          client.write(chunk);
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  if (address === null || typeof address !== 'object') throw new Error('proxy did not bind');
+  return {
+    endpoint: `http://127.0.0.1:${address.port}`,
+    get mode() {
+      return state.mode;
+    },
+    set mode(mode: ProxyMode) {
+      state.mode = mode;
+    },
+    get forwarded() {
+      return state.forwarded;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

@@ -1,0 +1,45 @@
+import { StoreError } from '@percolator/core';
+import { type Connection, createConnection } from 'mysql2/promise';
+import { messageOf } from './errors.js';
+
+export const MYSQL_URL_ENV = 'PERCOLATOR_MYSQL_URL';
+export const DEFAULT_MYSQL_URL = 'mysql://root@127.0.0.1:3306/test';
+
+/** The connection URI for tests and the CLI: $PERCOLATOR_MYSQL_URL or the local default. */
+export function resolveMySqlUrl(env: NodeJS.ProcessEnv = process.env): string {
+  const fromEnv = env[MYSQL_URL_ENV];
+  return fromEnv !== undefined && fromEnv.trim() !== '' ? fromEnv.trim() : DEFAULT_MYSQL_URL;
+}
+
+/** The URL without its password, for messages. */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== '') parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return '(unparsable URL)';
+  }
+}
+
+/**
+ * Resolves the URL and proves the server answers; otherwise throws a StoreError('no')
+ * whose message names the environment variable to set.
+ */
+export async function assertMySqlReachable(url: string = resolveMySqlUrl()): Promise<string> {
+  let connection: Connection | undefined;
+  try {
+    connection = await createConnection({ uri: url, connectTimeout: 5000 });
+    await connection.query('SELECT 1');
+    return url;
+  } catch (error) {
+    throw new StoreError(
+      `MySQL/MariaDB is not reachable at ${redactUrl(url)}: ${messageOf(error)}. ` +
+        `Start a server or set ${MYSQL_URL_ENV} (default ${DEFAULT_MYSQL_URL}).`,
+      'no',
+      { cause: error },
+    );
+  } finally {
+    await connection?.end().catch(() => {});
+  }
+}

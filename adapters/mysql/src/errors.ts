@@ -1,0 +1,84 @@
+import { StoreError } from '@percolator/core';
+
+/**
+ * Server error numbers that may arrive after the statement took effect (the connection
+ * or server is going away), so they do not prove the statement was rolled back.
+ */
+const AMBIGUOUS_SERVER_ERRNOS = new Set([
+  1053, // ER_SERVER_SHUTDOWN
+  1152, // ER_ABORTING_CONNECTION
+  1317, // ER_QUERY_INTERRUPTED (KILL QUERY)
+  1927, // ER_CONNECTION_KILLED (MariaDB, KILL)
+  4031, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
+]);
+
+export const ER_DUP_ENTRY = 1062;
+
+interface MySqlErrorFields {
+  readonly errno?: unknown;
+  readonly code?: unknown;
+  readonly sqlState?: unknown;
+  readonly fatal?: unknown;
+  readonly message?: unknown;
+}
+
+function fields(error: unknown): MySqlErrorFields {
+  return typeof error === 'object' && error !== null ? (error as MySqlErrorFields) : {};
+}
+
+export function errnoOf(error: unknown): number | undefined {
+  const { errno } = fields(error);
+  return typeof errno === 'number' ? errno : undefined;
+}
+
+export function messageOf(error: unknown): string {
+  const { code, message } = fields(error);
+  const text = typeof message === 'string' ? message : String(error);
+  return typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text;
+}
+
+/** mysql2 refuses to send on a connection it already knows is closed. */
+function refusedToSend(error: unknown): boolean {
+  const { message } = fields(error);
+  return typeof message === 'string' && /closed state/.test(message);
+}
+
+/**
+ * Whether the server answered ONE autocommit statement with an error: then InnoDB rolled
+ * the statement back. Lost connections (mysql2 marks them `fatal`), socket errors and
+ * timeouts after sending give no answer, so the statement may have run.
+ */
+function serverRejected(error: unknown): boolean {
+  const { errno, sqlState, fatal } = fields(error);
+  if (fatal === true || typeof errno !== 'number' || typeof sqlState !== 'string') return false;
+  return errno < 2000 && !AMBIGUOUS_SERVER_ERRNOS.has(errno);
+}
+
+function certainlyRolledBack(error: unknown): boolean {
+  return refusedToSend(error) || serverRejected(error);
+}
+
+/** Whether the connection should be destroyed rather than returned to the pool. */
+export function isConnectionBroken(error: unknown): boolean {
+  return !serverRejected(error);
+}
+
+/**
+ * Wraps a failure of something that may write. `statements > 1` (a multi-statement batch):
+ * earlier statements may have applied even when the server answered with an error.
+ */
+export function writeError(what: string, error: unknown, statements = 1): StoreError {
+  const applied = statements === 1 && certainlyRolledBack(error) ? 'no' : 'unknown';
+  const outcome = applied === 'no' ? 'it was not applied' : 'it may or may not have been applied';
+  return new StoreError(`mysql: ${what} failed (${outcome}): ${messageOf(error)}`, applied, { cause: error });
+}
+
+/** Reads change nothing, so a failed read is always `no`. */
+export function readError(what: string, error: unknown): StoreError {
+  return new StoreError(`mysql: ${what} failed: ${messageOf(error)}`, 'no', { cause: error });
+}
+
+/** No connection could be had, so nothing was sent. */
+export function connectError(error: unknown): StoreError {
+  return new StoreError(`mysql: could not get a connection: ${messageOf(error)}`, 'no', { cause: error });
+}

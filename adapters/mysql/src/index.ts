@@ -1,0 +1,10 @@
+export { assertMySqlReachable, DEFAULT_MYSQL_URL, MYSQL_URL_ENV, redactUrl, resolveMySqlUrl } from './env.js';
+export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN } from './requests.js';
+export {
+  type MySqlNames,
+  mysqlDropStatements,
+  mysqlNames,
+  mysqlSchemaSql,
+  mysqlSchemaStatements,
+} from './schema.js';
+export { createMySqlStore, type MySqlStore, type MySqlStoreOptions, maxStateBytesFor } from './store.js';

@@ -1,0 +1,55 @@
+import type { MySqlNames } from './schema.js';
+
+/**
+ * Every SQL text the store sends. Identifiers come from `MySqlNames` (fixed suffixes on a
+ * validated namespace); table names, keys, versions and states are `?` parameters.
+ *
+ * Versions are compared and stored through CAST(? AS UNSIGNED): a quoted number compared
+ * with an integer column would otherwise be compared as a double.
+ *
+ * Affected rows: mysql2 sets CLIENT_FOUND_ROWS by default, so UPDATE reports MATCHED rows.
+ * That is correct here whatever the flags are, because every successful CAS changes the
+ * version column (the new token was never issued before), so matched = changed.
+ */
+export function mysqlStatements(n: MySqlNames) {
+  const columns = '(tbl, row_key, version, state, notified)';
+  const values = 'VALUES (?, ?, CAST(? AS UNSIGNED), ?, ?)';
+  return {
+    read: `SELECT CAST(version AS CHAR) AS version, state FROM ${n.rows} WHERE tbl = ? AND row_key = ?`,
+
+    // A plain INSERT: an existing row fails with ER_DUP_ENTRY and nothing else is
+    // downgraded (INSERT IGNORE would also turn truncation etc. into warnings).
+    create: `INSERT INTO ${n.rows} ${columns} ${values}`,
+
+    /*
+     * Inside a multi-statement batch an error would stop the statements after it, so creates
+     * there use INSERT IGNORE (0 affected rows = the row existed). That is safe only because
+     * every value is validated before: keys <= 1024 bytes, tables <= 64 ASCII characters,
+     * states <= maxStateBytes, no NULLs, so the only error IGNORE can downgrade is the
+     * duplicate key.
+     */
+    createIgnore: `INSERT IGNORE INTO ${n.rows} ${columns} ${values}`,
+
+    update: `UPDATE ${n.rows} SET version = CAST(? AS UNSIGNED), state = ?, notified = ?
+WHERE tbl = ? AND row_key = ? AND version = CAST(? AS UNSIGNED)`,
+
+    delete: `DELETE FROM ${n.rows} WHERE tbl = ? AND row_key = ? AND version = CAST(? AS UNSIGNED)`,
+
+    // Followed by "(tbl = ? AND row_key IN (?, ...)) OR ..." per table; see MySqlStore.readMany.
+    readManyPrefix: `SELECT tbl, row_key, CAST(version AS CHAR) AS version, state FROM ${n.rows} WHERE `,
+
+    // Bounds and `after` are appended from fixed fragments; see MySqlStore.scan.
+    scanPrefix: `SELECT row_key, CAST(version AS CHAR) AS version, state FROM ${n.rows} WHERE tbl = ?`,
+    // Served by the (tbl, notified, row_key) index, already in key order.
+    scanNotifiedPrefix: `SELECT row_key FROM ${n.rows} WHERE tbl = ? AND notified = TRUE`,
+
+    // LAST_INSERT_ID(expr) puts the new value in the OK packet's insert id, so the caller
+    // reads it from this same statement's reply (the value belongs to this connection).
+    increment: `INSERT INTO ${n.counters} (name, value) VALUES (?, LAST_INSERT_ID(?))
+ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + ?)`,
+
+    reserveVersionBlock: `INSERT INTO ${n.versionBlocks} () VALUES ()`,
+  };
+}
+
+export type MySqlStatements = ReturnType<typeof mysqlStatements>;

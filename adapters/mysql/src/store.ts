@@ -1,0 +1,542 @@
+import {
+  type CasRequest,
+  type CasResult,
+  ClosedError,
+  type NotificationScanOptions,
+  type RowRef,
+  type RowStore,
+  type ScannedStoredRow,
+  type ScanOptions,
+  type StoreCapabilities,
+  type StoredRow,
+  StoreError,
+  validateTable,
+} from '@percolator/core';
+import { createPool, format, type Pool, type PoolConnection, type SqlValue } from 'mysql2/promise';
+import { redactUrl, resolveMySqlUrl } from './env.js';
+import { connectError, ER_DUP_ENTRY, errnoOf, isConnectionBroken, readError, writeError } from './errors.js';
+import {
+  type CasPlan,
+  type EncodedRef,
+  encodeBound,
+  encodeCounterName,
+  encodeRef,
+  planCas,
+  toBytes,
+  toSafeCounter,
+  validateDelta,
+  validateLimit,
+  validateNamespace,
+} from './requests.js';
+import {
+  type MySqlNames,
+  mysqlDropStatements,
+  mysqlNames,
+  mysqlSchemaStatements,
+  schemaLockName,
+} from './schema.js';
+import { type MySqlStatements, mysqlStatements } from './statements.js';
+import { VersionAllocator } from './versions.js';
+
+/** Never more than this per state, even when max_allowed_packet would allow it. */
+const STATE_CAP_BYTES = 64 * 1024 * 1024;
+/** Room in every packet for SQL text, key, table name and protocol framing. */
+const PACKET_HEADROOM_BYTES = 64 * 1024;
+
+/**
+ * The largest state that fits one statement: max_allowed_packet bounds the whole SQL text,
+ * and a state travels in it as a hex literal (2 characters per byte).
+ */
+export function maxStateBytesFor(maxAllowedPacket: number): number {
+  return Math.max(0, Math.min(STATE_CAP_BYTES, Math.floor((maxAllowedPacket - PACKET_HEADROOM_BYTES) / 2)));
+}
+
+export interface MySqlStoreOptions {
+  /** Used when no `pool` is given. Default: $PERCOLATOR_MYSQL_URL or mysql://root@127.0.0.1:3306/test. */
+  readonly uri?: string;
+  /**
+   * A `mysql2/promise` pool you own; `close()` leaves it open. Enable `multipleStatements`
+   * on it for one-round-trip `checkAndSetMany` (without it, requests are sent one by one).
+   */
+  readonly pool?: Pool;
+  /** Isolates this store's tables: /^[a-z][a-z0-9_]{0,31}$/, default 'percolator'. */
+  readonly namespace?: string;
+  /** Create the tables if missing (default true). Set false if you run the schema SQL yourself. */
+  readonly createSchema?: boolean;
+  /** Size of the pool the store opens when no `pool` is given (default 10). */
+  readonly maxConnections?: number;
+}
+
+export interface MySqlStore extends RowStore {
+  readonly namespace: string;
+  // Every optional capability except stampedCheckAndSet is implemented, so always present.
+  readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
+  checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]>;
+  scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]>;
+  incrementCounter(name: string, delta: number): Promise<number>;
+  scanNotified(table: string, options: NotificationScanOptions): Promise<string[]>;
+  /** Drops this namespace's tables: all of its data. The store is unusable afterwards. */
+  dropNamespace(): Promise<void>;
+}
+
+export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise<MySqlStore> {
+  const names = mysqlNames(validateNamespace(options.namespace));
+  const ownsPool = options.pool === undefined;
+  const uri = options.uri ?? resolveMySqlUrl();
+  const pool =
+    options.pool ??
+    createPool({
+      uri,
+      connectionLimit: options.maxConnections ?? 10,
+      multipleStatements: true,
+      connectTimeout: 10_000,
+      charset: 'utf8mb4',
+    });
+  const multipleStatements = hasMultipleStatements(pool);
+  const connector = new Connector(pool, names.namespace);
+  try {
+    if (options.createSchema !== false)
+      await underSchemaLock(connector, mysqlSchemaStatements(names.namespace));
+    const packet = await connector.run('read max_allowed_packet', 'read', 'SELECT @@max_allowed_packet AS p');
+    const maxAllowedPacket = Number((packet as { p: unknown }[])[0]!.p);
+    const store = new MySqlRowStore(connector, ownsPool, names, maxAllowedPacket, multipleStatements);
+    await store.prepare();
+    return store;
+  } catch (error) {
+    if (error instanceof Error && options.createSchema === false) {
+      error.message += ` (is the schema of namespace ${names.namespace} created? see mysqlSchemaSql())`;
+    }
+    if (ownsPool) {
+      await pool.end().catch(() => {});
+      if (error instanceof Error) error.message += ` (connecting to ${redactUrl(uri)})`;
+    }
+    throw error;
+  }
+}
+
+/** mysql2 keeps the pool's connection options here (not in its public typings). */
+function hasMultipleStatements(pool: Pool): boolean {
+  const core = pool.pool as unknown as { config?: { connectionConfig?: { multipleStatements?: unknown } } };
+  return core?.config?.connectionConfig?.multipleStatements === true;
+}
+
+/** Checks connections out and classifies failures (see errors.ts). */
+class Connector {
+  closed = false;
+
+  constructor(
+    readonly pool: Pool,
+    readonly namespace: string,
+  ) {}
+
+  async connect(): Promise<PoolConnection> {
+    if (this.closed) throw new ClosedError(`mysql store (namespace ${this.namespace}) is closed`);
+    try {
+      return await this.pool.getConnection();
+    } catch (error) {
+      throw connectError(error);
+    }
+  }
+
+  /** One query on a pooled connection. `statements` > 1 marks a multi-statement batch. */
+  async run(
+    what: string,
+    mode: 'read' | 'write',
+    sql: string,
+    values?: unknown[],
+    statements = 1,
+  ): Promise<unknown> {
+    const connection = await this.connect();
+    return withConnection(connection, () => query(connection, what, mode, sql, values, statements));
+  }
+}
+
+/** Runs `work`, then returns the connection to the pool, or destroys it if it broke. */
+async function withConnection<T>(connection: PoolConnection, work: () => Promise<T>): Promise<T> {
+  let broken = false;
+  try {
+    return await work();
+  } catch (error) {
+    broken = error instanceof StoreError && isConnectionBroken(error.cause);
+    throw error;
+  } finally {
+    if (broken) connection.destroy();
+    else connection.release();
+  }
+}
+
+async function query(
+  connection: PoolConnection,
+  what: string,
+  mode: 'read' | 'write',
+  sql: string,
+  values?: unknown[],
+  statements = 1,
+): Promise<unknown> {
+  try {
+    // Per-query options override pool settings a user may have changed: rows as objects,
+    // BLOBs as Buffers.
+    const [result] = await connection.query({
+      sql,
+      values,
+      rowsAsArray: false,
+      nestTables: false,
+      typeCast: true,
+    });
+    return result;
+  } catch (error) {
+    throw mode === 'read' ? readError(what, error) : writeError(what, error, statements);
+  }
+}
+
+/** DDL under a named lock, so processes starting at once create the tables one at a time. */
+async function underSchemaLock(connector: Connector, statements: readonly string[]): Promise<void> {
+  const connection = await connector.connect();
+  const lock = schemaLockName(connector.namespace);
+  const what = `schema change for namespace ${connector.namespace}`;
+  await withConnection(connection, async () => {
+    const rows = (await query(connection, what, 'write', 'SELECT GET_LOCK(?, 60) AS got', [lock])) as Row[];
+    if (Number(rows[0]?.got) !== 1) {
+      throw new StoreError(`mysql: ${what}: timed out waiting for lock ${lock}`, 'no');
+    }
+    try {
+      for (const statement of statements) await query(connection, what, 'write', statement);
+    } finally {
+      await connection.query('DO RELEASE_LOCK(?)', [lock]).catch(() => {});
+    }
+  });
+}
+
+interface ResultHeader {
+  readonly affectedRows: number;
+  readonly insertId: number | string;
+}
+
+type Row = Record<string, unknown>;
+
+class MySqlRowStore implements MySqlStore {
+  readonly name = 'mysql';
+  readonly capabilities: StoreCapabilities;
+  readonly namespace: string;
+  private readonly sql: MySqlStatements;
+  private readonly versions: VersionAllocator;
+  /** Largest SQL text of one round trip (max_allowed_packet minus headroom). */
+  private readonly packetBudget: number;
+
+  constructor(
+    private readonly connector: Connector,
+    private readonly ownsPool: boolean,
+    names: MySqlNames,
+    maxAllowedPacket: number,
+    private readonly multipleStatements: boolean,
+  ) {
+    this.namespace = names.namespace;
+    this.sql = mysqlStatements(names);
+    this.packetBudget = maxAllowedPacket - PACKET_HEADROOM_BYTES;
+    this.capabilities = {
+      batchRead: true,
+      batchCheckAndSet: true,
+      orderedScan: true,
+      atomicCounter: true,
+      notificationIndex: true,
+      stampedCheckAndSet: false,
+      maxStateBytes: maxStateBytesFor(maxAllowedPacket),
+    };
+    this.versions = new VersionAllocator(async () => {
+      const header = (await this.connector.run(
+        'reserve a version block',
+        'write',
+        this.sql.reserveVersionBlock,
+      )) as ResultHeader;
+      return BigInt(header.insertId);
+    });
+  }
+
+  prepare(): Promise<void> {
+    return this.versions.prepare();
+  }
+
+  async read(table: string, key: string): Promise<StoredRow | null> {
+    const ref = encodeRef({ table, key });
+    const rows = (await this.connector.run('read', 'read', this.sql.read, [ref.tbl, ref.key])) as Row[];
+    return rows.length === 0 ? null : toStoredRow(rows[0]!);
+  }
+
+  async checkAndSet(request: CasRequest): Promise<CasResult> {
+    const plan = planCas(request, this.capabilities.maxStateBytes);
+    switch (plan.kind) {
+      case 'unmatchable':
+        return this.failure(request);
+      case 'ensureAbsent': {
+        const current = await this.read(request.table, request.key);
+        return current === null ? { ok: true, version: await this.newVersion() } : { ok: false, current };
+      }
+      case 'create': {
+        const version = await this.newVersion();
+        try {
+          await this.connector.run('create', 'write', this.sql.create, createValues(plan, version));
+          return { ok: true, version };
+        } catch (error) {
+          if (error instanceof StoreError && errnoOf(error.cause) === ER_DUP_ENTRY)
+            return this.failure(request);
+          throw error;
+        }
+      }
+      case 'update':
+      case 'delete': {
+        const version = await this.newVersion();
+        const [sql, values] = changeStatement(this.sql, plan, version);
+        const header = (await this.connector.run(plan.kind, 'write', sql, values)) as ResultHeader;
+        return header.affectedRows === 1 ? { ok: true, version } : this.failure(request);
+      }
+    }
+  }
+
+  async readMany(refs: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+    const encoded = refs.map(encodeRef);
+    const found = new Map<string, Row>();
+    // A key travels as a hex literal: at most ~2.2 KB of SQL per requested row.
+    const perRound = Math.max(1, Math.min(1000, Math.floor(this.packetBudget / 2400)));
+    for (let start = 0; start < encoded.length; start += perRound) {
+      const chunk = encoded.slice(start, start + perRound);
+      const [where, values] = whereRowsIn(chunk);
+      const rows = (await this.connector.run(
+        'readMany',
+        'read',
+        this.sql.readManyPrefix + where,
+        values,
+      )) as Row[];
+      for (const row of rows) found.set(rowId(row.tbl as Buffer, row.row_key as Buffer), row);
+    }
+    return encoded.map((ref) => {
+      const row = found.get(rowId(ref.tbl, ref.key));
+      return row === undefined ? null : toStoredRow(row);
+    });
+  }
+
+  async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    // Validate everything first: bad input anywhere means nothing is sent.
+    const plans = requests.map((request) => planCas(request, this.capabilities.maxStateBytes));
+    if (!this.multipleStatements) {
+      // A user pool without multipleStatements: one statement per request, in order.
+      const results: CasResult[] = [];
+      for (const request of requests) {
+        results.push(
+          await this.checkAndSet(request).catch((error: unknown) => {
+            throw results.length > 0 ? partlyApplied(error) : error;
+          }),
+        );
+      }
+      return results;
+    }
+    const outcomes: (CasResult | undefined)[] = plans.map(() => undefined);
+    const batch: { index: number; sql: string; version: string }[] = [];
+    for (const [index, plan] of plans.entries()) {
+      if (plan.kind === 'unmatchable') continue;
+      const version = await this.newVersion();
+      batch.push({ index, sql: batchStatement(this.sql, plan, version), version });
+    }
+    let sentBefore = false;
+    for (const round of packRounds(batch, this.packetBudget)) {
+      const raw = await this.connector
+        .run('checkAndSetMany', 'write', round.map((s) => s.sql).join(';\n'), undefined, round.length)
+        .catch((error: unknown) => {
+          throw sentBefore ? partlyApplied(error) : error;
+        });
+      sentBefore = true;
+      // mysql2 returns a list of results only when the text held several statements.
+      const results = (round.length === 1 ? [raw] : raw) as unknown[];
+      round.forEach((statement, position) => {
+        const result = results[position];
+        if (Array.isArray(result)) {
+          // ensureAbsent: a SELECT of the row; no row = success.
+          const row = result[0] as Row | undefined;
+          outcomes[statement.index] =
+            row === undefined
+              ? { ok: true, version: statement.version }
+              : { ok: false, current: toStoredRow(row) };
+        } else if ((result as ResultHeader).affectedRows === 1) {
+          outcomes[statement.index] = { ok: true, version: statement.version };
+        }
+      });
+    }
+    const failed = requests.filter((_, index) => outcomes[index] === undefined);
+    const current = failed.length === 0 ? [] : await this.readManyOrNothing(failed);
+    let nextFailure = 0;
+    return outcomes.map((outcome): CasResult => {
+      if (outcome !== undefined) return outcome;
+      const row = current[nextFailure++];
+      return row === undefined ? { ok: false } : { ok: false, current: row };
+    });
+  }
+
+  async scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    validateTable(table);
+    const limit = validateLimit(options?.limit);
+    const values: unknown[] = [Buffer.from(table, 'utf8')];
+    let sql = this.sql.scanPrefix;
+    const bound = (fragment: string, value: Buffer | undefined) => {
+      if (value === undefined) return;
+      values.push(value);
+      sql += ` AND row_key ${fragment} ?`;
+    };
+    bound('>=', encodeBound('start', options.start));
+    bound('<', encodeBound('end', options.end));
+    bound('>', encodeBound('after', options.after));
+    if (limit === 0) return [];
+    values.push(limit);
+    sql += ' ORDER BY row_key LIMIT ?';
+    const rows = (await this.connector.run('scan', 'read', sql, values)) as Row[];
+    return rows.map((row) => ({ key: (row.row_key as Buffer).toString('utf8'), row: toStoredRow(row) }));
+  }
+
+  async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
+    validateTable(table);
+    const limit = validateLimit(options?.limit);
+    const after = encodeBound('after', options.after);
+    if (limit === 0) return [];
+    const values: unknown[] = [Buffer.from(table, 'utf8')];
+    let sql = this.sql.scanNotifiedPrefix;
+    if (after !== undefined) {
+      values.push(after);
+      sql += ' AND row_key > ?';
+    }
+    values.push(limit);
+    sql += ' ORDER BY row_key LIMIT ?';
+    const rows = (await this.connector.run('scanNotified', 'read', sql, values)) as Row[];
+    return rows.map((row) => (row.row_key as Buffer).toString('utf8'));
+  }
+
+  async incrementCounter(name: string, delta: number): Promise<number> {
+    const encoded = encodeCounterName(name);
+    validateDelta(delta);
+    const header = (await this.connector.run('incrementCounter', 'write', this.sql.increment, [
+      encoded,
+      delta,
+      delta,
+    ])) as ResultHeader;
+    return toSafeCounter(String(header.insertId), name);
+  }
+
+  async dropNamespace(): Promise<void> {
+    await underSchemaLock(this.connector, mysqlDropStatements(this.namespace));
+  }
+
+  async close(): Promise<void> {
+    if (this.connector.closed) return;
+    this.connector.closed = true;
+    if (this.ownsPool) await this.connector.pool.end();
+  }
+
+  /** A fresh version; if no block can be reserved, the CAS was certainly not sent. */
+  private async newVersion(): Promise<string> {
+    try {
+      return await this.versions.nextVersion();
+    } catch (error) {
+      if (error instanceof ClosedError) throw error;
+      const message = error instanceof Error ? error.message : String(error);
+      throw new StoreError(`mysql: could not reserve versions, nothing was written: ${message}`, 'no', {
+        cause: error,
+      });
+    }
+  }
+
+  /** The current row after a failed CAS; a failure of this extra read only loses `current`. */
+  private async failure(ref: RowRef): Promise<CasResult> {
+    try {
+      return { ok: false, current: await this.read(ref.table, ref.key) };
+    } catch {
+      return { ok: false };
+    }
+  }
+
+  private async readManyOrNothing(refs: readonly RowRef[]): Promise<(StoredRow | null | undefined)[]> {
+    try {
+      return await this.readMany(refs);
+    } catch {
+      return refs.map(() => undefined);
+    }
+  }
+}
+
+/** A later round of a batch failed after earlier ones applied: the batch as a whole is unknown. */
+function partlyApplied(error: unknown): unknown {
+  if (!(error instanceof StoreError) || error.applied === 'unknown') return error;
+  return new StoreError(`${error.message} (earlier requests of this batch were applied)`, 'unknown', {
+    cause: error,
+  });
+}
+
+type ChangePlan = Extract<CasPlan, { kind: 'update' | 'delete' }>;
+type CreatePlan = Extract<CasPlan, { kind: 'create' }>;
+
+function createValues(plan: CreatePlan, version: string): SqlValue[] {
+  return [plan.tbl, plan.key, version, plan.state, plan.notified];
+}
+
+function changeStatement(sql: MySqlStatements, plan: ChangePlan, version: string): [string, SqlValue[]] {
+  return plan.kind === 'update'
+    ? [sql.update, [version, plan.state, plan.notified, plan.tbl, plan.key, plan.expected]]
+    : [sql.delete, [plan.tbl, plan.key, plan.expected]];
+}
+
+/** One statement of a multi-statement batch, with values escaped by mysql2 (hex for bytes). */
+function batchStatement(
+  sql: MySqlStatements,
+  plan: Exclude<CasPlan, { kind: 'unmatchable' }>,
+  version: string,
+) {
+  switch (plan.kind) {
+    case 'create':
+      return format(sql.createIgnore, createValues(plan, version));
+    case 'ensureAbsent':
+      return format(sql.read, [plan.tbl, plan.key]);
+    default: {
+      const [text, values] = changeStatement(sql, plan, version);
+      return format(text, values);
+    }
+  }
+}
+
+/** Splits statements into round trips whose SQL text fits the packet budget, in order. */
+function packRounds<T extends { sql: string }>(statements: readonly T[], budget: number): T[][] {
+  const rounds: T[][] = [];
+  let size = Number.POSITIVE_INFINITY;
+  for (const statement of statements) {
+    const length = Buffer.byteLength(statement.sql) + 2;
+    if (size + length > budget) {
+      rounds.push([]);
+      size = 0;
+    }
+    rounds[rounds.length - 1]!.push(statement);
+    size += length;
+  }
+  return rounds;
+}
+
+/** "(tbl = ? AND row_key IN (?, ?)) OR ..." grouped by table, so the primary key serves it. */
+function whereRowsIn(refs: readonly EncodedRef[]): [string, unknown[]] {
+  const byTable = new Map<string, { tbl: Buffer; keys: Buffer[] }>();
+  for (const ref of refs) {
+    const id = ref.tbl.toString('latin1');
+    const group = byTable.get(id) ?? { tbl: ref.tbl, keys: [] };
+    group.keys.push(ref.key);
+    byTable.set(id, group);
+  }
+  const clauses: string[] = [];
+  const values: unknown[] = [];
+  for (const { tbl, keys } of byTable.values()) {
+    clauses.push(`(tbl = ? AND row_key IN (${keys.map(() => '?').join(', ')}))`);
+    values.push(tbl, ...keys);
+  }
+  return [clauses.join(' OR '), values];
+}
+
+/** latin1 maps bytes 1:1 to characters; table names contain no NUL, so this is unique. */
+function rowId(tbl: Buffer, key: Buffer): string {
+  return `${tbl.toString('latin1')}\u0000${key.toString('latin1')}`;
+}
+
+function toStoredRow(row: Row): StoredRow {
+  return { version: String(row.version), state: toBytes(row.state as Buffer) };
+}

@@ -1,0 +1,616 @@
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import {
+  type CasResult,
+  ClosedError,
+  compareKeys,
+  InvalidArgumentError,
+  RowTooLargeError,
+  StoreError,
+} from '@percolator/core';
+import {
+  assertMySqlReachable,
+  createMySqlStore,
+  MYSQL_URL_ENV,
+  type MySqlStore,
+  maxStateBytesFor,
+  mysqlSchemaSql,
+  resolveMySqlUrl,
+} from '@percolator/mysql';
+import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+const text = (data: Uint8Array) => new TextDecoder().decode(data);
+const uniqueNamespace = () => `t_${randomBytes(6).toString('hex')}`;
+
+let url: string;
+let admin: Pool;
+let store: MySqlStore;
+const opened: MySqlStore[] = [];
+
+async function openStore(options: Parameters<typeof createMySqlStore>[0] = {}): Promise<MySqlStore> {
+  const s = await createMySqlStore({ uri: url, ...options });
+  opened.push(s);
+  return s;
+}
+
+async function tablesOf(namespace: string): Promise<string[]> {
+  const [rows] = await admin.query<RowDataPacket[]>(
+    `SELECT TABLE_NAME AS name FROM information_schema.TABLES
+     WHERE TABLE_SCHEMA = DATABASE() AND LEFT(TABLE_NAME, ?) = ? ORDER BY TABLE_NAME`,
+    [namespace.length + 1, `${namespace}_`],
+  );
+  return rows.map((r) => r.name as string);
+}
+
+async function maxAllowedPacket(): Promise<number> {
+  const [rows] = await admin.query<RowDataPacket[]>('SELECT @@max_allowed_packet AS p');
+  return Number(rows[0]!.p);
+}
+
+function version(result: CasResult): string {
+  if (!result.ok) throw new Error(`expected the CAS to apply: ${JSON.stringify(result)}`);
+  return result.version;
+}
+
+beforeAll(async () => {
+  url = await assertMySqlReachable();
+  admin = createPool({ uri: url, connectionLimit: 3 });
+  store = await openStore({ namespace: uniqueNamespace() });
+});
+
+afterAll(async () => {
+  for (const s of opened) {
+    await s.dropNamespace().catch(() => {});
+    await s.close();
+  }
+  await admin?.end();
+});
+
+describe('mysql store: single-row contract', () => {
+  it('creates, updates and deletes with check-and-set, returning current on failure', async () => {
+    expect(await store.read('t', 'k')).toBeNull();
+    const v1 = version(
+      await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('one') }),
+    );
+    expect(await store.read('t', 'k')).toEqual({ version: v1, state: bytes('one') });
+
+    const dupCreate = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('x') });
+    expect(dupCreate).toEqual({ ok: false, current: { version: v1, state: bytes('one') } });
+
+    const v2 = version(await store.checkAndSet({ table: 't', key: 'k', expected: v1, state: bytes('two') }));
+    expect(v2).not.toBe(v1);
+    const stale = await store.checkAndSet({ table: 't', key: 'k', expected: v1, state: bytes('stale') });
+    expect(stale).toEqual({ ok: false, current: { version: v2, state: bytes('two') } });
+
+    expect((await store.checkAndSet({ table: 't', key: 'k', expected: v1, state: null })).ok).toBe(false);
+    const deleted = await store.checkAndSet({ table: 't', key: 'k', expected: v2, state: null });
+    expect(deleted.ok).toBe(true);
+    expect(await store.read('t', 'k')).toBeNull();
+    expect(await store.checkAndSet({ table: 't', key: 'k', expected: v2, state: bytes('z') })).toEqual({
+      ok: false,
+      current: null,
+    });
+  });
+
+  it('treats expected=null with state=null as "must be absent"', async () => {
+    expect((await store.checkAndSet({ table: 't', key: 'absent', expected: null, state: null })).ok).toBe(
+      true,
+    );
+    const v = version(
+      await store.checkAndSet({ table: 't', key: 'present', expected: null, state: bytes('p') }),
+    );
+    expect(await store.checkAndSet({ table: 't', key: 'present', expected: null, state: null })).toEqual({
+      ok: false,
+      current: { version: v, state: bytes('p') },
+    });
+  });
+
+  it('stores empty and binary states exactly', async () => {
+    const binary = Uint8Array.from([0, 255, 1, 0, 128]);
+    const v = version(await store.checkAndSet({ table: 'bin', key: 'b', expected: null, state: binary }));
+    expect(await store.read('bin', 'b')).toEqual({ version: v, state: binary });
+    const v2 = version(
+      await store.checkAndSet({ table: 'bin', key: 'b', expected: v, state: new Uint8Array(0) }),
+    );
+    expect(await store.read('bin', 'b')).toEqual({ version: v2, state: new Uint8Array(0) });
+  });
+
+  it('never reuses a version after delete and re-create (no ABA)', async () => {
+    const seen = new Set<string>();
+    let current: string | null = null;
+    for (let i = 0; i < 5; i++) {
+      const created = version(
+        await store.checkAndSet({ table: 'aba', key: 'k', expected: null, state: bytes('a') }),
+      );
+      expect(seen.has(created)).toBe(false);
+      seen.add(created);
+      if (current !== null) {
+        // A CAS holding the version from before the delete must not hit the new row.
+        expect(
+          (await store.checkAndSet({ table: 'aba', key: 'k', expected: current, state: bytes('x') })).ok,
+        ).toBe(false);
+      }
+      const removed = version(
+        await store.checkAndSet({ table: 'aba', key: 'k', expected: created, state: null }),
+      );
+      expect(seen.has(removed)).toBe(false);
+      seen.add(removed);
+      current = created;
+    }
+  });
+
+  it('a version this store never issues matches nothing', async () => {
+    const v = version(
+      await store.checkAndSet({ table: 't', key: 'foreign', expected: null, state: bytes('f') }),
+    );
+    for (const foreign of ['abc', `0${v}`, '99999999999999999999999', '-1', '']) {
+      const result = await store.checkAndSet({
+        table: 't',
+        key: 'foreign',
+        expected: foreign,
+        state: bytes('x'),
+      });
+      expect(result).toEqual({ ok: false, current: { version: v, state: bytes('f') } });
+    }
+  });
+
+  it('lets exactly one of many concurrent CAS on one row win', async () => {
+    const v = version(
+      await store.checkAndSet({ table: 'race', key: 'r', expected: null, state: bytes('0') }),
+    );
+    const results = await Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        store.checkAndSet({ table: 'race', key: 'r', expected: v, state: bytes(`w${i}`) }),
+      ),
+    );
+    const winners = results.filter((r) => r.ok);
+    expect(winners).toHaveLength(1);
+    const row = await store.read('race', 'r');
+    expect(row?.version).toBe((winners[0] as { version: string }).version);
+    const creates = await Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        store.checkAndSet({ table: 'race', key: 'new', expected: null, state: bytes(`c${i}`) }),
+      ),
+    );
+    expect(creates.filter((r) => r.ok)).toHaveLength(1);
+  });
+});
+
+describe('mysql store: keys', () => {
+  const keys = [
+    'a',
+    'a\u0000',
+    'a\u0000b',
+    '\u0000',
+    'ab',
+    'a b',
+    'é',
+    '\uffff',
+    '😀',
+    '😀\u0000😀',
+    'Z',
+    '~',
+  ];
+
+  it('round-trips NUL and emoji keys and scans in UTF-8 byte order', async () => {
+    for (const key of keys) {
+      await store.checkAndSet({ table: 'keys', key, expected: null, state: bytes(key) });
+    }
+    for (const key of keys) expect(text((await store.read('keys', key))!.state)).toBe(key);
+    const scanned = await store.scan('keys', { limit: 100 });
+    const expected = [...keys].sort(compareKeys);
+    expect(scanned.map((r) => r.key)).toEqual(expected);
+    // The UTF-16 order JavaScript's default sort uses differs for U+FFFF vs emoji.
+    expect(expected).not.toEqual([...keys].sort());
+    for (const r of scanned) expect(text(r.row.state)).toBe(r.key);
+  });
+
+  it('honours start (inclusive), end (exclusive), after (exclusive) and limit', async () => {
+    const sorted = [...keys].sort(compareKeys);
+    const keysOf = async (options: Parameters<MySqlStore['scan']>[1]) =>
+      (await store.scan('keys', options)).map((r) => r.key);
+    expect(await keysOf({ start: 'a', end: 'ab', limit: 100 })).toEqual(['a', 'a\u0000', 'a\u0000b', 'a b']);
+    expect(await keysOf({ start: 'a', after: 'a\u0000', limit: 2 })).toEqual(['a\u0000b', 'a b']);
+    expect(await keysOf({ after: '\uffff', limit: 100 })).toEqual(['😀', '😀\u0000😀']);
+    expect(await keysOf({ limit: 0 })).toEqual([]);
+    // Paging with `after` visits every key once, in order.
+    const paged: string[] = [];
+    for (let after: string | undefined; ; ) {
+      const page = await keysOf({ limit: 5, ...(after === undefined ? {} : { after }) });
+      paged.push(...page);
+      if (page.length < 5) break;
+      after = page[page.length - 1];
+    }
+    expect(paged).toEqual(sorted);
+    expect(await store.scan('no-such-table', { limit: 10 })).toEqual([]);
+  });
+
+  it('rejects bad tables, keys and options with InvalidArgumentError and changes nothing', async () => {
+    const bad = [
+      () => store.read('bad table', 'k'),
+      () => store.read('', 'k'),
+      () => store.read('t', ''),
+      () => store.read('t', 'x'.repeat(1025)),
+      () => store.read('t', '\ud800'),
+      () => store.checkAndSet({ table: 't;drop', key: 'k', expected: null, state: bytes('x') }),
+      () => store.checkAndSet({ table: 't', key: '\udfff', expected: null, state: bytes('x') }),
+      () =>
+        store.checkAndSet({ table: 't', key: 'k', expected: null, state: 'text' as unknown as Uint8Array }),
+      () => store.scan('t', { limit: -1 }),
+      () => store.scan('t', { limit: 1, start: '\ud800' }),
+      () => store.incrementCounter('c', 0),
+      () => store.incrementCounter('c', 1.5),
+      () =>
+        store.readMany([
+          { table: 't', key: 'ok' },
+          { table: 't', key: '' },
+        ]),
+      () =>
+        store.checkAndSetMany([
+          { table: 'inv', key: 'fine', expected: null, state: bytes('x') },
+          { table: 'inv', key: '', expected: null, state: bytes('x') },
+        ]),
+    ];
+    for (const call of bad) await expect(call()).rejects.toBeInstanceOf(InvalidArgumentError);
+    // A 1024-byte key is fine; the batch with one bad request sent nothing.
+    expect(await store.read('t', 'é'.repeat(512))).toBeNull();
+    expect(await store.read('inv', 'fine')).toBeNull();
+  });
+});
+
+describe('mysql store: optional capabilities', () => {
+  it('declares what it implements', async () => {
+    expect(store.name).toBe('mysql');
+    expect(store.capabilities).toMatchObject({
+      batchRead: true,
+      batchCheckAndSet: true,
+      orderedScan: true,
+      atomicCounter: true,
+      notificationIndex: true,
+      stampedCheckAndSet: false,
+    });
+    expect(store.capabilities.maxStateBytes).toBe(maxStateBytesFor(await maxAllowedPacket()));
+    expect(store.capabilities.maxStateBytes).toBeLessThan((await maxAllowedPacket()) / 2);
+    expect(store.checkAndSetStamped).toBeUndefined();
+  });
+
+  it('readMany returns rows in request order, null for missing, across tables', async () => {
+    const va = version(
+      await store.checkAndSet({ table: 'rm1', key: 'a', expected: null, state: bytes('A') }),
+    );
+    const vb = version(
+      await store.checkAndSet({ table: 'rm2', key: 'a', expected: null, state: bytes('B') }),
+    );
+    const rows = await store.readMany([
+      { table: 'rm2', key: 'a' },
+      { table: 'rm1', key: 'missing' },
+      { table: 'rm1', key: 'a' },
+      { table: 'rm2', key: 'a' },
+    ]);
+    expect(rows).toEqual([
+      { version: vb, state: bytes('B') },
+      null,
+      { version: va, state: bytes('A') },
+      { version: vb, state: bytes('B') },
+    ]);
+    expect(await store.readMany([])).toEqual([]);
+  });
+
+  it('checkAndSetMany applies each request on its own, in one round trip', async () => {
+    const pool = createPool({ uri: url, connectionLimit: 2, multipleStatements: true });
+    let acquired = 0;
+    pool.on('acquire', () => acquired++);
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    try {
+      const vu = version(
+        await s.checkAndSet({ table: 'cm', key: 'upd', expected: null, state: bytes('u0') }),
+      );
+      const vd = version(
+        await s.checkAndSet({ table: 'cm', key: 'del', expected: null, state: bytes('d0') }),
+      );
+      const vx = version(
+        await s.checkAndSet({ table: 'cm', key: 'exists', expected: null, state: bytes('x') }),
+      );
+      acquired = 0;
+      const results = await s.checkAndSetMany([
+        { table: 'cm', key: 'new', expected: null, state: bytes('n'), notified: true },
+        { table: 'cm', key: 'upd', expected: vu, state: bytes('u1') },
+        { table: 'cm', key: 'del', expected: vd, state: null },
+        { table: 'cm', key: 'gone', expected: null, state: null },
+      ]);
+      expect(acquired).toBe(1);
+      expect(results.every((r) => r.ok)).toBe(true);
+      const versions = results.map(version);
+      expect(new Set(versions).size).toBe(4);
+      expect(await s.read('cm', 'new')).toEqual({ version: versions[0], state: bytes('n') });
+      expect(await s.read('cm', 'upd')).toEqual({ version: versions[1], state: bytes('u1') });
+      expect(await s.read('cm', 'del')).toBeNull();
+      expect(await s.scanNotified('cm', { limit: 10 })).toEqual(['new']);
+
+      // Failures do not stop the others, and report the current row.
+      const mixed = await s.checkAndSetMany([
+        { table: 'cm', key: 'exists', expected: null, state: bytes('dup') },
+        { table: 'cm', key: 'upd', expected: vu, state: bytes('stale') },
+        { table: 'cm', key: 'other', expected: null, state: bytes('o') },
+        { table: 'cm', key: 'upd', expected: 'not-a-version', state: bytes('?') },
+        { table: 'cm', key: 'never', expected: vd, state: null },
+        { table: 'cm', key: 'exists', expected: null, state: null },
+      ]);
+      expect(mixed[0]).toEqual({ ok: false, current: { version: vx, state: bytes('x') } });
+      expect(mixed[1]).toEqual({ ok: false, current: { version: versions[1], state: bytes('u1') } });
+      expect(mixed[2]!.ok).toBe(true);
+      expect(mixed[3]).toEqual({ ok: false, current: { version: versions[1], state: bytes('u1') } });
+      expect(mixed[4]).toEqual({ ok: false, current: null });
+      expect(mixed[5]).toEqual({ ok: false, current: { version: vx, state: bytes('x') } });
+
+      // The same row twice: applied in request order.
+      const seq = await s.checkAndSetMany([
+        { table: 'cm', key: 'twice', expected: null, state: bytes('1') },
+        { table: 'cm', key: 'twice', expected: null, state: bytes('2') },
+      ]);
+      expect(seq[0]!.ok).toBe(true);
+      expect(seq[1]).toEqual({ ok: false, current: { version: version(seq[0]!), state: bytes('1') } });
+      expect(await s.checkAndSetMany([])).toEqual([]);
+    } finally {
+      await s.close();
+      await pool.end();
+    }
+  });
+
+  it('incrementCounter starts at 0, returns the new value and is atomic', async () => {
+    expect(await store.incrementCounter('ctr', 1)).toBe(1);
+    expect(await store.incrementCounter('ctr', 5)).toBe(6);
+    const values = await Promise.all(Array.from({ length: 20 }, () => store.incrementCounter('ctr', 1)));
+    expect(new Set(values).size).toBe(20);
+    expect(Math.max(...values)).toBe(26);
+    expect(await store.incrementCounter('ctr\u0000other 😀', 3)).toBe(3);
+  });
+
+  it('keeps an index of notified rows, in key order, maintained by every CAS', async () => {
+    const table = 'notes';
+    const vs = new Map<string, string>();
+    for (const key of ['m', 'b', '😀', 'a\u0000', 'z']) {
+      vs.set(
+        key,
+        version(await store.checkAndSet({ table, key, expected: null, state: bytes(key), notified: true })),
+      );
+    }
+    await store.checkAndSet({ table, key: 'plain', expected: null, state: bytes('p') });
+    await store.checkAndSet({ table: 'notes2', key: 'b', expected: null, state: bytes('x'), notified: true });
+    expect(await store.scanNotified(table, { limit: 10 })).toEqual(['a\u0000', 'b', 'm', 'z', '😀']);
+    expect(await store.scanNotified(table, { after: 'b', limit: 2 })).toEqual(['m', 'z']);
+    // Clearing the flag (notified omitted = false) and deleting both remove rows from the index.
+    await store.checkAndSet({ table, key: 'm', expected: vs.get('m')!, state: bytes('m2') });
+    await store.checkAndSet({ table, key: 'z', expected: vs.get('z')!, state: null });
+    expect(await store.scanNotified(table, { limit: 10 })).toEqual(['a\u0000', 'b', '😀']);
+    const [plan] = await admin.query<RowDataPacket[]>(
+      `EXPLAIN SELECT row_key FROM \`${store.namespace}_rows\` WHERE tbl = ? AND notified = TRUE ORDER BY row_key LIMIT 5`,
+      [Buffer.from(table)],
+    );
+    expect(plan[0]!.key).toBe(`${store.namespace}_rows_notified`);
+  });
+});
+
+describe('mysql store: limits and failures', () => {
+  it('stores a state of exactly maxStateBytes, also two of them in one batch', async () => {
+    const max = store.capabilities.maxStateBytes;
+    const big = new Uint8Array(max).fill(0xab);
+    big[0] = 0;
+    big[max - 1] = 0xff;
+    const v = version(await store.checkAndSet({ table: 'max', key: 'one', expected: null, state: big }));
+    const row = await store.read('max', 'one');
+    expect(row?.version).toBe(v);
+    expect(Buffer.compare(row!.state, big)).toBe(0);
+    // Together they exceed max_allowed_packet: the batch is split into round trips that fit.
+    const results = await store.checkAndSetMany([
+      { table: 'max', key: 'one', expected: v, state: big },
+      { table: 'max', key: 'two', expected: null, state: big },
+    ]);
+    expect(results.map((r) => r.ok)).toEqual([true, true]);
+    expect((await store.readMany([{ table: 'max', key: 'two' }]))[0]!.state.length).toBe(max);
+  });
+
+  it('rejects an oversized state before sending anything', async () => {
+    const pool = createPool({ uri: url, connectionLimit: 1, multipleStatements: true });
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    try {
+      const v = version(
+        await s.checkAndSet({ table: 'big', key: 'k', expected: null, state: bytes('small') }),
+      );
+      let acquired = 0;
+      pool.on('acquire', () => acquired++);
+      const huge = new Uint8Array(s.capabilities.maxStateBytes + 1);
+      await expect(
+        s.checkAndSet({ table: 'big', key: 'k', expected: v, state: huge }),
+      ).rejects.toBeInstanceOf(RowTooLargeError);
+      await expect(
+        s.checkAndSetMany([{ table: 'big', key: 'k2', expected: null, state: huge }]),
+      ).rejects.toBeInstanceOf(RowTooLargeError);
+      expect(acquired).toBe(0);
+      expect(await s.read('big', 'k')).toEqual({ version: v, state: bytes('small') });
+    } finally {
+      await s.close();
+      await pool.end();
+    }
+  });
+
+  it('reports a connection killed mid-CAS as StoreError applied=unknown', async () => {
+    const v = version(
+      await store.checkAndSet({ table: 'kill', key: 'k', expected: null, state: bytes('0') }),
+    );
+    const blocker = await admin.getConnection();
+    try {
+      // Hold the row lock so the store's UPDATE waits on it, then KILL the store's connection.
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE`,
+        [Buffer.from('kill'), Buffer.from('k')],
+      );
+      const pending = store.checkAndSet({ table: 'kill', key: 'k', expected: v, state: bytes('1') });
+      pending.catch(() => {});
+      let killed = false;
+      for (let i = 0; i < 100 && !killed; i++) {
+        const [rows] = await admin.query<RowDataPacket[]>(
+          'SELECT ID AS id FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID()',
+          [`UPDATE \`${store.namespace}_rows\`%`],
+        );
+        for (const row of rows) await admin.query('KILL ?', [Number(row.id)]);
+        killed = rows.length > 0;
+        if (!killed) await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(killed).toBe(true);
+      const error = await pending.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(StoreError);
+      expect((error as StoreError).applied).toBe('unknown');
+      expect((error as StoreError).retryable).toBe(false);
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    // The store recovers with a fresh connection.
+    expect((await store.read('kill', 'k'))?.version).toBe(v);
+  });
+
+  it('reports a refused connection as StoreError applied=no', async () => {
+    const error = await createMySqlStore({
+      uri: 'mysql://root@127.0.0.1:1/test',
+      namespace: uniqueNamespace(),
+    }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('no');
+  });
+
+  it('names the environment variable when the server is unreachable', async () => {
+    expect(resolveMySqlUrl({})).toBe('mysql://root@127.0.0.1:3306/test');
+    expect(resolveMySqlUrl({ [MYSQL_URL_ENV]: 'mysql://x@h:1/db' })).toBe('mysql://x@h:1/db');
+    await expect(assertMySqlReachable('mysql://root:secret@127.0.0.1:1/test')).rejects.toThrow(
+      /PERCOLATOR_MYSQL_URL/,
+    );
+    await expect(assertMySqlReachable('mysql://root:secret@127.0.0.1:1/test')).rejects.not.toThrow(/secret/);
+  });
+});
+
+describe('mysql store: namespaces and lifecycle', () => {
+  it('rejects a bad namespace with InvalidArgumentError', async () => {
+    for (const namespace of ['', 'Upper', '1abc', 'a-b', 'a b', 'x'.repeat(33), 'a;drop', 'ä']) {
+      await expect(createMySqlStore({ uri: url, namespace })).rejects.toBeInstanceOf(InvalidArgumentError);
+    }
+  });
+
+  it('isolates namespaces and dropNamespace removes only its own data', async () => {
+    const [one, two] = await Promise.all([
+      openStore({ namespace: uniqueNamespace() }),
+      openStore({ namespace: uniqueNamespace() }),
+    ]);
+    await one!.checkAndSet({ table: 'iso', key: 'k', expected: null, state: bytes('one') });
+    expect(await two!.read('iso', 'k')).toBeNull();
+    await two!.checkAndSet({ table: 'iso', key: 'k', expected: null, state: bytes('two') });
+    expect(text((await one!.read('iso', 'k'))!.state)).toBe('one');
+    expect(await one!.incrementCounter('c', 2)).toBe(2);
+    expect(await two!.incrementCounter('c', 1)).toBe(1);
+
+    expect(await tablesOf(one!.namespace)).toEqual([
+      `${one!.namespace}_counters`,
+      `${one!.namespace}_rows`,
+      `${one!.namespace}_version_blocks`,
+    ]);
+    await one!.dropNamespace();
+    expect(await tablesOf(one!.namespace)).toEqual([]);
+    expect(text((await two!.read('iso', 'k'))!.state)).toBe('two');
+    // The dropped store now fails with a typed error; the server rejected the statement,
+    // so it certainly did not apply ('no').
+    const error = await one!.checkAndSet({ table: 'iso', key: 'k', expected: null, state: bytes('x') }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('no');
+  });
+
+  it('two store instances on one namespace never issue the same version', async () => {
+    const other = await openStore({ namespace: store.namespace, createSchema: false });
+    const seen = new Set<string>();
+    let current: string | null = null;
+    for (let i = 0; i < 10; i++) {
+      const writer = i % 2 === 0 ? store : other;
+      const result = await writer.checkAndSet({
+        table: 'two',
+        key: 'k',
+        expected: current,
+        state: i % 3 === 2 ? null : bytes(`${i}`),
+      });
+      const v = version(result);
+      expect(seen.has(v)).toBe(false);
+      seen.add(v);
+      current = i % 3 === 2 ? null : v;
+    }
+  });
+
+  it('creates the schema safely when many stores start at once', async () => {
+    const namespace = uniqueNamespace();
+    const stores = await Promise.all(
+      Array.from({ length: 6 }, () => openStore({ namespace, maxConnections: 2 })),
+    );
+    await stores[0]!.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v') });
+    expect(text((await stores[5]!.read('t', 'k'))!.state)).toBe('v');
+  });
+
+  it('exports the schema SQL for users who manage schemas themselves', async () => {
+    const namespace = uniqueNamespace();
+    // Without the tables, a store that must not create them fails at once, saying why.
+    await expect(openStore({ namespace, createSchema: false })).rejects.toThrow(/mysqlSchemaSql/);
+    const sql = mysqlSchemaSql(namespace);
+    expect(sql).toContain(`\`${namespace}_rows\``);
+    expect(mysqlSchemaSql()).toContain('`percolator_rows`');
+    const scripted = createPool({ uri: url, connectionLimit: 1, multipleStatements: true });
+    await scripted.query(sql);
+    await scripted.end();
+    const s = await openStore({ namespace, createSchema: false });
+    await s.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v') });
+    expect(text((await s.read('t', 'k'))!.state)).toBe('v');
+  });
+
+  it('documents in its README exactly the schema SQL it runs', () => {
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    expect(readme).toContain(mysqlSchemaSql().trim());
+  });
+
+  it('close() leaves a pool the user passed open, and the store refuses calls afterwards', async () => {
+    const pool = createPool({ uri: url, connectionLimit: 1 });
+    const s = await createMySqlStore({ pool, namespace: store.namespace });
+    await s.read('t', 'k');
+    await s.close();
+    await s.close();
+    const [rows] = await pool.query<RowDataPacket[]>('SELECT 1 AS one');
+    expect(rows).toEqual([{ one: 1 }]);
+    await expect(s.read('t', 'k')).rejects.toBeInstanceOf(ClosedError);
+    await pool.end();
+  });
+
+  it('works with a user pool without multipleStatements (batch sent one statement at a time)', async () => {
+    const pool = createPool({ uri: url, connectionLimit: 2 });
+    const s = await createMySqlStore({ pool, namespace: store.namespace, createSchema: false });
+    try {
+      const results = await s.checkAndSetMany([
+        { table: 'single', key: 'a', expected: null, state: bytes('a') },
+        { table: 'single', key: 'a', expected: null, state: bytes('b') },
+      ]);
+      expect(results[0]!.ok).toBe(true);
+      expect(results[1]).toEqual({
+        ok: false,
+        current: { version: version(results[0]!), state: bytes('a') },
+      });
+    } finally {
+      await s.close();
+      await pool.end();
+    }
+  });
+});

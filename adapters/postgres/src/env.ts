@@ -1,0 +1,50 @@
+import { StoreError } from '@percolator/core';
+import { messageOf } from './errors.js';
+import { createPgPool } from './pg.js';
+
+export const POSTGRES_URL_ENV = 'PERCOLATOR_POSTGRES_URL';
+export const DEFAULT_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/test';
+
+/** The connection string for tests and the CLI: $PERCOLATOR_POSTGRES_URL or the local default. */
+export function resolvePostgresUrl(env: NodeJS.ProcessEnv = process.env): string {
+  const fromEnv = env[POSTGRES_URL_ENV];
+  return fromEnv !== undefined && fromEnv.trim() !== '' ? fromEnv.trim() : DEFAULT_POSTGRES_URL;
+}
+
+/** The URL without its password, for messages. */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== '') parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return '(unparsable URL)';
+  }
+}
+
+/**
+ * Resolves the URL and proves the server answers; otherwise throws a StoreError('no')
+ * whose message names the environment variable to set.
+ */
+export async function assertPostgresReachable(url: string = resolvePostgresUrl()): Promise<string> {
+  const pool = createPgPool({ connectionString: url, max: 1, connectionTimeoutMillis: 5000 });
+  pool.on('error', () => {});
+  try {
+    const client = await pool.connect();
+    try {
+      await client.query('SELECT 1');
+    } finally {
+      client.release();
+    }
+    return url;
+  } catch (error) {
+    throw new StoreError(
+      `PostgreSQL is not reachable at ${redactUrl(url)}: ${messageOf(error)}. ` +
+        `Start a server or set ${POSTGRES_URL_ENV} (default ${DEFAULT_POSTGRES_URL}).`,
+      'no',
+      { cause: error },
+    );
+  } finally {
+    await pool.end();
+  }
+}

@@ -1,0 +1,63 @@
+import { StoreError } from '@percolator/core';
+
+/** SQLSTATEs after which the whole statement was rolled back and trying again may work. */
+const TRANSIENT_ROLLBACK = new Set(['40001', '40P01']);
+
+interface PgErrorFields {
+  readonly code?: unknown;
+  readonly severity?: unknown;
+  readonly message?: unknown;
+}
+
+function fields(error: unknown): PgErrorFields {
+  return typeof error === 'object' && error !== null ? (error as PgErrorFields) : {};
+}
+
+export function messageOf(error: unknown): string {
+  const { code, message } = fields(error);
+  const text = typeof message === 'string' ? message : String(error);
+  return typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text;
+}
+
+export function isTransientRollback(error: unknown): boolean {
+  const { code } = fields(error);
+  return typeof code === 'string' && TRANSIENT_ROLLBACK.has(code);
+}
+
+/**
+ * Whether the server answered the statement with an ERROR: then the statement (run in
+ * autocommit) was rolled back. FATAL/PANIC, class 08 (connection exception) and class 57
+ * (operator intervention, e.g. pg_terminate_backend) may arrive after a commit, and
+ * socket errors / "Connection terminated unexpectedly" give no answer at all.
+ */
+function certainlyRolledBack(error: unknown): boolean {
+  const { code, severity, message } = fields(error);
+  // pg refuses to send on a client it already knows is broken.
+  if (typeof message === 'string' && /is not queryable/.test(message)) return true;
+  if (severity !== 'ERROR' || typeof code !== 'string') return false;
+  return !code.startsWith('08') && !code.startsWith('57');
+}
+
+/** Whether the connection should be thrown away rather than returned to the pool. */
+export function isConnectionBroken(error: unknown): boolean {
+  return !certainlyRolledBack(error);
+}
+
+/** Wraps a failure of a statement that may write: `unknown` unless it certainly did not apply. */
+export function writeError(what: string, error: unknown): StoreError {
+  const applied = certainlyRolledBack(error) ? 'no' : 'unknown';
+  const outcome = applied === 'no' ? 'it was not applied' : 'it may or may not have been applied';
+  return new StoreError(`postgres: ${what} failed (${outcome}): ${messageOf(error)}`, applied, {
+    cause: error,
+  });
+}
+
+/** Reads change nothing, so a failed read is always `no`. */
+export function readError(what: string, error: unknown): StoreError {
+  return new StoreError(`postgres: ${what} failed: ${messageOf(error)}`, 'no', { cause: error });
+}
+
+/** No connection could be had, so nothing was sent. */
+export function connectError(error: unknown): StoreError {
+  return new StoreError(`postgres: could not get a connection: ${messageOf(error)}`, 'no', { cause: error });
+}

@@ -1,0 +1,22 @@
+export {
+  assertPostgresReachable,
+  DEFAULT_POSTGRES_URL,
+  POSTGRES_URL_ENV,
+  redactUrl,
+  resolvePostgresUrl,
+} from './env.js';
+export type { PgPool, PgPoolClient } from './pg.js';
+export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN } from './requests.js';
+export {
+  type PostgresNames,
+  postgresDropStatements,
+  postgresNames,
+  postgresSchemaSql,
+  postgresSchemaStatements,
+} from './schema.js';
+export {
+  createPostgresStore,
+  POSTGRES_MAX_STATE_BYTES,
+  type PostgresStore,
+  type PostgresStoreOptions,
+} from './store.js';

@@ -1,0 +1,408 @@
+import {
+  type CasRequest,
+  type CasResult,
+  ClosedError,
+  type NotificationScanOptions,
+  type RowRef,
+  type RowStore,
+  type ScannedStoredRow,
+  type ScanOptions,
+  type StoreCapabilities,
+  type StoredRow,
+  StoreError,
+  validateTable,
+} from '@percolator/core';
+import { redactUrl, resolvePostgresUrl } from './env.js';
+import { connectError, isConnectionBroken, isTransientRollback, readError, writeError } from './errors.js';
+import {
+  createPgPool,
+  type PgPool,
+  type PgPoolClient,
+  type PgQueryConfig,
+  type PgQueryResult,
+} from './pg.js';
+import {
+  type CasPlan,
+  encodeBound,
+  encodeCounterName,
+  encodeRef,
+  planCas,
+  toBytes,
+  toSafeCounter,
+  validateDelta,
+  validateLimit,
+  validateNamespace,
+} from './requests.js';
+import {
+  type PostgresNames,
+  postgresDropStatements,
+  postgresNames,
+  postgresSchemaStatements,
+  schemaLockKey,
+} from './schema.js';
+import { type PostgresStatements, postgresStatements } from './statements.js';
+
+/** bytea travels as hex text in results; 64 MiB keeps one row's message well under 1 GiB. */
+export const POSTGRES_MAX_STATE_BYTES = 64 * 1024 * 1024;
+
+/** A deadlock rolls a whole multi-row statement back, so it is safe to send it again. */
+const BATCH_ATTEMPTS = 4;
+
+export interface PostgresStoreOptions {
+  /** Used when no `pool` is given. Default: $PERCOLATOR_POSTGRES_URL or postgres://postgres@127.0.0.1:5432/test. */
+  readonly connectionString?: string;
+  /** A `pg.Pool` you own; `close()` leaves it open. */
+  readonly pool?: PgPool;
+  /** Isolates this store's tables: /^[a-z][a-z0-9_]{0,31}$/, default 'percolator'. */
+  readonly namespace?: string;
+  /** Create the tables if missing (default true). Set false if you run the schema SQL yourself. */
+  readonly createSchema?: boolean;
+  /** Size of the pool the store opens when no `pool` is given (default 10). */
+  readonly maxConnections?: number;
+}
+
+export interface PostgresStore extends RowStore {
+  readonly namespace: string;
+  // Every optional capability except stampedCheckAndSet is implemented, so always present.
+  readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
+  checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]>;
+  scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]>;
+  incrementCounter(name: string, delta: number): Promise<number>;
+  scanNotified(table: string, options: NotificationScanOptions): Promise<string[]>;
+  /** Drops this namespace's tables and sequence: all of its data. The store is unusable afterwards. */
+  dropNamespace(): Promise<void>;
+}
+
+export async function createPostgresStore(options: PostgresStoreOptions = {}): Promise<PostgresStore> {
+  const names = postgresNames(validateNamespace(options.namespace));
+  const ownsPool = options.pool === undefined;
+  const url = options.connectionString ?? resolvePostgresUrl();
+  const pool =
+    options.pool ??
+    createPgPool({
+      connectionString: url,
+      max: options.maxConnections ?? 10,
+      connectionTimeoutMillis: 10_000,
+      application_name: `percolator:${names.namespace}`,
+    });
+  // An idle connection that dies (server restart, pg_terminate_backend) emits 'error' on
+  // the pool; without a listener that would crash the process.
+  if (ownsPool) pool.on('error', () => {});
+  const store = new PostgresRowStore(pool, ownsPool, names);
+  try {
+    if (options.createSchema !== false) await store.createSchema();
+    else await store.verifySchema();
+  } catch (error) {
+    await store.close();
+    if (ownsPool) {
+      (error as Error).message += ` (connecting to ${redactUrl(url)})`;
+    }
+    throw error;
+  }
+  return store;
+}
+
+class PostgresRowStore implements PostgresStore {
+  readonly name = 'postgres';
+  readonly capabilities: StoreCapabilities = {
+    batchRead: true,
+    batchCheckAndSet: true,
+    orderedScan: true,
+    atomicCounter: true,
+    notificationIndex: true,
+    stampedCheckAndSet: false,
+    maxStateBytes: POSTGRES_MAX_STATE_BYTES,
+  };
+  readonly namespace: string;
+  private readonly sql: PostgresStatements;
+  private closed = false;
+
+  constructor(
+    private readonly pool: PgPool,
+    private readonly ownsPool: boolean,
+    names: PostgresNames,
+  ) {
+    this.namespace = names.namespace;
+    this.sql = postgresStatements(names);
+  }
+
+  async read(table: string, key: string): Promise<StoredRow | null> {
+    const ref = encodeRef({ table, key });
+    const result = await this.query('read', 'read', [ref.tbl, ref.key]);
+    return result.rows.length === 0 ? null : toStoredRow(result.rows[0]!);
+  }
+
+  async checkAndSet(request: CasRequest): Promise<CasResult> {
+    const plan = planCas(request, this.capabilities.maxStateBytes);
+    if (plan.kind === 'unmatchable') return this.failure(request);
+    const result = await this.query(plan.kind, 'write', casValues(plan));
+    const row = result.rows[0];
+    if (plan.kind === 'ensureAbsent') {
+      // Present row: the statement returned it, so `current` costs nothing more.
+      if (row !== undefined && row.ok === false) return { ok: false, current: toStoredRow(row) };
+      return { ok: true, version: String(row!.version) };
+    }
+    if (row !== undefined) return { ok: true, version: String(row.version) };
+    return this.failure(request);
+  }
+
+  async readMany(refs: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+    const encoded = refs.map(encodeRef);
+    if (encoded.length === 0) return [];
+    const result = await this.query('readMany', 'read', [
+      encoded.map((r) => r.tbl),
+      encoded.map((r) => r.key),
+    ]);
+    const rows: (StoredRow | null)[] = encoded.map(() => null);
+    for (const row of result.rows) rows[Number(row.i) - 1] = toStoredRow(row);
+    return rows;
+  }
+
+  async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    // Validate everything first: bad input anywhere means nothing is sent.
+    const plans = requests.map((request) => planCas(request, this.capabilities.maxStateBytes));
+    const versions: (string | undefined)[] = plans.map(() => undefined);
+    let sentBefore = false;
+    for (const group of groupsWithDistinctRows(requests, plans)) {
+      if (group.every((index) => plans[index]!.kind === 'unmatchable')) continue;
+      const applied = await this.casManyStatement(group.map((index) => plans[index]!)).catch(
+        (error: unknown) => {
+          throw sentBefore ? partlyApplied(error) : error;
+        },
+      );
+      sentBefore = true;
+      group.forEach((index, position) => {
+        versions[index] = applied.get(position + 1);
+      });
+    }
+    const failed = requests.filter((_, index) => versions[index] === undefined);
+    const current = failed.length === 0 ? [] : await this.readManyOrNothing(failed);
+    let nextFailure = 0;
+    return versions.map((version): CasResult => {
+      if (version !== undefined) return { ok: true, version };
+      const row = current[nextFailure++];
+      return row === undefined ? { ok: false } : { ok: false, current: row };
+    });
+  }
+
+  async scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    validateTable(table);
+    const limit = validateLimit(options?.limit);
+    const values: unknown[] = [Buffer.from(table, 'utf8')];
+    let text = this.sql.scanPrefix;
+    const bound = (fragment: string, value: Buffer | undefined) => {
+      if (value === undefined) return;
+      values.push(value);
+      text += ` AND key ${fragment} $${values.length}`;
+    };
+    bound('>=', encodeBound('start', options.start));
+    bound('<', encodeBound('end', options.end));
+    bound('>', encodeBound('after', options.after));
+    if (limit === 0) return [];
+    values.push(limit);
+    text += ` ORDER BY key LIMIT $${values.length}`;
+    const result = await this.run('scan', 'read', { text, values });
+    return result.rows.map((row) => ({ key: (row.key as Buffer).toString('utf8'), row: toStoredRow(row) }));
+  }
+
+  async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
+    validateTable(table);
+    const limit = validateLimit(options?.limit);
+    const after = encodeBound('after', options.after);
+    if (limit === 0) return [];
+    const values: unknown[] = [Buffer.from(table, 'utf8')];
+    let text = this.sql.scanNotifiedPrefix;
+    if (after !== undefined) {
+      values.push(after);
+      text += ` AND key > $${values.length}`;
+    }
+    values.push(limit);
+    text += ` ORDER BY key LIMIT $${values.length}`;
+    const result = await this.run('scanNotified', 'read', { text, values });
+    return result.rows.map((row) => (row.key as Buffer).toString('utf8'));
+  }
+
+  async incrementCounter(name: string, delta: number): Promise<number> {
+    const encoded = encodeCounterName(name);
+    validateDelta(delta);
+    const result = await this.query('increment', 'write', [encoded, String(delta)]);
+    return toSafeCounter(String(result.rows[0]!.value), name);
+  }
+
+  async createSchema(): Promise<void> {
+    await this.underSchemaLock(postgresSchemaStatements(this.namespace));
+  }
+
+  /** Proves the server answers and the tables exist (when the user manages the schema). */
+  async verifySchema(): Promise<void> {
+    try {
+      await this.query('probe', 'read', []);
+    } catch (error) {
+      if (error instanceof Error) {
+        error.message += ` (is the schema of namespace ${this.namespace} created? see postgresSchemaSql())`;
+      }
+      throw error;
+    }
+  }
+
+  async dropNamespace(): Promise<void> {
+    await this.underSchemaLock(postgresDropStatements(this.namespace));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.ownsPool) await this.pool.end();
+  }
+
+  /** DDL in one transaction under an advisory lock, so concurrent starters queue up. */
+  private async underSchemaLock(statements: readonly string[]): Promise<void> {
+    const client = await this.connect();
+    const onError = () => {};
+    client.on('error', onError);
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [schemaLockKey(this.namespace)]);
+      for (const statement of statements) await client.query(statement);
+      await client.query('COMMIT');
+      client.removeListener('error', onError);
+      client.release();
+    } catch (error) {
+      // Destroying the connection also ends the open transaction.
+      client.release(error instanceof Error ? error : true);
+      throw writeError(`schema change for namespace ${this.namespace}`, error);
+    }
+  }
+
+  /** The current row after a failed CAS; a failure of this extra read only loses `current`. */
+  private async failure(ref: RowRef): Promise<CasResult> {
+    try {
+      return { ok: false, current: await this.read(ref.table, ref.key) };
+    } catch {
+      return { ok: false };
+    }
+  }
+
+  private async readManyOrNothing(refs: readonly RowRef[]): Promise<(StoredRow | null | undefined)[]> {
+    try {
+      return await this.readMany(refs);
+    } catch {
+      return refs.map(() => undefined);
+    }
+  }
+
+  /** Runs one casMany statement; returns applied request ordinals (1-based) -> new version. */
+  private async casManyStatement(plans: readonly CasPlan[]): Promise<Map<number, string>> {
+    // Unmatchable requests travel too (as a kind no CTE handles) to keep ordinals aligned.
+    const values = [
+      plans.map((p) => p.tbl),
+      plans.map((p) => p.key),
+      plans.map((p) => ('expected' in p ? p.expected : null)),
+      plans.map((p) => ('state' in p ? p.state : null)),
+      plans.map((p) => ('notified' in p ? p.notified : false)),
+      plans.map((p) => p.kind),
+    ];
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const result = await this.query('casMany', 'write', values);
+        return new Map(result.rows.map((row) => [Number(row.i), String(row.version)]));
+      } catch (error) {
+        const cause = (error as Error).cause;
+        if (attempt < BATCH_ATTEMPTS && isTransientRollback(cause)) continue;
+        throw error;
+      }
+    }
+  }
+
+  private query(
+    statement: keyof PostgresStatements,
+    mode: 'read' | 'write',
+    values: unknown[],
+  ): Promise<PgQueryResult> {
+    // Named statements are parsed and planned once per connection.
+    return this.run(statement, mode, {
+      name: `perc:${this.namespace}:${statement}`,
+      text: this.sql[statement],
+      values,
+    });
+  }
+
+  private async run(what: string, mode: 'read' | 'write', config: PgQueryConfig): Promise<PgQueryResult> {
+    const client = await this.connect();
+    // A dying connection may also emit 'error' on the client; the pending query gets the
+    // error anyway, and an unhandled 'error' event would crash the process.
+    const onError = () => {};
+    client.on('error', onError);
+    try {
+      const result = await client.query(config);
+      client.removeListener('error', onError);
+      client.release();
+      return result;
+    } catch (error) {
+      if (isConnectionBroken(error)) {
+        client.release(error instanceof Error ? error : true);
+      } else {
+        client.removeListener('error', onError);
+        client.release();
+      }
+      throw mode === 'read' ? readError(what, error) : writeError(what, error);
+    }
+  }
+
+  private async connect(): Promise<PgPoolClient> {
+    if (this.closed) throw new ClosedError(`postgres store (namespace ${this.namespace}) is closed`);
+    try {
+      return await this.pool.connect();
+    } catch (error) {
+      throw connectError(error);
+    }
+  }
+}
+
+/** A later statement of a batch failed after earlier ones applied: the batch as a whole is unknown. */
+function partlyApplied(error: unknown): unknown {
+  if (!(error instanceof StoreError) || error.applied === 'unknown') return error;
+  return new StoreError(`${error.message} (earlier requests of this batch were applied)`, 'unknown', {
+    cause: error,
+  });
+}
+
+function casValues(plan: CasPlan): unknown[] {
+  switch (plan.kind) {
+    case 'create':
+      return [plan.tbl, plan.key, plan.state, plan.notified];
+    case 'update':
+      return [plan.tbl, plan.key, plan.expected, plan.state, plan.notified];
+    case 'delete':
+      return [plan.tbl, plan.key, plan.expected];
+    case 'ensureAbsent':
+    case 'unmatchable':
+      return [plan.tbl, plan.key];
+  }
+}
+
+function toStoredRow(row: Record<string, unknown>): StoredRow {
+  return { version: String(row.version), state: toBytes(row.state as Buffer) };
+}
+
+/**
+ * Splits request indexes into groups in which each row appears at most once (one
+ * statement cannot apply two changes to a row predictably). The n-th request for a row
+ * goes to group n, so running the groups in order keeps each row's requests in order.
+ * Without repeated rows this is a single group: one round trip.
+ */
+function groupsWithDistinctRows(requests: readonly CasRequest[], plans: readonly CasPlan[]): number[][] {
+  const seen = new Map<string, number>();
+  const groups: number[][] = [];
+  requests.forEach((request, index) => {
+    if (plans[index]!.kind === 'unmatchable') {
+      (groups[0] ??= []).push(index);
+      return;
+    }
+    const id = `${request.table}\u0000${request.key}`;
+    const occurrence = seen.get(id) ?? 0;
+    seen.set(id, occurrence + 1);
+    (groups[occurrence] ??= []).push(index);
+  });
+  return groups;
+}

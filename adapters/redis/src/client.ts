@@ -1,0 +1,87 @@
+import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
+
+export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
+export const DEFAULT_CLUSTER_NODES = '127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003';
+export const DEFAULT_COMMAND_TIMEOUT_MS = 10_000;
+
+export function defaultRedisUrl(): string {
+  return process.env.PERCOLATOR_REDIS_URL || DEFAULT_REDIS_URL;
+}
+
+/** "host:port,host:port" from PERCOLATOR_REDIS_CLUSTER_NODES, or the local test cluster. */
+export function defaultClusterNodes(): { host: string; port: number }[] {
+  return parseNodes(process.env.PERCOLATOR_REDIS_CLUSTER_NODES || DEFAULT_CLUSTER_NODES);
+}
+
+export function parseNodes(list: string): { host: string; port: number }[] {
+  return list
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0)
+    .map((s) => {
+      const i = s.lastIndexOf(':');
+      return { host: s.slice(0, i), port: Number(s.slice(i + 1)) };
+    });
+}
+
+/**
+ * Connection options for one Redis connection, chosen so that a command's outcome is
+ * never misreported:
+ * - `autoResendUnfulfilledCommands: false`: a command that was in flight when the
+ *   connection dropped is NOT sent again after reconnecting (it may already have run; a
+ *   resent INCRBY would count twice). The caller gets an error instead ('unknown').
+ * - `maxRetriesPerRequest: 0`: with the option above, ioredis would otherwise keep such a
+ *   command pending until it times out; 0 makes it fail as soon as the connection closes.
+ * - `enableOfflineQueue: false`: while reconnecting, new commands fail at once and are
+ *   certainly not sent ('no', retryable) instead of queueing.
+ * - `commandTimeout`: a command with no reply in time fails ('unknown': it may still run).
+ * - `enableAutoPipelining`: concurrent commands (readMany, checkAndSetMany, scans) go out
+ *   in one write per event-loop tick; they are pipelined on the wire either way.
+ * - `lazyConnect`: the store connects and waits for "ready" itself.
+ */
+export function redisConnectionOptions(commandTimeoutMs = DEFAULT_COMMAND_TIMEOUT_MS): RedisOptions {
+  return {
+    lazyConnect: true,
+    connectionName: 'percolator',
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    commandTimeout: commandTimeoutMs,
+    connectTimeout: 10_000,
+    enableAutoPipelining: true,
+  };
+}
+
+/**
+ * Cluster options with the same aims. ioredis always gives node connections an offline
+ * queue and no reconnect strategy, so a dropped node connection fails its in-flight
+ * commands with "Connection is closed."; `retryDelayOnFailover: 0` stops the Cluster from
+ * sending those again (the default would resend them after 100 ms). MOVED, ASK, TRYAGAIN
+ * and CLUSTERDOWN replies mean the command did not run, and are still followed.
+ */
+export function clusterOptions(commandTimeoutMs = DEFAULT_COMMAND_TIMEOUT_MS): ClusterOptions {
+  const {
+    lazyConnect: _lazy,
+    enableOfflineQueue: _queue,
+    ...perNode
+  } = redisConnectionOptions(commandTimeoutMs);
+  return {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    retryDelayOnFailover: 0,
+    enableAutoPipelining: true,
+    redisOptions: perNode,
+  };
+}
+
+export function createRedisClient(url = defaultRedisUrl(), commandTimeoutMs?: number): Redis {
+  return new Redis(url, redisConnectionOptions(commandTimeoutMs));
+}
+
+/** A Cluster client with the options above. The caller connects it and quits it. */
+export function createRedisClusterClient(
+  nodes: readonly { host: string; port: number }[] = defaultClusterNodes(),
+  commandTimeoutMs?: number,
+): Cluster {
+  return new Cluster([...nodes], clusterOptions(commandTimeoutMs));
+}

@@ -1,0 +1,36 @@
+import { PercolatorError, StoreError } from '@percolator/core';
+import { ReplyError } from 'ioredis';
+
+/** ioredis refused the command before writing it to a socket. */
+const NEVER_SENT = [
+  "Stream isn't writeable and enableOfflineQueue options is false",
+  "Cluster isn't ready and enableOfflineQueue options is false",
+];
+
+/**
+ * Maps an ioredis failure to a StoreError.
+ *
+ * - Reads change nothing, so any failed read is 'no' (retryable).
+ * - A write is 'no' only when the command certainly did not run: ioredis refused it before
+ *   sending, or the server answered with an error reply that rejects a command before it
+ *   runs (NOSCRIPT, OOM, CLUSTERDOWN, READONLY, LOADING, BUSY, WRONGTYPE on our first read,
+ *   ...). An error raised by a script while it runs ("... script: ...") could come after a
+ *   write, so it is 'unknown'.
+ * - Everything else is 'unknown': "Connection is closed." and MaxRetriesPerRequestError
+ *   (the connection dropped while the command was in flight, or ioredis gave up waiting to
+ *   send it: ioredis uses the same error for both), "Command timed out" (the command may
+ *   still run), "Too many Cluster redirections".
+ */
+export function toStoreError(error: unknown, what: string, effect: 'read' | 'write'): PercolatorError {
+  if (error instanceof PercolatorError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  const text = `redis ${what} failed: ${message}`;
+  if (effect === 'read') return new StoreError(text, 'no', { cause: error });
+  if (NEVER_SENT.includes(message)) return new StoreError(text, 'no', { cause: error });
+  if (error instanceof ReplyError) {
+    const raisedInsideScript =
+      !message.startsWith('NOSCRIPT') && !message.startsWith('BUSY') && /script/i.test(message);
+    return new StoreError(text, raisedInsideScript ? 'unknown' : 'no', { cause: error });
+  }
+  return new StoreError(text, 'unknown', { cause: error });
+}

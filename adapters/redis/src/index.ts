@@ -1,0 +1,117 @@
+import { InvalidArgumentError, StoreError } from '@percolator/core';
+import type { Cluster, Redis } from 'ioredis';
+import { createRedisClient, defaultRedisUrl } from './client.js';
+import { CAS_SCRIPT, loadScripts } from './scripts.js';
+import { type RedisClient, RedisStore } from './store.js';
+
+export {
+  clusterOptions,
+  createRedisClient,
+  createRedisClusterClient,
+  DEFAULT_CLUSTER_NODES,
+  DEFAULT_COMMAND_TIMEOUT_MS,
+  DEFAULT_REDIS_URL,
+  defaultClusterNodes,
+  defaultRedisUrl,
+  parseNodes,
+  redisConnectionOptions,
+} from './client.js';
+export { REDIS_MAX_STATE_BYTES, type RedisClient, RedisStore } from './store.js';
+
+export const NAMESPACE = /^[a-z][a-z0-9_]{0,31}$/;
+export const DEFAULT_NAMESPACE = 'percolator';
+
+export interface RedisStoreOptions {
+  /**
+   * An ioredis `Redis` or `Cluster` client. The store does not quit it on close. Use the
+   * options of `redisConnectionOptions()` / `clusterOptions()` (see client.ts for why).
+   */
+  client?: Redis | Cluster;
+  /** Used when no client is given; default env PERCOLATOR_REDIS_URL or redis://127.0.0.1:6379. */
+  url?: string;
+  /** Prefix of every key; /^[a-z][a-z0-9_]{0,31}$/, default "percolator". */
+  namespace?: string;
+  /** Command timeout of a client the store creates; default 10 s. */
+  commandTimeoutMs?: number;
+}
+
+/** Connects (if needed), loads the scripts and resolves to a ready store. */
+export async function createRedisStore(options: RedisStoreOptions = {}): Promise<RedisStore> {
+  const namespace = options.namespace ?? DEFAULT_NAMESPACE;
+  if (typeof namespace !== 'string' || !NAMESPACE.test(namespace)) {
+    throw new InvalidArgumentError(
+      `redis namespace must match ${NAMESPACE}, got ${JSON.stringify(namespace)}`,
+    );
+  }
+  if (options.client && options.url !== undefined) {
+    throw new InvalidArgumentError('give either client or url, not both');
+  }
+  let client: RedisClient;
+  const owns = !options.client;
+  if (options.client) {
+    client = options.client;
+    if (client.options.keyPrefix) {
+      // ioredis would prefix command keys but not SCAN patterns; use `namespace` instead.
+      throw new InvalidArgumentError('the redis client must not have a keyPrefix; use the namespace option');
+    }
+    await whenReady(client);
+  } else {
+    const url = options.url ?? defaultRedisUrl();
+    client = createRedisClient(url, options.commandTimeoutMs);
+    client.on('error', () => {
+      // Connection errors also reach the caller through the failed command; without a
+      // listener ioredis would print every reconnect attempt.
+    });
+    try {
+      await client.connect();
+    } catch (error) {
+      client.disconnect();
+      throw new StoreError(
+        `cannot connect to Redis at ${redact(url)} (set PERCOLATOR_REDIS_URL): ${(error as Error).message}`,
+        'no',
+        { cause: error },
+      );
+    }
+  }
+  try {
+    await loadScripts(client, [CAS_SCRIPT]);
+  } catch (error) {
+    if (owns) client.disconnect();
+    throw new StoreError(`redis SCRIPT LOAD failed: ${(error as Error).message}`, 'no', { cause: error });
+  }
+  return new RedisStore(client, namespace, owns);
+}
+
+const READY_TIMEOUT_MS = 15_000;
+
+async function whenReady(client: RedisClient): Promise<void> {
+  if (client.status === 'ready') return;
+  if (client.status === 'wait') {
+    await client.connect();
+    return;
+  }
+  if (client.status === 'end' || client.status === 'close') {
+    throw new StoreError(`the redis client is ${client.status}`, 'no');
+  }
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(
+      () => done(new StoreError('the redis client did not become ready', 'no')),
+      READY_TIMEOUT_MS,
+    );
+    const onReady = () => done();
+    const onEnd = () => done(new StoreError('the redis client ended before it was ready', 'no'));
+    function done(error?: Error) {
+      clearTimeout(timer);
+      client.off('ready', onReady);
+      client.off('end', onEnd);
+      if (error) reject(error);
+      else resolve();
+    }
+    client.on('ready', onReady);
+    client.on('end', onEnd);
+  });
+}
+
+function redact(url: string): string {
+  return url.replace(/\/\/[^@/]*@/, '//***@');
+}

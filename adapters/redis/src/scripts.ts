@@ -1,0 +1,110 @@
+import { createHash } from 'node:crypto';
+import type { Cluster, Redis } from 'ioredis';
+
+/**
+ * Lua scripts. Each touches exactly one key, passed in KEYS[1], so it runs unchanged on
+ * Redis Cluster. User text only ever arrives in KEYS and ARGV, never in the source.
+ *
+ * A row is a hash:  v = version token, s = state bytes,
+ *                   x = token of the row's scan-index entry (set when the row is created),
+ *                   n = token of its notification-index entry (present iff notified).
+ */
+
+/**
+ * Check-and-set.
+ * ARGV[1] 'absent' | 'version'   what the row must be
+ * ARGV[2] expected version        (when ARGV[1] = 'version')
+ * ARGV[3] 'put' | 'del'
+ * ARGV[4] new version token       (unique; see versions.ts)
+ * ARGV[5] new state               (when put)
+ * ARGV[6] '1' | '0'               notified after this write (when put)
+ *
+ * Replies:
+ *   {1, version, oldX, oldN}   applied. oldX = scan-index token of a deleted row, oldN = the
+ *                              notification-index token the row carried before ('' if none);
+ *                              the client removes those entries after the reply.
+ *   {0}                        not applied, row absent
+ *   {0, version, state}        not applied, row's current version and state
+ * A put whose new token is already the row's version was applied by an earlier send of this
+ * very request (tokens never repeat), so it reports success again without writing.
+ */
+export const CAS_LUA = `
+local row = KEYS[1]
+local cur = redis.call('HMGET', row, 'v', 'x', 'n')
+local v = cur[1]
+if ARGV[3] == 'put' and v == ARGV[4] then
+  return {1, v, '', ''}
+end
+local matches
+if ARGV[1] == 'absent' then matches = (v == false) else matches = (v == ARGV[2]) end
+if not matches then
+  if v == false then return {0} end
+  return {0, v, redis.call('HGET', row, 's')}
+end
+local oldN = cur[3] or ''
+if ARGV[3] == 'del' then
+  redis.call('DEL', row)
+  return {1, ARGV[4], cur[2] or '', oldN}
+end
+local x = cur[2]
+if v == false then x = ARGV[4] end
+if ARGV[6] == '1' then
+  redis.call('HSET', row, 'v', ARGV[4], 's', ARGV[5], 'x', x, 'n', ARGV[4])
+else
+  redis.call('HSET', row, 'v', ARGV[4], 's', ARGV[5], 'x', x)
+  if oldN ~= '' then redis.call('HDEL', row, 'n') end
+end
+return {1, ARGV[4], '', oldN}
+`;
+
+export interface LuaScript {
+  readonly source: string;
+  readonly sha: string;
+}
+
+export function script(source: string): LuaScript {
+  return { source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+export const CAS_SCRIPT = script(CAS_LUA);
+
+type Client = Redis | Cluster;
+type Arg = string | Buffer | number;
+
+/**
+ * Runs a script by hash (EVALSHA). A server that lost its script cache (restart, failover,
+ * SCRIPT FLUSH) answers NOSCRIPT without running anything; then the script is sent once in
+ * full with EVAL, which also caches it again. Routing on Cluster follows KEYS[1].
+ */
+export async function runScript(
+  client: Client,
+  lua: LuaScript,
+  keys: readonly string[],
+  args: readonly Arg[],
+) {
+  // evalshaBuffer/evalBuffer exist at runtime (ioredis makes a Buffer variant of every
+  // command) but are missing from its typings. Not callBuffer: with auto-pipelining,
+  // ioredis 5 drops the command name of call/callBuffer.
+  const scripting = client as unknown as ScriptingClient;
+  try {
+    return await scripting.evalshaBuffer(lua.sha, keys.length, ...keys, ...args);
+  } catch (error) {
+    if (!isNoScript(error)) throw error;
+    return await scripting.evalBuffer(lua.source, keys.length, ...keys, ...args);
+  }
+}
+
+interface ScriptingClient {
+  evalshaBuffer(sha: string, numberOfKeys: number, ...keysAndArgs: Arg[]): Promise<unknown>;
+  evalBuffer(source: string, numberOfKeys: number, ...keysAndArgs: Arg[]): Promise<unknown>;
+}
+
+function isNoScript(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOSCRIPT');
+}
+
+/** SCRIPT LOAD on every master, so the first EVALSHA already hits. */
+export async function loadScripts(client: Client, scripts: readonly LuaScript[]): Promise<void> {
+  const nodes = client.isCluster ? (client as Cluster).nodes('master') : [client as Redis];
+  await Promise.all(nodes.flatMap((node) => scripts.map((s) => node.script('LOAD', s.source))));
+}

@@ -1,0 +1,358 @@
+import {
+  type CasRequest,
+  type CasResult,
+  ClosedError,
+  InvalidArgumentError,
+  type NotificationScanOptions,
+  type RowRef,
+  type RowStore,
+  RowTooLargeError,
+  type ScannedStoredRow,
+  type ScanOptions,
+  type StoreCapabilities,
+  type StoredRow,
+  StoreError,
+  validateRowKey,
+  validateTable,
+} from '@percolator/core';
+import type { Cluster, Redis } from 'ioredis';
+import { toStoreError } from './errors.js';
+import { walkIndex } from './index-walk.js';
+import {
+  counterKeyName,
+  indexMember,
+  namespacePattern,
+  notifyIndexName,
+  rowKeyName,
+  scanIndexName,
+} from './keys.js';
+import { CAS_SCRIPT, runScript } from './scripts.js';
+import { VersionTokens } from './versions.js';
+
+export type RedisClient = Redis | Cluster;
+
+/** 64 MiB: far below Redis's 512 MB string limit, and a CAS still fits one timely command. */
+export const REDIS_MAX_STATE_BYTES = 64 * 1024 * 1024;
+
+interface IndexEntry {
+  readonly index: string;
+  readonly member: Buffer;
+}
+
+interface PreparedCas {
+  readonly request: CasRequest;
+  readonly key: string;
+  readonly token: string;
+  /** Index entries added BEFORE the CAS is sent (see "Indexes" below). */
+  readonly added: IndexEntry[];
+}
+
+type CasReply = [number, Buffer?, Buffer?, Buffer?];
+
+/**
+ * A RowStore on Redis or Redis Cluster: one hash per row, CAS as a Lua script on that one
+ * key (see scripts.ts), versions as unique tokens (see versions.ts).
+ *
+ * Indexes. The scan index and the notification index of a table are sorted sets in their
+ * own slot, so on a Cluster they cannot change atomically with a row. They are kept a
+ * SUPERSET of the truth: an entry is added before the CAS that may need it and removed
+ * only after the CAS that made it useless. Entries carry the token of the write that
+ * added them, and the row remembers the token of the entry that covers it (x for the scan
+ * index, n for notifications), so a removal can only ever remove an entry no row points to:
+ * without tokens, "clear then ZREM" racing "ZADD then set" could remove the entry of a
+ * row whose flag a concurrent CAS has just set again. Entries left behind (a client died
+ * between CAS and cleanup, or the CAS outcome was unknown) only cost a wasted read; scans
+ * skip rows that no longer exist, and `scanNotified` may return such keys (the contract
+ * allows false positives).
+ */
+export class RedisStore implements RowStore {
+  readonly name: string;
+  readonly capabilities: StoreCapabilities = {
+    batchRead: true,
+    batchCheckAndSet: true,
+    orderedScan: true,
+    atomicCounter: true,
+    notificationIndex: true,
+    stampedCheckAndSet: false,
+    maxStateBytes: REDIS_MAX_STATE_BYTES,
+  };
+  private readonly tokens = new VersionTokens();
+  private closed = false;
+
+  constructor(
+    readonly client: RedisClient,
+    readonly namespace: string,
+    private readonly ownsClient: boolean,
+  ) {
+    this.name = client.isCluster ? 'redis-cluster' : 'redis';
+  }
+
+  async read(table: string, key: string): Promise<StoredRow | null> {
+    this.checkOpen();
+    checkRef(table, key);
+    return await this.readRow(table, key);
+  }
+
+  async readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+    this.checkOpen();
+    if (!Array.isArray(rows)) throw new InvalidArgumentError('readMany expects an array of { table, key }');
+    for (const r of rows) checkRef(r?.table, r?.key);
+    // All commands are written before any reply is awaited: one round trip per node.
+    return await Promise.all(rows.map((r) => this.readRow(r.table, r.key)));
+  }
+
+  async checkAndSet(request: CasRequest): Promise<CasResult> {
+    this.checkOpen();
+    const [result] = await this.casBatch([request]);
+    return result!;
+  }
+
+  async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    this.checkOpen();
+    if (!Array.isArray(requests)) throw new InvalidArgumentError('checkAndSetMany expects an array');
+    return await this.casBatch(requests);
+  }
+
+  async scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    this.checkOpen();
+    validateTable(table);
+    const limit = checkLimit(options?.limit);
+    const out: ScannedStoredRow[] = [];
+    const wanted = () => limit - out.length;
+    await walkIndex(this.client, scanIndexName(this.namespace, table), options, wanted, async (keys) => {
+      // Rows are read after the index lookup; an index key whose row is gone is skipped.
+      // Read no more rows than still wanted (more only where rows turn out to be gone).
+      for (let i = 0; i < keys.length && wanted() > 0; ) {
+        const chunk = keys.slice(i, i + wanted());
+        i += chunk.length;
+        const rows = await Promise.all(chunk.map((k) => this.readRow(table, k)));
+        rows.forEach((row, j) => {
+          if (row) out.push({ key: chunk[j]!, row });
+        });
+      }
+    });
+    return out;
+  }
+
+  async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
+    this.checkOpen();
+    validateTable(table);
+    const limit = checkLimit(options?.limit);
+    const out: string[] = [];
+    const wanted = () => limit - out.length;
+    await walkIndex(
+      this.client,
+      notifyIndexName(this.namespace, table),
+      { after: options.after },
+      wanted,
+      async (keys) => {
+        out.push(...keys.slice(0, wanted()));
+      },
+    );
+    return out;
+  }
+
+  async incrementCounter(name: string, delta: number): Promise<number> {
+    this.checkOpen();
+    if (typeof name !== 'string' || !name.isWellFormed()) {
+      throw new InvalidArgumentError('counter name must be a well-formed string');
+    }
+    if (!Number.isSafeInteger(delta) || delta < 1) {
+      throw new InvalidArgumentError(`counter delta must be a safe integer >= 1, got ${String(delta)}`);
+    }
+    let value: number;
+    try {
+      // If a reply is lost the caller gets 'unknown' and may call again: the counter then
+      // skips numbers, which an oracle allows (gaps, never repeats).
+      value = await this.client.incrby(counterKeyName(this.namespace, name), delta);
+    } catch (error) {
+      throw toStoreError(error, 'INCRBY', 'write');
+    }
+    if (!Number.isSafeInteger(value)) {
+      throw new StoreError(`counter ${JSON.stringify(name)} passed 2^53`, 'unknown');
+    }
+    return value;
+  }
+
+  /** Deletes every key of this store's namespace, on every master of a Cluster. */
+  async dropNamespace(): Promise<void> {
+    this.checkOpen();
+    const nodes = this.client.isCluster ? (this.client as Cluster).nodes('master') : [this.client as Redis];
+    try {
+      await Promise.all(nodes.map((node) => dropMatching(node, namespacePattern(this.namespace))));
+    } catch (error) {
+      throw toStoreError(error, 'dropNamespace', 'write');
+    }
+  }
+
+  /** Quits the client only if this store created it. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (!this.ownsClient) return;
+    try {
+      await this.client.quit();
+    } catch {
+      this.client.disconnect();
+    }
+  }
+
+  private checkOpen(): void {
+    if (this.closed) throw new ClosedError(`${this.name} store is closed`);
+  }
+
+  private async readRow(table: string, key: string): Promise<StoredRow | null> {
+    let reply: (Buffer | null)[];
+    try {
+      reply = await this.client.hmgetBuffer(rowKeyName(this.namespace, table, key), 'v', 's');
+    } catch (error) {
+      throw toStoreError(error, 'read', 'read');
+    }
+    const [version, state] = reply;
+    if (!version) return null;
+    return { version: version.toString('latin1'), state: state ?? Buffer.alloc(0) };
+  }
+
+  /**
+   * Three rounds, each one round trip per node whatever the batch size:
+   * 1. add the index entries the writes may need (before: a superset never misses a row),
+   * 2. run every CAS script,
+   * 3. remove the entries the applied writes made useless, and those of refused writes.
+   */
+  private async casBatch(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    const prepared = requests.map((r) => this.prepare(r));
+    const toAdd = prepared.flatMap((p) => p.added);
+    if (toAdd.length > 0) {
+      try {
+        await Promise.all(toAdd.map((e) => this.client.zadd(e.index, 0, e.member)));
+      } catch (error) {
+        // No CAS was sent; an index entry that did land is harmless (superset).
+        const cause = toStoreError(error, 'ZADD', 'read');
+        throw new StoreError(`${cause.message} (no write was sent)`, 'no', { cause: error });
+      }
+    }
+    const settled = await Promise.allSettled(prepared.map((p) => this.runCas(p)));
+    const cleanup: IndexEntry[] = [];
+    const results: CasResult[] = [];
+    let firstError: unknown;
+    let anyMaybeApplied = false;
+    settled.forEach((s, i) => {
+      const p = prepared[i]!;
+      if (s.status === 'rejected') {
+        firstError ??= s.reason;
+        if (!(s.reason instanceof StoreError && s.reason.applied === 'no')) anyMaybeApplied = true;
+        return;
+      }
+      const { result, useless } = s.value;
+      if (result.ok) anyMaybeApplied = true;
+      cleanup.push(...useless);
+      if (!result.ok) cleanup.push(...p.added);
+      results.push(result);
+    });
+    if (cleanup.length > 0) {
+      // Best effort: a failed removal leaves a harmless extra entry.
+      await Promise.allSettled(cleanup.map((e) => this.client.zrem(e.index, e.member)));
+    }
+    if (firstError !== undefined) {
+      if (requests.length === 1 || !anyMaybeApplied) throw firstError;
+      throw new StoreError(
+        `checkAndSetMany: some writes failed and others may have applied: ${(firstError as Error).message}`,
+        'unknown',
+        { cause: firstError },
+      );
+    }
+    return results;
+  }
+
+  private prepare(request: CasRequest): PreparedCas {
+    if (request === null || typeof request !== 'object')
+      throw new InvalidArgumentError('CAS request must be an object');
+    const { table, key, expected, state, notified } = request;
+    checkRef(table, key);
+    if (expected !== null && (typeof expected !== 'string' || expected.length === 0)) {
+      throw new InvalidArgumentError('expected must be null or a version string');
+    }
+    if (state !== null && !(state instanceof Uint8Array)) {
+      throw new InvalidArgumentError('state must be a Uint8Array or null');
+    }
+    if (notified !== undefined && typeof notified !== 'boolean') {
+      throw new InvalidArgumentError('notified must be a boolean');
+    }
+    if (state && state.length > REDIS_MAX_STATE_BYTES) {
+      throw new RowTooLargeError(
+        `row state of ${state.length} bytes exceeds the redis store limit of ${REDIS_MAX_STATE_BYTES}`,
+      );
+    }
+    const token = this.tokens.next();
+    const added: IndexEntry[] = [];
+    if (state !== null) {
+      if (expected === null)
+        added.push({ index: scanIndexName(this.namespace, table), member: indexMember(key, token) });
+      if (notified)
+        added.push({ index: notifyIndexName(this.namespace, table), member: indexMember(key, token) });
+    }
+    return { request, key, token, added };
+  }
+
+  private async runCas(p: PreparedCas): Promise<{ result: CasResult; useless: IndexEntry[] }> {
+    const { table, key, expected, state, notified } = p.request;
+    const args = [
+      expected === null ? 'absent' : 'version',
+      expected ?? '',
+      state === null ? 'del' : 'put',
+      p.token,
+      state === null ? '' : Buffer.from(state.buffer, state.byteOffset, state.byteLength),
+      notified ? '1' : '0',
+    ];
+    let reply: CasReply;
+    try {
+      reply = (await runScript(
+        this.client,
+        CAS_SCRIPT,
+        [rowKeyName(this.namespace, table, key)],
+        args,
+      )) as CasReply;
+    } catch (error) {
+      throw toStoreError(error, 'check-and-set', 'write');
+    }
+    if (reply[0] !== 1) {
+      const [, version, current] = reply;
+      const row = version ? { version: version.toString('latin1'), state: current ?? Buffer.alloc(0) } : null;
+      return { result: { ok: false, current: row }, useless: [] };
+    }
+    const oldScanToken = reply[2]?.toString('latin1') ?? '';
+    const oldNotifyToken = reply[3]?.toString('latin1') ?? '';
+    const useless: IndexEntry[] = [];
+    if (oldScanToken)
+      useless.push({ index: scanIndexName(this.namespace, table), member: indexMember(key, oldScanToken) });
+    if (oldNotifyToken && oldNotifyToken !== p.token) {
+      useless.push({
+        index: notifyIndexName(this.namespace, table),
+        member: indexMember(key, oldNotifyToken),
+      });
+    }
+    return { result: { ok: true, version: p.token }, useless };
+  }
+}
+
+function checkRef(table: unknown, key: unknown): void {
+  validateTable(table);
+  validateRowKey(key);
+}
+
+function checkLimit(limit: unknown): number {
+  if (!Number.isSafeInteger(limit) || (limit as number) < 1) {
+    throw new InvalidArgumentError(`scan limit must be an integer >= 1, got ${String(limit)}`);
+  }
+  return limit as number;
+}
+
+/** SCAN one node for `pattern` and UNLINK each key (one by one: keys span many slots). */
+async function dropMatching(node: Redis, pattern: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) await Promise.all(keys.map((k) => node.unlink(k)));
+  } while (cursor !== '0');
+}

@@ -1,0 +1,206 @@
+import { randomBytes } from 'node:crypto';
+import { cpus } from 'node:os';
+import { MemoryStore } from '@percolator/core';
+import { BackendUnavailable, loadData, type OpenBackend, openBackend } from './backends.js';
+import { CountingStore } from './counting-store.js';
+import { initialRows } from './dataset.js';
+import { type Engine, label } from './engines/engine.js';
+import { PercolatorEngine } from './engines/percolator.js';
+import { RawEngine } from './engines/raw.js';
+import { withRatios } from './metrics.js';
+import type { BenchOptions } from './options.js';
+import { type Progress, silentProgress } from './progress.js';
+import { runCell } from './runner.js';
+import type { BenchReport, BenchResult, SkippedCell } from './types.js';
+import { type Workload, workloadByName } from './workloads.js';
+
+/** Why `engine` does not run `workload`, or undefined if it does. */
+function cellSkipReason(engine: Engine, workload: Workload, options: BenchOptions, concurrency: number) {
+  if (!workload.modes.includes(engine.mode)) return 'not-applicable';
+  const rows = workload.rowsPerTxn(options.opsPerTxn);
+  if (rows > engine.maxRowsPerTxn)
+    return `${rows} rows per transaction exceed its limit of ${engine.maxRowsPerTxn}`;
+  return workload.unsupported?.(engine, options.shape, concurrency);
+}
+
+/**
+ * The first cells of a process run on cold, unoptimised code. A short untimed run of the
+ * common paths on a throwaway memory store first, so the first backend is not penalised.
+ */
+async function warmUpProcess(options: BenchOptions): Promise<void> {
+  const store = new MemoryStore();
+  const engines = [
+    new PercolatorEngine(new CountingStore(store), 10),
+    new RawEngine(new CountingStore(store), 10),
+  ];
+  const shape = { records: 64, accounts: 16, valueBytes: options.shape.valueBytes };
+  for (const engine of engines) {
+    await engine.load('kv', initialRows('kv', shape));
+    if (!engine.singleRowOnly) await engine.load('acct', initialRows('acct', shape));
+  }
+  for (const name of ['read', 'write', 'transfer', 'ycsb-a-uniform']) {
+    const workload = workloadByName(name)!;
+    for (const engine of engines) {
+      if (!workload.modes.includes(engine.mode)) continue;
+      const spec = { backend: 'warm-up', engine, workload, concurrency: 4, durationMs: 100, warmupMs: 0 };
+      await runCell({ ...spec, shape, seed: options.seed, opsPerTxn: options.opsPerTxn });
+    }
+  }
+  for (const engine of engines) await engine.close();
+}
+
+export interface BenchDeps {
+  /** Opens a backend (tests substitute stores here). */
+  readonly open?: typeof openBackend;
+  /** The command line, for the report. */
+  readonly command?: string;
+}
+
+/** What a run collects as it goes. */
+interface Collected {
+  readonly results: BenchResult[];
+  readonly skipped: SkippedCell[];
+  readonly notes: string[];
+  readonly failures: string[];
+}
+
+const seconds = (since: number) => ((performance.now() - since) / 1000).toFixed(1);
+
+/**
+ * The cells of one backend, grouped by workload and concurrency so each Percolator figure
+ * and its baselines are measured back to back, at the same moment.
+ */
+function planCells(
+  backend: OpenBackend,
+  options: BenchOptions,
+  collected: Collected,
+  progress: Progress,
+): [Workload, number, Engine][] {
+  const engines = backend.engines.filter((e) => options.modes.includes(e.mode));
+  const cells: [Workload, number, Engine][] = [];
+  for (const workload of options.workloads.map((name) => workloadByName(name)!)) {
+    for (const concurrency of options.concurrency) {
+      for (const engine of engines) {
+        const reason = cellSkipReason(engine, workload, options, concurrency);
+        if (reason === 'not-applicable') continue;
+        if (reason) {
+          collected.skipped.push({
+            backend: backend.name,
+            workload: workload.name,
+            mode: label(engine),
+            reason,
+          });
+          progress.cellSkipped(`${backend.name} ${workload.name} ${label(engine)}`, reason);
+        } else cells.push([workload, concurrency, engine]);
+      }
+    }
+  }
+  return cells;
+}
+
+/** Loads the data, runs the backend's cells and records failed checks and errors. */
+async function runBackend(
+  backend: OpenBackend,
+  options: BenchOptions,
+  collected: Collected,
+  progress: Progress,
+): Promise<void> {
+  const { name } = backend;
+  collected.notes.push(...backend.notes);
+  const { records, accounts } = options.shape;
+  progress.info(`== ${name} (${backend.target}): loading ${records} records + ${accounts} accounts`);
+  const loadStart = performance.now();
+  await loadData(backend, options.shape);
+  progress.info(`== ${name}: loaded in ${seconds(loadStart)} s`);
+  const cells = planCells(backend, options, collected, progress);
+  for (const [i, [workload, concurrency, engine]] of cells.entries()) {
+    const where = `${name} ${workload.name} ${label(engine)} c=${concurrency}`;
+    progress.cellStart(i + 1, cells.length, where);
+    const result = await runCell({
+      backend: name,
+      engine,
+      workload,
+      concurrency,
+      durationMs: options.durationMs,
+      warmupMs: options.warmupMs,
+      shape: options.shape,
+      seed: options.seed,
+      opsPerTxn: options.opsPerTxn,
+    });
+    collected.results.push(result);
+    progress.cellDone(result);
+    if (!result.check.ok)
+      collected.failures.push(`${where}: correctness check failed: ${result.check.detail}`);
+    if (result.errors > 0) {
+      collected.failures.push(
+        `${where}: ${result.errors} errors (${result.errorSamples?.[0] ?? 'no message'})`,
+      );
+    }
+  }
+}
+
+/**
+ * Runs every (backend, workload, concurrency, engine) cell. A backend that cannot be
+ * reached is skipped with its reason, or is a failure if it was named explicitly.
+ */
+export async function runBench(
+  options: BenchOptions,
+  progress: Progress = silentProgress,
+  deps: BenchDeps = {},
+): Promise<BenchReport> {
+  const open = deps.open ?? openBackend;
+  const startedAt = new Date().toISOString();
+  const runId = randomBytes(4).toString('hex');
+  const collected: Collected = { results: [], skipped: [], notes: [], failures: [] };
+  const settings = {
+    runId,
+    maxConcurrency: Math.max(...options.concurrency),
+    maxAttempts: options.maxAttempts,
+    startServices: options.startServices,
+  };
+  if (options.warmupMs > 0) await warmUpProcess(options);
+
+  for (const name of options.backends) {
+    const backendStart = performance.now();
+    progress.info(`== ${name}: connecting`);
+    let backend: OpenBackend;
+    try {
+      backend = await open(name, settings);
+    } catch (error) {
+      const reason = error instanceof BackendUnavailable ? error.reason : String(error);
+      collected.skipped.push({ backend: name, reason });
+      progress.cellSkipped(name, reason);
+      if (options.explicitBackends || !(error instanceof BackendUnavailable)) {
+        collected.failures.push(`${name}: ${reason}`);
+      }
+      continue;
+    }
+    try {
+      await runBackend(backend, options, collected, progress);
+    } catch (error) {
+      collected.failures.push(`${name}: ${error instanceof Error ? error.message : String(error)}`);
+      progress.info(`!! ${name} failed: ${String(error)}`);
+    } finally {
+      try {
+        await backend.close();
+      } catch (error) {
+        collected.failures.push(`${name}: ${String(error)}`);
+      }
+      progress.info(`== ${name}: done in ${seconds(backendStart)} s`);
+    }
+  }
+
+  return {
+    schema: 'percolator-bench/1',
+    runId,
+    startedAt,
+    finishedAt: new Date().toISOString(),
+    command: deps.command ?? process.argv.slice(2).join(' '),
+    host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}` },
+    options: { ...options },
+    results: withRatios(collected.results),
+    skipped: collected.skipped,
+    notes: collected.notes,
+    failures: collected.failures,
+  };
+}

@@ -1,0 +1,200 @@
+import type { PgPool, PgPoolClient } from '@percolator/postgres';
+import { loadDriver } from '../drivers.js';
+import {
+  CallCounter,
+  type Engine,
+  groupByTable,
+  type KvTx,
+  type LogicalTable,
+  retryTransaction,
+  type TxHints,
+  type TxOutcome,
+} from './engine.js';
+
+interface PgModule {
+  Pool: new (options: {
+    connectionString: string;
+    max: number;
+    connectionTimeoutMillis?: number;
+    application_name?: string;
+  }) => PgPool;
+}
+
+/** Identifiers are made only from this validated name (never from user input). */
+const SCHEMA_NAME = /^[a-z][a-z0-9_]{0,62}$/;
+const LOAD_CHUNK = 1000;
+
+export type SqlIsolation = 'repeatable-read' | 'serializable';
+
+/**
+ * The native baseline's data in PostgreSQL: a schema of its own holding one plain table
+ * `kv (tbl, k, v)`, dropped at the end. Shared by the engines of both isolation levels.
+ */
+export class PostgresNativeData {
+  private constructor(
+    readonly pool: PgPool,
+    readonly schema: string,
+  ) {}
+
+  static async create(url: string, schema: string, poolSize: number): Promise<PostgresNativeData> {
+    if (!SCHEMA_NAME.test(schema)) throw new Error(`bad schema name ${schema}`);
+    const pg = loadDriver<PgModule>('postgres', 'pg');
+    const pool = new pg.Pool({
+      connectionString: url,
+      max: poolSize,
+      connectionTimeoutMillis: 10_000,
+      application_name: 'percolator-bench',
+    });
+    pool.on('error', () => {
+      // An idle connection dropped; the next query reports it.
+    });
+    const data = new PostgresNativeData(pool, schema);
+    await data.run(`CREATE SCHEMA "${schema}"`);
+    await data.run(
+      `CREATE TABLE "${schema}".kv (tbl text COLLATE "C" NOT NULL, k text COLLATE "C" NOT NULL, ` +
+        'v text NOT NULL, PRIMARY KEY (tbl, k))',
+    );
+    return data;
+  }
+
+  get table(): string {
+    return `"${this.schema}".kv`;
+  }
+
+  private async run(text: string, values?: unknown[]) {
+    const client = await this.pool.connect();
+    try {
+      return await client.query(text, values);
+    } finally {
+      client.release();
+    }
+  }
+
+  async load(table: LogicalTable, entries: ReadonlyArray<readonly [string, string]>): Promise<void> {
+    for (let i = 0; i < entries.length; i += LOAD_CHUNK) {
+      const chunk = entries.slice(i, i + LOAD_CHUNK);
+      await this.run(
+        `INSERT INTO ${this.table} (tbl, k, v) SELECT $1, * FROM unnest($2::text[], $3::text[])`,
+        [table, chunk.map(([k]) => k), chunk.map(([, v]) => v)],
+      );
+    }
+  }
+
+  async snapshot(table: LogicalTable): Promise<Map<string, string>> {
+    const result = await this.run(`SELECT k, v FROM ${this.table} WHERE tbl = $1`, [table]);
+    return new Map(result.rows.map((r) => [String(r.k), String(r.v)]));
+  }
+
+  async drop(): Promise<void> {
+    try {
+      await this.run(`DROP SCHEMA IF EXISTS "${this.schema}" CASCADE`);
+    } finally {
+      await this.pool.end();
+    }
+  }
+}
+
+/** SQLSTATE 40001 serialization_failure, 40P01 deadlock_detected: run the transaction again. */
+function retryable(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === '40001' || code === '40P01';
+}
+
+class SqlTx implements KvTx {
+  readonly writes: [LogicalTable, readonly [string, string]][] = [];
+  constructor(
+    private readonly client: PgPoolClient,
+    private readonly table: string,
+    private readonly counter: CallCounter,
+  ) {}
+
+  async read(table: LogicalTable, keys: readonly string[]): Promise<(string | undefined)[]> {
+    this.counter.add(1);
+    const result = await this.client.query(
+      `SELECT k, v FROM ${this.table} WHERE tbl = $1 AND k = ANY($2::text[])`,
+      [table, keys],
+    );
+    const found = new Map(result.rows.map((r) => [String(r.k), String(r.v)]));
+    return keys.map((k) => found.get(k));
+  }
+
+  write(table: LogicalTable, entries: ReadonlyArray<readonly [string, string]>): void {
+    for (const entry of entries) this.writes.push([table, entry]);
+  }
+
+  /** One UPDATE per logical table (rows exist: the data set is loaded up front). */
+  async flush(): Promise<void> {
+    for (const [table, entries] of groupByTable(this.writes)) {
+      this.counter.add(1);
+      await this.client.query(
+        `UPDATE ${this.table} AS t SET v = d.v FROM unnest($2::text[], $3::text[]) AS d(k, v) ` +
+          'WHERE t.tbl = $1 AND t.k = d.k',
+        [table, entries.map(([k]) => k), entries.map(([, v]) => v)],
+      );
+    }
+  }
+}
+
+/**
+ * PostgreSQL's own transactions: BEGIN ISOLATION LEVEL <level>; the reads (one SELECT per
+ * read call); one UPDATE for the writes; COMMIT. Serialization failures and deadlocks
+ * run the whole function again, as an application must.
+ */
+export class PostgresNativeEngine implements Engine {
+  readonly mode = 'native';
+  readonly maxRowsPerTxn = Number.POSITIVE_INFINITY;
+  readonly singleRowOnly = false;
+  readonly dataKey: string;
+  private readonly counter = new CallCounter();
+
+  constructor(
+    private readonly data: PostgresNativeData,
+    readonly variant: SqlIsolation,
+    private readonly maxAttempts: number,
+  ) {
+    this.dataKey = `native:postgres:${data.schema}`;
+  }
+
+  async transact<T>(fn: (tx: KvTx) => Promise<T>, _hints?: TxHints): Promise<TxOutcome<T>> {
+    const client = await this.data.pool.connect();
+    let broken: Error | undefined;
+    try {
+      return await retryTransaction(this.maxAttempts, retryable, async () => {
+        const tx = new SqlTx(client, this.data.table, this.counter);
+        this.counter.add(1);
+        await client.query(
+          `BEGIN ISOLATION LEVEL ${this.variant === 'serializable' ? 'SERIALIZABLE' : 'REPEATABLE READ'}`,
+        );
+        try {
+          const value = await fn(tx);
+          await tx.flush();
+          this.counter.add(1);
+          await client.query('COMMIT');
+          return value;
+        } catch (error) {
+          this.counter.add(1);
+          await client.query('ROLLBACK').catch((e: Error) => {
+            broken = e;
+          });
+          throw error;
+        }
+      });
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  load(table: LogicalTable, entries: ReadonlyArray<readonly [string, string]>): Promise<void> {
+    return this.data.load(table, entries);
+  }
+
+  snapshot(table: LogicalTable): Promise<Map<string, string>> {
+    return this.data.snapshot(table);
+  }
+
+  counters() {
+    return { roundTrips: this.counter.roundTrips, commands: this.counter.commands };
+  }
+
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,165 @@
+import { decodeValue } from './dataset.js';
+import type { CheckOutcome } from './types.js';
+
+/**
+ * What the clients know they did in one cell, so the data afterwards can be checked:
+ * committed increments per key, values committed by blind writes, keys whose last
+ * transaction had an unknown outcome, reads that returned something that is not ours,
+ * and timestamps handed out.
+ */
+export class Ledger {
+  readonly deltas = new Map<string, number>();
+  readonly written = new Map<string, Set<string>>();
+  readonly uncertain = new Set<string>();
+  readonly badReads: string[] = [];
+  reads = 0;
+  readonly timestamps: number[][];
+
+  constructor(workers: number) {
+    this.timestamps = Array.from({ length: workers }, () => []);
+  }
+
+  addDelta(key: string, delta: number): void {
+    this.deltas.set(key, (this.deltas.get(key) ?? 0) + delta);
+  }
+
+  addWrite(key: string, value: string): void {
+    let values = this.written.get(key);
+    if (!values) this.written.set(key, (values = new Set()));
+    values.add(value);
+  }
+
+  markUncertain(keys: readonly string[]): void {
+    for (const key of keys) this.uncertain.add(key);
+  }
+
+  /** Records one read value; returns its integer, or undefined (and notes it) if it is not valid. */
+  observeRead(key: string, value: string | undefined): number | undefined {
+    this.reads++;
+    const n = decodeValue(value);
+    if (n === undefined && this.badReads.length < 20) {
+      this.badReads.push(`${key} = ${value === undefined ? 'missing' : JSON.stringify(value.slice(0, 40))}`);
+    }
+    return n;
+  }
+}
+
+export type CheckKind = 'reads' | 'deltas' | 'transfer' | 'blind' | 'timestamps';
+
+const ok = (detail: string): CheckOutcome => ({ ok: true, detail });
+const fail = (detail: string): CheckOutcome => ({ ok: false, detail });
+
+/** A read that returned nothing or a value no client wrote: the transaction fails loudly. */
+export class BadReadError extends Error {
+  constructor(key: string) {
+    super(`read of ${key} returned a missing or malformed value`);
+    this.name = 'BadReadError';
+  }
+}
+
+/**
+ * Checks one cell. `before`/`after` are full snapshots of the table the workload wrote,
+ * taken while nothing ran.
+ */
+export function verify(
+  kind: CheckKind,
+  ledger: Ledger,
+  committed: number,
+  before?: ReadonlyMap<string, string>,
+  after?: ReadonlyMap<string, string>,
+): CheckOutcome {
+  if (ledger.badReads.length > 0) return fail(`bad reads: ${ledger.badReads.slice(0, 3).join('; ')}`);
+  if (committed === 0) return fail('no transaction committed');
+  switch (kind) {
+    case 'reads':
+      return ok(`${ledger.reads} reads returned valid values`);
+    case 'timestamps':
+      return verifyTimestamps(ledger);
+    case 'blind':
+      return verifyBlindWrites(ledger, before!, after!);
+    case 'deltas':
+    case 'transfer':
+      return verifyDeltas(kind, ledger, before!, after!);
+  }
+}
+
+function sameKeys(
+  before: ReadonlyMap<string, string>,
+  after: ReadonlyMap<string, string>,
+): string | undefined {
+  if (before.size !== after.size) return `row count changed from ${before.size} to ${after.size}`;
+  for (const key of before.keys()) if (!after.has(key)) return `row ${key} disappeared`;
+  return undefined;
+}
+
+function verifyDeltas(
+  kind: 'deltas' | 'transfer',
+  ledger: Ledger,
+  before: ReadonlyMap<string, string>,
+  after: ReadonlyMap<string, string>,
+): CheckOutcome {
+  const shape = sameKeys(before, after);
+  if (shape) return fail(shape);
+  const wrong: string[] = [];
+  let sumBefore = 0;
+  let sumAfter = 0;
+  let committedDelta = 0;
+  for (const [key, value] of before) {
+    const was = decodeValue(value);
+    const now = decodeValue(after.get(key));
+    if (was === undefined || now === undefined) return fail(`row ${key} holds a malformed value`);
+    const delta = ledger.deltas.get(key) ?? 0;
+    sumBefore += was;
+    sumAfter += now;
+    committedDelta += delta;
+    if (!ledger.uncertain.has(key) && now !== was + delta && wrong.length < 3) {
+      wrong.push(`${key}: expected ${was} + ${delta} = ${was + delta}, found ${now}`);
+    }
+  }
+  if (kind === 'transfer' && sumAfter !== sumBefore) {
+    return fail(`total balance changed from ${sumBefore} to ${sumAfter} (money was created or lost)`);
+  }
+  if (wrong.length > 0) return fail(`lost or phantom updates: ${wrong.join('; ')}`);
+  if (ledger.uncertain.size === 0 && sumAfter !== sumBefore + committedDelta) {
+    return fail(`sum is ${sumAfter}, expected ${sumBefore} + ${committedDelta}`);
+  }
+  const what = kind === 'transfer' ? `total ${sumAfter} unchanged, ` : '';
+  return ok(
+    `${what}${before.size} rows match ${committedDelta === 0 ? 'the' : committedDelta} committed changes`,
+  );
+}
+
+function verifyBlindWrites(
+  ledger: Ledger,
+  before: ReadonlyMap<string, string>,
+  after: ReadonlyMap<string, string>,
+): CheckOutcome {
+  const shape = sameKeys(before, after);
+  if (shape) return fail(shape);
+  for (const [key, was] of before) {
+    if (ledger.uncertain.has(key)) continue;
+    const now = after.get(key)!;
+    const written = ledger.written.get(key);
+    if (written ? !written.has(now) : now !== was) {
+      return fail(`${key} holds ${JSON.stringify(now.slice(0, 30))}, which no committed write left there`);
+    }
+  }
+  return ok(`every row holds its last committed value (${ledger.written.size} rows written)`);
+}
+
+function verifyTimestamps(ledger: Ledger): CheckOutcome {
+  const all: number[] = [];
+  for (const [worker, list] of ledger.timestamps.entries()) {
+    for (let i = 1; i < list.length; i++) {
+      if (!(list[i]! > list[i - 1]!)) {
+        return fail(`worker ${worker} got timestamp ${list[i]} after ${list[i - 1]}: not increasing`);
+      }
+    }
+    for (const ts of list) all.push(ts);
+  }
+  all.sort((a, b) => a - b);
+  for (let i = 1; i < all.length; i++) {
+    if (all[i] === all[i - 1]) return fail(`timestamp ${all[i]} was handed out twice`);
+  }
+  return ok(`${all.length} timestamps, all distinct and increasing per client`);
+}

@@ -1,0 +1,149 @@
+import { randomBytes } from 'node:crypto';
+import { type Observer, type ObserverWorker, Percolator } from '@percolator/core';
+import { encodeValue } from './dataset.js';
+import { type Engine, TxFailure } from './engines/engine.js';
+import { PercolatorEngine } from './engines/percolator.js';
+import type { CheckOutcome } from './types.js';
+import type { Step, Workload, WorkloadSession } from './workloads.js';
+
+const TABLE = 'docs';
+const IN = 'body';
+const OUT = 'copy';
+/** A change not processed within this long fails its step. */
+const STEP_TIMEOUT_MS = 30_000;
+/** Latency-tuned polling: an idle worker looks for new notifications every 10 ms at most. */
+const IDLE_POLL_MS = 10;
+
+/**
+ * The observer pipeline, closed loop: each client writes an observed cell (a new row,
+ * so no collapsing) and waits until an observer run has copied it. Throughput is changes
+ * processed end to end per second; latency is write start to observer commit. Round
+ * trips include the writer's transaction, the worker's index scans and leases, and the
+ * observer's transaction.
+ */
+class ObserverSession implements WorkloadSession {
+  private readonly writer: Percolator;
+  private readonly workerClient: Percolator;
+  private readonly worker: ObserverWorker;
+  private readonly waiting = new Map<string, () => void>();
+  private readonly runs = new Map<string, number>();
+  private readonly written = new Map<string, string>();
+  private readonly failures: string[] = [];
+  private readonly prefix = randomBytes(4).toString('hex');
+
+  constructor(
+    engine: PercolatorEngine,
+    concurrency: number,
+    private readonly valueBytes: number,
+  ) {
+    const base = { ...engine.clientOptions, store: engine.store };
+    this.writer = new Percolator({ ...base, observedColumns: [{ table: TABLE, column: IN }] });
+    this.workerClient = new Percolator(base);
+    const observer: Observer = {
+      name: 'bench-copy',
+      table: TABLE,
+      column: IN,
+      handler: async (tx, { row }) => {
+        tx.set(TABLE, row, OUT, (await tx.getString(TABLE, row, IN)) ?? '');
+      },
+    };
+    this.worker = this.workerClient.worker({
+      observers: [observer],
+      concurrency,
+      idlePollMs: IDLE_POLL_MS,
+      onRun: (event) => {
+        this.runs.set(event.row, (this.runs.get(event.row) ?? 0) + 1);
+        this.waiting.get(event.row)?.();
+      },
+      onError: (error) => {
+        if (this.failures.length < 5) this.failures.push(String(error));
+      },
+    });
+    this.worker.start();
+  }
+
+  step(index: number): Step {
+    let seq = 0;
+    return async () => {
+      seq++;
+      const row = `${this.prefix}/${index}/${seq}`;
+      const value = encodeValue(seq, this.valueBytes);
+      let timer: NodeJS.Timeout | undefined;
+      const processed = new Promise<boolean>((resolve) => {
+        this.waiting.set(row, () => resolve(true));
+        timer = setTimeout(() => resolve(false), STEP_TIMEOUT_MS);
+      });
+      let attempts = 0;
+      try {
+        await this.writer.transact(async (tx) => {
+          attempts++;
+          tx.set(TABLE, row, IN, value);
+        });
+        this.written.set(row, value);
+        if (!(await processed)) {
+          throw new TxFailure(
+            'error',
+            attempts,
+            new Error(`no observer run for ${row} within ${STEP_TIMEOUT_MS} ms`),
+          );
+        }
+        return attempts;
+      } catch (error) {
+        throw error instanceof TxFailure ? error : new TxFailure('error', Math.max(1, attempts), error);
+      } finally {
+        clearTimeout(timer);
+        this.waiting.delete(row);
+      }
+    };
+  }
+
+  /** Every change was processed exactly once and the copy matches the newest value. */
+  async verify(): Promise<CheckOutcome> {
+    try {
+      await this.worker.runUntilIdle({ timeoutMs: STEP_TIMEOUT_MS });
+    } catch (error) {
+      return { ok: false, detail: `observers did not drain: ${String(error)}` };
+    }
+    const rows = [...this.written.keys()];
+    const copies = await this.writer.transact((tx) =>
+      Promise.all(rows.map((row) => tx.getString(TABLE, row, OUT))),
+    );
+    for (const [i, row] of rows.entries()) {
+      if (copies[i] !== this.written.get(row))
+        return { ok: false, detail: `${row}: copy is ${copies[i]}, expected the body` };
+      const runs = this.runs.get(row) ?? 0;
+      if (runs !== 1) return { ok: false, detail: `${row}: ${runs} committed observer runs for one change` };
+    }
+    const stats = this.worker.stats;
+    return {
+      ok: true,
+      detail:
+        `${rows.length} changes each processed exactly once (${stats.conflicts} run conflicts, ` +
+        `${stats.leaseBusy} lease waits${this.failures.length > 0 ? `, errors: ${this.failures.join('; ')}` : ''})`,
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.worker.stop();
+    await this.workerClient.close();
+    await this.writer.close();
+  }
+}
+
+export const observerPipeline: Workload = {
+  name: 'observers',
+  description: 'observer pipeline: write an observed cell, wait until an observer run has processed it',
+  modes: ['percolator'],
+  check: 'session',
+  rowsPerTxn: () => 1,
+  unsupported(engine: Engine) {
+    if (!(engine instanceof PercolatorEngine)) return 'observers run through Percolator only';
+    return engine.store.capabilities.notificationIndex ? undefined : 'the store has no notification index';
+  },
+  worker() {
+    throw new Error('the observer pipeline runs through its session');
+  },
+  async session(engine, { concurrency, shape }) {
+    return new ObserverSession(engine as PercolatorEngine, concurrency, shape.valueBytes);
+  },
+};

@@ -1,0 +1,199 @@
+import { parseArgs } from 'node:util';
+import { InvalidArgumentError } from '@percolator/core';
+import type { DatasetShape } from './dataset.js';
+import { BACKENDS, type BackendName, MODES, type Mode } from './types.js';
+import { ALL_WORKLOADS, DEFAULT_WORKLOADS, WORKLOAD_GROUPS, workloadByName } from './workloads.js';
+
+export interface BenchOptions {
+  readonly backends: readonly BackendName[];
+  /** False when the backends were not named: unreachable ones are skipped, not fatal. */
+  readonly explicitBackends: boolean;
+  readonly workloads: readonly string[];
+  readonly modes: readonly Mode[];
+  readonly concurrency: readonly number[];
+  readonly durationMs: number;
+  readonly warmupMs: number;
+  readonly shape: DatasetShape;
+  readonly opsPerTxn: number;
+  readonly maxAttempts: number;
+  readonly seed: number;
+  readonly outDir: string;
+  readonly markdown: boolean;
+  readonly startServices: boolean;
+  readonly help: boolean;
+}
+
+export const DEFAULTS = {
+  durationMs: 300,
+  warmupMs: 100,
+  concurrency: [4],
+  records: 1024,
+  accounts: 256,
+  valueBytes: 100,
+  opsPerTxn: 4,
+  maxAttempts: 20,
+  seed: 42,
+  outDir: '.bench-out',
+} as const;
+
+export const USAGE = `usage: pnpm bench -- [options]
+
+  --backends LIST     ${BACKENDS.join(',')}
+                      (default: memory plus every backend that answers; the rest are skipped
+                      with the reason. Named backends that cannot be reached are an error)
+  --workloads LIST    workload names or groups (default: ${DEFAULT_WORKLOADS.join(',')})
+                      names: ${ALL_WORKLOADS.join(', ')}, rows-<n>, contention-<n>
+                      groups: ${Object.keys(WORKLOAD_GROUPS).join(', ')}, default, all
+  --modes LIST        ${MODES.join(',')} (default: all)
+  --duration TIME     measured time per cell, e.g. 400ms, 2s (default ${DEFAULTS.durationMs}ms)
+  --warmup TIME       unmeasured warm-up per cell (default ${DEFAULTS.warmupMs}ms)
+  --concurrency LIST  concurrent clients, e.g. 1,8,32 (default ${DEFAULTS.concurrency.join(',')})
+  --records N         rows in the kv table (default ${DEFAULTS.records})
+  --accounts N        rows in the acct table (default ${DEFAULTS.accounts})
+  --value-bytes N     bytes per value (default ${DEFAULTS.valueBytes})
+  --ops N             keys per YCSB transaction (default ${DEFAULTS.opsPerTxn})
+  --max-attempts N    attempts per transaction before giving up (default ${DEFAULTS.maxAttempts})
+  --seed N            seed for key choices (default ${DEFAULTS.seed})
+  --out DIR           where results.json, results.md and report.html go (default ${DEFAULTS.outDir})
+  --markdown          also print the markdown table on stdout
+  --no-start          never start the local Redis Cluster or DynamoDB Local
+  -h, --help`;
+
+function list(value: string): string[] {
+  return value
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
+}
+
+function integer(
+  name: string,
+  value: string | undefined,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new InvalidArgumentError(
+      `--${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}`,
+    );
+  }
+  return n;
+}
+
+/** "400ms", "2s", "1.5s" or a bare number of milliseconds. */
+export function parseDuration(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const match = /^(\d+(?:\.\d+)?)(ms|s)?$/.exec(value.trim());
+  const ms = match ? Number(match[1]) * (match[2] === 's' ? 1000 : 1) : Number.NaN;
+  if (!(ms >= 0 && ms <= 3_600_000)) {
+    throw new InvalidArgumentError(`--${name} must be a time like 500ms or 2s, got ${JSON.stringify(value)}`);
+  }
+  return Math.round(ms);
+}
+
+function expandWorkloads(value: string | undefined): string[] {
+  if (value === undefined) return [...DEFAULT_WORKLOADS];
+  const out: string[] = [];
+  for (const item of list(value)) {
+    const names =
+      item === 'default'
+        ? DEFAULT_WORKLOADS
+        : item === 'all'
+          ? ALL_WORKLOADS
+          : (WORKLOAD_GROUPS[item] ?? [item]);
+    for (const name of names) {
+      if (!workloadByName(name)) throw new InvalidArgumentError(`unknown workload "${name}" (see --help)`);
+      if (!out.includes(name)) out.push(name);
+    }
+  }
+  if (out.length === 0) throw new InvalidArgumentError('--workloads is empty');
+  return out;
+}
+
+function atLeast(name: string, value: number, min: number): number {
+  if (value < min) throw new InvalidArgumentError(`--${name} must be at least ${min} ms`);
+  return value;
+}
+
+export function parseOptions(argv: readonly string[]): BenchOptions {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      // `pnpm bench -- --x` may pass the "--" through.
+      args: argv.filter((a) => a !== '--'),
+      options: {
+        backends: { type: 'string' },
+        workloads: { type: 'string' },
+        modes: { type: 'string' },
+        duration: { type: 'string' },
+        warmup: { type: 'string' },
+        concurrency: { type: 'string' },
+        records: { type: 'string' },
+        accounts: { type: 'string' },
+        'value-bytes': { type: 'string' },
+        ops: { type: 'string' },
+        'max-attempts': { type: 'string' },
+        seed: { type: 'string' },
+        out: { type: 'string' },
+        markdown: { type: 'boolean' },
+        'no-start': { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message);
+  }
+  const str = (name: string) => values[name] as string | undefined;
+
+  const backendList = str('backends');
+  const backends = backendList === undefined ? [...BACKENDS] : list(backendList);
+  for (const b of backends) {
+    if (!BACKENDS.includes(b as BackendName)) {
+      throw new InvalidArgumentError(`unknown backend "${b}"; choose from ${BACKENDS.join(', ')}`);
+    }
+  }
+  if (backends.length === 0) throw new InvalidArgumentError('--backends is empty');
+
+  const modes = str('modes') === undefined ? [...MODES] : list(str('modes')!);
+  for (const m of modes) {
+    if (!MODES.includes(m as Mode))
+      throw new InvalidArgumentError(`unknown mode "${m}"; choose from ${MODES.join(', ')}`);
+  }
+  if (modes.length === 0) throw new InvalidArgumentError('--modes is empty');
+
+  const concurrency =
+    str('concurrency') === undefined
+      ? [...DEFAULTS.concurrency]
+      : list(str('concurrency')!).map((c) => integer('concurrency', c, 1, 1, 256));
+  if (concurrency.length === 0) throw new InvalidArgumentError('--concurrency is empty');
+
+  const records = integer('records', str('records'), DEFAULTS.records, 2, 1_000_000);
+  const accounts = integer('accounts', str('accounts'), DEFAULTS.accounts, 2, 1_000_000);
+  const valueBytes = integer('value-bytes', str('value-bytes'), DEFAULTS.valueBytes, 16, 4096);
+  const opsPerTxn = integer('ops', str('ops'), DEFAULTS.opsPerTxn, 1, Math.min(1000, records));
+  const out = str('out') ?? DEFAULTS.outDir;
+  if (out.trim() === '') throw new InvalidArgumentError('--out is empty');
+
+  return {
+    backends: [...new Set(backends)] as BackendName[],
+    explicitBackends: backendList !== undefined,
+    workloads: expandWorkloads(str('workloads')),
+    modes: [...new Set(modes)] as Mode[],
+    concurrency: [...new Set(concurrency)],
+    durationMs: atLeast('duration', parseDuration('duration', str('duration'), DEFAULTS.durationMs), 10),
+    warmupMs: parseDuration('warmup', str('warmup'), DEFAULTS.warmupMs),
+    shape: { records, accounts, valueBytes },
+    opsPerTxn,
+    maxAttempts: integer('max-attempts', str('max-attempts'), DEFAULTS.maxAttempts, 1, 1000),
+    seed: integer('seed', str('seed'), DEFAULTS.seed, 0, 2 ** 31 - 1),
+    outDir: out,
+    markdown: values.markdown === true,
+    startServices: values['no-start'] !== true,
+    help: values.help === true,
+  };
+}

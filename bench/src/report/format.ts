@@ -1,0 +1,101 @@
+import type { BenchResult, Ratio } from '../types.js';
+
+/** Short names for baselines in tables. */
+const SHORT: Record<string, string> = {
+  raw: 'raw',
+  'native:repeatable-read': 'RR',
+  'native:serializable': 'SER',
+  'native:watch-multi-exec': 'MULTI',
+  'native:transact-items': 'TXN',
+};
+
+export function shortBaseline(name: string): string {
+  return SHORT[name] ?? name;
+}
+
+export function modeLabel(r: Pick<BenchResult, 'mode' | 'variant'>): string {
+  return r.mode === 'percolator' ? 'percolator' : `${r.mode}:${r.variant}`;
+}
+
+export function fmtNumber(n: number): string {
+  if (n >= 100) return Math.round(n).toLocaleString('en-US');
+  if (n >= 10) return n.toFixed(1);
+  return n.toFixed(2);
+}
+
+export function fmtMs(ms: number): string {
+  if (ms >= 100) return ms.toFixed(0);
+  if (ms >= 10) return ms.toFixed(1);
+  if (ms >= 1) return ms.toFixed(2);
+  return ms.toFixed(3);
+}
+
+export function fmtPercent(fraction: number): string {
+  return `${(fraction * 100).toFixed(1)}%`;
+}
+
+export function fmtRatios(ratios: readonly Ratio[]): string {
+  return ratios.map((r) => `${r.throughput.toFixed(2)}× ${shortBaseline(r.baseline)}`).join(', ');
+}
+
+export const COLUMNS = [
+  'backend',
+  'workload',
+  'mode',
+  'c',
+  'tx/s',
+  'p50 ms',
+  'p95 ms',
+  'p99 ms',
+  'aborts',
+  'rt/tx',
+  'tx/s vs baseline',
+  'check',
+] as const;
+
+/** One table row per result, as text cells in COLUMNS order. */
+export function resultRow(r: BenchResult): string[] {
+  return [
+    r.backend,
+    r.workload,
+    modeLabel(r),
+    String(r.concurrency),
+    fmtNumber(r.throughput),
+    fmtMs(r.p50Ms),
+    fmtMs(r.p95Ms),
+    fmtMs(r.p99Ms),
+    fmtPercent(r.abortRate),
+    r.roundTrips.toFixed(2),
+    fmtRatios(r.ratios),
+    r.check.ok ? (r.errors > 0 ? `errors: ${r.errors}` : 'ok') : 'FAILED',
+  ];
+}
+
+/** The paper's headline figures: Percolator / raw for single-row reads and writes, per backend. */
+export interface Headline {
+  readonly backend: string;
+  readonly concurrency: number;
+  readonly read?: number;
+  readonly write?: number;
+  /** Percolator / native for the transfer workload, per native variant. */
+  readonly transfer: readonly Ratio[];
+}
+
+export function headlines(results: readonly BenchResult[]): Headline[] {
+  const out: Headline[] = [];
+  for (const r of results) {
+    if (r.mode !== 'percolator') continue;
+    let h = out.find((x) => x.backend === r.backend && x.concurrency === r.concurrency);
+    if (!h) {
+      h = { backend: r.backend, concurrency: r.concurrency, transfer: [] };
+      out.push(h);
+    }
+    const raw = r.ratios.find((x) => x.baseline === 'raw')?.throughput;
+    const index = out.indexOf(h);
+    if (r.workload === 'read') out[index] = { ...h, read: raw };
+    else if (r.workload === 'write') out[index] = { ...h, write: raw };
+    else if (r.workload === 'transfer')
+      out[index] = { ...h, transfer: r.ratios.filter((x) => x.baseline !== 'raw') };
+  }
+  return out;
+}

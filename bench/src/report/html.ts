@@ -1,0 +1,177 @@
+import type { BenchReport, BenchResult } from '../types.js';
+import { COLUMNS, fmtMs, fmtNumber, headlines, modeLabel, resultRow } from './format.js';
+import { type BarGroup, barChart, esc, lineChart, type Series } from './svg.js';
+
+const COLORS: Record<string, string> = {
+  percolator: '#2563eb',
+  'raw:cas': '#16a34a',
+  'native:repeatable-read': '#d97706',
+  'native:serializable': '#dc2626',
+  'native:watch-multi-exec': '#9333ea',
+  'native:transact-items': '#0891b2',
+};
+const color = (label: string) => COLORS[label] ?? '#64748b';
+
+const STYLE = `body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#111;max-width:1200px}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
+table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
+td:nth-child(-n+3),th:nth-child(-n+3){text-align:left}.fail{color:#b91c1c;font-weight:bold}
+svg text.v{font-size:11px;fill:#333}svg text.l{font-size:12px;fill:#111}.charts{display:flex;flex-wrap:wrap;gap:24px}
+.note{color:#555}`;
+
+function section(title: string, body: string): string {
+  return body ? `<h3>${esc(title)}</h3>${body}` : '';
+}
+
+/** Throughput per workload, one bar per mode, scaled within each workload. */
+function throughputChart(results: readonly BenchResult[], multiC: boolean): string {
+  const groups = new Map<string, BarGroup['bars'][number][]>();
+  for (const r of results) {
+    const key = multiC ? `${r.workload} c=${r.concurrency}` : r.workload;
+    const bars = groups.get(key) ?? [];
+    bars.push({
+      name: modeLabel(r),
+      value: r.throughput,
+      text: `${fmtNumber(r.throughput)} tx/s`,
+      color: color(modeLabel(r)),
+    });
+    groups.set(key, bars);
+  }
+  return barChart(
+    [...groups].map(([label, bars]) => ({ label, bars })),
+    { scale: 'group' },
+  );
+}
+
+function latencyChart(results: readonly BenchResult[], multiC: boolean): string {
+  const groups: BarGroup[] = [];
+  for (const r of results) {
+    const label = multiC ? `${r.workload} c=${r.concurrency}` : r.workload;
+    let group = groups.find((g) => g.label === label);
+    if (!group) groups.push((group = { label, bars: [] }));
+    (group.bars as BarGroup['bars'][number][]).push({
+      name: modeLabel(r),
+      value: r.p99Ms,
+      text: `p50 ${fmtMs(r.p50Ms)} / p99 ${fmtMs(r.p99Ms)} ms`,
+      color: color(modeLabel(r)),
+    });
+  }
+  return barChart(groups, { scale: 'group' });
+}
+
+/** Lines over a sweep (`rows-<n>` or `contention-<n>`), one per mode and concurrency. */
+function sweepChart(
+  results: readonly BenchResult[],
+  prefix: string,
+  pick: (r: BenchResult) => number,
+  yLabel: string,
+  xLabel: string,
+  log: boolean,
+  yMax?: number,
+): string {
+  const series = new Map<string, Series>();
+  for (const r of results) {
+    const m = new RegExp(`^${prefix}-(\\d+)$`).exec(r.workload);
+    if (!m) continue;
+    const name = `${modeLabel(r)} c=${r.concurrency}`;
+    const s = series.get(name) ?? { name, color: color(modeLabel(r)), points: [] };
+    (s.points as [number, number][]).push([Number(m[1]), pick(r)]);
+    series.set(name, s);
+  }
+  const usable = [...series.values()].filter((s) => s.points.length >= 2);
+  if (usable.length === 0) return '';
+  return lineChart(usable, { xLabel, yLabel, xLog: true, yLog: log, yMax });
+}
+
+function table(results: readonly BenchResult[]): string {
+  const head = `<tr>${COLUMNS.map((c) => `<th>${esc(c)}</th>`).join('')}</tr>`;
+  const rows = results.map((r) => {
+    const cells = resultRow(r).map((c, i) => {
+      const failed = i === COLUMNS.length - 1 && c !== 'ok';
+      const title = i === COLUMNS.length - 1 ? ` title="${esc(r.check.detail)}"` : '';
+      return `<td${failed ? ' class="fail"' : ''}${title}>${esc(c)}</td>`;
+    });
+    return `<tr>${cells.join('')}</tr>`;
+  });
+  return `<table>${head}${rows.join('')}</table>`;
+}
+
+function headlineChart(report: BenchReport): string {
+  const groups: BarGroup[] = [];
+  for (const h of headlines(report.results)) {
+    const bars = [];
+    if (h.read !== undefined)
+      bars.push({ name: 'read / raw', value: h.read, text: h.read.toFixed(2), color: '#2563eb' });
+    if (h.write !== undefined)
+      bars.push({ name: 'write txn / raw', value: h.write, text: h.write.toFixed(2), color: '#f59e0b' });
+    if (bars.length > 0) groups.push({ label: `${h.backend} c=${h.concurrency}`, bars });
+  }
+  if (groups.length === 0) return '';
+  return barChart(groups, {
+    scale: 'shared',
+    references: [
+      { value: 0.94, label: 'paper: reads 0.94' },
+      { value: 0.23, label: 'paper: writes 0.23' },
+    ],
+  });
+}
+
+/** A self-contained HTML page: summary, per-backend charts, the full table. */
+export function htmlReport(report: BenchReport): string {
+  const backends = [...new Set(report.results.map((r) => r.backend))];
+  const multiC = new Set(report.results.map((r) => r.concurrency)).size > 1;
+  const parts: string[] = [
+    `<h1>Percolator benchmark</h1>`,
+    `<p class="note">${esc(report.startedAt)} – ${esc(report.finishedAt)}; ${report.host.cpus} CPUs, Node ${esc(report.host.node)}, ${esc(report.host.platform)}. Command: <code>${esc(report.command || '(defaults)')}</code></p>`,
+  ];
+  if (report.failures.length > 0) {
+    parts.push(
+      `<h2 class="fail">Failures</h2><ul>${report.failures.map((f) => `<li class="fail">${esc(f)}</li>`).join('')}</ul>`,
+    );
+  }
+  parts.push(
+    section(
+      'Percolator / raw throughput (the paper: reads 0.94, one-cell write transactions 0.23)',
+      headlineChart(report),
+    ),
+  );
+  for (const backend of backends) {
+    const rows = report.results.filter((r) => r.backend === backend);
+    const plain = rows.filter((r) => !/^(rows|contention)-/.test(r.workload));
+    parts.push(`<h2>${esc(backend)}</h2>`);
+    parts.push(section('Throughput (bars scaled within each workload)', throughputChart(plain, multiC)));
+    parts.push(section('Latency (bar: p99)', latencyChart(plain, multiC)));
+    const sweeps = [
+      sweepChart(rows, 'rows', (r) => r.throughput, 'tx/s (log)', 'rows per transaction', true),
+      sweepChart(rows, 'rows', (r) => r.p50Ms, 'p50 ms (log)', 'rows per transaction', true),
+      sweepChart(rows, 'contention', (r) => r.throughput, 'tx/s (log)', 'hot accounts', true),
+      sweepChart(
+        rows,
+        'contention',
+        (r) => r.abortRate * 100,
+        'aborted attempts %',
+        'hot accounts',
+        false,
+        100,
+      ),
+    ].filter(Boolean);
+    if (sweeps.length > 0) parts.push(`<h3>Sweeps</h3><div class="charts">${sweeps.join('')}</div>`);
+    parts.push(section('All figures', table(rows)));
+  }
+  if (report.skipped.length > 0) {
+    parts.push(
+      `<h2>Skipped</h2><ul>${report.skipped
+        .map(
+          (s) =>
+            `<li>${esc([s.backend, s.workload, s.mode].filter(Boolean).join(' '))}: ${esc(s.reason)}</li>`,
+        )
+        .join('')}</ul>`,
+    );
+  }
+  if (report.notes.length > 0)
+    parts.push(`<h2>Notes</h2><ul>${report.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>`);
+  parts.push(
+    `<p class="note">rt/tx: store round trips per committed transaction, counted through a RowStore proxy (Percolator, raw) or per statement / command group (native). Aborts: aborted attempts / all attempts. Absolute numbers on a shared machine are noisy; ratios against baselines measured in the same run are what to compare.</p>`,
+  );
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Percolator benchmark</title><style>${STYLE}</style></head><body>${parts.join('\n')}</body></html>\n`;
+}

@@ -1,0 +1,129 @@
+import type { BenchReport, BenchResult } from '../types.js';
+import { COLUMNS, fmtNumber, fmtPercent, fmtRatios, headlines, modeLabel, resultRow } from './format.js';
+
+function pad(cells: readonly string[], widths: readonly number[]): string {
+  return cells.map((c, i) => c.padEnd(widths[i]!)).join('  ');
+}
+
+/** A plain-text table for the terminal. */
+export function terminalTable(report: BenchReport): string {
+  const rows = report.results.map(resultRow);
+  const widths = COLUMNS.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const lines = [pad(COLUMNS, widths), widths.map((w) => '-'.repeat(w)).join('  ')];
+  let last = '';
+  for (const [i, row] of rows.entries()) {
+    const r = report.results[i]!;
+    const group = `${r.backend}/${r.workload}/${r.concurrency}`;
+    if (last && group !== last) lines.push('');
+    last = group;
+    lines.push(pad(row, widths));
+  }
+  return `${lines.join('\n')}\n${trailer(report)}`;
+}
+
+function trailer(report: BenchReport): string {
+  const out: string[] = [];
+  for (const s of report.skipped) {
+    out.push(`skipped ${[s.backend, s.workload, s.mode].filter(Boolean).join(' ')}: ${s.reason}`);
+  }
+  for (const n of report.notes) out.push(`note: ${n}`);
+  for (const f of report.failures) out.push(`FAILURE: ${f}`);
+  return out.length > 0 ? `\n${out.join('\n')}\n` : '';
+}
+
+function mdEscape(text: string): string {
+  return text.replace(/\|/g, '\\|');
+}
+
+function mdTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  return [
+    `| ${header.map(mdEscape).join(' | ')} |`,
+    `| ${header.map(() => '---').join(' | ')} |`,
+    ...rows.map((r) => `| ${r.map(mdEscape).join(' | ')} |`),
+  ].join('\n');
+}
+
+const SWEEP = /^(rows|contention)-(\d+)$/;
+
+/**
+ * One row per backend, mode and concurrency, one column per sweep point: throughput
+ * (and, for contention, the abort rate).
+ */
+function sweepTable(results: readonly BenchResult[], kind: 'rows' | 'contention'): string | undefined {
+  const points = new Set<number>();
+  const rows = new Map<string, Map<number, BenchResult>>();
+  for (const r of results) {
+    const m = SWEEP.exec(r.workload);
+    if (!m || m[1] !== kind) continue;
+    const point = Number(m[2]);
+    points.add(point);
+    const key = `${r.backend}\u0000${modeLabel(r)}\u0000${r.concurrency}`;
+    if (!rows.has(key)) rows.set(key, new Map());
+    rows.get(key)!.set(point, r);
+  }
+  if (rows.size === 0) return undefined;
+  const cols = [...points].sort((a, b) => (kind === 'rows' ? a - b : b - a));
+  const cell = (r: BenchResult | undefined) =>
+    r === undefined
+      ? '–'
+      : kind === 'rows'
+        ? `${fmtNumber(r.throughput)} (${r.roundTrips.toFixed(0)} rt)`
+        : `${fmtNumber(r.throughput)} (${fmtPercent(r.abortRate)})`;
+  return mdTable(
+    ['backend', 'mode', 'c', ...cols.map((c) => (kind === 'rows' ? `${c} rows` : `${c} hot`))],
+    [...rows].map(([key, byPoint]) => [...key.split('\u0000'), ...cols.map((c) => cell(byPoint.get(c)))]),
+  );
+}
+
+/** The summary and the full table in Markdown, for the README. */
+export function markdownReport(report: BenchReport): string {
+  const heads = headlines(report.results);
+  const ratio = (n: number | undefined) => (n === undefined ? '–' : n.toFixed(2));
+  const summary = mdTable(
+    ['backend', 'clients', 'read vs raw', 'write txn vs raw', 'transfer vs native'],
+    heads.map((h) => [
+      h.backend,
+      String(h.concurrency),
+      ratio(h.read),
+      ratio(h.write),
+      h.transfer.length > 0 ? fmtRatios(h.transfer) : '–',
+    ]),
+  );
+  const opts = report.options as Record<string, unknown>;
+  const lines = [
+    `Percolator throughput as a fraction of the same store's baseline, measured in the same run ` +
+      `(the paper: reads 0.94, one-cell write transactions 0.23 of raw Bigtable).`,
+    '',
+    summary,
+    '',
+    `Host: ${report.host.cpus} CPUs, Node ${report.host.node}; ${opts.durationMs} ms per cell after ` +
+      `${opts.warmupMs} ms warm-up. rt/tx: store round trips per committed transaction (counted). ` +
+      'Baselines: raw = single-row read / check-and-set through the adapter; RR, SER = SQL ' +
+      'REPEATABLE READ / SERIALIZABLE; MULTI = Redis WATCH/MULTI/EXEC; TXN = DynamoDB TransactGet/WriteItems.',
+  ];
+  const main = report.results.filter((r) => !SWEEP.test(r.workload));
+  if (main.length > 0) lines.push('', mdTable(COLUMNS, main.map(resultRow)));
+  const rows = sweepTable(report.results, 'rows');
+  if (rows) lines.push('', 'Rows per transaction: tx/s (store round trips per transaction).', '', rows);
+  const contention = sweepTable(report.results, 'contention');
+  if (contention)
+    lines.push('', 'Contention (transfers among N hot accounts): tx/s (aborted attempts).', '', contention);
+  if (main.length < report.results.length) {
+    lines.push(
+      '',
+      '<details><summary>All figures</summary>',
+      '',
+      mdTable(COLUMNS, report.results.map(resultRow)),
+      '',
+      '</details>',
+    );
+  }
+  if (report.skipped.length > 0) {
+    lines.push('', 'Skipped:', '');
+    for (const s of report.skipped) {
+      lines.push(`- ${[s.backend, s.workload, s.mode].filter(Boolean).join(' ')}: ${s.reason}`);
+    }
+  }
+  if (report.notes.length > 0) lines.push('', ...report.notes.map((n) => `- ${n}`));
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,158 @@
+import type { DatasetShape } from './dataset.js';
+import { type Engine, TxFailure } from './engines/engine.js';
+import { Ledger, verify } from './ledger.js';
+import { abortRate, CellStats, perSecond, perUnit, retryRate, round } from './metrics.js';
+import { seededRandom } from './random.js';
+import type { BenchResult, CheckOutcome } from './types.js';
+import type { Step, Workload, WorkloadSession } from './workloads.js';
+
+export interface CellSpec {
+  readonly backend: string;
+  readonly engine: Engine;
+  readonly workload: Workload;
+  readonly concurrency: number;
+  readonly durationMs: number;
+  readonly warmupMs: number;
+  readonly shape: DatasetShape;
+  readonly seed: number;
+  readonly opsPerTxn: number;
+}
+
+/** A cell stops early after this many errors: the store is probably down. */
+const MAX_ERRORS = 200;
+
+/** Drives every worker until `until` (each finishes the transaction it is in). */
+async function drive(steps: readonly Step[], until: number, stats: CellStats): Promise<void> {
+  let stop = false;
+  await Promise.all(
+    steps.map(async (step) => {
+      while (!stop && performance.now() < until) {
+        const start = performance.now();
+        try {
+          const attempts = await step();
+          stats.commit(attempts, performance.now() - start);
+        } catch (error) {
+          stats.fail(error instanceof TxFailure ? error : new TxFailure('error', 1, error));
+          if (stats.errors + stats.unknown >= MAX_ERRORS) stop = true;
+        }
+      }
+    }),
+  );
+}
+
+function hash(text: string): number {
+  let h = 2166136261;
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 16777619);
+  return h >>> 0;
+}
+
+/**
+ * Runs one cell: snapshot the table the workload writes, warm up, measure for
+ * `durationMs`, wait for background work, snapshot again and check the data against
+ * what the clients know they committed.
+ */
+export async function runCell(spec: CellSpec): Promise<BenchResult> {
+  const session = await spec.workload.session?.(spec.engine, {
+    concurrency: spec.concurrency,
+    shape: spec.shape,
+  });
+  try {
+    return await measure(spec, session);
+  } finally {
+    await session?.close();
+  }
+}
+
+async function measure(spec: CellSpec, session: WorkloadSession | undefined): Promise<BenchResult> {
+  const { engine, workload, concurrency, shape } = spec;
+  const ledger = new Ledger(concurrency);
+  const table =
+    workload.check === 'deltas' || workload.check === 'transfer' || workload.check === 'blind'
+      ? workload.table
+      : undefined;
+  const before = table ? await engine.snapshot(table) : undefined;
+  const seed = (spec.seed ^ hash(`${spec.backend}/${workload.name}/${engine.mode}/${engine.variant}`)) >>> 0;
+  const steps = Array.from({ length: concurrency }, (_, index) =>
+    session
+      ? session.step(index)
+      : workload.worker({
+          engine,
+          shape,
+          concurrency,
+          index,
+          random: seededRandom(seed + index * 7919),
+          ledger,
+          seed: spec.seed,
+          opsPerTxn: spec.opsPerTxn,
+        }),
+  );
+
+  const warmup = new CellStats();
+  if (spec.warmupMs > 0) await drive(steps, performance.now() + spec.warmupMs, warmup);
+  await engine.settle?.();
+
+  const stats = new CellStats();
+  const start = engine.counters();
+  const t0 = performance.now();
+  await drive(steps, t0 + spec.durationMs, stats);
+  const elapsedMs = performance.now() - t0;
+  await engine.settle?.();
+  const end = engine.counters();
+
+  const after = table ? await engine.snapshot(table) : undefined;
+  // Warm-up transactions count for the check (they changed the data) but not the figures.
+  const committed = stats.committed + warmup.committed;
+  const check: CheckOutcome =
+    workload.check === 'session'
+      ? committed === 0
+        ? { ok: false, detail: 'no transaction committed' }
+        : await session!.verify()
+      : verify(workload.check, ledger, committed, before, after);
+  return toResult(
+    spec,
+    stats,
+    warmup,
+    elapsedMs,
+    end.roundTrips - start.roundTrips,
+    end.commands - start.commands,
+    check,
+  );
+}
+
+/** The figures of one measured window (warm-up errors count as errors too). */
+function toResult(
+  spec: CellSpec,
+  stats: CellStats,
+  warmup: CellStats,
+  elapsedMs: number,
+  roundTrips: number,
+  commands: number,
+  check: CheckOutcome,
+): BenchResult {
+  const samples = [...warmup.errorSamples, ...stats.errorSamples].slice(0, 5);
+  return {
+    backend: spec.backend,
+    workload: spec.workload.name,
+    mode: spec.engine.mode,
+    variant: spec.engine.variant,
+    concurrency: spec.concurrency,
+    throughput: round(perSecond(stats.committed, elapsedMs), 1),
+    p50Ms: round(stats.latency.percentileMs(50)),
+    p95Ms: round(stats.latency.percentileMs(95)),
+    p99Ms: round(stats.latency.percentileMs(99)),
+    meanMs: round(stats.latency.meanMs),
+    maxMs: round(stats.latency.maxMs),
+    abortRate: round(abortRate(stats.attempts, stats.committed), 4),
+    retryRate: round(retryRate(stats.attempts, stats.transactions), 4),
+    roundTrips: round(perUnit(roundTrips, stats.committed), 2),
+    commands: round(perUnit(commands, stats.committed), 2),
+    transactions: stats.committed,
+    attempts: stats.attempts,
+    gaveUp: stats.gaveUp,
+    errors: stats.errors + stats.unknown + warmup.errors + warmup.unknown,
+    durationMs: Math.round(elapsedMs),
+    ratios: [],
+    check,
+    ...(samples.length > 0 ? { errorSamples: samples } : {}),
+  };
+}

@@ -1,0 +1,40 @@
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { connect } from 'node:net';
+import { fileURLToPath } from 'node:url';
+
+/** Local helpers for services the default run may start itself. */
+
+/** True if a Redis server answers PING at host:port within `timeoutMs`. */
+export function redisAnswers(host: string, port: number, timeoutMs = 1000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host, port });
+    let reply = '';
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.on('data', (chunk) => {
+      reply += chunk.toString();
+      if (reply.includes('\r\n')) done(reply.startsWith('+PONG'));
+    });
+    socket.once('error', () => done(false));
+  });
+}
+
+/** The workspace's script that runs a local 3-master Redis Cluster on ports 7001-7003. */
+export const REDIS_CLUSTER_SCRIPT = fileURLToPath(new URL('../../scripts/redis-cluster.sh', import.meta.url));
+
+export function runClusterScript(command: 'start' | 'stop' | 'status', timeoutMs = 60_000): Promise<string> {
+  if (!existsSync(REDIS_CLUSTER_SCRIPT))
+    return Promise.reject(new Error(`${REDIS_CLUSTER_SCRIPT} not found`));
+  return new Promise((resolve, reject) => {
+    execFile('bash', [REDIS_CLUSTER_SCRIPT, command], { timeout: timeoutMs }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`redis-cluster.sh ${command} failed: ${(stderr || error.message).trim()}`));
+      else resolve(stdout.trim());
+    });
+  });
+}

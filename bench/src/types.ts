@@ -1,0 +1,87 @@
+/** What the bench measures and reports. The JSON file is a `BenchReport`. */
+
+/** `percolator`: through the library; `raw`: single-row calls on the adapter; `native`: the store's own transactions. */
+export type Mode = 'percolator' | 'raw' | 'native';
+export const MODES: readonly Mode[] = ['percolator', 'raw', 'native'];
+
+export const BACKENDS = ['memory', 'postgres', 'mysql', 'redis', 'redis-cluster', 'dynamodb'] as const;
+export type BackendName = (typeof BACKENDS)[number];
+
+/** Percolator's figure against one baseline measured in the same run (this / baseline). */
+export interface Ratio {
+  /** `raw` or `native:<variant>`. */
+  readonly baseline: string;
+  /** Throughput ratio: the paper's figure (reads 0.94, one-cell writes 0.23 of raw Bigtable). */
+  readonly throughput: number;
+  /** Median latency ratio (> 1: Percolator is slower). */
+  readonly p50: number;
+}
+
+export interface CheckOutcome {
+  readonly ok: boolean;
+  /** What was checked, or what went wrong. */
+  readonly detail: string;
+}
+
+export interface BenchResult {
+  readonly backend: string;
+  readonly workload: string;
+  readonly mode: Mode;
+  /** Which flavour of the mode: `si` (Percolator), `cas` (raw), or the native isolation/mechanism. */
+  readonly variant: string;
+  readonly concurrency: number;
+  /** Committed transactions per second over the measured window. */
+  readonly throughput: number;
+  readonly p50Ms: number;
+  readonly p95Ms: number;
+  readonly p99Ms: number;
+  readonly meanMs: number;
+  readonly maxMs: number;
+  /** Aborted attempts / all attempts. */
+  readonly abortRate: number;
+  /** Extra attempts per committed transaction. */
+  readonly retryRate: number;
+  /**
+   * Store round trips per committed transaction, counted (not estimated): RowStore calls
+   * through a counting proxy for `percolator`/`raw`, statements or commands for `native`.
+   * Calls made by aborted attempts are included.
+   */
+  readonly roundTrips: number;
+  /** Commands per committed transaction where that differs from round trips (Redis MULTI blocks). */
+  readonly commands: number;
+  /** Committed transactions in the measured window. */
+  readonly transactions: number;
+  readonly attempts: number;
+  /** Transactions that gave up after the maximum attempts (conflicts, locks that stayed). */
+  readonly gaveUp: number;
+  /** Failures that are not conflicts (store errors, unknown commit outcomes). */
+  readonly errors: number;
+  readonly durationMs: number;
+  readonly ratios: readonly Ratio[];
+  readonly check: CheckOutcome;
+  /** First error messages, if any. */
+  readonly errorSamples?: readonly string[];
+}
+
+export interface SkippedCell {
+  readonly backend: string;
+  readonly workload?: string;
+  readonly mode?: string;
+  readonly reason: string;
+}
+
+export interface BenchReport {
+  readonly schema: 'percolator-bench/1';
+  /** Part of every name the run created (namespaces, schemas, tables), e.g. bench_<runId>. */
+  readonly runId: string;
+  readonly startedAt: string;
+  readonly finishedAt: string;
+  readonly command: string;
+  readonly host: { readonly cpus: number; readonly node: string; readonly platform: string };
+  readonly options: Record<string, unknown>;
+  readonly results: BenchResult[];
+  readonly skipped: SkippedCell[];
+  readonly notes: string[];
+  /** Correctness failures and errors; non-empty means the run exits non-zero. */
+  readonly failures: string[];
+}

@@ -1,0 +1,338 @@
+/**
+ * Part 1, continued: the optional capabilities a store declares (batch reads and CAS,
+ * ordered scans, the atomic counter, the notification index, the stamped CAS). A case
+ * runs only when its capability is declared, and is reported 'not declared' otherwise.
+ */
+import { compareKeys, ORACLE_COUNTER } from '@percolator/core';
+import type { ConformanceCase } from '../types.js';
+import { bytes, check, checkEqual, format, pool, sameBytes, show, text } from '../util.js';
+import { create, expectRow, mustRead, OTHER, T, TRICKY_KEYS } from './store-helpers.js';
+
+export const capabilityCases: ConformanceCase[] = [
+  {
+    part: 'store',
+    name: 'readMany returns rows in request order, null for absent ones',
+    requires: 'batchRead',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const readMany = store.readMany?.bind(store);
+      check(readMany !== undefined, 'batchRead is declared but readMany is missing');
+      checkEqual(await readMany([]), [], 'readMany of no rows');
+      const keys = TRICKY_KEYS.slice(0, 12);
+      const versions = new Map<string, string>();
+      for (const [i, key] of keys.entries()) {
+        if (i % 3 !== 2) versions.set(key, await create(store, i % 2 ? OTHER : T, key, Uint8Array.of(i)));
+      }
+      const refs = [...keys.entries(), ...keys.entries()].map(([i, key]) => ({
+        table: i % 2 ? OTHER : T,
+        key,
+      }));
+      refs.push({ table: T, key: 'absent' }, { table: OTHER, key: keys[0]! });
+      const rows = await readMany(refs);
+      checkEqual(rows.length, refs.length, 'readMany result count');
+      refs.forEach((ref, n) => {
+        const i = keys.indexOf(ref.key);
+        const row = rows[n];
+        const exists = ref.key !== 'absent' && i % 3 !== 2 && ref.table === (i % 2 ? OTHER : T);
+        if (!exists) {
+          check(
+            row === null,
+            `readMany[${n}] (${ref.table}, ${format(ref.key)}) should be null, got ${format(row)}`,
+          );
+          return;
+        }
+        check(row != null, `readMany[${n}] (${ref.table}, ${format(ref.key)}) is missing`);
+        checkEqual(row.version, versions.get(ref.key), `readMany[${n}] version`);
+        check(sameBytes(row.state, Uint8Array.of(i)), `readMany[${n}] state ${show(row.state)}`);
+      });
+      const many = await pool(ctx.scaled(300, 30), 16, (i) =>
+        create(store, 'bulk', `k${i}`, bytes(String(i))),
+      );
+      const bulk = await readMany(many.map((_, i) => ({ table: 'bulk', key: `k${i}` })));
+      bulk.forEach((row, i) => {
+        check(
+          row !== null && text(row.state) === String(i) && row.version === many[i],
+          `bulk readMany[${i}]`,
+        );
+      });
+    },
+  },
+  {
+    part: 'store',
+    name: 'checkAndSetMany applies each request on its own, results in order',
+    requires: 'batchCheckAndSet',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const casMany = store.checkAndSetMany?.bind(store);
+      check(casMany !== undefined, 'batchCheckAndSet is declared but checkAndSetMany is missing');
+      checkEqual(await casMany([]), [], 'checkAndSetMany of no requests');
+      const v1 = await create(store, T, 'x', bytes('x1'));
+      const v2 = await create(store, T, 'y', bytes('y1'));
+      const results = await casMany([
+        { table: T, key: 'x', expected: v1, state: bytes('x2') }, // ok
+        { table: T, key: 'y', expected: 'not-a-version', state: bytes('bad') }, // fails
+        { table: T, key: 'new', expected: null, state: bytes('n') }, // ok
+        { table: T, key: 'y', expected: v2, state: null }, // ok: delete
+        { table: OTHER, key: 'x', expected: v1, state: bytes('z') }, // fails: absent
+        { table: T, key: '🦄\u0000', expected: null, state: new Uint8Array(0) }, // ok
+      ]);
+      checkEqual(
+        results.map((r) => r.ok),
+        [true, false, true, true, false, true],
+        'which requests of a checkAndSetMany succeeded',
+      );
+      await expectRow(store, T, 'x', (results[0] as { version: string }).version, bytes('x2'));
+      checkEqual(await store.read(T, 'y'), null, 'row deleted by checkAndSetMany');
+      await expectRow(store, T, 'new', (results[2] as { version: string }).version, bytes('n'));
+      checkEqual(
+        await store.read(OTHER, 'x'),
+        null,
+        'a failed request of checkAndSetMany must not create a row',
+      );
+      await expectRow(store, T, '🦄\u0000', (results[5] as { version: string }).version, new Uint8Array(0));
+
+      // Racing batches on the same rows: one winner per row.
+      const racers = 6;
+      const keys = ['r0', 'r1', 'r2'];
+      const batches = await Promise.all(
+        Array.from({ length: racers }, (_, w) =>
+          casMany(keys.map((key) => ({ table: T, key, expected: null, state: bytes(`w${w}`) }))),
+        ),
+      );
+      for (const [k, key] of keys.entries()) {
+        const winners = batches.flatMap((b, w) => (b[k]!.ok ? [w] : []));
+        checkEqual(winners.length, 1, `winners for ${key} among racing checkAndSetMany calls`);
+        checkEqual(text((await mustRead(store, T, key)).state), `w${winners[0]}`, `state of ${key}`);
+      }
+    },
+  },
+  {
+    part: 'store',
+    name: 'scan returns rows in compareKeys (UTF-8 byte) order with start/end/after/limit',
+    requires: 'orderedScan',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const scan = store.scan?.bind(store);
+      check(scan !== undefined, 'orderedScan is declared but scan is missing');
+      const keys = [...new Set(TRICKY_KEYS.filter((k) => k !== 'plain'))];
+      const versions = new Map<string, string>();
+      for (const key of ctx.random.shuffle(keys)) versions.set(key, await create(store, T, key, bytes(key)));
+      await create(store, OTHER, 'b-other', bytes('other table'));
+      const gone = await create(store, T, 'b-deleted', bytes('x'));
+      check(
+        (await store.checkAndSet({ table: T, key: 'b-deleted', expected: gone, state: null })).ok,
+        'delete',
+      );
+      const sorted = [...keys].sort(compareKeys);
+      const keysOf = (rows: readonly { key: string }[]) => rows.map((r) => r.key);
+
+      const all = await scan(T, { limit: 1000 });
+      checkEqual(
+        keysOf(all),
+        sorted,
+        'keys of a full scan (UTF-8 byte order, no deleted rows, no other tables)',
+      );
+      for (const r of all) {
+        checkEqual(r.row.version, versions.get(r.key), `scanned version of ${format(r.key)}`);
+        check(sameBytes(r.row.state, bytes(r.key)), `scanned state of ${format(r.key)}`);
+      }
+      const at = (i: number) => sorted[i]!;
+      checkEqual(keysOf(await scan(T, { limit: 5 })), sorted.slice(0, 5), 'scan with limit 5');
+      checkEqual(
+        keysOf(await scan(T, { start: at(4), limit: 1000 })),
+        sorted.slice(4),
+        'scan with start (inclusive)',
+      );
+      checkEqual(
+        keysOf(await scan(T, { end: at(9), limit: 1000 })),
+        sorted.slice(0, 9),
+        'scan with end (exclusive)',
+      );
+      checkEqual(
+        keysOf(await scan(T, { after: at(4), limit: 1000 })),
+        sorted.slice(5),
+        'scan with after (exclusive)',
+      );
+      checkEqual(
+        keysOf(await scan(T, { start: at(2), end: at(12), after: at(5), limit: 3 })),
+        sorted.slice(6, 9),
+        'scan with start, end, after and limit',
+      );
+      checkEqual(
+        keysOf(await scan(T, { start: at(6), after: at(2), limit: 2 })),
+        sorted.slice(6, 8),
+        'scan where start is past after',
+      );
+      checkEqual(keysOf(await scan(T, { start: at(3), end: at(3), limit: 10 })), [], 'scan with start = end');
+      checkEqual(
+        keysOf(await scan(T, { start: 'a\u0000', end: 'a\u0001', limit: 10 })),
+        ['a\u0000', 'a\u0000b'],
+        'NUL range',
+      );
+      checkEqual(
+        keysOf(await scan(T, { after: 'a\u0000a', limit: 1 })),
+        ['a\u0000b'],
+        'after a key that is not stored',
+      );
+      checkEqual(keysOf(await scan(T, { start: '\u{10ffff}', limit: 10 })), [], 'scan past the last key');
+      checkEqual(keysOf(await scan('conf_empty', { limit: 10 })), [], 'scan of a table with no rows');
+      // Characters above U+FFFF sort after U+E000-U+FFFF in UTF-8 (not in JavaScript's default order).
+      checkEqual(
+        keysOf(await scan(T, { start: '\ue000', limit: 4 })).slice(0, 4),
+        ['\ue000', '\ufffd', '𐀀', '👩‍👩‍👧‍👦'],
+        'order around the surrogate range',
+      );
+      const paged: string[] = [];
+      let after: string | undefined;
+      for (let pages = 0; pages < 100; pages++) {
+        const page = await scan(T, { after, limit: 4 });
+        check(page.length <= 4, `scan returned ${page.length} rows for limit 4`);
+        if (page.length === 0) break;
+        paged.push(...keysOf(page));
+        after = page[page.length - 1]!.key;
+      }
+      checkEqual(paged, sorted, 'keys found by paging with after + limit');
+    },
+  },
+  {
+    part: 'store',
+    name: 'incrementCounter starts at 0, adds delta, and is atomic under concurrency',
+    requires: 'atomicCounter',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const inc = store.incrementCounter?.bind(store);
+      check(inc !== undefined, 'atomicCounter is declared but incrementCounter is missing');
+      checkEqual(await inc('conf.counter', 1), 1, 'first increment of a new counter by 1');
+      checkEqual(await inc('conf.counter', 5), 6, 'increment by 5');
+      checkEqual(await inc('conf.other ✓', 2), 2, 'a second counter is independent');
+      const n = ctx.scaled(200, 20);
+      const results = await Promise.all(Array.from({ length: n }, () => inc('conf.counter', 1)));
+      checkEqual(new Set(results).size, n, `distinct results of ${n} concurrent increments`);
+      checkEqual(
+        [...results].sort((x, y) => x - y),
+        Array.from({ length: n }, (_, i) => 7 + i),
+        'values returned by concurrent increments',
+      );
+      checkEqual(await inc('conf.counter', 1), 7 + n, 'the counter after concurrent increments');
+      const oracle = await inc(ORACLE_COUNTER, 1);
+      check(oracle >= 1, 'the oracle counter works');
+      const big = await inc('conf.big', 2 ** 40);
+      checkEqual(big, 2 ** 40, 'a counter holds values above 2^32');
+    },
+  },
+  {
+    part: 'store',
+    name: 'scanNotified returns every notified row, in key order',
+    requires: 'notificationIndex',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const scanNotified = store.scanNotified?.bind(store);
+      check(scanNotified !== undefined, 'notificationIndex is declared but scanNotified is missing');
+      const keys = TRICKY_KEYS.slice(0, 24);
+      const versions = new Map<string, string>();
+      const flagged = new Set<string>();
+      for (const [i, key] of keys.entries()) {
+        const notified = i % 3 === 0;
+        const r = await store.checkAndSet({ table: T, key, expected: null, state: bytes(key), notified });
+        check(r.ok, 'create');
+        versions.set(key, r.version);
+        if (notified) flagged.add(key);
+      }
+      await store.checkAndSet({
+        table: OTHER,
+        key: 'elsewhere',
+        expected: null,
+        state: bytes('x'),
+        notified: true,
+      });
+      await expectFlagged('after creating rows');
+
+      // Clear some flags, set others; a plain CAS without `notified` clears it too.
+      for (const [i, key] of keys.entries()) {
+        if (i % 4 !== 0) continue;
+        const notified = i % 8 === 4;
+        const r = await store.checkAndSet({
+          table: T,
+          key,
+          expected: versions.get(key)!,
+          state: bytes(`${key}!`),
+          ...(i % 8 === 0 ? {} : { notified }),
+        });
+        check(r.ok, 'update');
+        versions.set(key, r.version);
+        if (notified) flagged.add(key);
+        else flagged.delete(key);
+      }
+      await expectFlagged('after changing flags');
+
+      async function expectFlagged(when: string) {
+        const all = await scanNotified!(T, { limit: 1000 });
+        checkEqual([...all].sort(compareKeys), all, `scanNotified order ${when}`);
+        checkEqual(new Set(all).size, all.length, `scanNotified returned a key twice ${when}`);
+        for (const key of flagged)
+          check(all.includes(key), `scanNotified omitted notified row ${format(key)} ${when}`);
+        check(!all.includes('elsewhere'), `scanNotified returned a row of another table ${when}`);
+        const paged: string[] = [];
+        let after: string | undefined;
+        for (let pages = 0; pages < 200; pages++) {
+          const page = await scanNotified!(T, { after, limit: 2 });
+          check(page.length <= 2, `scanNotified returned ${page.length} keys for limit 2`);
+          if (page.length === 0) break;
+          for (const key of page) {
+            check(
+              after === undefined || compareKeys(key, after) > 0,
+              `scanNotified after ${format(after)} returned ${format(key)}`,
+            );
+          }
+          paged.push(...page);
+          after = page[page.length - 1]!;
+        }
+        for (const key of flagged)
+          check(paged.includes(key), `paging scanNotified omitted ${format(key)} ${when}`);
+      }
+    },
+  },
+  {
+    part: 'store',
+    name: 'checkAndSetStamped draws a timestamp from the counter in the same atomic step',
+    requires: 'stampedCheckAndSet',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const stamped = store.checkAndSetStamped?.bind(store);
+      check(stamped !== undefined, 'stampedCheckAndSet is declared but checkAndSetStamped is missing');
+      const counter = 'conf.stamped';
+      const inc = store.incrementCounter?.bind(store);
+      const before = inc ? await inc(counter, 1) : 0;
+      const built: number[] = [];
+      const r = await stamped({ table: T, key: 's', expected: null }, counter, (ts) => {
+        built.push(ts);
+        return bytes(`ts=${ts}`);
+      });
+      check(r.ok, 'a stamped create of an absent row must succeed');
+      const ts = r.timestamp;
+      check(typeof ts === 'number', `a successful stamped CAS must return the timestamp, got ${format(ts)}`);
+      check(ts > before, `stamped timestamp ${ts} must be above the counter's earlier value ${before}`);
+      checkEqual(built.at(-1), ts, 'the timestamp passed to build');
+      await expectRow(store, T, 's', r.version, bytes(`ts=${ts}`));
+      if (inc)
+        check((await inc(counter, 1)) > ts, 'the counter after a stamped CAS must be above its timestamp');
+
+      const stale = await stamped({ table: T, key: 's', expected: 'bogus-version' }, counter, (t) =>
+        bytes(`x${t}`),
+      );
+      check(!stale.ok, 'a stamped CAS with a wrong version must fail');
+      await expectRow(store, T, 's', r.version, bytes(`ts=${ts}`));
+
+      const racers = 8;
+      const results = await Promise.all(
+        Array.from({ length: racers }, (_, i) =>
+          stamped({ table: T, key: 's', expected: r.version }, counter, (t) => bytes(`w${i}@${t}`)),
+        ),
+      );
+      const winners = results.flatMap((x, i) => (x.ok ? [i] : []));
+      checkEqual(winners.length, 1, 'winners among concurrent stamped CAS');
+      const win = results[winners[0]!]! as { version: string; timestamp?: number };
+      await expectRow(store, T, 's', win.version, bytes(`w${winners[0]}@${win.timestamp}`));
+    },
+  },
+];

@@ -1,0 +1,113 @@
+/**
+ * Part 4's own checks: the FaultyStore wrapper does what the fault cases rely on, over the
+ * store under test (a call failed before it reaches the store changes nothing; one failed
+ * after it was applied did change the store; delays delay; a seed repeats its faults).
+ * The protocol and history cases with faults on are in protocol.ts and history.ts.
+ */
+import { type RowStore, StoreError } from '@percolator/core';
+import { FaultyStore } from '../faulty-store.js';
+import type { ConformanceCase } from '../types.js';
+import { bytes, check, checkEqual, errorText, rejection, text } from '../util.js';
+
+const T = 'f_rows';
+
+function expectStoreError(error: unknown, applied: 'no' | 'unknown', what: string): void {
+  check(
+    error instanceof StoreError && error.applied === applied,
+    () => `${what}: expected StoreError with applied '${applied}', got ${errorText(error)}`,
+  );
+}
+
+async function state(store: RowStore, key: string): Promise<string | null> {
+  const row = await store.read(T, key);
+  return row === null ? null : text(row.state);
+}
+
+export const faultCases: ConformanceCase[] = [
+  {
+    part: 'faults',
+    name: 'FaultyStore: a call failed before reaching the store changes nothing',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const faulty = new FaultyStore(store, { seed: ctx.seed });
+      faulty.failBefore(undefined, 'checkAndSet');
+      const error = await rejection(
+        () => faulty.checkAndSet({ table: T, key: 'a', expected: null, state: bytes('x') }),
+        'a CAS failed before reaching the store',
+      );
+      expectStoreError(error, 'no', 'a CAS failed before reaching the store');
+      check(
+        String((error as Error).message).includes(`seed ${ctx.seed}`),
+        'the fault message must name the seed',
+      );
+      checkEqual(await state(store, 'a'), null, 'the row after a call that failed before reaching the store');
+      const ok = await faulty.checkAndSet({ table: T, key: 'a', expected: null, state: bytes('y') });
+      check(ok.ok, 'the next call goes through');
+      checkEqual(await state(store, 'a'), 'y', 'the row after the next call');
+    },
+  },
+  {
+    part: 'faults',
+    name: 'FaultyStore: a call failed after the store applied it is ambiguous but applied',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const faulty = new FaultyStore(store, { seed: ctx.seed });
+      faulty.failAfter((call) => call.key === 'b');
+      const error = await rejection(
+        () => faulty.checkAndSet({ table: T, key: 'b', expected: null, state: bytes('landed') }),
+        'a CAS failed after it was applied',
+      );
+      expectStoreError(error, 'unknown', 'a CAS failed after it was applied');
+      checkEqual(await state(store, 'b'), 'landed', 'the row after an ambiguous failure');
+      checkEqual(faulty.stats.failedAfter, 1, 'faults counted');
+    },
+  },
+  {
+    part: 'faults',
+    name: 'FaultyStore: delays and holds keep a call from the store until due',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const faulty = new FaultyStore(store, { seed: ctx.seed });
+      faulty.inject({ kind: 'delay', delayMs: 40, operation: 'read' });
+      const started = performance.now();
+      await faulty.read(T, 'c');
+      check(performance.now() - started >= 35, 'a delayed call returned early');
+      const hold = faulty.hold((call) => call.key === 'c');
+      const pending = faulty.checkAndSet({ table: T, key: 'c', expected: null, state: bytes('held') });
+      await hold.reached;
+      checkEqual(await state(store, 'c'), null, 'a held call must not reach the store');
+      hold.release();
+      check((await pending).ok, 'the released call');
+      checkEqual(await state(store, 'c'), 'held', 'the row after the held call was released');
+    },
+  },
+  {
+    part: 'faults',
+    name: 'FaultyStore: random faults repeat exactly from the seed',
+    async run(ctx) {
+      const random = { failBefore: 0.2, failAfter: 0.2, delay: 0.2, maxDelayMs: 1 };
+      const trace = async (seed: number) => {
+        const faulty = new FaultyStore(await ctx.createStore(), { seed, random });
+        const outcomes: string[] = [];
+        for (let i = 0; i < 40; i++) {
+          try {
+            await faulty.checkAndSet({ table: T, key: `k${i}`, expected: null, state: bytes('v') });
+            outcomes.push('ok');
+          } catch (error) {
+            outcomes.push(error instanceof StoreError ? error.applied : 'other');
+          }
+        }
+        return { outcomes, log: faulty.log.map((e) => `${e.call.number}:${e.kind}:${e.delayMs ?? ''}`) };
+      };
+      const a = await trace(ctx.seed);
+      const b = await trace(ctx.seed);
+      checkEqual(b, a, 'two runs with the same seed');
+      check(
+        a.outcomes.includes('no') && a.outcomes.includes('unknown'),
+        'random faults of both kinds happen',
+      );
+      const c = await trace(ctx.seed + 1);
+      check(JSON.stringify(c) !== JSON.stringify(a), 'a different seed gives different faults');
+    },
+  },
+];

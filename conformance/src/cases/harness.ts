@@ -1,0 +1,177 @@
+/** What the protocol, history and fault cases share: clients, clocks, error classes. */
+import {
+  ClientCrash,
+  CommitUnknownError,
+  ConflictError,
+  LocalOracle,
+  LockNotResolvedError,
+  Percolator,
+  type PercolatorHooks,
+  type RowStore,
+  SnapshotTooOldError,
+  StoreError,
+  type TimestampOracle,
+  type Transaction,
+} from '@percolator/core';
+import { FaultyStore, type RandomFaults } from '../faulty-store.js';
+import type { CaseContext, Part } from '../types.js';
+import { ConformanceFailure, errorText } from '../util.js';
+
+/** A wall clock the test moves by hand, so lock expiry needs no sleeping. */
+export class FakeClock {
+  constructor(public nowMs = 1_700_000_000_000) {}
+  readonly now = (): number => this.nowMs;
+  advance(ms: number): void {
+    this.nowMs += ms;
+  }
+}
+
+/** Random faults used when a part runs "with faults". Modest, so work still gets done. */
+export const DEFAULT_RANDOM_FAULTS: RandomFaults = {
+  failBefore: 0.03,
+  failAfter: 0.03,
+  delay: 0.05,
+  maxDelayMs: 3,
+};
+
+export type FaultMode = 'clean' | 'faulty';
+
+/** Lock TTL of the protocol cases: long enough for a loaded machine, short enough to wait out. */
+export const LOCK_TTL_MS = 1000;
+
+/** Reads one column of several cells in one transaction, in the order given. */
+export async function readAll(tx: Transaction, cells: readonly (readonly [string, string])[], column = 'v') {
+  const out: (string | undefined)[] = [];
+  for (const [table, row] of cells) out.push(await tx.getString(table, row, column));
+  return out;
+}
+
+/**
+ * Every client of one store must share one timestamp order. Stores with an atomic counter
+ * give that through the default oracle; for the others all clients in this process share
+ * one LocalOracle per store.
+ */
+const sharedOracles = new WeakMap<RowStore, TimestampOracle>();
+
+export function oracleFor(store: RowStore): TimestampOracle | undefined {
+  if (store.capabilities.atomicCounter) return undefined;
+  let oracle = sharedOracles.get(store);
+  if (oracle === undefined) sharedOracles.set(store, (oracle = new LocalOracle()));
+  return oracle;
+}
+
+export interface ClientOptions {
+  readonly clock?: FakeClock;
+  readonly lockTtlMs?: number;
+  readonly lockWaitMs?: number;
+  readonly hooks?: PercolatorHooks;
+  /** Wrap the store in a FaultyStore with these random faults (seeded from ctx.random). */
+  readonly faults?: RandomFaults;
+  /** Wrap the store in a FaultyStore even without random faults (to hold or fail calls). */
+  readonly wrap?: boolean;
+  /** (table, column) pairs with observers: writes to them leave a notification. */
+  readonly observed?: ReadonlyArray<{ readonly table: string; readonly column: string }>;
+}
+
+export interface Client {
+  readonly db: Percolator;
+  /** The wrapper this client talks through, when it has one. */
+  readonly faulty?: FaultyStore;
+}
+
+/** A Percolator client over `store`, closed after the case. */
+export function client(ctx: CaseContext, store: RowStore, options: ClientOptions = {}): Client {
+  const faulty =
+    options.faults !== undefined || options.wrap
+      ? new FaultyStore(store, { seed: ctx.random.int(2 ** 31), random: options.faults })
+      : undefined;
+  const oracle = oracleFor(store);
+  const db = new Percolator({
+    store: faulty ?? store,
+    ...(oracle ? { oracle } : {}),
+    ...(options.clock ? { clock: options.clock.now } : {}),
+    ...(options.lockTtlMs !== undefined ? { lockTtlMs: options.lockTtlMs } : {}),
+    ...(options.lockWaitMs !== undefined ? { lockWaitMs: options.lockWaitMs } : {}),
+    ...(options.hooks ? { hooks: options.hooks } : {}),
+    ...(options.observed ? { observedColumns: options.observed } : {}),
+  });
+  ctx.defer(async () => {
+    faulty?.clearFaults();
+    await db.close();
+  });
+  if (faulty && options.faults) tally(ctx).push(faulty);
+  return { db, faulty };
+}
+
+const tallies = new WeakMap<CaseContext, FaultyStore[]>();
+
+/** Notes, once per case, how many faults its clients injected (and the case seed). */
+function tally(ctx: CaseContext): FaultyStore[] {
+  let stores = tallies.get(ctx);
+  if (stores === undefined) {
+    const list: FaultyStore[] = [];
+    tallies.set(ctx, (stores = list));
+    ctx.defer(() => {
+      const sum = (f: (s: FaultyStore) => number) => list.reduce((n, s) => n + f(s), 0);
+      ctx.note(
+        `faults injected: ${sum((s) => s.stats.failedBefore)} before, ${sum((s) => s.stats.failedAfter)} after ` +
+          `(ambiguous), ${sum((s) => s.stats.delayed)} delayed, over ${sum((s) => s.stats.calls)} calls`,
+      );
+    });
+  }
+  return stores;
+}
+
+/** The outcome of a transaction as a history records it. */
+export type Outcome = 'ok' | 'fail' | 'info';
+
+/**
+ * Sorts an error from a transaction into failed (certainly not committed) or unknown
+ * (may have committed). Anything unexpected is a failure of the suite's case.
+ */
+export function outcomeOf(error: unknown): Exclude<Outcome, 'ok'> {
+  if (error instanceof CommitUnknownError) return 'info';
+  if (error instanceof ClientCrash) return 'info';
+  if (error instanceof StoreError) return error.applied === 'no' ? 'fail' : 'info';
+  if (error instanceof ConflictError || error instanceof LockNotResolvedError) return 'fail';
+  if (error instanceof SnapshotTooOldError) return 'fail';
+  throw new ConformanceFailure(`unexpected error from a transaction: ${errorText(error)}`, { cause: error });
+}
+
+/**
+ * Runs a read-only check until it gets through (retryable errors and injected faults are
+ * retried), bounded.
+ */
+export async function settled<T>(
+  db: Percolator,
+  fn: (tx: Transaction) => Promise<T>,
+  what: string,
+): Promise<T> {
+  let last: unknown;
+  // Bounded in attempts and in time, so a broken store fails the case instead of hanging it.
+  const deadline = Date.now() + 15_000;
+  for (let attempt = 0; attempt < 30 && Date.now() < deadline; attempt++) {
+    try {
+      return await db.transact(fn, { maxAttempts: 10 });
+    } catch (error) {
+      outcomeOf(error);
+      last = error;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+  throw new ConformanceFailure(`${what} kept failing: ${errorText(last)}`);
+}
+
+/** Cases that also run with faults: the 'faults' part holds the faulty variant. */
+export function partFor(mode: FaultMode): Part {
+  return mode === 'faulty' ? 'faults' : 'protocol';
+}
+
+export function faultSuffix(mode: FaultMode): string {
+  return mode === 'faulty' ? ' (with random store faults)' : '';
+}
+
+/** Picks fault settings for a mode. */
+export function faultsFor(mode: FaultMode): RandomFaults | undefined {
+  return mode === 'faulty' ? DEFAULT_RANDOM_FAULTS : undefined;
+}

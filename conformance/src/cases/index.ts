@@ -1,0 +1,25 @@
+import type { ConformanceCase } from '../types.js';
+import { PARTS } from '../types.js';
+import { capabilityCases } from './capabilities.js';
+import { faultCases } from './faults.js';
+import { historyCases } from './history.js';
+import { observerCases } from './observers.js';
+import { observerWorkerCases } from './observers-worker.js';
+import { protocolCases } from './protocol.js';
+import { storeCases } from './store.js';
+
+/** Every case of the suite, in run order (parts in PARTS order). */
+export function allCases(): ConformanceCase[] {
+  const cases = [
+    ...storeCases,
+    ...capabilityCases,
+    ...protocolCases('clean'),
+    ...faultCases,
+    ...protocolCases('faulty'),
+    ...historyCases(),
+    ...observerCases,
+    ...observerWorkerCases,
+  ];
+  // A stable sort keeps each part's cases in the order they were written.
+  return cases.sort((a, b) => PARTS.indexOf(a.part) - PARTS.indexOf(b.part));
+}

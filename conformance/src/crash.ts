@@ -1,0 +1,48 @@
+/**
+ * Stopping a client at a named commit step, as if its process died there: an onCommitStep
+ * hook that throws ClientCrash. The client then makes no further store call for that
+ * transaction; its locks stay until they expire and readers resolve them.
+ */
+import { ClientCrash, type CommitStep, type CommitStepEvent } from '@percolator/core';
+
+export interface StopPoint {
+  readonly step: CommitStep;
+  /** For 'afterPrewrite': stop after the primary's (true) or a secondary's (false) prewrite. */
+  readonly isPrimary?: boolean;
+}
+
+function matches(point: StopPoint, e: CommitStepEvent): boolean {
+  return point.step === e.step && (point.isPrimary === undefined || point.isPrimary === e.isPrimary);
+}
+
+/**
+ * A hook that stops the first transaction reaching `point` (every one, with `once: false`).
+ * Pass it as `new Percolator({ hooks: { onCommitStep: stopAt(...) } })`.
+ */
+export function stopAt(point: StopPoint, options: { once?: boolean } = {}): (e: CommitStepEvent) => void {
+  let stopped = false;
+  return (e) => {
+    if ((stopped && options.once !== false) || !matches(point, e)) return;
+    stopped = true;
+    throw new ClientCrash(
+      `client stopped at ${e.step}${e.isPrimary === undefined ? '' : ` (isPrimary ${e.isPrimary})`}`,
+    );
+  };
+}
+
+/** Stop points chosen per transaction, by start timestamp (for randomised workloads). */
+export class CrashPlans {
+  private readonly plans = new Map<number, StopPoint>();
+
+  set(startTs: number, point: StopPoint): void {
+    this.plans.set(startTs, point);
+  }
+
+  /** The onCommitStep hook to build the client with. */
+  readonly hook = (e: CommitStepEvent): void => {
+    const plan = this.plans.get(e.startTs);
+    if (plan === undefined || !matches(plan, e)) return;
+    this.plans.delete(e.startTs);
+    throw new ClientCrash(`planned stop at ${e.step}`);
+  };
+}

@@ -1,0 +1,386 @@
+/**
+ * A RowStore wrapper that injects the failures a real network store produces, on command
+ * or at random from a seed:
+ *
+ * - `before`: the call fails before it reaches the store (StoreError, applied 'no');
+ * - `after`: the store applies the call, then the caller gets StoreError 'unknown' (the
+ *   ambiguous case: a timeout after the write landed);
+ * - `delay`: the call waits before it reaches the store;
+ * - `hold`: the call waits until the test releases it (to order events exactly).
+ *
+ * Every injected failure's message names the seed and call number, so a failing random run
+ * can be repeated with the same seed.
+ */
+import {
+  type CasRequest,
+  type CasResult,
+  type NotificationScanOptions,
+  type RowRef,
+  type RowStore,
+  type ScannedStoredRow,
+  type ScanOptions,
+  type StoreCapabilities,
+  type StoredRow,
+  StoreError,
+  UnsupportedOperationError,
+} from '@percolator/core';
+import { Random } from './random.js';
+import { sleep } from './util.js';
+
+export type StoreOperation =
+  | 'read'
+  | 'checkAndSet'
+  | 'readMany'
+  | 'checkAndSetMany'
+  | 'scan'
+  | 'incrementCounter'
+  | 'scanNotified'
+  | 'checkAndSetStamped';
+
+export const WRITE_OPERATIONS: readonly StoreOperation[] = [
+  'checkAndSet',
+  'checkAndSetMany',
+  'incrementCounter',
+  'checkAndSetStamped',
+];
+
+/** One call through the wrapper, as rules and listeners see it. */
+export interface StoreCall {
+  /** 1, 2, 3, ... in the order calls arrived. */
+  readonly number: number;
+  readonly operation: StoreOperation;
+  /** Table (or counter name) and key, when the call names one row. */
+  readonly table?: string;
+  readonly key?: string;
+  /** The request, for CAS calls. */
+  readonly request?: CasRequest;
+}
+
+export type FaultKind = 'before' | 'after' | 'delay';
+
+export interface RandomFaults {
+  /** Probability that a call fails before it reaches the store. */
+  readonly failBefore?: number;
+  /** Probability that a call is applied and then reported as failed (ambiguous). */
+  readonly failAfter?: number;
+  /** Probability that a call is delayed, by 0..maxDelayMs. */
+  readonly delay?: number;
+  readonly maxDelayMs?: number;
+  /** Operations eligible for random faults (default: all). */
+  readonly operations?: readonly StoreOperation[];
+}
+
+export interface FaultRule {
+  readonly kind: FaultKind;
+  /** Which calls: by operation and/or a predicate. Default: any call. */
+  readonly operation?: StoreOperation | readonly StoreOperation[];
+  readonly match?: (call: StoreCall) => boolean;
+  /** How many matching calls to affect (default 1). */
+  readonly times?: number;
+  /** For `delay`. */
+  readonly delayMs?: number;
+}
+
+export interface FaultEvent {
+  readonly call: StoreCall;
+  readonly kind: FaultKind;
+  readonly delayMs?: number;
+}
+
+export interface Hold {
+  /** Resolves with the first call that was held. */
+  readonly reached: Promise<StoreCall>;
+  /** Lets the held calls continue to the store; later calls are no longer held. */
+  release(): void;
+  /**
+   * Fails the held calls, and every later matching call, before they reach the store
+   * (StoreError 'no'): the client's messages never arrive, as after a crash.
+   */
+  fail(): void;
+}
+
+export interface FaultyStoreOptions {
+  /** Seed for random faults (default 1). */
+  readonly seed?: number;
+  /** Random faults, off when absent. */
+  readonly random?: RandomFaults;
+}
+
+export type CallListener = (
+  call: StoreCall,
+  outcome: { ok: boolean; error?: unknown; result?: unknown },
+) => void;
+
+interface ActiveRule {
+  rule: FaultRule;
+  left: number;
+}
+
+interface ActiveHold {
+  match: (call: StoreCall) => boolean;
+  released: boolean;
+  failing: boolean;
+  gate: Promise<void>;
+  open: () => void;
+  reached: (call: StoreCall) => void;
+}
+
+const MAX_LOG = 2000;
+
+export class FaultyStore implements RowStore {
+  readonly seed: number;
+  /** Faults injected so far (the first 2000). */
+  readonly log: FaultEvent[] = [];
+  readonly stats = { calls: 0, failedBefore: 0, failedAfter: 0, delayed: 0 };
+  private randomFaults: RandomFaults | undefined;
+  private readonly random: Random;
+  private readonly rules: ActiveRule[] = [];
+  private readonly holds: ActiveHold[] = [];
+  private readonly listeners = new Set<CallListener>();
+
+  constructor(
+    readonly inner: RowStore,
+    options: FaultyStoreOptions = {},
+  ) {
+    this.seed = options.seed ?? 1;
+    this.random = new Random(this.seed);
+    this.randomFaults = options.random;
+  }
+
+  get capabilities(): StoreCapabilities {
+    return this.inner.capabilities;
+  }
+
+  get name(): string {
+    return `faulty(${this.inner.name})`;
+  }
+
+  /** Turns random faults on (or off with undefined). */
+  setRandom(faults: RandomFaults | undefined): void {
+    this.randomFaults = faults;
+  }
+
+  /** Injects a fault into the next matching call(s). */
+  inject(rule: FaultRule): void {
+    this.rules.push({ rule, left: rule.times ?? 1 });
+  }
+
+  failBefore(
+    match?: (call: StoreCall) => boolean,
+    operation?: StoreOperation | readonly StoreOperation[],
+  ): void {
+    this.inject({ kind: 'before', match, operation });
+  }
+
+  failAfter(
+    match?: (call: StoreCall) => boolean,
+    operation?: StoreOperation | readonly StoreOperation[],
+  ): void {
+    this.inject({ kind: 'after', match, operation });
+  }
+
+  /** Holds matching calls before they reach the store until `release()`. */
+  hold(match: (call: StoreCall) => boolean): Hold {
+    let open!: () => void;
+    let reached!: (call: StoreCall) => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const reachedPromise = new Promise<StoreCall>((resolve) => (reached = resolve));
+    const hold: ActiveHold = { match, released: false, failing: false, gate, open, reached };
+    this.holds.push(hold);
+    return {
+      reached: reachedPromise,
+      release: () => {
+        hold.released = true;
+        const i = this.holds.indexOf(hold);
+        if (i >= 0) this.holds.splice(i, 1);
+        open();
+      },
+      fail: () => {
+        hold.failing = true;
+        open();
+      },
+    };
+  }
+
+  /** Calls `listener` after every call completes; returns an unsubscribe function. */
+  onCall(listener: CallListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Drops pending rules, holds (releasing them) and random faults. */
+  clearFaults(): void {
+    this.rules.length = 0;
+    for (const hold of [...this.holds]) {
+      hold.released = true;
+      hold.open();
+    }
+    this.holds.length = 0;
+    this.randomFaults = undefined;
+  }
+
+  read(table: string, key: string): Promise<StoredRow | null> {
+    return this.call({ operation: 'read', table, key }, () => this.inner.read(table, key));
+  }
+
+  checkAndSet(request: CasRequest): Promise<CasResult> {
+    return this.call({ operation: 'checkAndSet', table: request.table, key: request.key, request }, () =>
+      this.inner.checkAndSet(request),
+    );
+  }
+
+  readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+    const inner = this.inner;
+    if (inner.readMany === undefined) return Promise.reject(unsupported('readMany'));
+    return this.call({ operation: 'readMany', table: rows[0]?.table, key: rows[0]?.key }, () =>
+      inner.readMany!(rows),
+    );
+  }
+
+  checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    const inner = this.inner;
+    if (inner.checkAndSetMany === undefined) return Promise.reject(unsupported('checkAndSetMany'));
+    return this.call({ operation: 'checkAndSetMany', table: requests[0]?.table, key: requests[0]?.key }, () =>
+      inner.checkAndSetMany!(requests),
+    );
+  }
+
+  scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    const inner = this.inner;
+    if (inner.scan === undefined) return Promise.reject(unsupported('scan'));
+    return this.call({ operation: 'scan', table }, () => inner.scan!(table, options));
+  }
+
+  incrementCounter(name: string, delta: number): Promise<number> {
+    const inner = this.inner;
+    if (inner.incrementCounter === undefined) return Promise.reject(unsupported('incrementCounter'));
+    return this.call({ operation: 'incrementCounter', table: name }, () =>
+      inner.incrementCounter!(name, delta),
+    );
+  }
+
+  scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
+    const inner = this.inner;
+    if (inner.scanNotified === undefined) return Promise.reject(unsupported('scanNotified'));
+    return this.call({ operation: 'scanNotified', table }, () => inner.scanNotified!(table, options));
+  }
+
+  checkAndSetStamped(
+    request: Omit<CasRequest, 'state'>,
+    counter: string,
+    build: (timestamp: number) => Uint8Array,
+  ): Promise<CasResult & { timestamp?: number }> {
+    const inner = this.inner;
+    if (inner.checkAndSetStamped === undefined) return Promise.reject(unsupported('checkAndSetStamped'));
+    return this.call(
+      {
+        operation: 'checkAndSetStamped',
+        table: request.table,
+        key: request.key,
+        request: { ...request, state: null },
+      },
+      () => inner.checkAndSetStamped!(request, counter, build),
+    );
+  }
+
+  /** Closes the wrapped store. */
+  close(): Promise<void> {
+    this.clearFaults();
+    return this.inner.close();
+  }
+
+  private async call<T>(partial: Omit<StoreCall, 'number'>, run: () => Promise<T>): Promise<T> {
+    const call: StoreCall = { ...partial, number: ++this.stats.calls };
+    try {
+      const result = await this.faulted(call, run);
+      this.notify(call, { ok: true, result });
+      return result;
+    } catch (error) {
+      this.notify(call, { ok: false, error });
+      throw error;
+    }
+  }
+
+  private async faulted<T>(call: StoreCall, run: () => Promise<T>): Promise<T> {
+    for (const hold of [...this.holds]) {
+      if (hold.released || !hold.match(call)) continue;
+      hold.reached(call);
+      await hold.gate;
+      if (hold.failing) {
+        this.stats.failedBefore++;
+        this.record({ call, kind: 'before' });
+        throw new StoreError(this.message(call, 'was held and then dropped before reaching the store'), 'no');
+      }
+    }
+    const fault = this.chooseFault(call);
+    if (fault?.kind === 'delay') {
+      this.stats.delayed++;
+      this.record({ call, kind: 'delay', delayMs: fault.delayMs });
+      await sleep(fault.delayMs ?? 0);
+      return run();
+    }
+    if (fault?.kind === 'before') {
+      this.stats.failedBefore++;
+      this.record({ call, kind: 'before' });
+      throw new StoreError(this.message(call, 'failed before reaching the store'), 'no');
+    }
+    const result = await run();
+    if (fault?.kind === 'after') {
+      this.stats.failedAfter++;
+      this.record({ call, kind: 'after' });
+      throw new StoreError(this.message(call, 'was applied, then reported as failed (ambiguous)'), 'unknown');
+    }
+    return result;
+  }
+
+  private chooseFault(call: StoreCall): { kind: FaultKind; delayMs?: number } | undefined {
+    const index = this.rules.findIndex(({ rule }) => matches(rule, call));
+    if (index >= 0) {
+      const active = this.rules[index]!;
+      if (--active.left <= 0) this.rules.splice(index, 1);
+      return { kind: active.rule.kind, delayMs: active.rule.delayMs };
+    }
+    const faults = this.randomFaults;
+    if (faults === undefined) return undefined;
+    if (faults.operations !== undefined && !faults.operations.includes(call.operation)) return undefined;
+    // Always draw the same number of values per call, so the sequence depends only on the seed
+    // and the order of calls.
+    const roll = this.random.next();
+    const delayRoll = this.random.next();
+    const before = faults.failBefore ?? 0;
+    const after = faults.failAfter ?? 0;
+    const delay = faults.delay ?? 0;
+    if (roll < before) return { kind: 'before' };
+    if (roll < before + after) return { kind: 'after' };
+    if (roll < before + after + delay) {
+      return { kind: 'delay', delayMs: Math.floor(delayRoll * ((faults.maxDelayMs ?? 5) + 1)) };
+    }
+    return undefined;
+  }
+
+  private message(call: StoreCall, what: string): string {
+    const target =
+      call.key !== undefined ? `(${call.table}, ${JSON.stringify(call.key)})` : `(${call.table ?? ''})`;
+    return `injected fault: ${call.operation}${target} ${what} [FaultyStore seed ${this.seed}, call #${call.number}]`;
+  }
+
+  private record(event: FaultEvent): void {
+    if (this.log.length < MAX_LOG) this.log.push(event);
+  }
+
+  private notify(call: StoreCall, outcome: { ok: boolean; error?: unknown; result?: unknown }): void {
+    for (const listener of this.listeners) listener(call, outcome);
+  }
+}
+
+function matches(rule: FaultRule, call: StoreCall): boolean {
+  if (rule.operation !== undefined) {
+    const ops = typeof rule.operation === 'string' ? [rule.operation] : rule.operation;
+    if (!ops.includes(call.operation)) return false;
+  }
+  return rule.match === undefined || rule.match(call);
+}
+
+function unsupported(operation: string): UnsupportedOperationError {
+  return new UnsupportedOperationError(`the wrapped store does not offer ${operation}`);
+}

@@ -1,0 +1,150 @@
+/**
+ * A randomised concurrent list-append workload (Elle's), run through Percolator clients on
+ * one store. Each list is one cell holding a JSON array; an append reads the list and
+ * writes it back one longer, and records that read too. Every attempt is one history
+ * entry: committed (ok), certainly not committed (fail), or unknown (info).
+ */
+import { ClientCrash, type Percolator, type Transaction } from '@percolator/core';
+import type { CrashPlans, StopPoint } from '../crash.js';
+import type { Random } from '../random.js';
+import type { ListAppendMop, ListAppendOp } from './checker.js';
+
+export const LIST_TABLES = ['h_lists', 'h_lists_2'] as const;
+export const LIST_COLUMN = 'list';
+
+export interface ListAppendWorkload {
+  /** Clients to spread the workers over (several clients on the same store). */
+  readonly clients: readonly Percolator[];
+  /** Concurrent workers, each running transactions one after another. */
+  readonly workers: number;
+  /** Transaction attempts in total. */
+  readonly transactions: number;
+  /** Distinct lists; few, so transactions contend. */
+  readonly keys: number;
+  /** Operations per transaction: 1..maxOps. */
+  readonly maxOps: number;
+  readonly random: Random;
+  /**
+   * Called before each commit; returning a step makes that client stop (ClientCrash) at
+   * the step, and the attempt is recorded as unknown.
+   */
+  readonly crashAt?: (random: Random) => StopPoint | undefined;
+  /** Told when a client stopped, e.g. to move a fake clock past the lock TTL. */
+  readonly onCrash?: () => void;
+  /** Sorts an error into fail/info; throws on errors the workload should not see. */
+  readonly outcomeOf: (error: unknown) => 'fail' | 'info';
+}
+
+export interface ListAppendRun {
+  readonly history: ListAppendOp[];
+  readonly crashes: number;
+}
+
+/** Where a list lives: spread over two tables so transactions span tables. */
+export function listCell(key: string): readonly [string, string] {
+  const n = Number(key.slice(1));
+  return [LIST_TABLES[n % LIST_TABLES.length]!, key];
+}
+
+export function parseList(text: string | undefined): number[] {
+  if (text === undefined) return [];
+  const parsed: unknown = JSON.parse(text);
+  if (!Array.isArray(parsed) || !parsed.every((v) => Number.isInteger(v))) {
+    throw new Error(`a list cell holds ${text}, not a JSON array of integers`);
+  }
+  return parsed as number[];
+}
+
+/**
+ * Runs the workload. `plansFor(client)` gives the CrashPlans whose hook that client was
+ * built with (when crashes are wanted).
+ */
+export async function runListAppend(
+  workload: ListAppendWorkload,
+  plansFor?: (client: Percolator) => CrashPlans | undefined,
+): Promise<ListAppendRun> {
+  const history: ListAppendOp[] = [];
+  const keys = Array.from({ length: workload.keys }, (_, i) => `k${i}`);
+  let nextValue = 1;
+  let started = 0;
+  let crashes = 0;
+
+  const worker = async (w: number) => {
+    const random = workload.random.fork(`worker ${w}`);
+    const db = workload.clients[w % workload.clients.length]!;
+    while (started < workload.transactions) {
+      started++;
+      const plan = Array.from({ length: random.between(1, workload.maxOps) }, () => ({
+        key: random.pick(keys),
+        append: random.chance(0.5),
+      }));
+      const crash = workload.crashAt?.(random);
+      const mops: ListAppendMop[] = [];
+      const record = (type: ListAppendOp['type']) => {
+        // Reads of failed or unknown transactions carry no information.
+        const txn = type === 'ok' ? mops : mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m));
+        history.push({ id: history.length, process: w, type, txn });
+      };
+      let tx: Transaction;
+      try {
+        tx = await db.begin();
+      } catch (error) {
+        workload.outcomeOf(error);
+        continue;
+      }
+      try {
+        for (const { key, append } of plan) {
+          await jitter(random);
+          const [table, row] = listCell(key);
+          const list = parseList(await tx.getString(table, row, LIST_COLUMN));
+          mops.push({ f: 'r', key, value: list });
+          if (append) {
+            const value = nextValue++;
+            tx.set(table, row, LIST_COLUMN, JSON.stringify([...list, value]));
+            mops.push({ f: 'append', key, value });
+          }
+        }
+      } catch (error) {
+        await tx.rollback();
+        record(workload.outcomeOf(error));
+        continue;
+      }
+      if (crash !== undefined) plansFor?.(db)?.set(tx.startTs, crash);
+      await jitter(random);
+      try {
+        await tx.commit();
+        record('ok');
+      } catch (error) {
+        if (error instanceof ClientCrash) {
+          crashes++;
+          record('info');
+          workload.onCrash?.();
+        } else {
+          record(workload.outcomeOf(error));
+        }
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: workload.workers }, (_, w) => worker(w)));
+  return { history, crashes };
+}
+
+/**
+ * Lets other workers run for a few (seeded) microtask turns, so transactions interleave in
+ * more ways than the store's own awaits give, and still deterministically.
+ */
+async function jitter(random: Random): Promise<void> {
+  const turns = random.chance(0.5) ? random.between(1, 8) : 0;
+  for (let i = 0; i < turns; i++) await Promise.resolve();
+}
+
+/** Reads every list: the final state, as the operations of one history entry. */
+export async function readAllLists(tx: Transaction, keys: number): Promise<ListAppendMop[]> {
+  const mops: ListAppendMop[] = [];
+  for (let i = 0; i < keys; i++) {
+    const key = `k${i}`;
+    const [table, row] = listCell(key);
+    mops.push({ f: 'r', key, value: parseList(await tx.getString(table, row, LIST_COLUMN)) });
+  }
+  return mops;
+}

@@ -1,0 +1,2 @@
+export * from './plain.js';
+export { conformanceSuite } from './vitest.js';

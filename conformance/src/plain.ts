@@ -1,0 +1,31 @@
+/** Everything the package exports except the vitest binding. */
+export { allCases } from './cases/index.js';
+export { CrashPlans, type StopPoint, stopAt } from './crash.js';
+export {
+  type CallListener,
+  type FaultEvent,
+  type FaultKind,
+  type FaultRule,
+  FaultyStore,
+  type FaultyStoreOptions,
+  type Hold,
+  type RandomFaults,
+  type StoreCall,
+  type StoreOperation,
+  WRITE_OPERATIONS,
+} from './faulty-store.js';
+export {
+  type Anomaly,
+  type AnomalyType,
+  type CheckOptions,
+  type CheckResult,
+  type CycleStep,
+  checkListAppend,
+  describeCheck,
+  type EdgeKind,
+  type ListAppendMop,
+  type ListAppendOp,
+} from './history/checker.js';
+export { DEFAULT_SEED, Random } from './random.js';
+export { runConformance, selectCases, summarise } from './runner.js';
+export * from './types.js';

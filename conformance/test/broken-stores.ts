@@ -1,0 +1,162 @@
+/**
+ * Deliberately broken stores, each wrong in one way a real adapter could be, to prove the
+ * suite notices. They wrap the correct MemoryStore.
+ */
+import {
+  type CasRequest,
+  type CasResult,
+  compareKeys,
+  MemoryStore,
+  type RowStore,
+  type ScannedStoredRow,
+  type ScanOptions,
+  type StoreCapabilities,
+  type StoredRow,
+} from '@percolator/core';
+
+abstract class Wrapper implements RowStore {
+  readonly inner = new MemoryStore();
+  abstract readonly name: string;
+  get capabilities(): StoreCapabilities {
+    return this.inner.capabilities;
+  }
+  read(table: string, key: string): Promise<StoredRow | null> {
+    return this.inner.read(table, key);
+  }
+  checkAndSet(request: CasRequest): Promise<CasResult> {
+    return this.inner.checkAndSet(request);
+  }
+  incrementCounter(name: string, delta: number): Promise<number> {
+    return this.inner.incrementCounter(name, delta);
+  }
+  scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    return this.inner.scan(table, options);
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
+
+/** Only the basics plus a counter and scans, so every write goes through checkAndSet. */
+const BASIC: Omit<StoreCapabilities, 'maxStateBytes'> = {
+  batchRead: false,
+  batchCheckAndSet: false,
+  orderedScan: true,
+  atomicCounter: true,
+  notificationIndex: false,
+  stampedCheckAndSet: false,
+};
+
+/** A "CAS" that ignores the expected version: last writer wins. */
+export class IgnoresVersionStore extends Wrapper {
+  readonly name = 'broken: CAS ignores the version';
+  override get capabilities(): StoreCapabilities {
+    return { ...BASIC, maxStateBytes: this.inner.capabilities.maxStateBytes };
+  }
+  override async checkAndSet(request: CasRequest): Promise<CasResult> {
+    for (;;) {
+      const current = await this.inner.read(request.table, request.key);
+      const result = await this.inner.checkAndSet({ ...request, expected: current?.version ?? null });
+      if (result.ok) return result;
+    }
+  }
+}
+
+/**
+ * Reads come from a replica that lags: for a few milliseconds after a write, a read still
+ * returns the row as it was before that write.
+ */
+export class StaleReadStore extends Wrapper {
+  readonly name = 'broken: reads lag behind writes';
+  private readonly previous = new Map<string, { row: StoredRow | null; until: number }>();
+  constructor(private readonly lagMs = 3) {
+    super();
+  }
+  override get capabilities(): StoreCapabilities {
+    return { ...BASIC, maxStateBytes: this.inner.capabilities.maxStateBytes };
+  }
+  override async read(table: string, key: string): Promise<StoredRow | null> {
+    const stale = this.previous.get(`${table}\u0000${key}`);
+    if (stale !== undefined && performance.now() < stale.until) return stale.row;
+    return this.inner.read(table, key);
+  }
+  override async checkAndSet(request: CasRequest): Promise<CasResult> {
+    const id = `${request.table}\u0000${request.key}`;
+    const before = await this.inner.read(request.table, request.key);
+    const result = await this.inner.checkAndSet(request);
+    // The replica keeps the oldest state it has not caught up with yet.
+    const lagging = this.previous.get(id);
+    const row = lagging !== undefined && performance.now() < lagging.until ? lagging.row : before;
+    if (result.ok) this.previous.set(id, { row, until: performance.now() + this.lagMs });
+    return result;
+  }
+}
+
+/** Versions count per key and restart after a delete: the ABA hazard. */
+export class ReusesVersionsStore extends Wrapper {
+  readonly name = 'broken: versions restart after delete';
+  private readonly rows = new Map<string, { version: number; state: Uint8Array }>();
+  override get capabilities(): StoreCapabilities {
+    return { ...BASIC, orderedScan: false, maxStateBytes: this.inner.capabilities.maxStateBytes };
+  }
+  override async read(table: string, key: string): Promise<StoredRow | null> {
+    const row = this.rows.get(`${table}\u0000${key}`);
+    return row ? { version: String(row.version), state: row.state.slice() } : null;
+  }
+  override async checkAndSet(request: CasRequest): Promise<CasResult> {
+    const id = `${request.table}\u0000${request.key}`;
+    const row = this.rows.get(id);
+    if ((row ? String(row.version) : null) !== request.expected) return { ok: false };
+    if (request.state === null) {
+      this.rows.delete(id);
+      return { ok: true, version: '0' };
+    }
+    const version = (row?.version ?? 0) + 1;
+    this.rows.set(id, { version, state: request.state.slice() });
+    return { ok: true, version: String(version) };
+  }
+}
+
+/** Scans in JavaScript string order (UTF-16 code units), not UTF-8 byte order. */
+export class Utf16ScanStore extends Wrapper {
+  readonly name = 'broken: scans in UTF-16 order';
+  override get capabilities(): StoreCapabilities {
+    return { ...BASIC, maxStateBytes: this.inner.capabilities.maxStateBytes };
+  }
+  override async scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    const all = await this.inner.scan(table, { limit: Number.MAX_SAFE_INTEGER });
+    return all
+      .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+      .filter(
+        (r) =>
+          (options.start === undefined || r.key >= options.start) &&
+          (options.end === undefined || r.key < options.end) &&
+          (options.after === undefined || r.key > options.after),
+      )
+      .slice(0, options.limit);
+  }
+}
+
+/** A notification index that only learns about rows when they are created. */
+export class CreateOnlyNotificationsStore extends Wrapper {
+  readonly name = 'broken: notifications only on create';
+  private readonly flagged = new Set<string>();
+  override get capabilities(): StoreCapabilities {
+    return { ...BASIC, notificationIndex: true, maxStateBytes: this.inner.capabilities.maxStateBytes };
+  }
+  override async checkAndSet(request: CasRequest): Promise<CasResult> {
+    const result = await this.inner.checkAndSet(request);
+    const id = `${request.table}\u0000${request.key}`;
+    if (result.ok && request.expected === null && request.notified) this.flagged.add(id);
+    if (result.ok && request.expected !== null && !request.notified) this.flagged.delete(id);
+    return result;
+  }
+  async scanNotified(table: string, options: { after?: string; limit: number }): Promise<string[]> {
+    const keys = [...this.flagged]
+      .filter((id) => id.startsWith(`${table}\u0000`))
+      .map((id) => id.slice(table.length + 1))
+      .filter((k) => options.after === undefined || compareKeys(k, options.after) > 0)
+      .sort(compareKeys);
+    return keys.slice(0, options.limit);
+  }
+}

@@ -1,0 +1,249 @@
+import { checkListAppend, type ListAppendMop, type ListAppendOp, Random } from '@percolator/conformance';
+import { describe, expect, it } from 'vitest';
+
+// A tiny history notation: 'a x 1' appends 1 to x, 'r x 1 2' reads [1, 2], 'r x' reads [].
+function txn(type: ListAppendOp['type'], ...mops: string[]): ListAppendOp {
+  return {
+    type,
+    txn: mops.map((m): ListAppendMop => {
+      const [f, key, ...values] = m.split(' ');
+      if (f === 'a') return { f: 'append', key: key!, value: Number(values[0]) };
+      return { f: 'r', key: key!, value: type === 'ok' ? values.map(Number) : null };
+    }),
+  };
+}
+const ok = (...mops: string[]) => txn('ok', ...mops);
+const types = (history: ListAppendOp[]) =>
+  [...new Set(checkListAppend(history).anomalies.map((a) => a.type))].sort();
+
+describe('checkListAppend (Elle list-append, snapshot isolation)', () => {
+  it('accepts an empty history and a serial one', () => {
+    expect(checkListAppend([]).valid).toBe(true);
+    const result = checkListAppend([
+      ok('a x 1'),
+      ok('r x 1', 'a x 2'),
+      ok('r x 1 2', 'a y 1'),
+      ok('r x 1 2', 'r y 1'),
+    ]);
+    expect(result.valid).toBe(true);
+    expect(result.anomalies).toEqual([]);
+    expect(result.allowed).toEqual([]);
+    expect(result.counts).toEqual({ ok: 4, fail: 0, info: 0 });
+  });
+
+  it('accepts reads of a transaction own appends', () => {
+    expect(types([ok('r x', 'a x 1', 'r x 1', 'a x 2', 'r x 1 2'), ok('r x 1 2')])).toEqual([]);
+    expect(types([ok('a x 1', 'r x 1'), ok('r x 1', 'a x 2', 'r x 1 2')])).toEqual([]);
+  });
+
+  it('finds G0 (write cycle)', () => {
+    const history = [ok('a x 1', 'a y 1'), ok('a x 2', 'a y 2'), ok('r x 1 2', 'r y 2 1')];
+    const result = checkListAppend(history);
+    expect(result.valid).toBe(false);
+    const g0 = result.anomalies.find((a) => a.type === 'G0');
+    expect(g0?.cycle?.every((s) => s.kind === 'ww')).toBe(true);
+    expect([...(g0?.ops ?? [])].sort()).toEqual([0, 1]);
+  });
+
+  it('finds G1a (aborted read)', () => {
+    expect(types([txn('fail', 'a x 1'), ok('r x 1')])).toEqual(['G1a']);
+  });
+
+  it('treats an unknown (info) transaction whose append is read as committed, not aborted', () => {
+    expect(types([txn('info', 'a x 1', 'r y'), ok('r x 1')])).toEqual([]);
+  });
+
+  it('finds G1b (intermediate read)', () => {
+    expect(types([ok('a x 1', 'a x 2'), ok('r x 1')])).toContain('G1b');
+  });
+
+  it('finds G1c (circular information flow)', () => {
+    const result = checkListAppend([ok('a x 1', 'r y 1'), ok('a y 1', 'r x 1')]);
+    expect(result.anomalies.map((a) => a.type)).toEqual(['G1c']);
+    expect(result.anomalies[0]!.cycle!.every((s) => s.kind === 'wr')).toBe(true);
+  });
+
+  it('finds G-single (read skew: one anti-dependency)', () => {
+    const history = [ok('a x 1', 'a y 1'), ok('r x', 'r y 1'), ok('r x 1')];
+    const result = checkListAppend(history);
+    expect(result.anomalies.map((a) => a.type)).toEqual(['G-single']);
+    const cycle = result.anomalies[0]!.cycle!;
+    expect(cycle.filter((s) => s.kind === 'rw')).toHaveLength(1);
+    expect(result.anomalies[0]!.message).toMatch(/T1 -rw\("x"\)-> T0/);
+  });
+
+  it('finds G-nonadjacent (two anti-dependencies, never adjacent), which snapshot isolation forbids', () => {
+    // T0 -rw(x)-> T1 -wr(y)-> T2 -rw(z)-> T3 -wr(w)-> T0
+    const history = [
+      ok('r x', 'r w 1'),
+      ok('a x 1', 'a y 1'),
+      ok('r y 1', 'r z'),
+      ok('a z 1', 'a w 1'),
+      ok('r x 1', 'r z 1'),
+    ];
+    const result = checkListAppend(history);
+    expect(result.anomalies.map((a) => a.type)).toEqual(['G-nonadjacent']);
+    expect(result.anomalies[0]!.cycle!.map((s) => s.kind)).toEqual(['rw', 'wr', 'rw', 'wr']);
+  });
+
+  it('finds a lost update (two committed appends from the same read)', () => {
+    const history = [ok('a x 1'), ok('r x 1', 'a x 2'), ok('r x 1', 'a x 3'), ok('r x 1 2 3')];
+    expect(types(history)).toEqual(['G-single', 'lost-update']);
+  });
+
+  it('allows G2-item (write skew) under snapshot isolation, reporting it as information', () => {
+    const history = [
+      ok('a x 1', 'a y 1'),
+      ok('r x 1', 'r y 1', 'a x 2'),
+      ok('r x 1', 'r y 1', 'a y 2'),
+      ok('r x 1 2', 'r y 1 2'),
+    ];
+    const si = checkListAppend(history);
+    expect(si.valid).toBe(true);
+    expect(si.allowed.map((a) => a.type)).toEqual(['G2-item']);
+    expect(si.allowed[0]!.cycle!.filter((s) => s.kind === 'rw')).toHaveLength(2);
+    const serializable = checkListAppend(history, { allowed: [] });
+    expect(serializable.valid).toBe(false);
+    expect(serializable.anomalies.map((a) => a.type)).toEqual(['G2-item']);
+  });
+
+  it('finds reads that disagree on the order of a key (incompatible order)', () => {
+    expect(types([ok('a x 1'), ok('a x 2'), ok('r x 1 2'), ok('r x 2 1')])).toContain('incompatible-order');
+    expect(types([ok('a x 1'), ok('a x 2'), ok('r x 1 2'), ok('r x 2')])).toContain('incompatible-order');
+  });
+
+  it('finds garbage reads, duplicated elements, duplicate appends and internal inconsistency', () => {
+    expect(types([ok('r x 99')])).toEqual(['garbage-read']);
+    expect(types([ok('a x 1'), ok('r x 1 1')])).toContain('duplicate-elements');
+    expect(types([ok('a x 1'), ok('a x 1')])).toEqual(['duplicate-append']);
+    expect(types([ok('a x 5', 'r x')])).toEqual(['internal']);
+    expect(types([ok('a x 1'), ok('a x 2'), ok('r x 1', 'r x 1 2')])).toContain('internal');
+  });
+
+  it('ignores the reads of failed and unknown transactions', () => {
+    expect(
+      types([ok('a x 1'), txn('fail', 'r x 1', 'a y 1'), txn('info', 'r x 1', 'a y 2'), ok('r y 2')]),
+    ).toEqual([]);
+  });
+
+  it('uses the ids given in the history in its messages', () => {
+    const history = [txn('fail', 'a x 1'), ok('r x 1')].map((op, i) => ({ ...op, id: 100 + i }));
+    const [anomaly] = checkListAppend(history).anomalies;
+    expect(anomaly!.ops).toEqual([101, 100]);
+    expect(anomaly!.message).toContain('T101');
+  });
+
+  it('finds nothing in simulated serial and snapshot-isolation executions', () => {
+    for (let seed = 1; seed <= 20; seed++) {
+      expect(checkListAppend(simulate(seed, 'serial'), { allowed: [] }).valid).toBe(true);
+      const si = checkListAppend(simulate(seed, 'si'));
+      expect(si.anomalies).toEqual([]);
+    }
+  });
+
+  it('finds lost updates in a simulated execution without write-conflict checks', () => {
+    const found = new Set<string>();
+    for (let seed = 1; seed <= 10; seed++) {
+      for (const a of checkListAppend(simulate(seed, 'no-conflict-check')).anomalies) found.add(a.type);
+    }
+    expect(found).toContain('lost-update');
+    // An overwritten append vanishes from later lists, so reads also disagree on order.
+    expect(found).toContain('incompatible-order');
+  });
+
+  it('finds read skew in a simulated execution that reads each key at its own time', () => {
+    const found = new Set<string>();
+    for (let seed = 1; seed <= 10; seed++) {
+      for (const a of checkListAppend(simulate(seed, 'read-committed')).anomalies) found.add(a.type);
+    }
+    expect(found).toContain('G-single');
+  });
+});
+
+/**
+ * A toy database over list cells, running interleaved transactions:
+ * - serial: one at a time;
+ * - si: snapshot reads, first committer wins on written keys;
+ * - no-conflict-check: snapshot reads, every commit applied (lost updates);
+ * - read-committed: each read sees the latest committed state (read skew), conflicts checked.
+ */
+function simulate(
+  seed: number,
+  mode: 'serial' | 'si' | 'no-conflict-check' | 'read-committed',
+): ListAppendOp[] {
+  const random = new Random(seed);
+  const keys = ['x', 'y', 'z'];
+  type Version = { commit: number; lists: Map<string, number[]> };
+  const versions: Version[] = [{ commit: 0, lists: new Map(keys.map((k) => [k, []])) }];
+  const lastWrite = new Map<string, number>();
+  let clock = 0;
+  let nextValue = 1;
+  const history: ListAppendOp[] = [];
+  interface Running {
+    start: number;
+    snapshot: Map<string, number[]>;
+    plan: { key: string; append: boolean }[];
+    mops: ListAppendMop[];
+    writes: Map<string, number[]>;
+  }
+  const running: Running[] = [];
+  const latest = () => versions[versions.length - 1]!.lists;
+  const begin = (): Running => ({
+    start: clock,
+    snapshot: new Map(latest()),
+    plan: Array.from({ length: random.between(1, 4) }, () => ({
+      key: random.pick(keys),
+      append: random.chance(0.5),
+    })),
+    mops: [],
+    writes: new Map(),
+  });
+  const stepOf = (t: Running) => {
+    const { key, append } = t.plan.shift()!;
+    const base = mode === 'read-committed' ? latest() : t.snapshot;
+    const list = t.writes.get(key) ?? base.get(key)!;
+    t.mops.push({ f: 'r', key, value: [...list] });
+    if (append) {
+      const value = nextValue++;
+      t.writes.set(key, [...list, value]);
+      t.mops.push({ f: 'append', key, value });
+    }
+  };
+  const finish = (t: Running) => {
+    const conflict =
+      mode !== 'no-conflict-check' && [...t.writes.keys()].some((k) => (lastWrite.get(k) ?? 0) > t.start);
+    if (conflict) {
+      history.push({ type: 'fail', txn: t.mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m)) });
+      return;
+    }
+    clock++;
+    const lists = new Map(latest());
+    for (const [k, v] of t.writes) {
+      lists.set(k, v);
+      lastWrite.set(k, clock);
+    }
+    versions.push({ commit: clock, lists });
+    history.push({ type: 'ok', txn: t.mops });
+  };
+  for (let i = 0; i < 200; i++) {
+    if (mode === 'serial') {
+      const t = begin();
+      while (t.plan.length > 0) stepOf(t);
+      finish(t);
+      continue;
+    }
+    if (running.length < 4) running.push(begin());
+    const t = random.pick(running);
+    if (t.plan.length > 0) stepOf(t);
+    else {
+      running.splice(running.indexOf(t), 1);
+      finish(t);
+    }
+  }
+  for (const t of running) {
+    while (t.plan.length > 0) stepOf(t);
+    finish(t);
+  }
+  history.push({ type: 'ok', txn: keys.map((key) => ({ f: 'r', key, value: [...latest().get(key)!] })) });
+  return history;
+}

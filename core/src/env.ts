@@ -1,0 +1,50 @@
+import type { PrunePolicy } from './cells.js';
+import type { TimestampOracle } from './oracle.js';
+import type { RowStore } from './store.js';
+
+export type CommitStep =
+  | 'beforePrewrite'
+  | 'afterPrewrite'
+  | 'beforeCommitPrimary'
+  | 'afterCommitPrimary'
+  | 'afterCommitSecondary';
+
+export interface CommitStepEvent {
+  readonly step: CommitStep;
+  readonly startTs: number;
+  readonly table?: string;
+  readonly row?: string;
+  readonly isPrimary?: boolean;
+  readonly commitTs?: number;
+}
+
+export interface PercolatorHooks {
+  /**
+   * Called at each named commit step. It may await (to delay the client there). If it
+   * throws, the transaction's client behaves as if it crashed at that point: it makes no
+   * further store call for that transaction, and commit() rejects with the thrown error.
+   */
+  onCommitStep?(event: CommitStepEvent): void | Promise<void>;
+}
+
+/** What every protocol step needs: one object, built once per client. */
+export interface ProtocolEnv {
+  readonly store: RowStore;
+  readonly oracle: TimestampOracle;
+  readonly clock: () => number;
+  readonly lockTtlMs: number;
+  /** How long (real ms) a reader waits on a live lock before LockNotResolvedError. */
+  readonly lockWaitMs: number;
+  readonly prune: PrunePolicy;
+  readonly hooks: PercolatorHooks;
+  /** True when single-row transactions may commit in one stamped CAS. */
+  readonly onePhaseCounter: string | undefined;
+  /** (table, column) pairs that carry observers: writes to them set a notification. */
+  readonly observed: ReadonlySet<string>;
+  /** Work that outlives a commit (clearing secondariesPending); awaited by close(). */
+  readonly background: Set<Promise<unknown>>;
+}
+
+export function observedKey(table: string, column: string): string {
+  return `${table}\u0000${column}`;
+}

@@ -1,0 +1,97 @@
+/**
+ * Every error the library throws on purpose is a PercolatorError with a stable `code`.
+ * `retryable` tells callers (and `db.transact`) whether running the whole transaction
+ * again with a new start timestamp may succeed.
+ */
+export class PercolatorError extends Error {
+  readonly code: string;
+  readonly retryable: boolean;
+  constructor(code: string, message: string, options?: { cause?: unknown; retryable?: boolean }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.retryable = options?.retryable ?? false;
+  }
+}
+
+/** A write-write conflict, or the transaction was rolled back by another client. Retryable. */
+export class ConflictError extends PercolatorError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('CONFLICT', message, { ...options, retryable: true });
+  }
+}
+
+/**
+ * The primary commit was sent but its outcome could not be verified: the transaction
+ * may or may not be committed. Never retried automatically.
+ */
+export class CommitUnknownError extends PercolatorError {
+  readonly startTs: number;
+  constructor(message: string, startTs: number, options?: { cause?: unknown }) {
+    super('COMMIT_UNKNOWN', message, { ...options, retryable: false });
+    this.startTs = startTs;
+  }
+}
+
+/** The snapshot asked for is older than the versions still kept (section 7). Retryable. */
+export class SnapshotTooOldError extends PercolatorError {
+  constructor(message: string) {
+    super('SNAPSHOT_TOO_OLD', message, { retryable: true });
+  }
+}
+
+/** Bad input: names, keys, values, options. Nothing was changed. */
+export class InvalidArgumentError extends PercolatorError {
+  constructor(message: string) {
+    super('INVALID_ARGUMENT', message, { retryable: false });
+  }
+}
+
+/** A lock held by a live transaction did not go away within the bounded wait. Retryable. */
+export class LockNotResolvedError extends PercolatorError {
+  constructor(message: string) {
+    super('LOCK_NOT_RESOLVED', message, { retryable: true });
+  }
+}
+
+/** The store cannot do what was asked (for example an ordered scan). */
+export class UnsupportedOperationError extends PercolatorError {
+  constructor(message: string) {
+    super('UNSUPPORTED', message, { retryable: false });
+  }
+}
+
+/** A row grew past the store's size limit; the write was not sent. */
+export class RowTooLargeError extends PercolatorError {
+  constructor(message: string) {
+    super('ROW_TOO_LARGE', message, { retryable: false });
+  }
+}
+
+/** The transaction or client was used after it finished or closed. */
+export class ClosedError extends PercolatorError {
+  constructor(message: string) {
+    super('CLOSED', message, { retryable: false });
+  }
+}
+
+/**
+ * Thrown by a store adapter when a call failed. `applied: 'no'` promises the store did
+ * not apply it (for example the connection was refused before sending); `'unknown'`
+ * means it may have (timeout, connection lost after sending). The core treats any other
+ * exception from a write as `'unknown'`.
+ */
+export class StoreError extends PercolatorError {
+  readonly applied: 'no' | 'unknown';
+  constructor(message: string, applied: 'no' | 'unknown', options?: { cause?: unknown }) {
+    super(applied === 'no' ? 'STORE_UNAVAILABLE' : 'STORE_AMBIGUOUS', message, {
+      ...options,
+      retryable: applied === 'no',
+    });
+    this.applied = applied;
+  }
+}
+
+export function isRetryable(error: unknown): boolean {
+  return error instanceof PercolatorError && error.retryable;
+}

@@ -1,0 +1,30 @@
+export type { PrunePolicy } from './cells.js';
+export {
+  CompositeStore,
+  type CompositeStoreOptions,
+  type Placement,
+  shardOf,
+  type TableRoute,
+} from './composite-store.js';
+export type { CommitStep, CommitStepEvent, PercolatorHooks } from './env.js';
+export * from './errors.js';
+export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
+export {
+  compareKeys,
+  MAX_KEY_BYTES,
+  MAX_VALUE_BYTES,
+  validateColumn,
+  validateRowKey,
+  validateTable,
+} from './names.js';
+export * from './observers/index.js';
+export { CounterOracle, LocalOracle, type TimestampOracle } from './oracle.js';
+export {
+  DEFAULT_PRUNE_POLICY,
+  Percolator,
+  type PercolatorOptions,
+  type TransactOptions,
+} from './percolator.js';
+export * from './store.js';
+export { ClientCrash } from './testing.js';
+export { type CommitResult, type ScannedRow, type ScanRange, Transaction } from './transaction.js';

@@ -1,0 +1,121 @@
+import { addRecord, findRecord, pruneCell } from './cells.js';
+import type { ProtocolEnv } from './env.js';
+import { cellOf, type Lock, type RowState } from './row-state.js';
+import { updateRow } from './row-update.js';
+
+/**
+ * Resolving a lock another transaction left (PROTOCOL.md section 5). The primary cell
+ * decides the fate of every lock of its transaction.
+ */
+export type LockFate = { committed: true; commitTs: number } | { committed: false };
+
+export function isLockExpired(lock: Lock, nowMs: number): boolean {
+  return lock.wallTimeMs + lock.ttlMs < nowMs;
+}
+
+/**
+ * Returns 'alive' if the owner may still be committing (caller backs off), otherwise
+ * rolls the lock found at (table, row) forward or back and returns 'resolved'.
+ */
+export async function resolveLock(
+  env: ProtocolEnv,
+  table: string,
+  row: string,
+  lock: Lock,
+): Promise<'alive' | 'resolved'> {
+  const fate = await decideFate(env, lock);
+  if (fate === 'alive') return 'alive';
+  const p = lock.primary;
+  // The primary row was settled by decideFate itself; other rows need their own CAS.
+  if (!(p.table === table && p.row === row)) await settleRow(env, table, row, lock.startTs, fate);
+  return 'resolved';
+}
+
+/**
+ * Reads the primary and settles it: committed, rolled back, or still alive. Rolling back
+ * an expired primary is one CAS that races the owner's commit CAS: exactly one wins.
+ */
+export async function decideFate(env: ProtocolEnv, lock: Lock): Promise<LockFate | 'alive'> {
+  const { table, row, column } = lock.primary;
+  const startTs = lock.startTs;
+  const { result } = await updateRow<LockFate | 'alive'>(env, table, row, undefined, (state) => {
+    const next = state ?? { cells: new Map() };
+    const cell = cellOf(next, column);
+    const record = findRecord(cell, startTs);
+    if (record) {
+      if (record.kind === 'rollback') return { done: { committed: false } };
+      return { done: { committed: true, commitTs: record.commitTs } };
+    }
+    if (cell.lock?.startTs === startTs) {
+      if (!isLockExpired(cell.lock, env.clock())) return { done: 'alive' };
+    } else if (!isLockExpired(lock, env.clock())) {
+      // The primary prewrite may still be in flight (prewrites run in parallel): give the
+      // owner until the lock we met expires before killing it.
+      return { done: 'alive' };
+    } else if (startTs <= cell.prunedThrough) {
+      // No record, and history at that point was pruned. A commit record whose
+      // secondaries may be locked is never pruned, so this transaction did not commit;
+      // its rollback record (if any) was pruned, and prunedThrough still stops a late prewrite.
+      return { done: { committed: false } };
+    }
+    // Expired, or the primary prewrite never landed (or is still in flight): leave a
+    // rollback record first, so a late prewrite of this transaction fails.
+    rollBackCells(next, startTs);
+    addRecord(cell, {
+      commitTs: startTs,
+      startTs,
+      kind: 'rollback',
+      wallTimeMs: env.clock(),
+      secondariesPending: false,
+    });
+    return { write: next, result: { committed: false } };
+  });
+  return result;
+}
+
+/** Rolls every lock of `startTs` in one row forward (committed) or back. */
+export async function settleRow(
+  env: ProtocolEnv,
+  table: string,
+  row: string,
+  startTs: number,
+  fate: LockFate,
+): Promise<void> {
+  await updateRow(env, table, row, undefined, (state) => {
+    if (!state) return { done: undefined };
+    const changed = fate.committed
+      ? rollForwardCells(env, state, startTs, fate.commitTs)
+      : rollBackCells(state, startTs);
+    return changed ? { write: state, result: undefined } : { done: undefined };
+  });
+}
+
+export function rollBackCells(state: RowState, startTs: number): boolean {
+  let changed = false;
+  for (const cell of state.cells.values()) {
+    if (cell.lock?.startTs !== startTs) continue;
+    cell.lock = undefined;
+    cell.data.delete(startTs);
+    changed = true;
+  }
+  return changed;
+}
+
+export function rollForwardCells(
+  env: ProtocolEnv,
+  state: RowState,
+  startTs: number,
+  commitTs: number,
+): boolean {
+  let changed = false;
+  const now = env.clock();
+  for (const cell of state.cells.values()) {
+    const lock = cell.lock;
+    if (lock?.startTs !== startTs) continue;
+    cell.lock = undefined;
+    addRecord(cell, { commitTs, startTs, kind: lock.kind, wallTimeMs: now, secondariesPending: false });
+    pruneCell(cell, env.prune, now);
+    changed = true;
+  }
+  return changed;
+}

@@ -1,0 +1,189 @@
+import { RowTooLargeError } from './errors.js';
+import { compareKeys } from './names.js';
+import type {
+  CasRequest,
+  CasResult,
+  NotificationScanOptions,
+  RowRef,
+  RowStore,
+  ScannedStoredRow,
+  ScanOptions,
+  StoreCapabilities,
+  StoredRow,
+} from './store.js';
+
+interface MemoryRow {
+  version: string;
+  state: Uint8Array;
+  notified: boolean;
+}
+
+class MemoryTable {
+  readonly rows = new Map<string, MemoryRow>();
+  /** Row keys in compareKeys order, for scans. */
+  readonly sortedKeys: string[] = [];
+  readonly notified = new Set<string>();
+
+  insertKey(key: string): void {
+    const i = lowerBound(this.sortedKeys, key);
+    this.sortedKeys.splice(i, 0, key);
+  }
+  removeKey(key: string): void {
+    const i = lowerBound(this.sortedKeys, key);
+    if (this.sortedKeys[i] === key) this.sortedKeys.splice(i, 1);
+  }
+}
+
+function lowerBound(keys: readonly string[], key: string): number {
+  let lo = 0;
+  let hi = keys.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (compareKeys(keys[mid]!, key) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+export interface MemoryStoreOptions {
+  /** Largest state per row; default 16 MiB. */
+  maxStateBytes?: number;
+}
+
+/**
+ * The reference store: every capability, in one process. Many Percolator clients may
+ * share one MemoryStore (and so one oracle counter). States are copied in and out, so a
+ * caller can never change stored bytes behind the store's back.
+ */
+export class MemoryStore implements RowStore {
+  readonly name = 'memory';
+  readonly capabilities: StoreCapabilities;
+  private readonly tables = new Map<string, MemoryTable>();
+  private readonly counters = new Map<string, number>();
+  /** Versions come from one counter for the whole store, so they never repeat. */
+  private lastVersion = 0;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    this.capabilities = {
+      batchRead: true,
+      batchCheckAndSet: true,
+      orderedScan: true,
+      atomicCounter: true,
+      notificationIndex: true,
+      stampedCheckAndSet: true,
+      maxStateBytes: options.maxStateBytes ?? 16 * 1024 * 1024,
+    };
+  }
+
+  private table(name: string): MemoryTable {
+    let t = this.tables.get(name);
+    if (!t) {
+      t = new MemoryTable();
+      this.tables.set(name, t);
+    }
+    return t;
+  }
+
+  private readNow(table: string, key: string): StoredRow | null {
+    const row = this.tables.get(table)?.rows.get(key);
+    // A copy, so a caller can never change stored bytes behind the store's back.
+    return row ? { version: row.version, state: row.state.slice() } : null;
+  }
+
+  async read(table: string, key: string): Promise<StoredRow | null> {
+    return this.readNow(table, key);
+  }
+
+  async readMany(refs: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+    return refs.map((r) => this.readNow(r.table, r.key));
+  }
+
+  async checkAndSet(request: CasRequest): Promise<CasResult> {
+    return this.casNow(request);
+  }
+
+  async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    return requests.map((r) => this.casNow(r));
+  }
+
+  async checkAndSetStamped(
+    request: Omit<CasRequest, 'state'>,
+    counter: string,
+    build: (timestamp: number) => Uint8Array,
+  ): Promise<CasResult & { timestamp?: number }> {
+    const current = this.readNow(request.table, request.key);
+    if ((current?.version ?? null) !== request.expected) return { ok: false, current };
+    const timestamp = this.incrementNow(counter, 1);
+    const result = this.casNow({ ...request, state: build(timestamp) });
+    return result.ok ? { ...result, timestamp } : result;
+  }
+
+  private casNow(request: CasRequest): CasResult {
+    const { table: tableName, key, expected, state } = request;
+    if (state && state.length > this.capabilities.maxStateBytes) {
+      throw new RowTooLargeError(
+        `row state of ${state.length} bytes exceeds the memory store limit of ${this.capabilities.maxStateBytes}`,
+      );
+    }
+    const table = this.table(tableName);
+    const row = table.rows.get(key);
+    if ((row?.version ?? null) !== expected) {
+      return { ok: false, current: row ? { version: row.version, state: row.state.slice() } : null };
+    }
+    const version = (++this.lastVersion).toString(36);
+    if (state === null) {
+      if (row) {
+        table.rows.delete(key);
+        table.removeKey(key);
+        table.notified.delete(key);
+      }
+      return { ok: true, version };
+    }
+    const notified = request.notified ?? false;
+    if (!row) table.insertKey(key);
+    table.rows.set(key, { version, state: state.slice(), notified });
+    if (notified) table.notified.add(key);
+    else table.notified.delete(key);
+    return { ok: true, version };
+  }
+
+  async scan(tableName: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    const table = this.tables.get(tableName);
+    if (!table) return [];
+    const keys = table.sortedKeys;
+    let i = options.start === undefined ? 0 : lowerBound(keys, options.start);
+    if (options.after !== undefined) {
+      const j = lowerBound(keys, options.after);
+      i = Math.max(i, keys[j] === options.after ? j + 1 : j);
+    }
+    const out: ScannedStoredRow[] = [];
+    for (; i < keys.length && out.length < options.limit; i++) {
+      const key = keys[i]!;
+      if (options.end !== undefined && compareKeys(key, options.end) >= 0) break;
+      const row = table.rows.get(key)!;
+      out.push({ key, row: { version: row.version, state: row.state.slice() } });
+    }
+    return out;
+  }
+
+  async scanNotified(tableName: string, options: NotificationScanOptions): Promise<string[]> {
+    const table = this.tables.get(tableName);
+    if (!table) return [];
+    const after = options.after;
+    const keys = [...table.notified].filter((k) => after === undefined || compareKeys(k, after) > 0);
+    keys.sort(compareKeys);
+    return keys.slice(0, options.limit);
+  }
+
+  async incrementCounter(name: string, delta: number): Promise<number> {
+    return this.incrementNow(name, delta);
+  }
+
+  private incrementNow(name: string, delta: number): number {
+    const value = (this.counters.get(name) ?? 0) + delta;
+    this.counters.set(name, value);
+    return value;
+  }
+
+  async close(): Promise<void> {}
+}

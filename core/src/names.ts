@@ -1,0 +1,101 @@
+import { InvalidArgumentError } from './errors.js';
+
+/** Table names: 1-64 characters of [A-Za-z0-9_.-], so every store can use them safely. */
+export const TABLE_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+export const MAX_COLUMN_BYTES = 256;
+export const MAX_KEY_BYTES = 1024;
+export const MAX_VALUE_BYTES = 1024 * 1024;
+
+const encoder = new TextEncoder();
+
+export function utf8Length(text: string): number {
+  let bytes = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x80) bytes += 1;
+    else if (c < 0x800) bytes += 2;
+    else if (c >= 0xd800 && c <= 0xdbff) {
+      bytes += 4;
+      i++;
+    } else bytes += 3;
+  }
+  return bytes;
+}
+
+export function validateTable(table: unknown): asserts table is string {
+  if (typeof table !== 'string' || !TABLE_NAME.test(table)) {
+    throw new InvalidArgumentError(
+      `table name must be a string of 1-64 characters from [A-Za-z0-9_.-], got ${describe(table)}`,
+    );
+  }
+}
+
+function validateText(
+  kind: string,
+  value: unknown,
+  maxBytes: number,
+  allowEmpty: boolean,
+): asserts value is string {
+  if (typeof value !== 'string')
+    throw new InvalidArgumentError(`${kind} must be a string, got ${describe(value)}`);
+  if (!allowEmpty && value.length === 0) throw new InvalidArgumentError(`${kind} must not be empty`);
+  if (!value.isWellFormed())
+    throw new InvalidArgumentError(`${kind} contains a lone surrogate (not valid UTF-8)`);
+  const bytes = utf8Length(value);
+  if (bytes > maxBytes) throw new InvalidArgumentError(`${kind} is ${bytes} bytes; the limit is ${maxBytes}`);
+}
+
+export function validateColumn(column: unknown): asserts column is string {
+  validateText('column name', column, MAX_COLUMN_BYTES, false);
+}
+
+export function validateRowKey(key: unknown): asserts key is string {
+  validateText('row key', key, MAX_KEY_BYTES, false);
+}
+
+export function toValueBytes(value: unknown, maxBytes = MAX_VALUE_BYTES): Uint8Array {
+  let bytes: Uint8Array;
+  if (typeof value === 'string') {
+    if (!value.isWellFormed()) throw new InvalidArgumentError('string value contains a lone surrogate');
+    bytes = encoder.encode(value);
+  } else if (value instanceof Uint8Array) {
+    // Copy: the caller may reuse its buffer before the transaction commits.
+    bytes = new Uint8Array(value);
+  } else {
+    throw new InvalidArgumentError(`value must be a Uint8Array or a string, got ${describe(value)}`);
+  }
+  if (bytes.length > maxBytes) {
+    throw new InvalidArgumentError(`value is ${bytes.length} bytes; the limit is ${maxBytes}`);
+  }
+  return bytes;
+}
+
+/**
+ * The one key order of the library: UTF-8 byte order (= Unicode code point order).
+ * JavaScript's `<` compares UTF-16 code units, which differs for characters above U+FFFF.
+ */
+export function compareKeys(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x === y) continue;
+    return codeUnitRank(x) - codeUnitRank(y);
+  }
+  return a.length - b.length;
+}
+
+/** Surrogates (D800-DFFF) encode code points above FFFF, so they rank after E000-FFFF. */
+function codeUnitRank(c: number): number {
+  if (c >= 0xd800 && c <= 0xdfff) return c + 0x2000;
+  if (c >= 0xe000) return c - 0x800;
+  return c;
+}
+
+export function describe(value: unknown): string {
+  if (typeof value === 'string')
+    return value.length > 40 ? `a string of ${value.length} characters` : JSON.stringify(value);
+  if (value === null) return 'null';
+  if (value instanceof Uint8Array) return `a Uint8Array of ${value.length} bytes`;
+  return typeof value;
+}

@@ -1,0 +1,17 @@
+export {
+  measureObserverLatency,
+  type ObserverLatencyOptions,
+  type ObserverLatencyReport,
+} from './latency.js';
+export { LEASE_TABLE } from './lease.js';
+export { isReservedColumn, RESERVED_COLUMN_PREFIX } from './reserved.js';
+export type {
+  NotifiedCell,
+  Observer,
+  RunEvent,
+  RunFailure,
+  RunUntilIdleOptions,
+  WorkerOptions,
+  WorkerStats,
+} from './types.js';
+export { ObserversNotIdleError, ObserverWorker } from './worker.js';

@@ -1,0 +1,66 @@
+import type { ProtocolEnv } from '../env.js';
+import { cellOf, isCellEmpty, type RowState } from '../row-state.js';
+import { updateRow } from '../row-update.js';
+
+/**
+ * The non-transactional side of notifications (PROTOCOL.md section 8): `notifyTs` is a
+ * hint in the row, set and cleared by plain row CAS, never through a lock.
+ */
+
+export interface NotifiedCells {
+  readonly table: string;
+  readonly row: string;
+  readonly columns: Iterable<string>;
+}
+
+/** Raises `notifyTs` of each cell to at least `ts` (one CAS per row, rows in parallel). */
+export async function markNotifications(
+  env: ProtocolEnv,
+  rows: readonly NotifiedCells[],
+  ts: number,
+): Promise<void> {
+  await Promise.all(
+    rows.map(({ table, row, columns }) =>
+      updateRow(env, table, row, undefined, (state) => {
+        const next: RowState = state ?? { cells: new Map() };
+        let changed = false;
+        for (const column of columns) {
+          const cell = cellOf(next, column);
+          if (cell.notifyTs >= ts) continue;
+          cell.notifyTs = ts;
+          changed = true;
+        }
+        return changed ? { write: next, result: undefined } : { done: undefined };
+      }),
+    ),
+  );
+}
+
+/**
+ * Clears `notify[column]` unless something newer arrived. `seenNotifyTs` is the value read
+ * before the observer runs began; `coveredBelow` the smallest startTs among those runs:
+ * every write they are known to have seen committed below it. The flag stays if it changed
+ * (a newer write or notification), if the cell is locked (a write in flight), or if the
+ * newest committed write is at or above `coveredBelow` (some run may have missed it).
+ * Returns whether it was cleared.
+ */
+export async function clearNotification(
+  env: ProtocolEnv,
+  table: string,
+  row: string,
+  column: string,
+  seenNotifyTs: number,
+  coveredBelow: number,
+): Promise<boolean> {
+  const { result } = await updateRow<boolean>(env, table, row, undefined, (state) => {
+    const cell = state?.cells.get(column);
+    if (!state || !cell || cell.notifyTs !== seenNotifyTs || cell.lock) return { done: false };
+    const newest = cell.writes.find((rec) => rec.kind !== 'rollback');
+    if (newest && newest.commitTs >= coveredBelow) return { done: false };
+    cell.notifyTs = 0;
+    // A row that held nothing but this notification (a weak one) goes away entirely.
+    const empty = [...state.cells.values()].every(isCellEmpty);
+    return { write: empty ? null : state, result: true };
+  });
+  return result;
+}

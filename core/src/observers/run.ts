@@ -1,0 +1,67 @@
+import { backoffMs, sleep } from '../backoff.js';
+import { isRetryable } from '../errors.js';
+import type { Transaction } from '../transaction.js';
+import { ackColumn } from './reserved.js';
+import type { NotifiedCell, Observer, WorkerStats } from './types.js';
+
+/** What a run needs from the client: a way to start transactions. */
+export interface TransactionSource {
+  begin(): Promise<Transaction>;
+}
+
+export type RunResult =
+  | { readonly ran: true; readonly startTs: number; readonly commitTs: number }
+  | { readonly ran: false; readonly startTs: number };
+
+const decoder = new TextDecoder();
+
+function parseAck(bytes: Uint8Array | undefined): number {
+  if (bytes === undefined) return 0;
+  const ts = Number(decoder.decode(bytes));
+  return Number.isSafeInteger(ts) && ts > 0 ? ts : 0;
+}
+
+/**
+ * One observer run (PROTOCOL.md section 8). In a new transaction: read the ack; if the
+ * newest write of the observed cell is newer than it (and was not written by the run
+ * that set the ack), run the handler and write ack = startTs in the same transaction, so
+ * two concurrent runs conflict and at most one commits per change. A weak observer skips
+ * the ack and always runs. Retryable errors (an ack conflict, a lock that would not
+ * clear) run the whole thing again with a new snapshot, up to `maxAttempts`.
+ *
+ * Resolves with the startTs of the deciding transaction: every write committed below it
+ * has been handled (or acknowledged) by this observer.
+ */
+export async function runObserver(
+  db: TransactionSource,
+  observer: Observer,
+  cell: NotifiedCell,
+  maxAttempts: number,
+  stats: WorkerStats,
+): Promise<RunResult> {
+  const { table, row, column } = cell;
+  const ack = ackColumn(observer.name, column);
+  for (let attempt = 1; ; attempt++) {
+    const tx = await db.begin();
+    try {
+      if (!observer.weak) {
+        const state = await tx.observedState(table, row, column, ack);
+        const ackTs = parseAck(state.ack);
+        const write = state.write;
+        if (!write || write.commitTs <= ackTs || write.startTs === ackTs) {
+          await tx.rollback();
+          return { ran: false, startTs: tx.startTs };
+        }
+      }
+      await observer.handler(tx, { table, row, column });
+      if (!observer.weak) tx.setReserved(table, row, ack, String(tx.startTs));
+      const { commitTs } = await tx.commit();
+      return { ran: true, startTs: tx.startTs, commitTs };
+    } catch (error) {
+      await tx.rollback();
+      if (!isRetryable(error) || attempt >= maxAttempts) throw error;
+      stats.conflicts++;
+      await sleep(backoffMs(attempt, 2, 100));
+    }
+  }
+}

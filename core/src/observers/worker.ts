@@ -1,0 +1,449 @@
+import { sleep } from '../backoff.js';
+import { decodeRow } from '../codec.js';
+import { observedKey, type ProtocolEnv } from '../env.js';
+import { InvalidArgumentError, isRetryable, PercolatorError, UnsupportedOperationError } from '../errors.js';
+import { compareKeys, TABLE_NAME, validateColumn, validateTable } from '../names.js';
+import { readRow } from '../row-update.js';
+import { type Lease, Leases } from './lease.js';
+import { clearNotification } from './notifications.js';
+import { StartPositions } from './positions.js';
+import { runObserver, type TransactionSource } from './run.js';
+import type {
+  NotifiedCell,
+  Observer,
+  RunFailure,
+  RunUntilIdleOptions,
+  WorkerOptions,
+  WorkerStats,
+} from './types.js';
+
+/** runUntilIdle() ran out of time with notifications still pending. */
+export class ObserversNotIdleError extends PercolatorError {
+  constructor(message: string) {
+    super('NOT_IDLE', message, { retryable: true });
+  }
+}
+
+/** What processing one row found. */
+interface RowOutcome {
+  /** Some observer run (or skip) happened: it may have left new notifications elsewhere. */
+  readonly processed: boolean;
+  /** A notification for this worker's observers is still there (or may be). */
+  readonly pending: boolean;
+  /** Another worker holds the row's lease. */
+  readonly leased: boolean;
+  /** Earliest time (performance.now ms) a failed run may be retried. */
+  readonly retryAt?: number;
+}
+
+const IDLE: RowOutcome = { processed: false, pending: false, leased: false };
+const MIN_POLL_MS = 5;
+const MAX_JUMPS_PER_SWEEP = 16;
+
+export function validateObservers(observers: readonly Observer[]): void {
+  if (!Array.isArray(observers) || observers.length === 0) {
+    throw new InvalidArgumentError('a worker needs at least one observer');
+  }
+  const names = new Set<string>();
+  for (const o of observers) {
+    if (typeof o !== 'object' || o === null) throw new InvalidArgumentError('an observer must be an object');
+    if (typeof o.name !== 'string' || !TABLE_NAME.test(o.name)) {
+      throw new InvalidArgumentError(
+        `observer name must be 1-64 characters from [A-Za-z0-9_.-], got ${JSON.stringify(o.name)}`,
+      );
+    }
+    if (names.has(o.name)) throw new InvalidArgumentError(`two observers are named "${o.name}"`);
+    names.add(o.name);
+    validateTable(o.table);
+    validateColumn(o.column);
+    if (typeof o.handler !== 'function') {
+      throw new InvalidArgumentError(`observer "${o.name}" needs a handler function`);
+    }
+  }
+}
+
+function positiveInteger(value: number | undefined, fallback: number, what: string): number {
+  const v = value ?? fallback;
+  if (!Number.isInteger(v) || v < 1) throw new InvalidArgumentError(`${what} must be a positive integer`);
+  return v;
+}
+
+/**
+ * Runs observers (PROTOCOL.md section 8). It finds notified rows through the store's
+ * notification index (never a full scan), takes an advisory lease per row so workers in
+ * this or other processes do not run the same row at once, runs each observer of each
+ * notified cell in its own transaction, and clears the notification unless a newer
+ * write arrived meanwhile.
+ */
+export class ObserverWorker {
+  readonly stats: WorkerStats = {
+    runs: 0,
+    skipped: 0,
+    conflicts: 0,
+    failures: 0,
+    cleared: 0,
+    leaseBusy: 0,
+    jumps: 0,
+    rowsScanned: 0,
+  };
+  private readonly byCell = new Map<string, Observer[]>();
+  private readonly tables: string[];
+  private readonly leases: Leases;
+  private readonly positions = new StartPositions();
+  /** Rows this worker is processing now (leases are per worker, not per loop). */
+  private readonly inFlight = new Set<string>();
+  /** Backoff of failed runs: "table\0row\0column\0observer" -> state. */
+  private readonly retries = new Map<string, { attempts: number; retryAt: number }>();
+  private readonly concurrency: number;
+  private readonly leaseMs: number;
+  private readonly idlePollMs: number;
+  private readonly batchSize: number;
+  private readonly retryBaseMs: number;
+  private readonly retryMaxMs: number;
+  private readonly maxRunAttempts: number;
+  private running = false;
+  private loops: Promise<void>[] = [];
+  private readonly sleepers = new Set<() => void>();
+
+  constructor(
+    private readonly db: TransactionSource,
+    private readonly env: ProtocolEnv,
+    private readonly options: WorkerOptions,
+  ) {
+    validateObservers(options.observers);
+    const store = env.store;
+    if (!store.capabilities.notificationIndex || !store.scanNotified) {
+      throw new UnsupportedOperationError(
+        `store "${store.name}" has no notification index; observer workers need scanNotified`,
+      );
+    }
+    for (const o of options.observers) {
+      const key = observedKey(o.table, o.column);
+      this.byCell.set(key, [...(this.byCell.get(key) ?? []), o]);
+    }
+    this.tables = [...new Set(options.observers.map((o) => o.table))];
+    this.concurrency = positiveInteger(options.concurrency, 4, 'concurrency');
+    this.leaseMs = positiveInteger(options.leaseMs, 10_000, 'leaseMs');
+    this.idlePollMs = positiveInteger(options.idlePollMs, 200, 'idlePollMs');
+    this.batchSize = positiveInteger(options.batchSize, 64, 'batchSize');
+    this.retryBaseMs = positiveInteger(options.retry?.baseMs, 100, 'retry.baseMs');
+    this.retryMaxMs = positiveInteger(options.retry?.maxMs, 30_000, 'retry.maxMs');
+    this.maxRunAttempts = positiveInteger(options.maxRunAttempts, 5, 'maxRunAttempts');
+    this.leases = new Leases(store, this.leaseMs, options.clock ?? env.clock);
+  }
+
+  get isRunning(): boolean {
+    return this.running;
+  }
+
+  /** Starts `concurrency` background loops; each scans from random positions until stop(). */
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loops = Array.from({ length: this.concurrency }, () => this.loop());
+  }
+
+  /** Stops the loops; resolves once the rows they were processing are finished. */
+  async stop(): Promise<void> {
+    this.running = false;
+    for (const wake of this.sleepers) wake();
+    await Promise.all(this.loops);
+    this.loops = [];
+  }
+
+  /**
+   * Processes notifications until none is pending for this worker's observers, then
+   * resolves. Works whether or not start() was called. Rows leased by other workers and
+   * runs waiting out a failure backoff count as pending: it waits for them.
+   */
+  async runUntilIdle(options: RunUntilIdleOptions = {}): Promise<void> {
+    const deadline = performance.now() + (options.timeoutMs ?? Number.POSITIVE_INFINITY);
+    for (;;) {
+      const pass = await this.fullPass();
+      if (!pass.processed && pass.pending.length === 0) return;
+      if (performance.now() >= deadline) {
+        const sample = pass.pending.slice(0, 5).map((r) => JSON.stringify(r));
+        throw new ObserversNotIdleError(
+          `observers not idle after ${options.timeoutMs} ms: ${pass.pending.length} rows pending, e.g. ${sample.join(', ')}`,
+        );
+      }
+      if (!pass.processed) {
+        // Everything left is leased elsewhere or backing off: wait a little.
+        const untilRetry = pass.retryAt - performance.now();
+        await sleep(
+          Math.max(MIN_POLL_MS, Math.min(this.idlePollMs, untilRetry, deadline - performance.now())),
+        );
+      }
+    }
+  }
+
+  /** One sweep over every observed table's notified rows, `concurrency` rows at a time. */
+  private async fullPass(): Promise<{ processed: boolean; pending: string[]; retryAt: number }> {
+    let processed = false;
+    const pending: string[] = [];
+    let retryAt = Number.POSITIVE_INFINITY;
+    for (const table of this.tables) {
+      for await (const keys of this.ring(table, this.positions.pick(table))) {
+        const outcomes = await mapLimit(keys, this.concurrency, (key) => this.processRow(table, key));
+        outcomes.forEach((o, i) => {
+          if (o.processed) processed = true;
+          if (o.pending) pending.push(`${table}/${keys[i]}`);
+          if (o.retryAt !== undefined) retryAt = Math.min(retryAt, o.retryAt);
+        });
+      }
+    }
+    return { processed, pending, retryAt };
+  }
+
+  /** A background loop: sweeps from random positions, backs off while there is nothing to do. */
+  private async loop(): Promise<void> {
+    let idleMs = MIN_POLL_MS;
+    while (this.running) {
+      let active = false;
+      try {
+        for (const table of shuffle(this.tables)) {
+          if (!this.running) break;
+          if (await this.sweep(table)) active = true;
+        }
+      } catch (error) {
+        this.reportError(error, undefined);
+      }
+      if (active) idleMs = MIN_POLL_MS;
+      else {
+        await this.pause(idleMs * (0.5 + Math.random()));
+        idleMs = Math.min(this.idlePollMs, idleMs * 2);
+      }
+    }
+  }
+
+  /**
+   * Scans one table's notified rows from a random position, wrapping around once, and
+   * processes them one at a time. Meeting a row another worker holds means a scanner is
+   * just ahead: jump to a new random position instead of trailing it (bus clumping).
+   * Returns whether it processed anything.
+   */
+  private async sweep(table: string): Promise<boolean> {
+    let active = false;
+    for (let jumps = 0; jumps <= MAX_JUMPS_PER_SWEEP && this.running; jumps++) {
+      let jumped = false;
+      scan: for await (const keys of this.ring(table, this.positions.pick(table))) {
+        for (const key of keys) {
+          if (!this.running) return active;
+          const outcome = await this.processRow(table, key);
+          if (outcome.processed) active = true;
+          if (outcome.leased) {
+            this.stats.jumps++;
+            jumped = true;
+            break scan;
+          }
+        }
+      }
+      if (!jumped) return active;
+    }
+    return active;
+  }
+
+  /**
+   * Pages of notified keys of `table` after `start`, then from the beginning up to and
+   * including `start`: every listed key once.
+   */
+  private async *ring(table: string, start: string | undefined): AsyncGenerator<string[]> {
+    const scanNotified = this.env.store.scanNotified!.bind(this.env.store);
+    let after = start;
+    let wrapped = start === undefined;
+    for (;;) {
+      const page = await scanNotified(table, { after, limit: this.batchSize });
+      for (const key of page) this.positions.observe(table, key);
+      if (wrapped && start !== undefined) {
+        const end = page.findIndex((k) => compareKeys(k, start) > 0);
+        if (end >= 0) {
+          if (end > 0) yield page.slice(0, end);
+          return;
+        }
+      }
+      if (page.length > 0) yield page;
+      if (page.length < this.batchSize) {
+        if (wrapped) return;
+        wrapped = true;
+        after = undefined;
+      } else {
+        after = page[page.length - 1];
+      }
+    }
+  }
+
+  /** Lease the row, run the observers of each of its notified cells, release. */
+  private async processRow(table: string, key: string): Promise<RowOutcome> {
+    const id = `${table}\u0000${key}`;
+    if (this.inFlight.has(id)) return { processed: false, pending: true, leased: false };
+    this.inFlight.add(id);
+    try {
+      let lease: Lease | undefined;
+      try {
+        lease = await this.leases.acquire(table, key);
+      } catch (error) {
+        this.reportError(error, undefined);
+        return { processed: false, pending: true, leased: false, retryAt: performance.now() + 50 };
+      }
+      if (!lease) {
+        this.stats.leaseBusy++;
+        return { processed: false, pending: true, leased: true };
+      }
+      const renewal = setInterval(() => void lease.renew(), Math.max(1, Math.floor(this.leaseMs / 3)));
+      renewal.unref();
+      try {
+        return await this.processLeasedRow(table, key);
+      } finally {
+        clearInterval(renewal);
+        await lease.release();
+      }
+    } finally {
+      this.inFlight.delete(id);
+    }
+  }
+
+  private async processLeasedRow(table: string, key: string): Promise<RowOutcome> {
+    let stored: Awaited<ReturnType<typeof readRow>>;
+    try {
+      stored = await readRow(this.env, table, key);
+    } catch (error) {
+      this.reportError(error, undefined);
+      return { processed: false, pending: true, leased: false, retryAt: performance.now() + 50 };
+    }
+    this.stats.rowsScanned++;
+    if (!stored) return IDLE;
+    const work: { column: string; notifyTs: number; observers: Observer[] }[] = [];
+    for (const [column, cell] of decodeRow(stored.state).cells) {
+      const observers = this.byCell.get(observedKey(table, column));
+      if (cell.notifyTs > 0 && observers) work.push({ column, notifyTs: cell.notifyTs, observers });
+    }
+    if (work.length === 0) return IDLE;
+    let processed = false;
+    let pending = false;
+    let retryAt: number | undefined;
+    for (const { column, notifyTs, observers } of work) {
+      const result = await this.processCell({ table, row: key, column }, notifyTs, observers);
+      if (result.processed) processed = true;
+      if (result.pending) pending = true;
+      if (result.retryAt !== undefined) retryAt = Math.min(retryAt ?? Infinity, result.retryAt);
+    }
+    return { processed, pending, leased: false, retryAt };
+  }
+
+  /** Every observer of one notified cell, then the clear. */
+  private async processCell(
+    cell: NotifiedCell,
+    notifyTs: number,
+    observers: readonly Observer[],
+  ): Promise<{ processed: boolean; pending: boolean; retryAt?: number }> {
+    const retryKey = (o: Observer) => `${cell.table}\u0000${cell.row}\u0000${cell.column}\u0000${o.name}`;
+    // While any observer of the cell backs off, leave the whole cell alone: the others
+    // would only find their acks current again.
+    const now = performance.now();
+    const waiting = observers
+      .map((o) => this.retries.get(retryKey(o))?.retryAt ?? 0)
+      .filter((at) => at > now);
+    if (waiting.length > 0) return { processed: false, pending: true, retryAt: Math.min(...waiting) };
+    let coveredBelow = Number.POSITIVE_INFINITY;
+    let allDone = true;
+    let retryAt: number | undefined;
+    for (const observer of observers) {
+      const backoff = this.retries.get(retryKey(observer));
+      try {
+        const result = await runObserver(this.db, observer, cell, this.maxRunAttempts, this.stats);
+        this.retries.delete(retryKey(observer));
+        coveredBelow = Math.min(coveredBelow, result.startTs);
+        if (result.ran) {
+          this.stats.runs++;
+          this.options.onRun?.({
+            ...cell,
+            observer: observer.name,
+            startTs: result.startTs,
+            commitTs: result.commitTs,
+          });
+        } else {
+          this.stats.skipped++;
+        }
+      } catch (error) {
+        allDone = false;
+        this.stats.failures++;
+        const attempts = (backoff?.attempts ?? 0) + 1;
+        const delay = Math.min(this.retryMaxMs, this.retryBaseMs * 2 ** Math.min(attempts - 1, 20));
+        const at = performance.now() + delay;
+        this.retries.set(retryKey(observer), { attempts, retryAt: at });
+        retryAt = Math.min(retryAt ?? Infinity, at);
+        this.reportError(error, { ...cell, observer: observer.name, attempt: attempts, retryInMs: delay });
+      }
+    }
+    if (!allDone) return { processed: true, pending: true, retryAt };
+    try {
+      const cleared = await clearNotification(
+        this.env,
+        cell.table,
+        cell.row,
+        cell.column,
+        notifyTs,
+        coveredBelow,
+      );
+      if (cleared) this.stats.cleared++;
+      return { processed: true, pending: !cleared };
+    } catch (error) {
+      this.reportError(error, undefined);
+      return { processed: true, pending: true };
+    }
+  }
+
+  private reportError(error: unknown, failure: RunFailure | undefined): void {
+    if (this.options.onError) {
+      try {
+        this.options.onError(error, failure);
+      } catch {
+        // A throwing error callback must not stop the worker.
+      }
+      return;
+    }
+    // By default only what needs a person is logged: contention (conflicts, busy locks)
+    // that outlasted a run's attempts is retried later anyway and shows in `stats`.
+    if (isRetryable(error)) return;
+    const where = failure
+      ? `observer "${failure.observer}" failed on ${failure.table}/${JSON.stringify(failure.row)}/${failure.column} (attempt ${failure.attempt}, retry in ${failure.retryInMs} ms)`
+      : 'observer worker error';
+    console.warn(`${where}:`, error);
+  }
+
+  /** A sleep that stop() cuts short. */
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.sleepers.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.sleepers.add(done);
+    });
+  }
+}
+
+function shuffle<T>(items: readonly T[]): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
+}
+
+/** `fn` over `items` with at most `limit` calls in flight; results in input order. */
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const lanes = Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await fn(items[i]!);
+    }
+  });
+  await Promise.all(lanes);
+  return results;
+}

@@ -1,0 +1,161 @@
+import { backoffMs, sleep } from './backoff.js';
+import type { PrunePolicy } from './cells.js';
+import { observedKey, type PercolatorHooks, type ProtocolEnv } from './env.js';
+import { ClosedError, InvalidArgumentError, isRetryable } from './errors.js';
+import { validateColumn, validateTable } from './names.js';
+import type { WorkerOptions } from './observers/types.js';
+import { ObserverWorker, validateObservers } from './observers/worker.js';
+import { CounterOracle, type TimestampOracle } from './oracle.js';
+import type { RowStore } from './store.js';
+import { Transaction } from './transaction.js';
+
+export interface PercolatorOptions {
+  readonly store: RowStore;
+  /**
+   * Default: a CounterOracle over the store's atomic counter, so every client of the same
+   * store, in any process, shares one timestamp order.
+   */
+  readonly oracle?: TimestampOracle;
+  /** Lock time-to-live; a committing client refreshes its primary lock every ttl/3. Default 5000. */
+  readonly lockTtlMs?: number;
+  /** How long a reader waits on a live lock before LockNotResolvedError. Default 2 × lockTtlMs. */
+  readonly lockWaitMs?: number;
+  /** Wall clock used for lock expiry and pruning. Default Date.now. */
+  readonly clock?: () => number;
+  /** Old-version pruning (PROTOCOL.md section 7). */
+  readonly gc?: Partial<PrunePolicy>;
+  /**
+   * (table, column) pairs that have observers: writes to them leave a notification. Every
+   * client that may write an observed column must list it (a write by a client that does
+   * not know leaves no notification); `db.worker()` adds its own observers' columns to the
+   * client it is created on. See docs/observers.md.
+   */
+  readonly observedColumns?: ReadonlyArray<{ readonly table: string; readonly column: string }>;
+  /** Test and instrumentation hooks at named commit steps. */
+  readonly hooks?: PercolatorHooks;
+}
+
+export interface TransactOptions {
+  /** Attempts before giving up with the last retryable error (a ConflictError for conflicts). Default 10. */
+  readonly maxAttempts?: number;
+}
+
+export const DEFAULT_PRUNE_POLICY: PrunePolicy = { retentionMs: 60_000, maxVersionsPerCell: 32 };
+
+/** A client of one store. Cheap to create; many may share a store. */
+export class Percolator {
+  readonly store: RowStore;
+  private readonly env: ProtocolEnv;
+  /** The same set as env.observed: worker() adds to it. */
+  private readonly observed: Set<string>;
+  private readonly workers = new Set<ObserverWorker>();
+  private closed = false;
+
+  constructor(options: PercolatorOptions) {
+    if (!options || typeof options.store !== 'object' || options.store === null) {
+      throw new InvalidArgumentError('Percolator needs a store');
+    }
+    const store = options.store;
+    const lockTtlMs = options.lockTtlMs ?? 5000;
+    if (!Number.isInteger(lockTtlMs) || lockTtlMs < 1)
+      throw new InvalidArgumentError('lockTtlMs must be a positive integer');
+    const prune = { ...DEFAULT_PRUNE_POLICY, ...options.gc };
+    if (
+      !(prune.retentionMs >= 0) ||
+      !Number.isInteger(prune.maxVersionsPerCell) ||
+      prune.maxVersionsPerCell < 1
+    ) {
+      throw new InvalidArgumentError(
+        'gc.retentionMs must be >= 0 and gc.maxVersionsPerCell a positive integer',
+      );
+    }
+    const observed = new Set<string>();
+    for (const { table, column } of options.observedColumns ?? []) {
+      validateTable(table);
+      validateColumn(column);
+      observed.add(observedKey(table, column));
+    }
+    const defaultOracle = options.oracle === undefined ? new CounterOracle(store) : undefined;
+    const oracle = options.oracle ?? defaultOracle!;
+    this.store = store;
+    this.observed = observed;
+    this.env = {
+      store,
+      oracle,
+      clock: options.clock ?? Date.now,
+      lockTtlMs,
+      lockWaitMs: options.lockWaitMs ?? 2 * lockTtlMs,
+      prune,
+      hooks: options.hooks ?? {},
+      // One-CAS commits need the write and the commit timestamp drawn in one atomic step
+      // from the same counter the oracle uses: only possible with the default oracle.
+      onePhaseCounter:
+        defaultOracle && store.capabilities.stampedCheckAndSet && store.checkAndSetStamped
+          ? defaultOracle.counterName
+          : undefined,
+      observed,
+      background: new Set(),
+    };
+  }
+
+  /** Starts a transaction; drive it by hand with get/set/commit/rollback. */
+  async begin(): Promise<Transaction> {
+    if (this.closed) throw new ClosedError('this Percolator client is closed');
+    return new Transaction(this.env, await this.env.oracle.next());
+  }
+
+  /**
+   * Runs `fn` in a transaction and commits it. On a retryable failure (conflict, a lock
+   * that would not clear, a snapshot too old) the WHOLE function runs again with a new
+   * start timestamp: buffered writes are never re-applied. An error thrown by `fn` itself
+   * is rethrown unchanged; a CommitUnknownError is never retried.
+   */
+  async transact<T>(fn: (tx: Transaction) => Promise<T>, options: TransactOptions = {}): Promise<T> {
+    const maxAttempts = options.maxAttempts ?? 10;
+    if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
+      throw new InvalidArgumentError('maxAttempts must be a positive integer');
+    for (let attempt = 1; ; attempt++) {
+      const tx = await this.begin();
+      let result: T;
+      try {
+        result = await fn(tx);
+      } catch (error) {
+        await tx.rollback();
+        if (!isRetryable(error) || attempt >= maxAttempts) throw error;
+        await sleep(backoffMs(attempt, 2, 100));
+        continue;
+      }
+      try {
+        await tx.commit();
+        return result;
+      } catch (error) {
+        if (!isRetryable(error) || attempt >= maxAttempts) throw error;
+        await sleep(backoffMs(attempt, 2, 100));
+      }
+    }
+  }
+
+  /**
+   * An observer worker on this client (PROTOCOL.md section 8). Its observers' columns are
+   * added to this client's observed columns, so its handlers' writes to them (and this
+   * client's other writes) leave notifications. Call `start()` to run in the background,
+   * or `runUntilIdle()` to process what is pending; see docs/observers.md.
+   */
+  worker(options: WorkerOptions): ObserverWorker {
+    if (this.closed) throw new ClosedError('this Percolator client is closed');
+    if (typeof options !== 'object' || options === null)
+      throw new InvalidArgumentError('worker options are required');
+    validateObservers(options.observers);
+    const worker = new ObserverWorker(this, this.env, options);
+    for (const o of options.observers) this.observed.add(observedKey(o.table, o.column));
+    this.workers.add(worker);
+    return worker;
+  }
+
+  /** Stops this client's observer workers, waits for background work. Does not close the store: its creator owns it. */
+  async close(): Promise<void> {
+    await Promise.all([...this.workers].map((w) => w.stop()));
+    this.closed = true;
+    await Promise.all([...this.env.background]);
+  }
+}

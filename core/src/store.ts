@@ -1,0 +1,132 @@
+/**
+ * The single-row contract (PROTOCOL.md section 1). A store keeps, per (table, key), an
+ * opaque state and a version token, and offers an atomic check-and-set on one row.
+ * Everything else the protocol needs is built in the core on top of this.
+ *
+ * Rules every adapter must keep (the conformance suite checks them):
+ * - `read` is linearizable for that row.
+ * - `checkAndSet` applies only if the row's current version equals `expected`
+ *   (`null` = the row must be absent), atomically.
+ * - Version tokens are never reused for a key, not even after a delete and re-create.
+ * - A call whose outcome is unknown (timeout, lost connection after sending) must not be
+ *   reported as a plain failure: throw `StoreError(..., 'unknown')` or any other error.
+ *   Throw `StoreError(..., 'no')` only when the store certainly did not apply it.
+ * - Keys are compared in UTF-8 byte order (see `compareKeys`) wherever order matters.
+ */
+export type Version = string;
+
+export interface StoredRow {
+  readonly version: Version;
+  readonly state: Uint8Array;
+}
+
+export interface CasRequest {
+  readonly table: string;
+  readonly key: string;
+  /** The version the row must have, or `null` if the row must not exist. */
+  readonly expected: Version | null;
+  /** The new state, or `null` to delete the row. */
+  readonly state: Uint8Array | null;
+  /**
+   * Whether the row carries a pending notification after this write. Stores with the
+   * `notificationIndex` capability keep an index of such rows (PROTOCOL.md section 8).
+   */
+  readonly notified?: boolean;
+}
+
+export type CasResult =
+  | { readonly ok: true; readonly version: Version }
+  | {
+      readonly ok: false;
+      /** The row as it is now (`null` = absent), if the store returns it cheaply. */
+      readonly current?: StoredRow | null;
+    };
+
+export interface RowRef {
+  readonly table: string;
+  readonly key: string;
+}
+
+export interface ScanOptions {
+  /** Inclusive lower bound. */
+  readonly start?: string;
+  /** Exclusive upper bound. */
+  readonly end?: string;
+  /** Return only keys strictly greater than this (paging). */
+  readonly after?: string;
+  /** At most this many rows (required: stores page). */
+  readonly limit: number;
+}
+
+export interface ScannedStoredRow {
+  readonly key: string;
+  readonly row: StoredRow;
+}
+
+export interface NotificationScanOptions {
+  /** Return only keys strictly greater than this. Workers start at random positions. */
+  readonly after?: string;
+  readonly limit: number;
+}
+
+/**
+ * Optional capabilities. They make things faster or possible (scans, the observer
+ * index, a shared oracle); correctness never depends on them. A store declares what it
+ * offers here and implements the matching method; the core never sniffs for methods.
+ */
+export interface StoreCapabilities {
+  /** `readMany`: many reads in one round trip. */
+  readonly batchRead: boolean;
+  /** `checkAndSetMany`: many independent single-row CAS in one round trip (not atomic together). */
+  readonly batchCheckAndSet: boolean;
+  /** `scan`: rows of one table in key order. */
+  readonly orderedScan: boolean;
+  /** `incrementCounter`: an atomic, durable counter (used by the default oracle). */
+  readonly atomicCounter: boolean;
+  /** `scanNotified`: an index of rows whose `notified` flag is set. */
+  readonly notificationIndex: boolean;
+  /**
+   * `checkAndSetStamped`: a CAS that draws a timestamp from the same counter the default
+   * oracle uses, in the same atomic step as the write. Lets single-row transactions commit
+   * in one CAS. Only an in-process store can usually offer this.
+   */
+  readonly stampedCheckAndSet: boolean;
+  /** Largest state (bytes) one row may hold. */
+  readonly maxStateBytes: number;
+}
+
+export interface RowStore {
+  readonly capabilities: StoreCapabilities;
+  /** A short name for messages and reports, e.g. "memory", "postgres". */
+  readonly name: string;
+
+  read(table: string, key: string): Promise<StoredRow | null>;
+  checkAndSet(request: CasRequest): Promise<CasResult>;
+
+  /** capability `batchRead`; results in request order. */
+  readMany?(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
+  /** capability `batchCheckAndSet`; results in request order; each applies or not on its own. */
+  checkAndSetMany?(requests: readonly CasRequest[]): Promise<CasResult[]>;
+  /** capability `orderedScan`: existing rows with start <= key < end (and key > after), in key order. */
+  scan?(table: string, options: ScanOptions): Promise<ScannedStoredRow[]>;
+  /** capability `atomicCounter`: adds `delta` (>= 1) and returns the new value. Starts at 0. */
+  incrementCounter?(name: string, delta: number): Promise<number>;
+  /**
+   * capability `notificationIndex`: keys of rows in `table` whose last CAS set `notified`,
+   * in key order. May return keys whose flag has since been cleared, or whose row is gone
+   * (the core re-reads every row); must never omit a row whose flag is set once the CAS
+   * that set it has returned.
+   */
+  scanNotified?(table: string, options: NotificationScanOptions): Promise<string[]>;
+  /** capability `stampedCheckAndSet`. `build` runs synchronously inside the atomic step. */
+  checkAndSetStamped?(
+    request: Omit<CasRequest, 'state'>,
+    counter: string,
+    build: (timestamp: number) => Uint8Array,
+  ): Promise<CasResult & { timestamp?: number }>;
+
+  close(): Promise<void>;
+}
+
+/** The counter name the default oracle draws timestamps from. */
+export const ORACLE_COUNTER = 'percolator.oracle';

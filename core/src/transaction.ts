@@ -1,0 +1,400 @@
+import { backoffMs, sleep } from './backoff.js';
+import { visibleWrite } from './cells.js';
+import { decodeRow } from './codec.js';
+import { type CommitContext, commitOnePhase, commitTransaction, type RowMutations, rowId } from './commit.js';
+import type { ProtocolEnv } from './env.js';
+import {
+  ClosedError,
+  InvalidArgumentError,
+  LockNotResolvedError,
+  SnapshotTooOldError,
+  UnsupportedOperationError,
+} from './errors.js';
+import { resolveLock } from './lock-resolver.js';
+import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateTable } from './names.js';
+import { markNotifications } from './observers/notifications.js';
+import { isReservedColumn } from './observers/reserved.js';
+import type { Cell, Lock, RowState } from './row-state.js';
+import { readRow } from './row-update.js';
+import type { StoredRow } from './store.js';
+
+export interface ScanRange {
+  /** Inclusive. */
+  readonly start?: string;
+  /** Exclusive. */
+  readonly end?: string;
+  /** At most this many rows. */
+  readonly limit?: number;
+}
+
+export interface ScannedRow {
+  readonly row: string;
+  readonly columns: ReadonlyMap<string, Uint8Array>;
+}
+
+export interface CommitResult {
+  readonly commitTs: number;
+}
+
+type Status = 'active' | 'committing' | 'committed' | 'rolledBack' | 'failed';
+
+const decoder = new TextDecoder();
+const SCAN_PAGE = 256;
+
+/** What a snapshot read of one cell found: a value (or absence), or a lock to resolve first. */
+type CellView = { value: Uint8Array | undefined } | { lock: Lock };
+
+/**
+ * A snapshot-isolation transaction (PROTOCOL.md section 4). Reads see exactly what was
+ * committed before `startTs`, plus this transaction's own buffered writes. Writes are
+ * buffered until `commit()`.
+ */
+export class Transaction {
+  private readonly mutations = new Map<
+    string,
+    { table: string; row: string; cells: Map<string, Uint8Array | null> }
+  >();
+  /** Weak notifications (`notify`): row id -> the cells to mark notified. */
+  private readonly notifications = new Map<string, { table: string; row: string; columns: Set<string> }>();
+  /** Last version seen per row: the expected version of the first prewrite CAS. */
+  private readonly knownRows = new Map<string, StoredRow | null>();
+  private status: Status = 'active';
+
+  constructor(
+    private readonly env: ProtocolEnv,
+    readonly startTs: number,
+  ) {}
+
+  async get(table: string, row: string, column: string): Promise<Uint8Array | undefined> {
+    this.assertActive();
+    validateTable(table);
+    validateRowKey(row);
+    validateColumn(column);
+    const buffered = this.mutations.get(rowId(table, row))?.cells;
+    if (buffered?.has(column)) return buffered.get(column) ?? undefined;
+    const [view] = await this.readCells(table, row, [column]);
+    return view!.value;
+  }
+
+  /**
+   * Reads cells of one row at this snapshot (one row read), resolving any lock at or
+   * below the snapshot first. Buffered writes are not applied.
+   */
+  private async readCells(
+    table: string,
+    row: string,
+    columns: readonly string[],
+  ): Promise<{ value: Uint8Array | undefined; cell: Cell | undefined }[]> {
+    const waitStart = performance.now();
+    for (let attempt = 0; ; attempt++) {
+      const stored = await this.readAndRemember(table, row);
+      const state = stored ? decodeRow(stored.state) : undefined;
+      const views = columns.map((column) => {
+        const cell = state?.cells.get(column);
+        return { cell, view: this.viewCell(table, column, cell) };
+      });
+      const blocked = views.find((v) => 'lock' in v.view);
+      if (!blocked)
+        return views.map((v) => ({ cell: v.cell, value: 'value' in v.view ? v.view.value : undefined }));
+      await this.settleLock(table, row, (blocked.view as { lock: Lock }).lock, attempt, waitStart);
+    }
+  }
+
+  async getString(table: string, row: string, column: string): Promise<string | undefined> {
+    const bytes = await this.get(table, row, column);
+    return bytes === undefined ? undefined : decoder.decode(bytes);
+  }
+
+  set(table: string, row: string, column: string, value: Uint8Array | string): void {
+    this.assertActive();
+    this.buffer(table, row, column, toValueBytes(value, this.maxValueBytes()));
+  }
+
+  delete(table: string, row: string, column: string): void {
+    this.assertActive();
+    this.buffer(table, row, column, null);
+  }
+
+  /**
+   * A weak notification (PROTOCOL.md section 8): marks the cell notified without writing
+   * it, so the observers of (table, column) run for this row. It takes no lock and never
+   * conflicts; it is written with the prewrites (startTs) and again after the commit point
+   * (commitTs), and only if this transaction commits (a transaction with no writes marks it
+   * at commit). Observers it triggers may run more than once.
+   */
+  notify(table: string, row: string, column: string): void {
+    this.assertActive();
+    validateTable(table);
+    validateRowKey(row);
+    validateColumn(column);
+    rejectReserved(column);
+    const id = rowId(table, row);
+    let n = this.notifications.get(id);
+    if (!n) {
+      n = { table, row, columns: new Set() };
+      this.notifications.set(id, n);
+    }
+    n.columns.add(column);
+  }
+
+  /**
+   * @internal For the observer framework: the newest write of `column` visible to this
+   * snapshot (its commit and start timestamps) and the value of `ackColumn`, from one row
+   * read. Locks at or below the snapshot are resolved first, as `get` does.
+   */
+  async observedState(
+    table: string,
+    row: string,
+    column: string,
+    ackColumn: string,
+  ): Promise<{ write: { commitTs: number; startTs: number } | undefined; ack: Uint8Array | undefined }> {
+    this.assertActive();
+    const [observed, ack] = await this.readCells(table, row, [column, ackColumn]);
+    const record = observed!.cell ? visibleWrite(observed!.cell, this.startTs) : undefined;
+    return {
+      write: record ? { commitTs: record.commitTs, startTs: record.startTs } : undefined,
+      ack: ack!.value,
+    };
+  }
+
+  /** @internal For the observer framework: buffers a write to a reserved column (an ack). */
+  setReserved(table: string, row: string, column: string, value: string): void {
+    this.assertActive();
+    if (!isReservedColumn(column)) throw new InvalidArgumentError('not a reserved column');
+    this.buffer(table, row, column, toValueBytes(value), false);
+  }
+
+  /** Rows of `table` in key order (UTF-8 byte order) at this snapshot, with this transaction's writes applied. */
+  async *scan(table: string, range: ScanRange = {}): AsyncGenerator<ScannedRow> {
+    this.assertActive();
+    validateTable(table);
+    if (range.start !== undefined) validateRowKey(range.start);
+    if (range.end !== undefined) validateRowKey(range.end);
+    const limit = range.limit ?? Number.POSITIVE_INFINITY;
+    if (!(limit >= 0)) throw new InvalidArgumentError('scan limit must be a non-negative number');
+    const { store } = this.env;
+    if (!store.capabilities.orderedScan || !store.scan) {
+      throw new UnsupportedOperationError(`store "${store.name}" cannot scan rows in key order`);
+    }
+    const inRange = (key: string) =>
+      (range.start === undefined || compareKeys(key, range.start) >= 0) &&
+      (range.end === undefined || compareKeys(key, range.end) < 0);
+    const own = [...this.mutations.values()]
+      .filter((m) => m.table === table && inRange(m.row))
+      .sort((a, b) => compareKeys(a.row, b.row));
+    let ownIndex = 0;
+    let yielded = 0;
+    let after: string | undefined;
+    let exhausted = false;
+    while (yielded < limit) {
+      const page = exhausted
+        ? []
+        : await store.scan(table, { start: range.start, end: range.end, after, limit: SCAN_PAGE });
+      if (page.length < SCAN_PAGE) exhausted = true;
+      for (const { key, row } of page) {
+        while (ownIndex < own.length && compareKeys(own[ownIndex]!.row, key) < 0 && yielded < limit) {
+          const result = this.overlay(own[ownIndex++]!.row, table, new Map());
+          if (result) {
+            yield result;
+            yielded++;
+          }
+        }
+        if (yielded >= limit) return;
+        if (own[ownIndex]?.row === key) ownIndex++;
+        const result = this.overlay(key, table, await this.visibleColumns(table, key, row));
+        if (result) {
+          yield result;
+          yielded++;
+        }
+        if (yielded >= limit) return;
+        after = key;
+      }
+      if (exhausted) {
+        while (ownIndex < own.length && yielded < limit) {
+          const result = this.overlay(own[ownIndex++]!.row, table, new Map());
+          if (result) {
+            yield result;
+            yielded++;
+          }
+        }
+        return;
+      }
+    }
+  }
+
+  async commit(): Promise<CommitResult> {
+    this.assertActive();
+    this.status = 'committing';
+    try {
+      const commitTs = await this.commitMutations();
+      this.status = 'committed';
+      return { commitTs };
+    } catch (error) {
+      this.status = 'failed';
+      throw error;
+    }
+  }
+
+  /** Discards the buffered writes. Nothing was written before commit, so nothing needs undoing. */
+  async rollback(): Promise<void> {
+    if (this.status !== 'active') return;
+    this.status = 'rolledBack';
+    this.mutations.clear();
+    this.notifications.clear();
+  }
+
+  private async commitMutations(): Promise<number> {
+    const rows: RowMutations[] = [...this.mutations.entries()].map(([id, m]) => ({
+      ...m,
+      notify: this.notifications.get(id)?.columns,
+    }));
+    const notified = [...this.notifications.values()];
+    if (rows.length === 0) {
+      // Nothing to commit: the weak notifications are the whole transaction.
+      if (notified.length > 0) await markNotifications(this.env, notified, this.startTs);
+      return this.startTs;
+    }
+    if (notified.length === 0) return this.commitRows(rows);
+    // Weak notifications on rows this transaction does not write are marked before the
+    // commit point (a client crash after it loses none); rows it writes get theirs in the
+    // prewrite CAS. After the commit point every mark is raised to commitTs, so a worker
+    // that ran below commitTs (and so missed our writes) runs again.
+    const notifyOnly = notified.filter((n) => !this.mutations.has(rowId(n.table, n.row)));
+    if (notifyOnly.length > 0) await markNotifications(this.env, notifyOnly, this.startTs);
+    const commitTs = await this.commitRows(rows);
+    await markNotifications(this.env, notified, commitTs).catch(() => undefined);
+    return commitTs;
+  }
+
+  private async commitRows(rows: RowMutations[]): Promise<number> {
+    // A deterministic primary: the first row in (table, key) order.
+    rows.sort((a, b) => (a.table === b.table ? compareKeys(a.row, b.row) : a.table < b.table ? -1 : 1));
+    const first = rows[0]!;
+    const ctx: CommitContext = {
+      env: this.env,
+      startTs: this.startTs,
+      rows,
+      primary: { table: first.table, row: first.row, column: first.cells.keys().next().value! },
+      knownRows: this.knownRows,
+      crashed: undefined,
+    };
+    if (rows.length === 1 && this.env.onePhaseCounter !== undefined)
+      return commitOnePhase(ctx, this.env.onePhaseCounter);
+    return commitTransaction(ctx);
+  }
+
+  private viewCell(table: string, column: string, cell: Cell | undefined): CellView {
+    if (!cell) return { value: undefined };
+    // A lock at or below our snapshot may belong to a commit below it: never ignore it.
+    if (cell.lock && cell.lock.startTs <= this.startTs) return { lock: cell.lock };
+    if (this.startTs <= cell.prunedThrough) {
+      throw new SnapshotTooOldError(
+        `snapshot ${this.startTs} is older than the kept history of ${table}/${column} (pruned through ${cell.prunedThrough})`,
+      );
+    }
+    const record = visibleWrite(cell, this.startTs);
+    if (record?.kind !== 'put') return { value: undefined };
+    const value = cell.data.get(record.startTs);
+    if (!value)
+      throw new Error(
+        `corrupt row: ${table}/${column} has a commit record at ${record.commitTs} without data`,
+      );
+    return { value };
+  }
+
+  /** All visible columns of one scanned row, resolving locks (and re-reading) as needed. */
+  private async visibleColumns(
+    table: string,
+    key: string,
+    first: StoredRow,
+  ): Promise<Map<string, Uint8Array>> {
+    let stored: StoredRow | null = first;
+    const waitStart = performance.now();
+    for (let attempt = 0; ; attempt++) {
+      this.knownRows.set(rowId(table, key), stored);
+      const columns = new Map<string, Uint8Array>();
+      if (!stored) return columns;
+      const state: RowState = decodeRow(stored.state);
+      let blocking: Lock | undefined;
+      for (const [column, cell] of state.cells) {
+        const view = this.viewCell(table, column, cell);
+        if ('lock' in view) {
+          blocking = view.lock;
+          break;
+        }
+        if (view.value && !isReservedColumn(column)) columns.set(column, view.value);
+      }
+      if (!blocking) return columns;
+      await this.settleLock(table, key, blocking, attempt, waitStart);
+      stored = await readRow(this.env, table, key);
+    }
+  }
+
+  private overlay(row: string, table: string, columns: Map<string, Uint8Array>): ScannedRow | undefined {
+    const own = this.mutations.get(rowId(table, row))?.cells;
+    if (own) {
+      for (const [column, value] of own) {
+        if (value) columns.set(column, value);
+        else columns.delete(column);
+      }
+    }
+    return columns.size > 0 ? { row, columns } : undefined;
+  }
+
+  /** Resolve a lock, or wait (bounded) while its owner may still be committing. */
+  private async settleLock(
+    table: string,
+    row: string,
+    lock: Lock,
+    attempt: number,
+    waitStart: number,
+  ): Promise<void> {
+    const resolved = (await resolveLock(this.env, table, row, lock)) === 'resolved';
+    // Resolved once is the common case. Resolved again and again means our re-reads keep
+    // seeing the lock (a lagging store, or a stream of new owners): back off all the same.
+    if (resolved && attempt < 2) return;
+    if (performance.now() - waitStart >= this.env.lockWaitMs) {
+      throw new LockNotResolvedError(
+        `${table}/${JSON.stringify(row)} stayed locked by live transaction ${lock.startTs}; retry later`,
+      );
+    }
+    await sleep(backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4)));
+  }
+
+  private async readAndRemember(table: string, row: string): Promise<StoredRow | null> {
+    const stored = await readRow(this.env, table, row);
+    this.knownRows.set(rowId(table, row), stored);
+    return stored;
+  }
+
+  private buffer(table: string, row: string, column: string, value: Uint8Array | null, user = true): void {
+    validateTable(table);
+    validateRowKey(row);
+    if (user) {
+      validateColumn(column);
+      rejectReserved(column);
+    }
+    const id = rowId(table, row);
+    let m = this.mutations.get(id);
+    if (!m) {
+      m = { table, row, cells: new Map() };
+      this.mutations.set(id, m);
+    }
+    m.cells.set(column, value);
+  }
+
+  private maxValueBytes(): number {
+    // Leave room in the row for the lock, the write record and older versions.
+    return Math.min(1024 * 1024, Math.max(0, this.env.store.capabilities.maxStateBytes - 4096));
+  }
+
+  private assertActive(): void {
+    if (this.status !== 'active') throw new ClosedError(`transaction ${this.startTs} is ${this.status}`);
+  }
+}
+
+function rejectReserved(column: string): void {
+  if (isReservedColumn(column)) {
+    throw new InvalidArgumentError('column names starting with "\\u0000percolator:" are reserved');
+  }
+}

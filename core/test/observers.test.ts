@@ -1,0 +1,616 @@
+import {
+  ClientCrash,
+  InvalidArgumentError,
+  MemoryStore,
+  measureObserverLatency,
+  type Observer,
+  ObserversNotIdleError,
+  Percolator,
+  type RowStore,
+  type Transaction,
+} from '@percolator/core';
+import { afterEach, describe, expect, test } from 'vitest';
+import { fakeClock, InstrumentedStore, text } from './support.js';
+
+/** Clients and workers made by a test are closed after it. */
+const open: Percolator[] = [];
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((db) => db.close()));
+});
+
+function client(store: RowStore, options: Partial<ConstructorParameters<typeof Percolator>[0]> = {}) {
+  const db = new Percolator({ store, ...options });
+  open.push(db);
+  return db;
+}
+
+const quiet = { onError: () => undefined };
+
+/** All keys the notification index lists for `table`. */
+async function notified(store: RowStore, table: string): Promise<string[]> {
+  return store.scanNotified!(table, { limit: 10_000 });
+}
+
+async function read(db: Percolator, table: string, row: string, column: string) {
+  return db.transact(async (tx) => tx.getString(table, row, column));
+}
+
+/** An observer that copies docs/<row>/body into docs/<row>/copy and records every call. */
+function copier(calls: string[], extra: Partial<Observer> = {}): Observer {
+  return {
+    name: 'copier',
+    table: 'docs',
+    column: 'body',
+    handler: async (tx, { table, row, column }) => {
+      const body = await tx.getString(table, row, column);
+      calls.push(`${row}=${body}`);
+      if (body === undefined) tx.delete(table, row, 'copy');
+      else tx.set(table, row, 'copy', body);
+    },
+    ...extra,
+  };
+}
+
+describe('observers: strong notifications', () => {
+  test('a committed write runs the observer once, writes its ack and clears the notification', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const calls: string[] = [];
+    const worker = db.worker({ observers: [copier(calls)] });
+    await db.transact(async (tx) => {
+      tx.set('docs', 'a', 'body', 'alpha');
+      tx.set('docs', 'b 🦄', 'body', 'beta');
+      tx.set('docs', 'c', 'title', 'not observed');
+    });
+    expect((await notified(store, 'docs')).sort()).toEqual(['a', 'b 🦄']);
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(calls.sort()).toEqual(['a=alpha', 'b 🦄=beta']);
+    expect(await read(db, 'docs', 'b 🦄', 'copy')).toBe('beta');
+    expect(await notified(store, 'docs')).toEqual([]);
+    expect(worker.stats).toMatchObject({ runs: 2, cleared: 2, failures: 0 });
+    // Nothing new: running again does nothing.
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(calls).toHaveLength(2);
+  });
+
+  test('several changes before a run collapse into one run that sees the newest value', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const calls: string[] = [];
+    const worker = db.worker({ observers: [copier(calls)] });
+    for (const v of ['v1', 'v2', 'v3']) await db.transact(async (tx) => tx.set('docs', 'a', 'body', v));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(calls).toEqual(['a=v3']);
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'v4'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(calls).toEqual(['a=v3', 'a=v4']);
+  });
+
+  test('a delete of an observed cell is a change too', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const calls: string[] = [];
+    const worker = db.worker({ observers: [copier(calls)] });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    await db.transact(async (tx) => tx.delete('docs', 'a', 'body'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(calls).toEqual(['a=x', 'a=undefined']);
+    expect(await read(db, 'docs', 'a', 'copy')).toBeUndefined();
+  });
+
+  test('a client that does not list the observed column leaves no notification; one that does, does', async () => {
+    const store = new MemoryStore();
+    const unaware = client(store);
+    const aware = client(store, { observedColumns: [{ table: 'docs', column: 'body' }] });
+    await unaware.transact(async (tx) => tx.set('docs', 'unaware', 'body', 'x'));
+    await aware.transact(async (tx) => tx.set('docs', 'aware', 'body', 'y'));
+    expect(await notified(store, 'docs')).toEqual(['aware']);
+    // db.worker() registers its observers' columns on its own client.
+    const host = client(store);
+    host.worker({ observers: [copier([])] });
+    await host.transact(async (tx) => tx.set('docs', 'host', 'body', 'z'));
+    expect((await notified(store, 'docs')).sort()).toEqual(['aware', 'host']);
+  });
+
+  test('two runs of the same change racing: only one commits (they conflict on the ack)', async () => {
+    const store = new MemoryStore();
+    const clock = fakeClock();
+    const db = client(store, { clock, observedColumns: [{ table: 'docs', column: 'body' }] });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    let entered!: () => void;
+    const firstEntered = new Promise<void>((r) => (entered = r));
+    let releaseFirst!: () => void;
+    const firstMayFinish = new Promise<void>((r) => (releaseFirst = r));
+    let handlerCalls = 0;
+    const observer: Observer = {
+      name: 'counter',
+      table: 'docs',
+      column: 'body',
+      handler: async (tx: Transaction, { table, row }) => {
+        const call = ++handlerCalls;
+        const n = Number((await tx.getString(table, row, 'count')) ?? '0');
+        tx.set(table, row, 'count', String(n + 1));
+        if (call === 1) {
+          entered();
+          await firstMayFinish;
+        }
+      },
+    };
+    // Long leases (their renewal timer never fires in this test); the fake clock expires them.
+    const slow = db.worker({ observers: [observer], leaseMs: 60_000, ...quiet });
+    const fast = db.worker({ observers: [observer], leaseMs: 60_000, ...quiet });
+    const slowDone = slow.runUntilIdle({ timeoutMs: 20_000 });
+    await firstEntered;
+    // The slow worker looks dead: its lease expires and the other worker takes the row over.
+    clock.advance(61_000);
+    await fast.runUntilIdle({ timeoutMs: 20_000 });
+    expect(await read(db, 'docs', 'a', 'count')).toBe('1');
+    releaseFirst();
+    await slowDone;
+    // The slow run lost on the ack; its retry saw the change was handled and skipped it.
+    expect(handlerCalls).toBe(2);
+    expect(await read(db, 'docs', 'a', 'count')).toBe('1');
+    expect(slow.stats.conflicts).toBeGreaterThanOrEqual(1);
+    expect(slow.stats.runs + fast.stats.runs).toBe(1);
+    expect(await notified(store, 'docs')).toEqual([]);
+  });
+
+  test('a write that commits after the run started is not lost (the clear compares notifyTs and writes)', async () => {
+    const store = new MemoryStore();
+    let holdCommit: Promise<void> | undefined;
+    let prewritten!: () => void;
+    const prewriteDone = new Promise<void>((r) => (prewritten = r));
+    const writer = client(store, {
+      observedColumns: [{ table: 'docs', column: 'body' }],
+      hooks: {
+        onCommitStep: async (e) => {
+          // Held before it takes its commit timestamp, so that lands above the worker's snapshot.
+          if (e.step === 'afterPrewrite' && e.row === 'a' && holdCommit) {
+            prewritten();
+            await holdCommit;
+          }
+        },
+      },
+    });
+    // The worker reads through its own wrapper, so the test sees when its run is under way.
+    const workerStore = new InstrumentedStore(store);
+    let workerReadsOfA = 0;
+    let onWorkerRead = () => {};
+    workerStore.readFault = (table, key) => {
+      if (table === 'docs' && key === 'a') {
+        workerReadsOfA++;
+        onWorkerRead();
+      }
+      return false;
+    };
+    const db = client(workerStore, { lockWaitMs: 10_000 });
+    const calls: string[] = [];
+    const worker = db.worker({ observers: [copier(calls)], ...quiet });
+    await writer.transact(async (tx) => tx.set('docs', 'a', 'body', 'v1'));
+    // v2 is prewritten (its notification is set) but its commit point is held back.
+    let release!: () => void;
+    holdCommit = new Promise<void>((r) => (release = r));
+    // (Two rows, so it takes the two-phase path with its commit-step hooks.)
+    const v2 = writer.transact(async (tx) => {
+      tx.set('docs', 'a', 'body', 'v2');
+      tx.set('other', 'b', 'x', 'y');
+    });
+    await prewriteDone;
+    holdCommit = undefined;
+    // The worker reads the row (1), begins its run and reads the cell (2), meeting v2's
+    // lock: only then may v2 commit, so its commit timestamp is above the run's snapshot.
+    onWorkerRead = () => {
+      if (workerReadsOfA >= 2) setTimeout(release, 1);
+    };
+    await worker.runUntilIdle({ timeoutMs: 20_000 });
+    await v2;
+    await worker.runUntilIdle({ timeoutMs: 20_000 });
+    // The first run read below v2's commit (it saw v1); the notification survived for v2.
+    expect(calls).toEqual(['a=v1', 'a=v2']);
+    expect(await read(db, 'docs', 'a', 'copy')).toBe('v2');
+  });
+
+  test('a handler that throws is retried with backoff and its notification is kept until it succeeds', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const errors: unknown[] = [];
+    let failuresLeft = 3;
+    const calls: string[] = [];
+    const base = copier(calls);
+    const worker = db.worker({
+      observers: [
+        {
+          ...base,
+          handler: async (tx, cell) => {
+            if (failuresLeft-- > 0) throw new Error('flaky handler');
+            await base.handler(tx, cell);
+          },
+        },
+      ],
+      retry: { baseMs: 10, maxMs: 40 },
+      onError: (e, failure) => errors.push([String(e), failure?.attempt]),
+    });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(errors).toEqual([
+      ['Error: flaky handler', 1],
+      ['Error: flaky handler', 2],
+      ['Error: flaky handler', 3],
+    ]);
+    expect(calls).toEqual(['a=x']);
+    expect(await read(db, 'docs', 'a', 'copy')).toBe('x');
+    expect(await notified(store, 'docs')).toEqual([]);
+  });
+
+  test('runUntilIdle gives up with a typed error when a handler keeps failing, and the notification stays', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const worker = db.worker({
+      observers: [
+        {
+          name: 'broken',
+          table: 'docs',
+          column: 'body',
+          handler: async () => Promise.reject(new Error('no')),
+        },
+      ],
+      retry: { baseMs: 5, maxMs: 20 },
+      ...quiet,
+    });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    await expect(worker.runUntilIdle({ timeoutMs: 300 })).rejects.toBeInstanceOf(ObserversNotIdleError);
+    expect(worker.stats.failures).toBeGreaterThanOrEqual(2);
+    expect(await notified(store, 'docs')).toEqual(['a']);
+  });
+
+  test('observers trigger observers; an observer writing its own column does not loop', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const log: string[] = [];
+    const committed: string[] = [];
+    const worker = db.worker({
+      onRun: (e) => committed.push(`${e.observer} ${e.row}`),
+      observers: [
+        {
+          name: 'normalise',
+          table: 'docs',
+          column: 'body',
+          handler: async (tx, { table, row, column }) => {
+            const body = (await tx.getString(table, row, column)) ?? '';
+            log.push(`normalise ${row}`);
+            // Writes its own observed column: its ack recognises its own write.
+            tx.set(table, row, column, body.trim());
+            tx.set('words', row, 'count', String(body.trim().split(/\s+/).length));
+          },
+        },
+        {
+          name: 'total',
+          table: 'words',
+          column: 'count',
+          handler: async (tx, { row }) => {
+            log.push(`total ${row}`);
+            const n = Number(await tx.getString('words', row, 'count'));
+            const sum = Number((await tx.getString('totals', 'all', 'words')) ?? '0');
+            tx.set('totals', 'all', 'words', String(sum + n));
+          },
+        },
+      ],
+    });
+    await db.transact(async (tx) => {
+      tx.set('docs', 'a', 'body', '  one two three ');
+      tx.set('docs', 'b', 'body', 'four');
+    });
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    // Handlers may be called again after a conflict (both totals write one cell), but
+    // exactly one run per change commits.
+    expect(committed.sort()).toEqual(['normalise a', 'normalise b', 'total a', 'total b']);
+    expect(log.filter((l) => l.startsWith('normalise')).length).toBeGreaterThanOrEqual(2);
+    expect(await read(db, 'docs', 'a', 'body')).toBe('one two three');
+    expect(await read(db, 'totals', 'all', 'words')).toBe('4');
+  });
+
+  test('several observers of one column each run once; a failing one does not rerun the others', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const calls: string[] = [];
+    let failOnce = true;
+    const worker = db.worker({
+      observers: [
+        { ...copier(calls), name: 'first' },
+        {
+          name: 'second',
+          table: 'docs',
+          column: 'body',
+          handler: async (_tx, { row }) => {
+            calls.push(`second ${row}`);
+            if (failOnce) {
+              failOnce = false;
+              throw new Error('once');
+            }
+          },
+        },
+      ],
+      retry: { baseMs: 5, maxMs: 5 },
+      ...quiet,
+    });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(calls).toEqual(['a=x', 'second a', 'second a']);
+    expect(worker.stats).toMatchObject({ runs: 2, skipped: 1, failures: 1 });
+  });
+});
+
+describe('observers: weak notifications', () => {
+  test('tx.notify runs a weak observer without writing the cell; concurrent notifiers never conflict', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const runs: string[] = [];
+    const worker = db.worker({
+      observers: [
+        {
+          name: 'recount',
+          table: 'clusters',
+          column: 'dirty',
+          weak: true,
+          handler: async (tx, { row }) => {
+            let n = 0;
+            for await (const r of tx.scan('members', { start: `${row}/`, end: `${row}0` }))
+              if (r.columns.size) n++;
+            runs.push(`${row}:${n}`);
+            tx.set('clusters', row, 'size', String(n));
+          },
+        },
+      ],
+    });
+    // Many transactions add members and notify the same cluster cell at once: a strong
+    // write to one cell would conflict; weak notifications never do.
+    const txs = await Promise.all(Array.from({ length: 8 }, () => db.begin()));
+    txs.forEach((tx, i) => {
+      tx.set('members', `c1/m${i}`, 'in', '1');
+      tx.notify('clusters', 'c1', 'dirty');
+    });
+    await Promise.all(txs.map((tx) => tx.commit()));
+    expect(await notified(store, 'clusters')).toEqual(['c1']);
+    expect(await read(db, 'clusters', 'c1', 'dirty')).toBeUndefined();
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(runs.at(-1)).toBe('c1:8');
+    expect(await read(db, 'clusters', 'c1', 'size')).toBe('8');
+    expect(await notified(store, 'clusters')).toEqual([]);
+    // A notify-only transaction commits with no writes and still triggers the observer.
+    await db.transact(async (tx) => tx.notify('clusters', 'c1', 'dirty'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(runs.at(-1)).toBe('c1:8');
+    expect(runs.length).toBeGreaterThanOrEqual(2);
+  });
+
+  test('a weak notification survives a client that stops right after its commit point', async () => {
+    const store = new MemoryStore();
+    const crasher = client(store, {
+      lockTtlMs: 50,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'afterCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    const db = client(store);
+    const seen: (string | undefined)[] = [];
+    const worker = db.worker({
+      observers: [
+        {
+          name: 'weak-reader',
+          table: 'queue',
+          column: 'ready',
+          weak: true,
+          handler: async (tx) => {
+            seen.push(await tx.getString('items', 'b', 'v'));
+          },
+        },
+      ],
+    });
+    const tx = await crasher.begin();
+    tx.set('items', 'a', 'v', '1');
+    tx.set('items', 'b', 'v', '2');
+    tx.notify('queue', 'q', 'ready');
+    await expect(tx.commit()).rejects.toBeInstanceOf(ClientCrash);
+    // Marked before the prewrites, so it is there although the post-commit mark never ran.
+    expect(await notified(store, 'queue')).toEqual(['q']);
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    // The run resolved the committed transaction's leftover lock and saw its write.
+    expect(seen).toEqual(['2']);
+  });
+
+  test('a weak notification on a row the transaction also writes rides in the same CAS (one-phase too)', async () => {
+    const store = new InstrumentedStore();
+    const db = client(store);
+    await db.transact(async (tx) => {
+      tx.set('clusters', 'c1', 'size', '1');
+      tx.notify('clusters', 'c1', 'dirty');
+    });
+    expect(store.calls.checkAndSetStamped).toBe(1);
+    expect(await notified(store, 'clusters')).toEqual(['c1']);
+    expect(await read(db, 'clusters', 'c1', 'size')).toBe('1');
+  });
+
+  test('a weak notification of a rolled-back or failed transaction is not written', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const tx = await db.begin();
+    tx.notify('clusters', 'c1', 'dirty');
+    await tx.rollback();
+    await expect(
+      db.transact(async (t) => {
+        t.notify('clusters', 'c2', 'dirty');
+        throw new Error('user error');
+      }),
+    ).rejects.toThrow('user error');
+    expect(await notified(store, 'clusters')).toEqual([]);
+  });
+
+  test('a strong observer does not run for a bare tx.notify (nothing changed since its ack)', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const calls: string[] = [];
+    const worker = db.worker({ observers: [copier(calls)] });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    await db.transact(async (tx) => tx.notify('docs', 'a', 'body'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(calls).toEqual(['a=x']);
+    expect(worker.stats.skipped).toBe(1);
+    expect(await notified(store, 'docs')).toEqual([]);
+  });
+});
+
+describe('observers: workers, leases and scanning', () => {
+  test('a crashed worker leaves its lease; another worker takes the row over once it expires', async () => {
+    const store = new MemoryStore();
+    const clock = fakeClock();
+    const db = client(store, { clock, observedColumns: [{ table: 'docs', column: 'body' }] });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    const calls: string[] = [];
+    // The "crashed" worker never finishes its handler (and its lease is never renewed).
+    const crashed = db.worker({
+      observers: [{ ...copier([]), handler: () => new Promise(() => undefined) }],
+      leaseMs: 60_000,
+    });
+    void crashed.runUntilIdle();
+    await new Promise((r) => setTimeout(r, 20));
+    const survivor = db.worker({ observers: [copier(calls)], leaseMs: 60_000 });
+    await expect(survivor.runUntilIdle({ timeoutMs: 100 })).rejects.toBeInstanceOf(ObserversNotIdleError);
+    expect(survivor.stats.leaseBusy).toBeGreaterThan(0);
+    expect(calls).toEqual([]);
+    clock.advance(60_001);
+    await survivor.runUntilIdle({ timeoutMs: 10_000 });
+    expect(calls).toEqual(['a=x']);
+    expect(await notified(store, 'docs')).toEqual([]);
+  });
+
+  test('several workers share the work and never run the same row at once', async () => {
+    const store = new MemoryStore();
+    const writer = client(store, { observedColumns: [{ table: 'docs', column: 'body' }] });
+    const running = new Set<string>();
+    let overlaps = 0;
+    const perWorker = [0, 0, 0, 0];
+    const observerFor = (w: number): Observer => ({
+      name: 'slow-copy',
+      table: 'docs',
+      column: 'body',
+      handler: async (tx, { table, row, column }) => {
+        if (running.has(row)) overlaps++;
+        running.add(row);
+        perWorker[w]!++;
+        await new Promise((r) => setTimeout(r, 1));
+        tx.set(table, row, 'copy', (await tx.getString(table, row, column)) ?? '');
+        running.delete(row);
+      },
+    });
+    const workers = [0, 1, 2, 3].map((w) =>
+      client(store).worker({ observers: [observerFor(w)], concurrency: 2, idlePollMs: 20 }),
+    );
+    for (const w of workers) w.start();
+    for (let i = 0; i < 120; i++) {
+      await writer.transact(async (tx) =>
+        tx.set('docs', `doc/${String(i % 40).padStart(3, '0')}`, 'body', `v${i}`),
+      );
+    }
+    await Promise.all(workers.map((w) => w.runUntilIdle({ timeoutMs: 30_000 })));
+    await Promise.all(workers.map((w) => w.stop()));
+    expect(overlaps).toBe(0);
+    expect(await notified(store, 'docs')).toEqual([]);
+    const copies = await writer.transact(async (tx) => {
+      const out = new Map<string, string>();
+      for await (const r of tx.scan('docs')) out.set(r.row, text(r.columns.get('copy'))!);
+      return out;
+    });
+    for (let k = 0; k < 40; k++) {
+      const last = Math.max(...[0, 1, 2].map((j) => k + 40 * j));
+      expect(copies.get(`doc/${String(k).padStart(3, '0')}`)).toBe(`v${last}`);
+    }
+    // The work was spread: more than one worker ran handlers.
+    expect(perWorker.filter((n) => n > 0).length).toBeGreaterThan(1);
+  });
+
+  test('background workers (start/stop) pick up new writes without runUntilIdle', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const calls: string[] = [];
+    const worker = db.worker({ observers: [copier(calls)], idlePollMs: 10 });
+    worker.start();
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    const deadline = Date.now() + 5000;
+    while (calls.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    await worker.stop();
+    expect(worker.isRunning).toBe(false);
+    expect(calls).toEqual(['a=x']);
+  });
+
+  test('finding notifications costs in proportion to them: no full scans, few reads', async () => {
+    const store = new InstrumentedStore();
+    const db = client(store);
+    // 300 rows with unobserved writes, 5 rows with observed ones.
+    await db.transact(async (tx) => {
+      for (let i = 0; i < 300; i++) tx.set('docs', `quiet/${i}`, 'title', 't');
+      for (let i = 0; i < 5; i++) tx.set('docs', `busy/${i}`, 'title', 't');
+    });
+    const worker = db.worker({ observers: [copier([])] });
+    await db.transact(async (tx) => {
+      for (let i = 0; i < 5; i++) tx.set('docs', `busy/${i}`, 'body', 'b');
+    });
+    store.calls.read = 0;
+    store.calls.scan = 0;
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(store.calls.scan).toBe(0);
+    // Per notified row: a handful of reads (row, lease resolution, transaction, clear): far below 300.
+    expect(store.calls.read).toBeLessThanOrEqual(5 * 6);
+    expect(worker.stats.rowsScanned).toBe(5);
+  });
+
+  test('the ack column is hidden from scans and cannot be written by users', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const worker = db.worker({ observers: [copier([])] });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    const columns = await db.transact(async (tx) => {
+      const out: string[] = [];
+      for await (const r of tx.scan('docs')) out.push(...r.columns.keys());
+      return out;
+    });
+    expect(columns.sort()).toEqual(['body', 'copy']);
+    const tx = await db.begin();
+    expect(() => tx.set('docs', 'a', '\u0000percolator:ack\u0000copier\u0000body', '1')).toThrow(
+      InvalidArgumentError,
+    );
+    expect(() => tx.notify('docs', '', 'body')).toThrow(InvalidArgumentError);
+    expect(() => tx.notify('bad table!', 'a', 'body')).toThrow(InvalidArgumentError);
+    await tx.rollback();
+  });
+
+  test('bad worker options are rejected with InvalidArgumentError', () => {
+    const db = client(new MemoryStore());
+    const ok = copier([]);
+    expect(() => db.worker({ observers: [] })).toThrow(InvalidArgumentError);
+    expect(() => db.worker({ observers: [ok, ok] })).toThrow(InvalidArgumentError);
+    expect(() => db.worker({ observers: [{ ...ok, name: 'bad name' }] })).toThrow(InvalidArgumentError);
+    expect(() => db.worker({ observers: [{ ...ok, table: '' }] })).toThrow(InvalidArgumentError);
+    expect(() => db.worker({ observers: [ok], concurrency: 0 })).toThrow(InvalidArgumentError);
+    expect(() => db.worker({ observers: [{ ...ok, handler: 'x' as never }] })).toThrow(InvalidArgumentError);
+  });
+});
+
+test('measureObserverLatency reports latency samples and drains its backlog', async () => {
+  const report = await measureObserverLatency({
+    store: new MemoryStore(),
+    writes: 20,
+    writesPerSecond: 500,
+    backlog: 60,
+  });
+  expect(report.store).toBe('memory');
+  expect(report.latency.samples).toBe(20);
+  expect(report.latency.p50).toBeGreaterThanOrEqual(0);
+  expect(report.latency.p99).toBeGreaterThanOrEqual(report.latency.p50);
+  expect(report.throughput.runs).toBe(60);
+  expect(report.throughput.runsPerSecond).toBeGreaterThan(0);
+});

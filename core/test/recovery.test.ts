@@ -1,0 +1,266 @@
+import {
+  ClientCrash,
+  type CommitStepEvent,
+  CommitUnknownError,
+  ConflictError,
+  LockNotResolvedError,
+  MemoryStore,
+  Percolator,
+} from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { fakeClock, InstrumentedStore } from './support.js';
+
+const ROWS = ['a', 'b', 'c', 'd'];
+const TTL = 1000;
+
+async function readAll(db: Percolator) {
+  return db.transact(async (tx) => Promise.all(ROWS.map((r) => tx.getString('t', r, 'v'))));
+}
+
+/** Seeds four rows at "old", then lets a client crash at `crashWhen` while writing "new" to all four. */
+async function crashScenario(crashWhen: (e: CommitStepEvent, seen: CommitStepEvent[]) => boolean) {
+  const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+  const clock = fakeClock();
+  const setup = new Percolator({ store, clock, lockTtlMs: TTL });
+  await setup.transact(async (tx) => {
+    for (const r of ROWS) tx.set('t', r, 'v', 'old');
+  });
+  const seen: CommitStepEvent[] = [];
+  const crasher = new Percolator({
+    store,
+    clock,
+    lockTtlMs: TTL,
+    hooks: {
+      onCommitStep: (e) => {
+        seen.push(e);
+        if (crashWhen(e, seen)) throw new ClientCrash();
+      },
+    },
+  });
+  const tx = await crasher.begin();
+  for (const r of ROWS) tx.set('t', r, 'v', 'new');
+  await expect(tx.commit()).rejects.toBeInstanceOf(ClientCrash);
+  await new Promise((r) => setTimeout(r, 5)); // let requests already in flight land, as after a real crash
+  return { store, clock, seen };
+}
+
+const secondaryPrewrites = (seen: CommitStepEvent[]) =>
+  seen.filter((e) => e.step === 'afterPrewrite' && !e.isPrimary).length;
+
+describe('a client that crashes during commit', () => {
+  const cases: Array<[string, (e: CommitStepEvent, seen: CommitStepEvent[]) => boolean, 'old' | 'new']> = [
+    ['before any prewrite', (e) => e.step === 'beforePrewrite', 'old'],
+    ['right after the primary prewrite', (e) => e.step === 'afterPrewrite' && e.isPrimary === true, 'old'],
+    [
+      'after some secondary prewrites',
+      (e, seen) => e.step === 'afterPrewrite' && secondaryPrewrites(seen) === 2,
+      'old',
+    ],
+    ['after every prewrite, before the commit point', (e) => e.step === 'beforeCommitPrimary', 'old'],
+    ['right after the commit point', (e) => e.step === 'afterCommitPrimary', 'new'],
+    [
+      'midway through the secondaries',
+      (e, seen) =>
+        e.step === 'afterCommitSecondary' &&
+        seen.filter((s) => s.step === 'afterCommitSecondary').length === 1,
+      'new',
+    ],
+  ];
+
+  for (const [name, crashWhen, expected] of cases) {
+    it(`${name}: readers see all of it or none of it`, async () => {
+      const { store, clock } = await crashScenario(crashWhen);
+      const reader = new Percolator({ store, clock, lockTtlMs: TTL, lockWaitMs: 30 });
+      if (expected === 'old') {
+        // Locks of a possibly-live transaction: a reader waits, then gives up with a retryable error.
+        const locked = await reader
+          .transact(async (tx) => tx.getString('t', 'a', 'v'), { maxAttempts: 1 })
+          .catch((e) => e);
+        if (locked instanceof Error) expect(locked).toBeInstanceOf(LockNotResolvedError);
+      }
+      clock.advance(TTL + 1);
+      expect(await readAll(reader)).toEqual(ROWS.map(() => expected));
+      // Every lock is gone: a writer can now update every row.
+      await reader.transact(async (tx) => {
+        for (const r of ROWS) tx.set('t', r, 'v', 'after');
+      });
+      expect(await readAll(reader)).toEqual(ROWS.map(() => 'after'));
+    });
+  }
+
+  it('after the commit point, readers roll forward at once, without waiting for expiry', async () => {
+    const { store, clock } = await crashScenario((e) => e.step === 'afterCommitPrimary');
+    const reader = new Percolator({ store, clock, lockTtlMs: TTL, lockWaitMs: 30 });
+    expect(await readAll(reader)).toEqual(ROWS.map(() => 'new'));
+  });
+
+  it('a commit record stays while its secondaries are locked, however often the primary is rewritten', async () => {
+    const { store, clock } = await crashScenario((e) => e.step === 'afterCommitPrimary');
+    const writer = new Percolator({
+      store,
+      clock,
+      lockTtlMs: TTL,
+      gc: { retentionMs: 0, maxVersionsPerCell: 2 },
+    });
+    // 'a' is the primary (first in key order); hammering it makes pruning run on every commit.
+    for (let i = 0; i < 50; i++) await writer.transact(async (tx) => tx.set('t', 'a', 'v', `a${i}`));
+    clock.advance(TTL + 1);
+    expect(
+      await writer.transact(async (tx) => Promise.all(['b', 'c', 'd'].map((r) => tx.getString('t', r, 'v')))),
+    ).toEqual(['new', 'new', 'new']);
+  });
+});
+
+describe('rollback records', () => {
+  it('make a late prewrite of a rolled-back transaction fail', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    const clock = fakeClock();
+    const db = new Percolator({ store, clock, lockTtlMs: TTL });
+    const slow = await db.begin();
+    slow.set('t', 'a', 'v', 'slow'); // 'a' is the primary
+    slow.set('t', 'b', 'v', 'slow');
+    const release = store.gate('t', 'a'); // the primary prewrite is held in flight
+    const committing = slow.commit();
+    await new Promise((r) => setTimeout(r, 5));
+    // A reader meets the secondary lock on 'b'; the primary has neither lock nor record.
+    clock.advance(TTL + 1);
+    const reader = new Percolator({ store, clock, lockTtlMs: TTL });
+    expect(await reader.transact((tx) => tx.getString('t', 'b', 'v'))).toBeUndefined();
+    release(); // the late primary prewrite now reaches the store
+    await expect(committing).rejects.toBeInstanceOf(ConflictError);
+    clock.advance(TTL + 1);
+    expect(
+      await reader.transact(async (tx) => [
+        await tx.getString('t', 'a', 'v'),
+        await tx.getString('t', 'b', 'v'),
+      ]),
+    ).toEqual([undefined, undefined]);
+  });
+
+  it('an expired primary is rolled back by a reader, and its owner then fails to commit', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    const clock = fakeClock();
+    let stall: (() => void) | undefined;
+    const stalled = new Promise<void>((r) => {
+      stall = r;
+    });
+    const owner = new Percolator({
+      store,
+      clock,
+      lockTtlMs: TTL,
+      hooks: { onCommitStep: (e) => (e.step === 'beforeCommitPrimary' ? stalled : undefined) },
+    });
+    const tx = await owner.begin();
+    tx.set('t', 'a', 'v', 'x');
+    tx.set('t', 'b', 'v', 'x');
+    const committing = tx.commit();
+    await new Promise((r) => setTimeout(r, 5));
+    clock.advance(10 * TTL); // the owner's heartbeat cannot keep up with a clock jump this large
+    const reader = new Percolator({ store, clock, lockTtlMs: TTL });
+    expect(await reader.transact((t) => t.getString('t', 'a', 'v'))).toBeUndefined();
+    stall!();
+    await expect(committing).rejects.toBeInstanceOf(ConflictError);
+    expect(await reader.transact((t) => t.getString('t', 'b', 'v'))).toBeUndefined();
+  });
+});
+
+describe('heartbeat', () => {
+  it('keeps a slow committer alive: readers wait instead of rolling it back', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    const ttl = 120;
+    const owner = new Percolator({
+      store,
+      lockTtlMs: ttl,
+      hooks: {
+        onCommitStep: (e) =>
+          e.step === 'beforeCommitPrimary' ? new Promise((r) => setTimeout(r, ttl * 5)) : undefined,
+      },
+    });
+    const tx = await owner.begin();
+    tx.set('t', 'a', 'v', 'slow');
+    tx.set('t', 'b', 'v', 'slow');
+    const committing = tx.commit();
+    await new Promise((r) => setTimeout(r, 20));
+    const reader = new Percolator({ store, lockTtlMs: ttl, lockWaitMs: ttl * 20 });
+    // The reader started after the commit timestamp was drawn: it must wait for the
+    // outcome and then see the write. Rolling the live owner back would lose it.
+    const read = await reader.transact((t) => t.getString('t', 'b', 'v'));
+    expect(read).toBe('slow');
+    await expect(committing).resolves.toHaveProperty('commitTs');
+    expect(await reader.transact((t) => t.getString('t', 'b', 'v'))).toBe('slow');
+  });
+});
+
+describe('ambiguous store replies on the primary commit', () => {
+  async function setup(fault: 'fail-after' | 'fail-before', readsFail: boolean) {
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    let armed = false;
+    let faults = 0;
+    store.casFault = (r) => (armed && r.key === 'a' && faults++ === 0 ? fault : undefined);
+    store.readFault = (_t, key) => armed && readsFail && key === 'a';
+    const db = new Percolator({
+      store,
+      hooks: {
+        onCommitStep: (e) => {
+          armed = e.step === 'beforeCommitPrimary';
+        },
+      },
+    });
+    const tx = await db.begin();
+    tx.set('t', 'a', 'v', 'new');
+    tx.set('t', 'b', 'v', 'new');
+    const outcome = await tx.commit().then(
+      (r) => ({ ok: true as const, commitTs: r.commitTs }),
+      (e: unknown) => ({ ok: false as const, error: e }),
+    );
+    armed = false;
+    const reader = new Percolator({ store });
+    const seen = await reader.transact(async (t) => [
+      await t.getString('t', 'a', 'v'),
+      await t.getString('t', 'b', 'v'),
+    ]);
+    return { outcome, seen };
+  }
+
+  it('applied but the reply was lost: verified by re-reading, reported as committed', async () => {
+    const { outcome, seen } = await setup('fail-after', false);
+    expect(outcome.ok).toBe(true);
+    expect(seen).toEqual(['new', 'new']);
+  });
+
+  it('not applied and the reply was lost: retried, then committed', async () => {
+    const { outcome, seen } = await setup('fail-before', false);
+    expect(outcome.ok).toBe(true);
+    expect(seen).toEqual(['new', 'new']);
+  });
+
+  it('applied, and the outcome cannot be re-read: CommitUnknownError, never a plain failure', async () => {
+    const { outcome, seen } = await setup('fail-after', true);
+    expect(outcome.ok).toBe(false);
+    expect((outcome as { error: unknown }).error).toBeInstanceOf(CommitUnknownError);
+    expect(seen).toEqual(['new', 'new']); // it did commit
+  });
+
+  it('not applied, and the outcome cannot be re-read: CommitUnknownError, never a silent success', async () => {
+    const { outcome, seen } = await setup('fail-before', true);
+    expect(outcome.ok).toBe(false);
+    expect((outcome as { error: unknown }).error).toBeInstanceOf(CommitUnknownError);
+    expect(seen[0]).toBe(seen[1]); // all or nothing once readers resolve it
+  });
+
+  it('ambiguous prewrites are re-read and recognised as ours', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    let n = 0;
+    store.casFault = () => (n++ % 2 === 0 ? 'fail-after' : undefined);
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '1');
+      tx.set('t', 'c', 'v', '1');
+    });
+    store.casFault = () => undefined;
+    expect(
+      await db.transact(async (tx) => Promise.all(['a', 'b', 'c'].map((r) => tx.getString('t', r, 'v')))),
+    ).toEqual(['1', '1', '1']);
+  });
+});

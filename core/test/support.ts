@@ -1,0 +1,106 @@
+import {
+  type CasRequest,
+  type CasResult,
+  MemoryStore,
+  type RowStore,
+  type StoreCapabilities,
+  type StoredRow,
+  StoreError,
+} from '@percolator/core';
+
+export type Fault = 'fail-before' | 'fail-after' | undefined;
+
+/**
+ * A MemoryStore wrapper for core tests: counts calls, injects failures before or after a
+ * CAS is applied, fails reads, and holds a CAS at a gate until released.
+ */
+export class InstrumentedStore implements RowStore {
+  readonly name = 'instrumented-memory';
+  readonly inner: MemoryStore;
+  readonly capabilities: StoreCapabilities;
+  calls = { read: 0, checkAndSet: 0, checkAndSetStamped: 0, incrementCounter: 0, scan: 0 };
+  /** Decides a fault for each CAS; return undefined to let it through. */
+  casFault: (request: CasRequest) => Fault = () => undefined;
+  readFault: (table: string, key: string) => boolean = () => false;
+  /** Held CAS calls, keyed by `${table}/${key}`. */
+  private gates = new Map<string, Promise<void>>();
+
+  constructor(inner = new MemoryStore(), capabilities?: Partial<StoreCapabilities>) {
+    this.inner = inner;
+    this.capabilities = { ...inner.capabilities, ...capabilities };
+  }
+
+  /** Holds the next CAS on (table, key) until the returned function is called. */
+  gate(table: string, key: string): () => void {
+    let release!: () => void;
+    this.gates.set(
+      `${table}/${key}`,
+      new Promise<void>((r) => {
+        release = r;
+      }),
+    );
+    return () => {
+      this.gates.delete(`${table}/${key}`);
+      release();
+    };
+  }
+
+  async read(table: string, key: string): Promise<StoredRow | null> {
+    this.calls.read++;
+    if (this.readFault(table, key)) throw new StoreError('injected read failure', 'no');
+    return this.inner.read(table, key);
+  }
+
+  async checkAndSet(request: CasRequest): Promise<CasResult> {
+    this.calls.checkAndSet++;
+    const gate = this.gates.get(`${request.table}/${request.key}`);
+    if (gate) {
+      this.gates.delete(`${request.table}/${request.key}`);
+      await gate;
+    }
+    const fault = this.casFault(request);
+    if (fault === 'fail-before')
+      throw new StoreError('injected: connection lost before the write', 'unknown');
+    const result = await this.inner.checkAndSet(request);
+    if (fault === 'fail-after') throw new StoreError('injected: reply lost after the write', 'unknown');
+    return result;
+  }
+
+  async checkAndSetStamped(
+    request: Omit<CasRequest, 'state'>,
+    counter: string,
+    build: (ts: number) => Uint8Array,
+  ): Promise<CasResult & { timestamp?: number }> {
+    this.calls.checkAndSetStamped++;
+    return this.inner.checkAndSetStamped(request, counter, build);
+  }
+
+  async incrementCounter(name: string, delta: number): Promise<number> {
+    this.calls.incrementCounter++;
+    return this.inner.incrementCounter(name, delta);
+  }
+
+  async scan(...args: Parameters<MemoryStore['scan']>) {
+    this.calls.scan++;
+    return this.inner.scan(...args);
+  }
+
+  async scanNotified(...args: Parameters<MemoryStore['scanNotified']>) {
+    return this.inner.scanNotified(...args);
+  }
+
+  async close(): Promise<void> {}
+}
+
+/** A wall clock tests move by hand, so lock expiry needs no sleeping. */
+export function fakeClock(start = 1_700_000_000_000) {
+  let now = start;
+  const clock = () => now;
+  clock.advance = (ms: number) => {
+    now += ms;
+  };
+  return clock;
+}
+
+export const text = (bytes: Uint8Array | undefined) =>
+  bytes === undefined ? undefined : new TextDecoder().decode(bytes);

@@ -1,0 +1,327 @@
+import {
+  ClosedError,
+  CommitUnknownError,
+  ConflictError,
+  MemoryStore,
+  Percolator,
+  type Transaction,
+  UnsupportedOperationError,
+} from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { InstrumentedStore, text } from './support.js';
+
+const num = async (tx: Transaction, row: string) => Number(await tx.getString('acct', row, 'bal'));
+
+describe('transactions on the memory store', () => {
+  it('reads its own writes, commits atomically across rows and tables', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const tx = await db.begin();
+    expect(await tx.get('t', 'r', 'c')).toBeUndefined();
+    tx.set('t', 'r', 'c', 'v1');
+    tx.set('other', 'x', 'c', new Uint8Array([0, 1, 2]));
+    expect(await tx.getString('t', 'r', 'c')).toBe('v1');
+    const { commitTs } = await tx.commit();
+    expect(commitTs).toBeGreaterThan(tx.startTs);
+    const [a, b] = await db.transact(async (t) => [
+      await t.getString('t', 'r', 'c'),
+      await t.get('other', 'x', 'c'),
+    ]);
+    expect(a).toBe('v1');
+    expect(b).toEqual(new Uint8Array([0, 1, 2]));
+    await db.transact(async (t) => t.delete('t', 'r', 'c'));
+    expect(await db.transact((t) => t.get('t', 'r', 'c'))).toBeUndefined();
+  });
+
+  it('does not let a finished transaction be used again', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const tx = await db.begin();
+    tx.set('t', 'r', 'c', 'v');
+    await tx.commit();
+    expect(() => tx.set('t', 'r', 'c', 'w')).toThrow(ClosedError);
+    await expect(tx.get('t', 'r', 'c')).rejects.toBeInstanceOf(ClosedError);
+  });
+
+  it('a snapshot does not see writes committed after it started (no read skew)', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    await db.transact(async (tx) => {
+      tx.set('acct', 'x', 'bal', '50');
+      tx.set('acct', 'y', 'bal', '50');
+    });
+    const reader = await db.begin();
+    expect(await num(reader, 'x')).toBe(50);
+    await db.transact(async (tx) => {
+      tx.set('acct', 'x', 'bal', String((await num(tx, 'x')) - 10));
+      tx.set('acct', 'y', 'bal', String((await num(tx, 'y')) + 10));
+    });
+    expect(await num(reader, 'y')).toBe(50); // 60 would be read skew
+    expect(await num(reader, 'x')).toBe(50);
+  });
+
+  it('uncommitted and rolled-back writes are never visible (no aborted or intermediate reads)', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', 'committed'));
+    const writer = await db.begin();
+    writer.set('t', 'r', 'c', 'intermediate');
+    writer.set('t', 'r', 'c', 'final-but-aborted');
+    await writer.rollback();
+    await expect(db.transact(async () => Promise.reject(new Error('user failure')))).rejects.toThrow(
+      'user failure',
+    );
+    expect(await db.transact((tx) => tx.getString('t', 'r', 'c'))).toBe('committed');
+  });
+
+  it('prevents lost updates: concurrent increments from many clients all count', async () => {
+    const store = new MemoryStore();
+    const clients = Array.from({ length: 5 }, () => new Percolator({ store }));
+    await clients[0]!.transact(async (tx) => tx.set('acct', 'counter', 'bal', '0'));
+    await Promise.all(
+      clients.map(async (db) => {
+        for (let i = 0; i < 20; i++) {
+          await db.transact(
+            async (tx) => tx.set('acct', 'counter', 'bal', String((await num(tx, 'counter')) + 1)),
+            {
+              maxAttempts: 200,
+            },
+          );
+        }
+      }),
+    );
+    expect(await clients[0]!.transact((tx) => num(tx, 'counter'))).toBe(100);
+  });
+
+  it('two transactions writing the same cell concurrently: exactly one commits', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const a = await db.begin();
+    const b = await db.begin();
+    a.set('t', 'r', 'c', 'a');
+    b.set('t', 'r', 'c', 'b');
+    const results = await Promise.allSettled([a.commit(), b.commit()]);
+    expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    const failure = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
+    expect(failure.reason).toBeInstanceOf(ConflictError);
+  });
+
+  it('allows write skew (snapshot isolation), and a written guard cell prevents it', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const setup = async () =>
+      db.transact(async (tx) => {
+        tx.set('oncall', 'alice', 'on', '1');
+        tx.set('oncall', 'bob', 'on', '1');
+      });
+    const goOffCall = async (tx: Transaction, me: string, guard: boolean) => {
+      const onCall =
+        Number(await tx.getString('oncall', 'alice', 'on')) +
+        Number(await tx.getString('oncall', 'bob', 'on'));
+      if (onCall < 2) throw new Error('someone must stay on call');
+      tx.set('oncall', me, 'on', '0');
+      if (guard) tx.set('oncall', 'guard', 'version', String(tx.startTs)); // both write it: they conflict
+    };
+    await setup();
+    const t1 = await db.begin();
+    const t2 = await db.begin();
+    await goOffCall(t1, 'alice', false);
+    await goOffCall(t2, 'bob', false);
+    await t1.commit();
+    await t2.commit(); // write skew: both commit, nobody is on call
+    expect(
+      await db.transact(async (tx) => [
+        await tx.getString('oncall', 'alice', 'on'),
+        await tx.getString('oncall', 'bob', 'on'),
+      ]),
+    ).toEqual(['0', '0']);
+
+    await setup();
+    const g1 = await db.begin();
+    const g2 = await db.begin();
+    await goOffCall(g1, 'alice', true);
+    await goOffCall(g2, 'bob', true);
+    await g1.commit();
+    await expect(g2.commit()).rejects.toBeInstanceOf(ConflictError);
+  });
+
+  it('keeps the total of concurrent transfers constant in every concurrent snapshot', async () => {
+    const store = new MemoryStore();
+    const accounts = Array.from({ length: 12 }, (_, i) => `a${i}`);
+    const clients = Array.from({ length: 6 }, () => new Percolator({ store }));
+    await clients[0]!.transact(async (tx) => {
+      for (const a of accounts) tx.set('acct', a, 'bal', '100');
+    });
+    let seed = 7;
+    const rand = (n: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed % n;
+    };
+    let done = false;
+    const snapshots: number[] = [];
+    const readers = clients.slice(0, 2).map(async (db, i) => {
+      while (!done) {
+        const total = await db.transact(async (tx) => {
+          let sum = 0;
+          if (i === 0) for (const a of accounts) sum += await num(tx, a);
+          else for await (const r of tx.scan('acct')) sum += Number(text(r.columns.get('bal')));
+          return sum;
+        });
+        snapshots.push(total);
+        // The memory store answers in microtasks: yield so writers' backoff timers can fire.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    });
+    await Promise.all(
+      clients.map(async (db) => {
+        for (let i = 0; i < 50; i++) {
+          const from = accounts[rand(accounts.length)]!;
+          let to = accounts[rand(accounts.length)]!;
+          if (to === from) to = accounts[(accounts.indexOf(from) + 1) % accounts.length]!;
+          const amount = 1 + rand(20);
+          await db.transact(
+            async (tx) => {
+              tx.set('acct', from, 'bal', String((await num(tx, from)) - amount));
+              tx.set('acct', to, 'bal', String((await num(tx, to)) + amount));
+            },
+            { maxAttempts: 100 },
+          );
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      }),
+    );
+    done = true;
+    await Promise.all(readers);
+    expect(snapshots.length).toBeGreaterThan(5);
+    expect(new Set(snapshots)).toEqual(new Set([1200]));
+    expect(
+      await clients[0]!.transact(async (tx) => {
+        let sum = 0;
+        for (const a of accounts) sum += await num(tx, a);
+        return sum;
+      }),
+    ).toBe(1200);
+  });
+
+  it('transact reruns the whole function with a new start timestamp on conflict', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', '0'));
+    const starts: number[] = [];
+    const result = await db.transact(async (tx) => {
+      starts.push(tx.startTs);
+      const v = Number(await tx.getString('t', 'r', 'c'));
+      if (starts.length === 1) await db.transact(async (other) => other.set('t', 'r', 'c', '10')); // conflicting commit
+      tx.set('t', 'r', 'c', String(v + 1));
+      return v + 1;
+    });
+    expect(starts).toHaveLength(2);
+    expect(starts[1]!).toBeGreaterThan(starts[0]!);
+    expect(result).toBe(11); // re-read, not re-applied from the first run's buffer
+    expect(await db.transact((tx) => tx.getString('t', 'r', 'c'))).toBe('11');
+  });
+
+  it('transact gives up with ConflictError after maxAttempts', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    let runs = 0;
+    await expect(
+      db.transact(
+        async (tx) => {
+          runs++;
+          await tx.get('t', 'r', 'c');
+          await db.transact(async (other) => other.set('t', 'r', 'c', String(runs)));
+          tx.set('t', 'r', 'c', 'mine');
+        },
+        { maxAttempts: 3 },
+      ),
+    ).rejects.toBeInstanceOf(ConflictError);
+    expect(runs).toBe(3);
+  });
+
+  it('rethrows a user error unchanged and never retries it', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const mine = new TypeError('mine');
+    let runs = 0;
+    const failure = await db
+      .transact(async (tx) => {
+        runs++;
+        tx.set('t', 'r', 'c', 'never');
+        throw mine;
+      })
+      .catch((e: unknown) => e);
+    expect(failure).toBe(mine);
+    expect(runs).toBe(1);
+    expect(await db.transact((tx) => tx.get('t', 'r', 'c'))).toBeUndefined();
+  });
+
+  it('never retries a commit whose outcome is unknown', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'c', '0');
+      tx.set('t', 'b', 'c', '0');
+    });
+    let runs = 0;
+    let armed = false;
+    store.casFault = (r) => (armed && r.key === 'a' ? 'fail-after' : undefined);
+    store.readFault = (_t, key) => armed && key === 'a';
+    const hooked = new Percolator({
+      store,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') armed = true;
+        },
+      },
+    });
+    await expect(
+      hooked.transact(async (tx) => {
+        runs++;
+        tx.set('t', 'a', 'c', '1');
+        tx.set('t', 'b', 'c', '1');
+      }),
+    ).rejects.toBeInstanceOf(CommitUnknownError);
+    expect(runs).toBe(1);
+  });
+
+  it('commits a single-row transaction in one CAS when the store can stamp it', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    const tx = await db.begin();
+    tx.set('t', 'r', 'a', '1');
+    tx.set('t', 'r', 'b', '2');
+    const before = { ...store.calls };
+    await tx.commit();
+    expect(store.calls.checkAndSetStamped - before.checkAndSetStamped).toBe(1);
+    expect(store.calls.checkAndSet - before.checkAndSet).toBe(0);
+    expect(
+      await db.transact(async (t) => [await t.getString('t', 'r', 'a'), await t.getString('t', 'r', 'b')]),
+    ).toEqual(['1', '2']);
+
+    // With a custom oracle the stamp would not come from the oracle's order: two-phase instead.
+    const twoPhase = new Percolator({
+      store,
+      oracle: { next: () => store.inner.incrementCounter('percolator.oracle', 1) },
+    });
+    const before2 = { ...store.calls };
+    await twoPhase.transact(async (t) => t.set('t', 'r', 'a', '3'));
+    expect(store.calls.checkAndSetStamped - before2.checkAndSetStamped).toBe(0);
+    expect(store.calls.checkAndSet - before2.checkAndSet).toBe(2); // prewrite + commit primary
+  });
+
+  it('scans rows in key order at the snapshot, with its own writes merged', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const keys = ['b', 'a', '\u{1F600}', '\uFFFD', 'a\u0000z', 'c'];
+    await db.transact(async (tx) => {
+      for (const k of keys) tx.set('t', k, 'v', k);
+    });
+    const tx = await db.begin();
+    await db.transact(async (other) => other.set('t', 'zz-late', 'v', 'late'));
+    tx.set('t', 'bb', 'v', 'mine');
+    tx.delete('t', 'c', 'v');
+    const rows: string[] = [];
+    for await (const r of tx.scan('t')) rows.push(r.row);
+    expect(rows).toEqual(['a', 'a\u0000z', 'b', 'bb', '\uFFFD', '\u{1F600}']);
+    const ranged: string[] = [];
+    for await (const r of tx.scan('t', { start: 'a\u0000', end: '\uFFFD', limit: 2 })) ranged.push(r.row);
+    expect(ranged).toEqual(['a\u0000z', 'b']);
+  });
+
+  it('scan fails with a typed error on a store that cannot scan in order', async () => {
+    const db = new Percolator({ store: new InstrumentedStore(new MemoryStore(), { orderedScan: false }) });
+    const tx = await db.begin();
+    await expect(tx.scan('t').next()).rejects.toBeInstanceOf(UnsupportedOperationError);
+  });
+});
