@@ -1,0 +1,156 @@
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { LEASE_TABLE, Percolator, type RunEvent } from '@percolator/core';
+import { createRedisStore, defaultRedisUrl, type RedisStore } from '@percolator/redis';
+import { expect, test } from 'vitest';
+import { decodeRow } from '../src/codec.js';
+import { leaseKey } from '../src/observers/lease.js';
+import { ackColumn } from '../src/observers/reserved.js';
+import { crashObserver, TALLY } from './observers-crash-observer.js';
+
+/**
+ * A worker process really dies mid-run (SIGKILL, no cleanup): its lease row and, in the
+ * "prewrite" case, its locks stay in the store. Another worker then takes the row over
+ * once the lease expires and runs it exactly once. Runs against Redis
+ * (PERCOLATOR_REDIS_URL, default redis://127.0.0.1:6379), which both processes share.
+ */
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..', '..');
+const viteNode = join(
+  dirname(
+    createRequire(createRequire(join(root, 'package.json')).resolve('vitest/package.json')).resolve(
+      'vite-node/package.json',
+    ),
+  ),
+  'vite-node.mjs',
+);
+const TABLE = 'crash_docs';
+const ROW = 'doc/1';
+/** The dead worker's lease and lock expiry: how long the survivor waits. */
+const EXPIRY_MS = 500;
+
+async function openStore(namespace: string): Promise<RedisStore> {
+  try {
+    return await createRedisStore({ namespace });
+  } catch (error) {
+    throw new Error(
+      `Redis is not reachable at ${defaultRedisUrl()}: set PERCOLATOR_REDIS_URL (${(error as Error).message})`,
+    );
+  }
+}
+
+interface Stuck {
+  readonly pid: number;
+  readonly row: string;
+  readonly at: string;
+  readonly startTs?: number;
+}
+
+/** Starts the crashing worker; resolves once it reports that it is stuck mid-run. */
+function startDoomedWorker(namespace: string, mode: 'handler' | 'prewrite') {
+  const child = spawn(
+    process.execPath,
+    [
+      viteNode,
+      '--config',
+      join(root, 'vitest.config.ts'),
+      join(here, 'observers-crash-child.ts'),
+      namespace,
+      TABLE,
+      mode,
+      String(EXPIRY_MS),
+    ],
+    { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+    child.once('exit', (_code, signal) => resolve(signal)),
+  );
+  const stuck = new Promise<Stuck>((resolve, reject) => {
+    void exited.then(() => reject(new Error('the worker process exited before it got stuck')));
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (!line.startsWith('{')) return;
+      const message = JSON.parse(line);
+      if (message.stuck) resolve(message.stuck);
+      if (message.unexpected) reject(new Error(message.unexpected));
+    });
+  });
+  return { child, stuck, exited };
+}
+
+async function rawRow(store: RedisStore, table: string, row: string) {
+  const stored = await store.read(table, row);
+  return stored ? decodeRow(stored.state) : undefined;
+}
+
+test.each(['handler', 'prewrite'] as const)(
+  'a worker process killed mid-run (in its %s) leaves the row to another worker, which runs it exactly once',
+  async (mode) => {
+    const namespace = `obs_crash_${randomBytes(4).toString('hex')}`;
+    const store = await openStore(namespace);
+    const writer = new Percolator({ store, observedColumns: [{ table: TABLE, column: 'in' }] });
+    const survivorDb = new Percolator({ store });
+    const doomed = { child: undefined as ReturnType<typeof startDoomedWorker>['child'] | undefined };
+    try {
+      await writer.transact(async (tx) => tx.set(TABLE, ROW, 'in', 'v1'));
+      const { child, stuck, exited } = startDoomedWorker(namespace, mode);
+      doomed.child = child;
+      const where = await stuck;
+      // The process we kill is the one running the worker (vite-node runs it in-process).
+      expect(where).toMatchObject({ pid: child.pid, row: ROW, at: mode });
+      // It holds the row's lease; in the prewrite case its locks (the ack's too) are there.
+      expect(await store.read(LEASE_TABLE, leaseKey(TABLE, ROW))).not.toBeNull();
+      const ack = ackColumn('crash-copy', 'in');
+      if (mode === 'prewrite') {
+        expect((await rawRow(store, TABLE, ROW))?.cells.get(ack)?.lock?.startTs).toBe(where.startTs);
+        expect((await rawRow(store, TALLY.table, TALLY.row))?.cells.get(TALLY.column)?.lock).toBeDefined();
+      }
+      child.kill('SIGKILL');
+      expect(await exited).toBe('SIGKILL');
+
+      const runs: RunEvent[] = [];
+      const survivor = survivorDb.worker({
+        observers: [crashObserver(TABLE, async () => undefined)],
+        leaseMs: EXPIRY_MS,
+        onRun: (e) => runs.push(e),
+        onError: () => undefined,
+      });
+      // Pending until the dead worker's lease (and locks) expire; then it runs the row.
+      await survivor.runUntilIdle({ timeoutMs: 30_000 });
+
+      expect(runs.map((e) => [e.row, e.observer])).toEqual([[ROW, 'crash-copy']]);
+      expect(survivor.stats.runs).toBe(1);
+      // The handler's effect is there once: one committed run in all.
+      const [out, tally] = await writer.transact(async (tx) => [
+        await tx.getString(TABLE, ROW, 'out'),
+        await tx.getString(TALLY.table, TALLY.row, TALLY.column),
+      ]);
+      expect(out).toBe('v1');
+      expect(tally).toBe('1');
+      // The ack was written once, by the survivor's run; no lock is left anywhere.
+      const row = (await rawRow(store, TABLE, ROW))!;
+      const ackCell = row.cells.get(ack)!;
+      expect(ackCell.writes.filter((w) => w.kind !== 'rollback').map((w) => w.commitTs)).toEqual([
+        runs[0]!.commitTs,
+      ]);
+      expect(new TextDecoder().decode(ackCell.data.get(runs[0]!.startTs))).toBe(String(runs[0]!.startTs));
+      for (const cell of row.cells.values()) expect(cell.lock).toBeUndefined();
+      expect((await rawRow(store, TALLY.table, TALLY.row))?.cells.get(TALLY.column)?.lock).toBeUndefined();
+      // The notification index is empty, the flag cleared, and no lease is left behind.
+      expect(await store.scanNotified(TABLE, { limit: 10 })).toEqual([]);
+      expect(row.cells.get('in')?.notifyTs).toBe(0);
+      expect(await store.read(LEASE_TABLE, leaseKey(TABLE, ROW))).toBeNull();
+    } finally {
+      if (doomed.child && doomed.child.exitCode === null && doomed.child.signalCode === null)
+        doomed.child.kill('SIGKILL');
+      await writer.close();
+      await survivorDb.close();
+      await store.dropNamespace();
+      await store.close();
+    }
+  },
+  60_000,
+);
