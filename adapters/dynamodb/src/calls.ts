@@ -11,7 +11,9 @@ import { StoreError } from '@percolator/core';
  * - reads are retried on any transient failure;
  * - writes are retried only when the store certainly did not apply them (throttling,
  *   a cancelled transaction, a connection that was never opened);
- * - a write whose reply was lost (timeout, reset, 5xx) is `StoreError(..., 'unknown')`.
+ * - a write is `StoreError(..., 'no')` only when DynamoDB certainly refused it (a parsed
+ *   4xx service error) or it was never sent (connection refused); a lost or unreadable
+ *   reply (timeout, reset, 5xx, a 2xx whose body was cut off) is `StoreError(..., 'unknown')`.
  */
 
 export interface RetryPolicy {
@@ -30,9 +32,9 @@ type Failure =
   | 'not-sent'
   /** The service answered 5xx: the request may or may not have been applied. */
   | 'server'
-  /** The request may have been sent and no answer came (timeout, reset): unknown. */
+  /** The request may have been sent and no usable answer came (timeout, reset, unreadable reply): unknown. */
   | 'lost'
-  /** The service answered with a client error (4xx): not applied, retrying will not help. */
+  /** The service answered with a parsed client error (4xx): not applied, retrying will not help. */
   | 'rejected';
 
 const THROTTLING = new Set([
@@ -76,13 +78,17 @@ export function classify(error: unknown): Failure {
   const e = (error ?? {}) as SdkError;
   const status = e.$metadata?.httpStatusCode;
   if (typeof status === 'number') {
+    // Only a 4xx reply that the SDK parsed into a service exception (`$fault: 'client'`)
+    // proves DynamoDB refused the request. Any other reply that still ends in an error
+    // (a 2xx whose body was cut off or could not be parsed, a 4xx without a readable
+    // error, a 5xx) may follow a write that was applied.
+    if (status < 400 || status >= 500 || e.$fault !== 'client') return status >= 500 ? 'server' : 'lost';
     if (THROTTLING.has(e.name ?? '')) return 'throttled';
     if (e.name === 'TransactionCanceledException') {
       const codes = (e.CancellationReasons ?? []).map((reason) => reason.Code ?? 'None');
       if (codes.includes('ConditionalCheckFailed')) return 'rejected';
       return codes.some((code) => RETRYABLE_CANCEL_REASONS.has(code)) ? 'throttled' : 'rejected';
     }
-    if (status >= 500 || e.$fault === 'server') return 'server';
     return 'rejected';
   }
   if (

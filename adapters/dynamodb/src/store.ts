@@ -148,8 +148,9 @@ class DynamoDbStore implements DynamoDbRowStore {
 
   /**
    * Independent CAS of many rows, sent in parallel (DynamoDB has no batched conditional
-   * write); each applies or not on its own. If any call fails, its error is thrown after
-   * all have settled, preferring one whose outcome is unknown.
+   * write); each applies or not on its own. If any call fails, an error is thrown after
+   * all have settled: StoreError 'unknown' when any request applied or may have applied
+   * (the batch as a whole is then neither done nor undone), else the first failure.
    */
   async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
     const ctx = this.open();
@@ -158,7 +159,16 @@ class DynamoDbStore implements DynamoDbRowStore {
     const settled = await Promise.allSettled(requests.map((request) => checkAndSet(ctx, request)));
     const failures = settled.flatMap((s) => (s.status === 'rejected' ? [s.reason as unknown] : []));
     if (failures.length > 0) {
-      throw failures.find((e) => !(e instanceof StoreError) || e.applied === 'unknown') ?? failures[0];
+      const unknown = failures.find((e) => !(e instanceof StoreError) || e.applied === 'unknown');
+      if (unknown !== undefined) throw unknown;
+      const applied = settled.filter((s) => s.status === 'fulfilled' && s.value.ok).length;
+      if (applied === 0) throw failures[0];
+      const first = failures[0] as StoreError;
+      throw new StoreError(
+        `${first.message} (${applied} other requests of this batch were applied)`,
+        'unknown',
+        { cause: first },
+      );
     }
     return settled.map((s) => (s as PromiseFulfilledResult<CasResult>).value);
   }

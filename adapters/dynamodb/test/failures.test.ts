@@ -130,6 +130,74 @@ describe('dynamodb store: ambiguous outcomes', () => {
     expect(await direct.read('t', 'd')).toBeNull();
   });
 
+  it('a 200 reply cut off after its headers is unknown (PutItem, TransactWriteItems, UpdateItem), and each landed', async () => {
+    const { viaProxy, direct } = await stores();
+    proxy.mode = 'truncate-reply';
+    const before = proxy.forwarded;
+    await expectUnknown(
+      viaProxy.checkAndSet({ table: 't', key: 'plain', expected: null, state: bytes('landed') }),
+    );
+    await expectUnknown(
+      viaProxy.checkAndSet({ table: 't', key: 'flag', expected: null, state: bytes('f'), notified: true }),
+    );
+    const error = await expectUnknown(viaProxy.incrementCounter('c', 1));
+    // The SDK saw DynamoDB's 200 status before the body broke off.
+    expect((error.cause as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode).toBe(200);
+    // Each was sent exactly once: no retry that could fail its own condition.
+    expect(proxy.forwarded - before).toBe(3);
+    expect(text((await direct.read('t', 'plain'))?.state ?? new Uint8Array())).toBe('landed');
+    expect(text((await direct.read('t', 'flag'))?.state ?? new Uint8Array())).toBe('f');
+    expect(await direct.scanNotified('t', { limit: 10 })).toEqual(['flag']);
+    expect(await direct.incrementCounter('c', 1)).toBe(2);
+  });
+
+  it('checkAndSetMany is unknown when one request applied and another was refused', async () => {
+    const { viaProxy, direct } = await stores();
+    // Requests on table "refused" are throttled every time, so they end as applied "no".
+    proxy.throttleMarker = '#r#refused';
+    const onlyRefused = await viaProxy
+      .checkAndSetMany([{ table: 'refused', key: 'x', expected: null, state: bytes('x') }])
+      .catch((e: unknown) => e);
+    expect(onlyRefused).toBeInstanceOf(StoreError);
+    expect((onlyRefused as StoreError).applied).toBe('no');
+
+    await expectUnknown(
+      viaProxy.checkAndSetMany([
+        { table: 't', key: 'a', expected: null, state: bytes('a') },
+        { table: 'refused', key: 'x', expected: null, state: bytes('x') },
+      ]),
+    );
+    expect(text((await direct.read('t', 'a'))?.state ?? new Uint8Array())).toBe('a');
+    expect(await direct.read('refused', 'x')).toBeNull();
+  });
+
+  it('readMany resends UnprocessedKeys until every row is back, in request order', async () => {
+    const { viaProxy, direct } = await stores(10_000);
+    // 60 items near the 400 KB limit exceed BatchGetItem's 16 MB reply, so DynamoDB
+    // answers part of the one request and returns the rest as UnprocessedKeys.
+    const size = direct.capabilities.maxStateBytes;
+    const written: string[] = [];
+    for (let i = 0; i < 60; i++) {
+      const state = new Uint8Array(size).fill(i);
+      const result = await direct.checkAndSet({ table: 'big', key: `k${i}`, expected: null, state });
+      if (!result.ok) throw new Error('create failed');
+      written.push(result.version);
+    }
+    const order = [...written.keys()].reverse();
+    const before = proxy.forwarded;
+    const rows = await viaProxy.readMany(order.map((i) => ({ table: 'big', key: `k${i}` })));
+    // More than one BatchGetItem for 60 keys (< 100 per request): the unprocessed ones were resent.
+    expect(proxy.forwarded - before).toBeGreaterThan(1);
+    expect(rows).toHaveLength(60);
+    rows.forEach((row, position) => {
+      const i = order[position] as number;
+      expect(row?.version).toBe(written[i]);
+      expect(row?.state.byteLength).toBe(size);
+      expect(row?.state[0]).toBe(i);
+      expect(row?.state[size - 1]).toBe(i);
+    });
+  });
+
   it('a counter increment whose reply is lost is unknown', async () => {
     const { viaProxy, direct } = await stores();
     expect(await viaProxy.incrementCounter('c', 1)).toBe(1);

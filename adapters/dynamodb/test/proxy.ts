@@ -9,8 +9,12 @@ import { connect, createServer, type Socket } from 'node:net';
  * - `reset-on-reply`: forward the request, reset the client connection when the reply comes;
  * - `reply-500`: forward the request, replace the reply by an HTTP 500 InternalServerError;
  * - `reply-500-once`: the same for one request, then back to `pass`;
+ * - `truncate-reply`: forward the request, pass on the reply's status line, headers and
+ *   one byte of its body, then reset the connection (a 2xx the SDK cannot parse);
  * - `throttle-once`: answer the next request with a 400 ThrottlingException without
  *   forwarding it, then go back to `pass`.
+ * Independently of the mode, a request containing `throttleMarker` is never forwarded
+ * and is answered with a 400 ThrottlingException.
  */
 export type ProxyMode =
   | 'pass'
@@ -18,11 +22,14 @@ export type ProxyMode =
   | 'reset-on-reply'
   | 'reply-500'
   | 'reply-500-once'
+  | 'truncate-reply'
   | 'throttle-once';
 
 export interface TestProxy {
   readonly endpoint: string;
   mode: ProxyMode;
+  /** Requests whose bytes contain this text are throttled (never forwarded). */
+  throttleMarker: string | undefined;
   /** Requests forwarded to the service (counted by their first line). */
   readonly forwarded: number;
   close(): Promise<void>;
@@ -38,7 +45,7 @@ function jsonReply(status: string, type: string, message: string): string {
 
 export async function startProxy(target: { host: string; port: number }): Promise<TestProxy> {
   const sockets = new Set<Socket>();
-  const state = { mode: 'pass' as ProxyMode, forwarded: 0 };
+  const state = { mode: 'pass' as ProxyMode, forwarded: 0, throttleMarker: undefined as string | undefined };
   const server = createServer((client) => {
     const upstream = connect(target.port, target.host);
     sockets.add(client);
@@ -57,9 +64,12 @@ export async function startProxy(target: { host: string; port: number }): Promis
       sockets.delete(upstream);
       client.end();
     });
+    // Reply bytes held back in `truncate-reply` until the end of the headers is seen.
+    let held: Buffer | undefined = Buffer.alloc(0);
     client.on('data', (chunk) => {
-      if (state.mode === 'throttle-once') {
-        state.mode = 'pass';
+      const marked = state.throttleMarker !== undefined && chunk.includes(state.throttleMarker);
+      if (state.mode === 'throttle-once' || marked) {
+        if (!marked) state.mode = 'pass';
         client.end(jsonReply('400 Bad Request', 'ThrottlingException', 'injected by the test proxy'));
         upstream.destroy();
         return;
@@ -75,6 +85,19 @@ export async function startProxy(target: { host: string; port: number }): Promis
           client.resetAndDestroy();
           upstream.destroy();
           return;
+        case 'truncate-reply': {
+          if (held === undefined) return; // already cut off
+          held = Buffer.concat([held, chunk]);
+          const end = held.indexOf('\r\n\r\n');
+          if (end < 0) return;
+          const head = held.subarray(0, end + 5);
+          held = undefined;
+          client.write(head, () => {
+            client.resetAndDestroy();
+            upstream.destroy();
+          });
+          return;
+        }
         case 'reply-500':
         case 'reply-500-once':
           if (state.mode === 'reply-500-once') state.mode = 'pass';
@@ -98,6 +121,12 @@ export async function startProxy(target: { host: string; port: number }): Promis
     },
     set mode(mode: ProxyMode) {
       state.mode = mode;
+    },
+    get throttleMarker() {
+      return state.throttleMarker;
+    },
+    set throttleMarker(marker: string | undefined) {
+      state.throttleMarker = marker;
     },
     get forwarded() {
       return state.forwarded;
