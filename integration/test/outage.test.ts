@@ -14,15 +14,17 @@ import { createRedisStore, type RedisStore } from '@percolator/redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresPool, postgresStore, uniqueNamespace } from './support/backends.js';
 import { type PrivateRedis, startPrivateRedis } from './support/private-redis.js';
-import { SwitchableStore } from './support/switchable.js';
+import { TcpProxy } from './support/tcp-proxy.js';
 
 /**
  * One transaction writes a PostgreSQL row (accounts/alice: the primary, first in table
  * order), a Redis key (carts/c) and a DynamoDB item (wallets/w). One store becomes
- * unreachable in the middle of the commit: Redis is really killed (SIGKILL) and started
- * again from its append-only file; PostgreSQL and DynamoDB are cut off by a switch in front
- * of the real store. Readers must see all of the transaction or none of it, never part,
- * and once the store is back they settle it (roll forward or back).
+ * unreachable in the middle of the commit, for real: Redis is killed (SIGKILL) and started
+ * again from its append-only file; PostgreSQL and DynamoDB sit behind a loopback TCP
+ * proxy that resets their connections and refuses new ones, or forwards a write and loses
+ * its reply. The drivers and adapters see what they would see in production. Readers must
+ * see all of the transaction or none of it, never part, and once the store is back they
+ * settle it (roll forward or back).
  */
 const ROWS = [
   ['accounts', 'alice'],
@@ -30,7 +32,8 @@ const ROWS = [
   ['wallets', 'w'],
 ] as const;
 
-const pool = postgresPool(await assertPostgresReachable());
+const pgUrl = await assertPostgresReachable();
+const pool = postgresPool(pgUrl);
 let dynamo: DynamoDbTarget | undefined;
 let redisServer: PrivateRedis | undefined;
 const cleanups: Array<() => Promise<void>> = [];
@@ -56,15 +59,24 @@ function fakeClock() {
 
 async function deploy() {
   if (!dynamo || !redisServer) throw new Error('DynamoDB Local or the private redis-server did not start');
-  const [pgInner, oracle, redis, dynInner] = await Promise.all([
-    postgresStore(pool, 'out'),
-    // The oracle in its own namespace: these tests cut off the row stores, not the oracle.
+  const target = new URL(pgUrl);
+  const dynamoTarget = new URL(dynamo.endpoint);
+  const [pgProxy, dynProxy] = await Promise.all([
+    TcpProxy.start(target.hostname, Number(target.port || 5432)),
+    TcpProxy.start(dynamoTarget.hostname, Number(dynamoTarget.port)),
+  ]);
+  const pgProxyPool = postgresPool(pgProxy.url(pgUrl), 4);
+  const [pg, oracle, redis, dyn] = await Promise.all([
+    postgresStore(pgProxyPool, 'out'),
+    // The oracle in its own namespace, reached directly: these tests cut off the row
+    // stores, not the oracle.
     postgresStore(pool, 'oracle'),
     createRedisStore({ url: redisServer.url, namespace: uniqueNamespace('out'), commandTimeoutMs: 2000 }),
-    createDynamoDbStore(dynamo.storeOptions(uniqueNamespace('out'))),
+    createDynamoDbStore({
+      ...dynamo.storeOptions(uniqueNamespace('out')),
+      endpoint: dynProxy.url(dynamo.endpoint),
+    }),
   ]);
-  const pg = new SwitchableStore(pgInner);
-  const dyn = new SwitchableStore(dynInner);
   const store = new CompositeStore({
     routes: [
       { table: 'accounts', store: pg },
@@ -74,15 +86,16 @@ async function deploy() {
     counterStore: oracle,
   });
   cleanups.push(async () => {
-    pg.down = false;
-    dyn.down = false;
+    await Promise.all([pgProxy.restore(), dynProxy.restore()]);
     await Promise.all([
-      (pgInner as PostgresStore).dropNamespace(),
+      (pg as PostgresStore).dropNamespace(),
       (oracle as PostgresStore).dropNamespace(),
-      (dynInner as DynamoDbRowStore).dropNamespace(),
+      (dyn as DynamoDbRowStore).dropNamespace(),
       (redis as RedisStore).dropNamespace().catch(() => undefined),
     ]);
     await store.close();
+    await pgProxyPool.end();
+    await Promise.all([pgProxy.cut(), dynProxy.cut()]);
   });
   const clock = fakeClock();
   const clients: Percolator[] = [];
@@ -104,7 +117,7 @@ async function deploy() {
   await client().transact(async (tx) => {
     for (const [t, r] of ROWS) tx.set(t, r, 'v', 'old');
   });
-  return { pg, dyn, redis, store, clock, client };
+  return { pg, pgProxy, dyn, dynProxy, redis, store, clock, client };
 }
 
 /** What one snapshot sees of each row: its value, or 'error' when it could not be read. */
@@ -190,10 +203,10 @@ describe('a store unreachable in the middle of a cross-store commit (PostgreSQL 
     expect((await d.redis.read('carts', 'c'))?.version).not.toBe(back?.version); // rolled forward
   });
 
-  it('PostgreSQL (the primary) cut off before the commit point: the commit fails, readers never see it', async () => {
+  it('PostgreSQL (the primary) cut off before the commit point: the commit fails or is unknown, readers never see it', async () => {
     const d = await deploy();
     const writer = d.client((e) => {
-      if (e.step === 'beforeCommitPrimary') d.pg.down = true;
+      if (e.step === 'beforeCommitPrimary') return d.pgProxy.cut();
     });
     const reader = d.client();
     const tx = await writer.begin();
@@ -202,13 +215,17 @@ describe('a store unreachable in the middle of a cross-store commit (PostgreSQL 
       () => undefined,
       (e: unknown) => e,
     );
-    expect(error).toBeInstanceOf(StoreError);
-    expect((error as StoreError).applied).toBe('no');
+    // Refused before sending: StoreError 'no'. Reset with the commit request in flight: the
+    // writer cannot know, so CommitUnknownError. Never a success, never a plain failure.
+    if (error instanceof StoreError) expect(error.applied).toBe('no');
+    else expect(error).toBeInstanceOf(CommitUnknownError);
     const seen = await look(reader);
     expectAllOrNothing(seen);
-    expect(seen).toEqual(['error', 'old', 'old']);
+    // After a certain failure the writer removed its other locks; after an unknown one it
+    // must leave them, so their rows cannot be read until the primary is reachable.
+    expect(seen).toEqual(error instanceof StoreError ? ['error', 'old', 'old'] : ['error', 'error', 'error']);
     // Back, with the abandoned primary lock: once it expires, readers roll it back.
-    d.pg.down = false;
+    await d.pgProxy.restore();
     d.clock.advance(60_000);
     expect(await look(reader)).toEqual(['old', 'old', 'old']);
   });
@@ -216,7 +233,7 @@ describe('a store unreachable in the middle of a cross-store commit (PostgreSQL 
   it('PostgreSQL drops the reply of the commit CAS: unknown to the writer, all or nothing to readers', async () => {
     const d = await deploy();
     const writer = d.client((e) => {
-      if (e.step === 'beforeCommitPrimary') d.pg.dropReplyOnce();
+      if (e.step === 'beforeCommitPrimary') d.pgProxy.dropNextReplies();
     });
     const reader = d.client();
     const tx = await writer.begin();
@@ -224,7 +241,7 @@ describe('a store unreachable in the middle of a cross-store commit (PostgreSQL 
     await expect(tx.commit()).rejects.toBeInstanceOf(CommitUnknownError);
     // Committed, but the other rows' locks point at a primary no one can reach: nothing is shown.
     for (let i = 0; i < 2; i++) expect(await look(reader)).toEqual(['error', 'error', 'error']);
-    d.pg.down = false;
+    await d.pgProxy.restore();
     expect(await look(reader)).toEqual(['new', 'new', 'new']);
   });
 
@@ -233,8 +250,8 @@ describe('a store unreachable in the middle of a cross-store commit (PostgreSQL 
     let lockedWallet: StoredRow | null = null;
     const writer = d.client(async (e) => {
       if (e.step === 'afterPrewrite' && e.table === 'wallets') {
-        lockedWallet = await d.dyn.inner.read('wallets', 'w');
-        d.dyn.down = true;
+        lockedWallet = await d.dyn.read('wallets', 'w');
+        await d.dynProxy.cut();
       }
       // The partition that cut DynamoDB off takes the client with it, before its commit point.
       if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
@@ -248,13 +265,9 @@ describe('a store unreachable in the middle of a cross-store commit (PostgreSQL 
     expectAllOrNothing(seen);
     expect(seen).toEqual(['old', 'old', 'error']);
     // The lock is still in DynamoDB, untouched; once back, a reader rolls it back.
-    expect((await d.dyn.inner.read('wallets', 'w'))?.version).toBe(
-      (lockedWallet as StoredRow | null)?.version,
-    );
-    d.dyn.down = false;
+    await d.dynProxy.restore();
+    expect((await d.dyn.read('wallets', 'w'))?.version).toBe((lockedWallet as StoredRow | null)?.version);
     expect(await look(reader)).toEqual(['old', 'old', 'old']);
-    expect((await d.dyn.inner.read('wallets', 'w'))?.version).not.toBe(
-      (lockedWallet as StoredRow | null)?.version,
-    );
+    expect((await d.dyn.read('wallets', 'w'))?.version).not.toBe((lockedWallet as StoredRow | null)?.version);
   });
 });
