@@ -2,6 +2,7 @@ import {
   type CasRequest,
   type CasResult,
   ClosedError,
+  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
   type RowStore,
@@ -65,7 +66,15 @@ export interface MySqlStoreOptions {
   readonly createSchema?: boolean;
   /** Size of the pool the store opens when no `pool` is given (default 10). */
   readonly maxConnections?: number;
+  /**
+   * How long one statement may wait for its reply before the store gives up (default
+   * 30000 ms). The connection is then destroyed and a write is StoreError 'unknown': it
+   * may still run on the server. Applies to every data statement, also on a pool you pass.
+   */
+  readonly queryTimeoutMs?: number;
 }
+
+export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
 
 export interface MySqlStore extends RowStore {
   readonly namespace: string;
@@ -81,6 +90,7 @@ export interface MySqlStore extends RowStore {
 
 export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise<MySqlStore> {
   const names = mysqlNames(validateNamespace(options.namespace));
+  const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
   const ownsPool = options.pool === undefined;
   const uri = options.uri ?? resolveMySqlUrl();
   const pool =
@@ -91,9 +101,11 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
       multipleStatements: true,
       connectTimeout: 10_000,
       charset: 'utf8mb4',
+      // TCP keepalive, so a connection to a vanished server is eventually noticed while idle.
+      enableKeepAlive: true,
     });
   const multipleStatements = hasMultipleStatements(pool);
-  const connector = new Connector(pool, names.namespace);
+  const connector = new Connector(pool, names.namespace, queryTimeoutMs);
   try {
     if (options.createSchema !== false)
       await underSchemaLock(connector, mysqlSchemaStatements(names.namespace));
@@ -127,6 +139,7 @@ class Connector {
   constructor(
     readonly pool: Pool,
     readonly namespace: string,
+    readonly queryTimeoutMs: number,
   ) {}
 
   async connect(): Promise<PoolConnection> {
@@ -147,7 +160,9 @@ class Connector {
     statements = 1,
   ): Promise<unknown> {
     const connection = await this.connect();
-    return withConnection(connection, () => query(connection, what, mode, sql, values, statements));
+    return withConnection(connection, () =>
+      query(connection, what, mode, sql, values, statements, this.queryTimeoutMs),
+    );
   }
 }
 
@@ -172,16 +187,19 @@ async function query(
   sql: string,
   values?: unknown[],
   statements = 1,
+  timeout?: number,
 ): Promise<unknown> {
   try {
     // Per-query options override pool settings a user may have changed: rows as objects,
-    // BLOBs as Buffers.
+    // BLOBs as Buffers. A `timeout` error leaves the statement running on the server; it
+    // counts as a broken connection (errors.ts), so `withConnection` destroys it.
     const [result] = await connection.query({
       sql,
       values,
       rowsAsArray: false,
       nestTables: false,
       typeCast: true,
+      timeout,
     });
     return result;
   } catch (error) {
@@ -457,6 +475,14 @@ class MySqlRowStore implements MySqlStore {
       return refs.map(() => undefined);
     }
   }
+}
+
+function validateQueryTimeout(value: unknown): number {
+  if (value === undefined) return DEFAULT_QUERY_TIMEOUT_MS;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
+    throw new InvalidArgumentError(`queryTimeoutMs must be a positive integer, got ${String(value)}`);
+  }
+  return value;
 }
 
 /** A later round of a batch failed after earlier ones applied: the batch as a whole is unknown. */

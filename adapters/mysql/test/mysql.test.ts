@@ -17,8 +17,8 @@ import {
   mysqlSchemaSql,
   resolveMySqlUrl,
 } from '@percolator/mysql';
-import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createPool, type Pool, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);
@@ -476,6 +476,52 @@ describe('mysql store: limits and failures', () => {
     expect((await store.read('kill', 'k'))?.version).toBe(v);
   });
 
+  it('gives up on a blocked CAS after queryTimeoutMs: StoreError unknown, and the row stays consistent', async () => {
+    await expect(openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 0 })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    const s = await openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 300 });
+    const v = version(await s.checkAndSet({ table: 'slow', key: 'k', expected: null, state: bytes('0') }));
+    const blocker = await admin.getConnection();
+    try {
+      // The row lock makes the store's UPDATE wait, as a silent network partition would.
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM \`${s.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE`, [
+        Buffer.from('slow'),
+        Buffer.from('k'),
+      ]);
+      const error = await s.checkAndSet({ table: 'slow', key: 'k', expected: v, state: bytes('1') }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(StoreError);
+      expect((error as StoreError).applied).toBe('unknown');
+      expect((error as StoreError).message).toMatch(/timeout/i);
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    // The abandoned UPDATE still runs once the lock is free: that is why the answer was
+    // 'unknown'. Wait until the server has finished it, then the row is one of the two
+    // states, whole, and a CAS from what is read there succeeds.
+    await vi.waitFor(
+      async () => {
+        const [rows] = await admin.query<RowDataPacket[]>(
+          'SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE INFO LIKE ?',
+          [`UPDATE \`${s.namespace}_rows\`%`],
+        );
+        expect(Number(rows[0]!.n)).toBe(0);
+      },
+      { timeout: 10_000 },
+    );
+    const row = await s.read('slow', 'k');
+    if (row === null) throw new Error('row vanished');
+    if (row.version === v) expect(text(row.state)).toBe('0');
+    else expect(text(row.state)).toBe('1');
+    version(await s.checkAndSet({ table: 'slow', key: 'k', expected: row.version, state: bytes('2') }));
+    expect(text((await s.read('slow', 'k'))?.state ?? new Uint8Array())).toBe('2');
+  });
+
   it('reports a refused connection as StoreError applied=no', async () => {
     const error = await createMySqlStore({
       uri: 'mysql://root@127.0.0.1:1/test',
@@ -533,6 +579,48 @@ describe('mysql store: namespaces and lifecycle', () => {
     );
     expect(error).toBeInstanceOf(StoreError);
     expect((error as StoreError).applied).toBe('no');
+  });
+
+  it('reads CAS outcomes right on a user pool without CLIENT_FOUND_ROWS (affected = changed rows)', async () => {
+    const pool = createPool({
+      uri: url,
+      connectionLimit: 2,
+      multipleStatements: true,
+      flags: ['-FOUND_ROWS'],
+    });
+    const s = await openStore({ pool, namespace: uniqueNamespace() });
+    try {
+      const v1 = version(await s.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('a') }));
+      // The flag is in effect: an UPDATE that matches but changes nothing reports 0 rows.
+      const [noop] = await pool.query<ResultSetHeader>(
+        `UPDATE \`${s.namespace}_rows\` SET notified = notified WHERE tbl = ? AND row_key = ?`,
+        [Buffer.from('t'), Buffer.from('k')],
+      );
+      expect(noop.affectedRows).toBe(0);
+
+      // Same state, same flag: only the version changes, and that is enough to count.
+      const v2 = version(await s.checkAndSet({ table: 't', key: 'k', expected: v1, state: bytes('a') }));
+      expect(await s.checkAndSet({ table: 't', key: 'k', expected: v1, state: bytes('b') })).toEqual({
+        ok: false,
+        current: { version: v2, state: bytes('a') },
+      });
+      const many = await s.checkAndSetMany([
+        { table: 't', key: 'k', expected: v2, state: bytes('a') },
+        { table: 't', key: 'other', expected: null, state: bytes('o') },
+        { table: 't', key: 'stale', expected: v1, state: bytes('x') },
+      ]);
+      expect(many.map((r) => r.ok)).toEqual([true, true, false]);
+      const v3 = version(many[0]!);
+      expect(await s.checkAndSet({ table: 't', key: 'k', expected: v2, state: null })).toMatchObject({
+        ok: false,
+      });
+      version(await s.checkAndSet({ table: 't', key: 'k', expected: v3, state: null }));
+      expect(await s.read('t', 'k')).toBeNull();
+      expect(text((await s.read('t', 'other'))!.state)).toBe('o');
+    } finally {
+      await s.dropNamespace();
+      await pool.end();
+    }
   });
 
   it('two store instances on one namespace never issue the same version', async () => {

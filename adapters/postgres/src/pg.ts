@@ -14,6 +14,8 @@ export interface PgQueryConfig {
   readonly name?: string;
   readonly text: string;
   readonly values?: unknown[];
+  /** Client-side: reject with "Query read timeout" if no reply came within this many ms. */
+  readonly query_timeout?: number;
 }
 
 export interface PgPoolClient {
@@ -37,6 +39,8 @@ export interface PgPoolOptions {
   readonly connectionTimeoutMillis?: number;
   readonly idleTimeoutMillis?: number;
   readonly application_name?: string;
+  /** TCP keepalive, so a connection to a vanished server is eventually noticed while idle. */
+  readonly keepAlive?: boolean;
 }
 
 interface PgModule {

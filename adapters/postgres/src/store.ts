@@ -2,6 +2,7 @@ import {
   type CasRequest,
   type CasResult,
   ClosedError,
+  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
   type RowStore,
@@ -59,7 +60,15 @@ export interface PostgresStoreOptions {
   readonly createSchema?: boolean;
   /** Size of the pool the store opens when no `pool` is given (default 10). */
   readonly maxConnections?: number;
+  /**
+   * How long one statement may wait for its reply before the store gives up (default
+   * 30000 ms). The connection is then destroyed and a write is StoreError 'unknown': it
+   * may still run on the server. Applies to every data statement, also on a pool you pass.
+   */
+  readonly queryTimeoutMs?: number;
 }
+
+export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
 
 export interface PostgresStore extends RowStore {
   readonly namespace: string;
@@ -75,6 +84,7 @@ export interface PostgresStore extends RowStore {
 
 export async function createPostgresStore(options: PostgresStoreOptions = {}): Promise<PostgresStore> {
   const names = postgresNames(validateNamespace(options.namespace));
+  const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
   const ownsPool = options.pool === undefined;
   const url = options.connectionString ?? resolvePostgresUrl();
   const pool =
@@ -84,11 +94,12 @@ export async function createPostgresStore(options: PostgresStoreOptions = {}): P
       max: options.maxConnections ?? 10,
       connectionTimeoutMillis: 10_000,
       application_name: `percolator:${names.namespace}`,
+      keepAlive: true,
     });
   // An idle connection that dies (server restart, pg_terminate_backend) emits 'error' on
   // the pool; without a listener that would crash the process.
   if (ownsPool) pool.on('error', () => {});
-  const store = new PostgresRowStore(pool, ownsPool, names);
+  const store = new PostgresRowStore(pool, ownsPool, names, queryTimeoutMs);
   try {
     if (options.createSchema !== false) await store.createSchema();
     else await store.verifySchema();
@@ -121,6 +132,7 @@ class PostgresRowStore implements PostgresStore {
     private readonly pool: PgPool,
     private readonly ownsPool: boolean,
     names: PostgresNames,
+    private readonly queryTimeoutMs: number,
   ) {
     this.namespace = names.namespace;
     this.sql = postgresStatements(names);
@@ -334,7 +346,9 @@ class PostgresRowStore implements PostgresStore {
     const onError = () => {};
     client.on('error', onError);
     try {
-      const result = await client.query(config);
+      // On timeout pg rejects but leaves the statement running; `isConnectionBroken` is
+      // true for that error, so the connection is destroyed below, not reused.
+      const result = await client.query({ ...config, query_timeout: this.queryTimeoutMs });
       client.removeListener('error', onError);
       client.release();
       return result;
@@ -357,6 +371,14 @@ class PostgresRowStore implements PostgresStore {
       throw connectError(error);
     }
   }
+}
+
+function validateQueryTimeout(value: unknown): number {
+  if (value === undefined) return DEFAULT_QUERY_TIMEOUT_MS;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
+    throw new InvalidArgumentError(`queryTimeoutMs must be a positive integer, got ${String(value)}`);
+  }
+  return value;
 }
 
 /** A later statement of a batch failed after earlier ones applied: the batch as a whole is unknown. */

@@ -17,7 +17,7 @@ import {
   resolvePostgresUrl,
 } from '@percolator/postgres';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);
@@ -450,6 +450,52 @@ describe('postgres store: limits and failures', () => {
     }
     // The store recovers with a fresh connection.
     expect((await store.read('kill', 'k'))?.version).toBe(v);
+  });
+
+  it('gives up on a blocked CAS after queryTimeoutMs: StoreError unknown, and the row stays consistent', async () => {
+    await expect(openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 0 })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    const s = await openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 300 });
+    const v = version(await s.checkAndSet({ table: 'slow', key: 'k', expected: null, state: bytes('0') }));
+    const blocker = await admin.connect();
+    try {
+      // The row lock makes the store's UPDATE wait, as a silent network partition would.
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM "${s.namespace}_rows" WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
+        Buffer.from('slow'),
+        Buffer.from('k'),
+      ]);
+      const error = await s.checkAndSet({ table: 'slow', key: 'k', expected: v, state: bytes('1') }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(StoreError);
+      expect((error as StoreError).applied).toBe('unknown');
+      expect((error as StoreError).message).toMatch(/timeout/i);
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    // The abandoned UPDATE still runs once the lock is free: that is why the answer was
+    // 'unknown'. Wait until the server has finished it, then the row is one of the two
+    // states, whole, and a CAS from what is read there succeeds.
+    await vi.waitFor(
+      async () => {
+        const r = await admin.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'`,
+          [`percolator:${s.namespace}`],
+        );
+        expect(r.rows[0].n).toBe(0);
+      },
+      { timeout: 10_000 },
+    );
+    const row = await s.read('slow', 'k');
+    if (row === null) throw new Error('row vanished');
+    if (row.version === v) expect(text(row.state)).toBe('0');
+    else expect(text(row.state)).toBe('1');
+    version(await s.checkAndSet({ table: 'slow', key: 'k', expected: row.version, state: bytes('2') }));
+    expect(text((await s.read('slow', 'k'))?.state ?? new Uint8Array())).toBe('2');
   });
 
   it('reports a refused connection as StoreError applied=no', async () => {
