@@ -1,12 +1,14 @@
-// Opens a store on any backend for the examples: `--backend memory|postgres|mysql|redis|dynamodb`.
+// Opens a store on any backend for the examples:
+// `--backend memory|postgres|mysql|redis|redis-cluster|dynamodb`.
 // Every run uses a fresh namespace and drops it afterwards. Connection settings come from
 // the adapters' usual environment variables (PERCOLATOR_POSTGRES_URL, PERCOLATOR_MYSQL_URL,
-// PERCOLATOR_REDIS_URL, PERCOLATOR_DYNAMODB_ENDPOINT); DynamoDB Local is started when no
-// endpoint is given (needs Java 17+).
+// PERCOLATOR_REDIS_URL, PERCOLATOR_REDIS_CLUSTER_NODES (default 127.0.0.1:7001-7003; start
+// one with scripts/redis-cluster.sh start), PERCOLATOR_DYNAMODB_ENDPOINT); DynamoDB Local
+// is started when no endpoint is given (needs Java 17+).
 import { randomBytes } from 'node:crypto';
 import { MemoryStore } from '@percolator/core';
 
-export const BACKENDS = ['memory', 'postgres', 'mysql', 'redis', 'dynamodb'];
+export const BACKENDS = ['memory', 'postgres', 'mysql', 'redis', 'redis-cluster', 'dynamodb'];
 
 /** The value of `--name value` (or `--name=value`) in argv, else `fallback`. */
 export function argument(name, fallback) {
@@ -50,6 +52,31 @@ export async function openStore(backend) {
       const { createRedisStore } = await import('@percolator/redis');
       const store = await createRedisStore({ namespace });
       return { store, close: dropAndClose(store) };
+    }
+    case 'redis-cluster': {
+      const { createRedisClusterClient, createRedisStore, defaultClusterNodes } = await import(
+        '@percolator/redis'
+      );
+      const nodes = defaultClusterNodes();
+      const client = createRedisClusterClient(nodes);
+      client.on('error', () => {}); // failures reach the caller through the failed command
+      try {
+        await client.connect();
+      } catch (error) {
+        client.disconnect();
+        const where = nodes.map((n) => `${n.host}:${n.port}`).join(',');
+        throw new Error(
+          `Redis Cluster not reachable at ${where} (set PERCOLATOR_REDIS_CLUSTER_NODES): ${error.message}`,
+        );
+      }
+      try {
+        const store = await createRedisStore({ client, namespace });
+        // The store does not quit a client it was given.
+        return { store, close: dropAndClose(store, () => client.quit()) };
+      } catch (error) {
+        client.disconnect();
+        throw error;
+      }
     }
     case 'dynamodb': {
       const { createDynamoDbStore } = await import('@percolator/dynamodb');

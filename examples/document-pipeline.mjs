@@ -1,9 +1,10 @@
 // The paper's document pipeline, run by observer workers on any backend:
 //
-//   node examples/document-pipeline.mjs [--backend memory|postgres|mysql|redis|dynamodb]
-//        [--workers 3] [--writes 300] [--seed 1]
+//   node examples/document-pipeline.mjs [--backend memory|postgres|mysql|redis|
+//        redis-cluster|dynamodb] [--workers 3] [--writes 300] [--seed 1]
 //
-// (`pnpm pipeline` builds first and runs it on the in-memory store.) Writers insert,
+// (`pnpm pipeline` builds first and runs it on the in-memory store; `pnpm pipeline --
+// --backend redis` on another.) Writers insert,
 // update and delete documents while several workers (each its own client, as separate
 // processes would be) run two observers: `dedupe` (content hash -> duplicate groups and
 // their canonical URL) and `index` (words -> canonical URL), the second triggered by the
