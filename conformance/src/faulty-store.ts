@@ -54,6 +54,14 @@ export interface StoreCall {
   readonly key?: string;
   /** The request, for CAS calls. */
   readonly request?: CasRequest;
+  /** Every row of a batch call (readMany, checkAndSetMany). */
+  readonly rows?: readonly RowRef[];
+}
+
+/** Whether `call` reads or writes row (table, key), alone or in a batch. */
+export function touches(call: StoreCall, table: string, key: string): boolean {
+  if (call.rows !== undefined) return call.rows.some((r) => r.table === table && r.key === key);
+  return call.table === table && call.key === key;
 }
 
 export type FaultKind = 'before' | 'after' | 'delay';
@@ -232,7 +240,7 @@ export class FaultyStore implements RowStore {
   readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
     const inner = this.inner;
     if (inner.readMany === undefined) return Promise.reject(unsupported('readMany'));
-    return this.call({ operation: 'readMany', table: rows[0]?.table, key: rows[0]?.key }, () =>
+    return this.call({ operation: 'readMany', table: rows[0]?.table, key: rows[0]?.key, rows }, () =>
       inner.readMany!(rows),
     );
   }
@@ -240,8 +248,10 @@ export class FaultyStore implements RowStore {
   checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
     const inner = this.inner;
     if (inner.checkAndSetMany === undefined) return Promise.reject(unsupported('checkAndSetMany'));
-    return this.call({ operation: 'checkAndSetMany', table: requests[0]?.table, key: requests[0]?.key }, () =>
-      inner.checkAndSetMany!(requests),
+    const rows = requests.map(({ table, key }) => ({ table, key }));
+    return this.call(
+      { operation: 'checkAndSetMany', table: requests[0]?.table, key: requests[0]?.key, rows },
+      () => inner.checkAndSetMany!(requests),
     );
   }
 

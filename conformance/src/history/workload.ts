@@ -25,12 +25,13 @@ export interface ListAppendWorkload {
   readonly maxOps: number;
   readonly random: Random;
   /**
-   * Called before each commit; returning a step makes that client stop (ClientCrash) at
-   * the step, and the attempt is recorded as unknown.
+   * Called before each commit with the number of rows the transaction writes; returning a
+   * step makes that client stop (ClientCrash) at the step, and the attempt is recorded as
+   * unknown.
    */
-  readonly crashAt?: (random: Random) => StopPoint | undefined;
-  /** Told when a client stopped, e.g. to move a fake clock past the lock TTL. */
-  readonly onCrash?: () => void;
+  readonly crashAt?: (random: Random, writtenRows: number) => StopPoint | undefined;
+  /** Told where a client stopped, e.g. to move a fake clock past the lock TTL. */
+  readonly onCrash?: (point: StopPoint) => void;
   /** Sorts an error into fail/info; throws on errors the workload should not see. */
   readonly outcomeOf: (error: unknown) => 'fail' | 'info';
 }
@@ -38,6 +39,11 @@ export interface ListAppendWorkload {
 export interface ListAppendRun {
   readonly history: ListAppendOp[];
   readonly crashes: number;
+}
+
+/** A stop point as text, e.g. "afterPrewrite (isPrimary false)". */
+export function stopLabel(point: StopPoint): string {
+  return point.isPrimary === undefined ? point.step : `${point.step} (isPrimary ${point.isPrimary})`;
 }
 
 /** Where a list lives: spread over two tables so transactions span tables. */
@@ -78,7 +84,6 @@ export async function runListAppend(
         key: random.pick(keys),
         append: random.chance(0.5),
       }));
-      const crash = workload.crashAt?.(random);
       const mops: ListAppendMop[] = [];
       const record = (type: ListAppendOp['type']) => {
         // Reads of failed or unknown transactions carry no information.
@@ -109,6 +114,8 @@ export async function runListAppend(
         record(workload.outcomeOf(error));
         continue;
       }
+      const writtenRows = new Set(plan.filter((p) => p.append).map((p) => p.key)).size;
+      const crash = writtenRows > 0 ? workload.crashAt?.(random, writtenRows) : undefined;
       if (crash !== undefined) plansFor?.(db)?.set(tx.startTs, crash);
       await jitter(random);
       try {
@@ -118,7 +125,7 @@ export async function runListAppend(
         if (error instanceof ClientCrash) {
           crashes++;
           record('info');
-          workload.onCrash?.();
+          if (crash !== undefined) workload.onCrash?.(crash);
         } else {
           record(workload.outcomeOf(error));
         }
