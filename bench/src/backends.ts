@@ -1,14 +1,14 @@
-import { MemoryStore, type RowStore } from '@percolator/core';
-import { CountingStore } from './counting-store.js';
+import { CompositeStore, MemoryStore, type RowStore } from '@percolator/core';
+import { CompositeCountingStore, CountingStore } from './counting-store.js';
 import { type DatasetShape, initialRows } from './dataset.js';
 import { DynamoNativeEngine } from './engines/dynamodb.js';
-import type { Engine } from './engines/engine.js';
+import { type Engine, LOGICAL_TABLES, type LogicalTable } from './engines/engine.js';
 import { MySqlNativeData, MySqlNativeEngine } from './engines/mysql.js';
 import { PercolatorEngine } from './engines/percolator.js';
 import { PostgresNativeData, PostgresNativeEngine } from './engines/postgres.js';
 import { RawEngine } from './engines/raw.js';
 import { RedisNativeEngine } from './engines/redis.js';
-import { redisAnswers, runClusterScript } from './services.js';
+import { httpAnswers, redisAnswers, runClusterScript, type SharedServices } from './services.js';
 import type { BackendName } from './types.js';
 
 /** A backend that is set up: its engines (percolator, raw, natives) over fresh namespaces. */
@@ -18,6 +18,12 @@ export interface OpenBackend {
   readonly target: string;
   readonly engines: readonly Engine[];
   readonly notes: readonly string[];
+  /** Why there is no native baseline, when there is none (reported as a skipped mode). */
+  readonly nativeMissing?: string;
+  /** Server version(s), where cheap to ask. */
+  readonly version?: string;
+  /** The workloads it runs when the command line names none (slow backends keep the default short). */
+  readonly defaultWorkloads?: readonly string[];
   /** Drops everything the bench created and stops what it started. */
   close(): Promise<void>;
 }
@@ -29,6 +35,8 @@ export interface BackendSettings {
   readonly maxAttempts: number;
   /** May start the local Redis Cluster / DynamoDB Local. */
   readonly startServices: boolean;
+  /** DynamoDB Local, started at most once per run. */
+  readonly services: SharedServices;
 }
 
 /** The backend could not be reached (or started); `reason` says why and what to set. */
@@ -91,7 +99,8 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
         name,
         target: 'in-process',
         engines,
-        notes: ['memory: no native baseline (an in-process map has no transactions of its own)'],
+        notes: [],
+        nativeMissing: 'an in-process map has no transactions of its own',
         close: () => closeAll(engines.map((e) => () => e.close())),
       };
     }
@@ -125,6 +134,7 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
         target: pg.redactUrl(url),
         engines,
         notes: [],
+        version: await data.serverVersion().catch(() => undefined),
         close: () =>
           closeAll([
             ...engines.map((e) => () => e.close()),
@@ -160,6 +170,7 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
         target: my.redactUrl(url),
         engines,
         notes: [],
+        version: await data.serverVersion().catch(() => undefined),
         close: () =>
           closeAll([
             ...engines.map((e) => () => e.close()),
@@ -185,6 +196,7 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
         target: redact(url),
         engines,
         notes: [],
+        version: await native.serverVersion().catch(() => undefined),
         close: () =>
           closeAll([
             ...engines.map((e) => () => e.close()),
@@ -197,6 +209,8 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
       return openRedisCluster(settings, namespace);
     case 'dynamodb':
       return openDynamoDb(settings, namespace, nativeName);
+    case 'mixed':
+      return openMixed(settings, `${namespace}_mixed`, poolSize);
   }
 }
 
@@ -239,12 +253,10 @@ async function openRedisCluster(settings: BackendSettings, namespace: string): P
     name: 'redis-cluster',
     target,
     engines,
-    notes: [
-      'redis-cluster: no native baseline (WATCH/MULTI/EXEC cannot span hash slots)',
-      ...(started
-        ? ['redis-cluster: started with scripts/redis-cluster.sh for this run and stopped after']
-        : []),
-    ],
+    notes: started
+      ? ['redis-cluster: started with scripts/redis-cluster.sh for this run and stopped after']
+      : [],
+    nativeMissing: 'WATCH/MULTI/EXEC cannot span hash slots',
     close: () =>
       closeAll([
         ...engines.map((e) => () => e.close()),
@@ -256,63 +268,153 @@ async function openRedisCluster(settings: BackendSettings, namespace: string): P
   };
 }
 
+type DynamoDbTarget = Awaited<ReturnType<SharedServices['dynamoDb']>>;
+
+/** The run's DynamoDB endpoint, or BackendUnavailable saying why there is none. */
+async function dynamoDbTarget(settings: BackendSettings, backend: BackendName): Promise<DynamoDbTarget> {
+  const endpoint = process.env.PERCOLATOR_DYNAMODB_ENDPOINT;
+  if (!endpoint && !settings.startServices) {
+    throw new BackendUnavailable(
+      backend,
+      'PERCOLATOR_DYNAMODB_ENDPOINT is not set and starting DynamoDB Local is off',
+    );
+  }
+  // Probe first: an unreachable endpoint otherwise surfaces as whatever the SDK trips on
+  // first (often CredentialsProviderError), which hides the real reason.
+  if (endpoint && !(await httpAnswers(endpoint))) {
+    throw new BackendUnavailable(
+      backend,
+      `nothing answers at PERCOLATOR_DYNAMODB_ENDPOINT=${endpoint} (unset it to start DynamoDB Local)`,
+    );
+  }
+  try {
+    return await settings.services.dynamoDb();
+  } catch (error) {
+    throw new BackendUnavailable(backend, message(error));
+  }
+}
+
+/** createDynamoDbStore, with a reason that names what to set when credentials are missing. */
+async function createDynamoStore(target: DynamoDbTarget, namespace: string, backend: BackendName) {
+  const { createDynamoDbStore } = await import('@percolator/dynamodb');
+  try {
+    return await createDynamoDbStore(target.storeOptions(namespace));
+  } catch (error) {
+    const reason =
+      (error as { name?: unknown }).name === 'CredentialsProviderError'
+        ? `${target.endpoint} answers, but no AWS credentials were found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)`
+        : `DynamoDB at ${target.endpoint}: ${message(error)}`;
+    throw new BackendUnavailable(backend, reason);
+  }
+}
+
+function dynamoLabel(target: DynamoDbTarget): string {
+  return target.local ? `DynamoDB Local ${target.endpoint}` : target.endpoint;
+}
+
 async function openDynamoDb(
   settings: BackendSettings,
   namespace: string,
   nativeName: string,
 ): Promise<OpenBackend> {
-  const { createDynamoDbStore } = await import('@percolator/dynamodb');
-  const { dynamoDbTarget } = await import('@percolator/dynamodb/local');
-  if (!process.env.PERCOLATOR_DYNAMODB_ENDPOINT && !settings.startServices) {
-    throw new BackendUnavailable(
-      'dynamodb',
-      'PERCOLATOR_DYNAMODB_ENDPOINT is not set and starting DynamoDB Local is off',
-    );
-  }
-  let target: Awaited<ReturnType<typeof dynamoDbTarget>>;
-  try {
-    target = await dynamoDbTarget();
-  } catch (error) {
-    throw new BackendUnavailable('dynamodb', message(error));
-  }
-  let store: DroppableStore;
+  const target = await dynamoDbTarget(settings, 'dynamodb');
+  const store = await createDynamoStore(target, namespace, 'dynamodb');
   let native: DynamoNativeEngine;
-  try {
-    store = await createDynamoDbStore(target.storeOptions(namespace));
-  } catch (error) {
-    await target.stop();
-    throw new BackendUnavailable('dynamodb', message(error));
-  }
   try {
     native = await DynamoNativeEngine.create(target, nativeName, settings.maxAttempts);
   } catch (error) {
-    await closeAll([() => store.dropNamespace(), () => store.close(), () => target.stop()]);
+    await closeAll([() => store.dropNamespace(), () => store.close()]);
     throw error;
   }
   const engines = [...storeEngines(store, settings), native];
   return {
     name: 'dynamodb',
-    target: target.local ? `DynamoDB Local ${target.endpoint}` : target.endpoint,
+    target: dynamoLabel(target),
     engines,
     notes: target.local ? ['dynamodb: DynamoDB Local (in-memory, started for this run)'] : [],
+    version: target.local ? 'DynamoDB Local' : undefined,
     close: () =>
-      closeAll([
-        ...engines.map((e) => () => e.close()),
-        () => store.dropNamespace(),
-        () => store.close(),
-        () => target.stop(),
-      ]),
+      closeAll([...engines.map((e) => () => e.close()), () => store.dropNamespace(), () => store.close()]),
   };
 }
 
-/** Loads the data set once per physical copy (engines sharing a dataKey share data). */
-export async function loadData(backend: OpenBackend, shape: DatasetShape): Promise<void> {
+/** The workloads `mixed` runs by default: DynamoDB makes it slow, and transfer is the point. */
+const MIXED_WORKLOADS = ['read', 'write', 'transfer'];
+
+/**
+ * One CompositeStore over PostgreSQL, Redis and DynamoDB: every table's rows sharded by a
+ * hash of the row key across the three (shard order postgres, redis, dynamodb), so most
+ * transfers touch two different stores. The timestamp oracle is the PostgreSQL store's
+ * counter (docs/multi-store.md, "The oracle"). Each engine gets its own composite over
+ * its own counted stores, so round trips are counted per underlying store.
+ */
+async function openMixed(
+  settings: BackendSettings,
+  namespace: string,
+  poolSize: number,
+): Promise<OpenBackend> {
+  const pg = await import('@percolator/postgres');
+  const redis = await import('@percolator/redis');
+  const url = pg.resolvePostgresUrl();
+  try {
+    await pg.assertPostgresReachable(url);
+  } catch (error) {
+    throw new BackendUnavailable('mixed', `needs PostgreSQL: ${message(error)}`);
+  }
+  const redisUrl = redis.defaultRedisUrl();
+  const target = await dynamoDbTarget(settings, 'mixed');
+  const stores: DroppableStore[] = [];
+  const dropAll = () => closeAll(stores.flatMap((s) => [() => s.dropNamespace(), () => s.close()]));
+  try {
+    stores.push(await pg.createPostgresStore({ connectionString: url, namespace, maxConnections: poolSize }));
+    try {
+      stores.push(await redis.createRedisStore({ url: redisUrl, namespace }));
+    } catch (error) {
+      throw new BackendUnavailable('mixed', `needs Redis at ${redact(redisUrl)}: ${message(error)}`);
+    }
+    stores.push(await createDynamoStore(target, namespace, 'mixed'));
+  } catch (error) {
+    await dropAll().catch(() => {});
+    throw error;
+  }
+  const counted = () => {
+    const parts = stores.map((s) => new CountingStore(s));
+    const composite = new CompositeStore({
+      name: 'mixed(postgres+redis+dynamodb)',
+      default: { shards: parts },
+      counterStore: parts[0]!,
+      closeStores: false,
+    });
+    return new CompositeCountingStore(composite, parts);
+  };
+  const engines = [
+    new PercolatorEngine(counted(), settings.maxAttempts),
+    new RawEngine(counted(), settings.maxAttempts),
+  ];
+  return {
+    name: 'mixed',
+    target: `${pg.redactUrl(url)} + ${redact(redisUrl)} + ${dynamoLabel(target)}`,
+    engines,
+    notes: [
+      'mixed: one CompositeStore; rows of every table sharded by key hash over PostgreSQL, Redis and ' +
+        "DynamoDB; timestamp oracle: the PostgreSQL store's counter. Round trips are counted per underlying store.",
+    ],
+    nativeMissing: 'no native transaction spans PostgreSQL, Redis and DynamoDB',
+    defaultWorkloads: MIXED_WORKLOADS,
+    close: () => closeAll([...engines.map((e) => () => e.close()), dropAll]),
+  };
+}
+
+/** Loads `tables` once per physical copy (engines sharing a dataKey share data). */
+export async function loadData(
+  backend: OpenBackend,
+  shape: DatasetShape,
+  tables: readonly LogicalTable[] = LOGICAL_TABLES,
+): Promise<void> {
   const loaded = new Set<string>();
   for (const engine of backend.engines) {
     if (loaded.has(engine.dataKey)) continue;
     loaded.add(engine.dataKey);
-    await engine.load('kv', initialRows('kv', shape));
-    // Raw mode runs single-row reads and writes on `kv` only.
-    if (!engine.singleRowOnly) await engine.load('acct', initialRows('acct', shape));
+    for (const table of tables) await engine.load(table, initialRows(table, shape));
   }
 }

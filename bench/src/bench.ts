@@ -1,7 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { cpus } from 'node:os';
 import { MemoryStore } from '@percolator/core';
-import { BackendUnavailable, loadData, type OpenBackend, openBackend } from './backends.js';
+import {
+  type BackendSettings,
+  BackendUnavailable,
+  loadData,
+  type OpenBackend,
+  openBackend,
+} from './backends.js';
 import { CountingStore } from './counting-store.js';
 import { initialRows } from './dataset.js';
 import { type Engine, label } from './engines/engine.js';
@@ -11,6 +17,7 @@ import { withRatios } from './metrics.js';
 import type { BenchOptions } from './options.js';
 import { type Progress, silentProgress } from './progress.js';
 import { runCell } from './runner.js';
+import { SharedServices } from './services.js';
 import type { BenchReport, BenchResult, SkippedCell } from './types.js';
 import { type Workload, workloadByName } from './workloads.js';
 
@@ -18,7 +25,7 @@ import { type Workload, workloadByName } from './workloads.js';
 function cellSkipReason(engine: Engine, workload: Workload, options: BenchOptions, concurrency: number) {
   if (!workload.modes.includes(engine.mode)) return 'not-applicable';
   const rows = workload.rowsPerTxn(options.opsPerTxn);
-  if (rows > engine.maxRowsPerTxn)
+  if (rows > engine.maxRowsPerTxn && !(workload.singleRowLegs && engine.singleRowOnly))
     return `${rows} rows per transaction exceed its limit of ${engine.maxRowsPerTxn}`;
   return workload.unsupported?.(engine, options.shape, concurrency);
 }
@@ -36,7 +43,7 @@ async function warmUpProcess(options: BenchOptions): Promise<void> {
   const shape = { records: 64, accounts: 16, valueBytes: options.shape.valueBytes };
   for (const engine of engines) {
     await engine.load('kv', initialRows('kv', shape));
-    if (!engine.singleRowOnly) await engine.load('acct', initialRows('acct', shape));
+    await engine.load('acct', initialRows('acct', shape));
   }
   for (const name of ['read', 'write', 'transfer', 'ycsb-a-uniform']) {
     const workload = workloadByName(name)!;
@@ -62,6 +69,7 @@ interface Collected {
   readonly skipped: SkippedCell[];
   readonly notes: string[];
   readonly failures: string[];
+  readonly versions: Record<string, string>;
 }
 
 const seconds = (since: number) => ((performance.now() - since) / 1000).toFixed(1);
@@ -78,7 +86,14 @@ function planCells(
 ): [Workload, number, Engine][] {
   const engines = backend.engines.filter((e) => options.modes.includes(e.mode));
   const cells: [Workload, number, Engine][] = [];
-  for (const workload of options.workloads.map((name) => workloadByName(name)!)) {
+  let names = options.workloads;
+  if (!options.explicitWorkloads && backend.defaultWorkloads) {
+    names = names.filter((name) => backend.defaultWorkloads!.includes(name));
+    collected.notes.push(
+      `${backend.name}: the default run measures ${names.join(', ')} only (name others with --workloads)`,
+    );
+  }
+  for (const workload of names.map((name) => workloadByName(name)!)) {
     for (const concurrency of options.concurrency) {
       for (const engine of engines) {
         const reason = cellSkipReason(engine, workload, options, concurrency);
@@ -87,7 +102,8 @@ function planCells(
           collected.skipped.push({
             backend: backend.name,
             workload: workload.name,
-            mode: label(engine),
+            mode: engine.mode,
+            variant: engine.variant,
             reason,
           });
           progress.cellSkipped(`${backend.name} ${workload.name} ${label(engine)}`, reason);
@@ -107,12 +123,20 @@ async function runBackend(
 ): Promise<void> {
   const { name } = backend;
   collected.notes.push(...backend.notes);
-  const { records, accounts } = options.shape;
-  progress.info(`== ${name} (${backend.target}): loading ${records} records + ${accounts} accounts`);
-  const loadStart = performance.now();
-  await loadData(backend, options.shape);
-  progress.info(`== ${name}: loaded in ${seconds(loadStart)} s`);
+  if (backend.version) collected.versions[name] = backend.version;
+  if (backend.nativeMissing && options.modes.includes('native')) {
+    collected.skipped.push({ backend: name, mode: 'native', reason: backend.nativeMissing });
+    progress.cellSkipped(`${name} native`, backend.nativeMissing);
+  }
   const cells = planCells(backend, options, collected, progress);
+  // Only the tables the planned cells use (a transfer-only run needs no `kv`).
+  const tables = [...new Set(cells.flatMap(([workload]) => (workload.table ? [workload.table] : [])))];
+  const { records, accounts } = options.shape;
+  const sizes = tables.map((t) => (t === 'kv' ? `${records} records` : `${accounts} accounts`));
+  progress.info(`== ${name} (${backend.target}): loading ${sizes.join(' + ') || 'nothing'}`);
+  const loadStart = performance.now();
+  await loadData(backend, options.shape, tables);
+  progress.info(`== ${name}: loaded in ${seconds(loadStart)} s`);
   for (const [i, [workload, concurrency, engine]] of cells.entries()) {
     const where = `${name} ${workload.name} ${label(engine)} c=${concurrency}`;
     progress.cellStart(i + 1, cells.length, where);
@@ -151,15 +175,54 @@ export async function runBench(
   const open = deps.open ?? openBackend;
   const startedAt = new Date().toISOString();
   const runId = randomBytes(4).toString('hex');
-  const collected: Collected = { results: [], skipped: [], notes: [], failures: [] };
+  const collected: Collected = { results: [], skipped: [], notes: [], failures: [], versions: {} };
+  const services = new SharedServices();
   const settings = {
     runId,
     maxConcurrency: Math.max(...options.concurrency),
     maxAttempts: options.maxAttempts,
     startServices: options.startServices,
+    services,
   };
-  if (options.warmupMs > 0) await warmUpProcess(options);
+  try {
+    if (options.warmupMs > 0) await warmUpProcess(options);
+    await runBackends(options, settings, open, collected, progress);
+  } finally {
+    try {
+      await services.stop();
+    } catch (error) {
+      collected.failures.push(`stopping DynamoDB Local: ${String(error)}`);
+    }
+  }
 
+  return {
+    schema: 'percolator-bench/1',
+    runId,
+    startedAt,
+    finishedAt: new Date().toISOString(),
+    command: deps.command ?? process.argv.slice(2).join(' '),
+    host: {
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model.trim() ?? 'unknown',
+      node: process.version,
+      platform: `${process.platform}-${process.arch}`,
+    },
+    versions: collected.versions,
+    options: { ...options },
+    results: withRatios(collected.results),
+    skipped: collected.skipped,
+    notes: collected.notes,
+    failures: collected.failures,
+  };
+}
+
+async function runBackends(
+  options: BenchOptions,
+  settings: BackendSettings,
+  open: typeof openBackend,
+  collected: Collected,
+  progress: Progress,
+): Promise<void> {
   for (const name of options.backends) {
     const backendStart = performance.now();
     progress.info(`== ${name}: connecting`);
@@ -189,18 +252,4 @@ export async function runBench(
       progress.info(`== ${name}: done in ${seconds(backendStart)} s`);
     }
   }
-
-  return {
-    schema: 'percolator-bench/1',
-    runId,
-    startedAt,
-    finishedAt: new Date().toISOString(),
-    command: deps.command ?? process.argv.slice(2).join(' '),
-    host: { cpus: cpus().length, node: process.version, platform: `${process.platform}-${process.arch}` },
-    options: { ...options },
-    results: withRatios(collected.results),
-    skipped: collected.skipped,
-    notes: collected.notes,
-    failures: collected.failures,
-  };
 }

@@ -3,7 +3,7 @@
  * pnpm bench -- [--backends LIST] [--workloads LIST] [--duration TIME] [--concurrency LIST] ...
  *
  * Runs the benchmark, prints a table on stdout (progress goes to stderr), writes
- * results.json, results.md and report.html, and exits 1 if any correctness check failed
+ * results.json, results.md, summary.md (README-ready) and report.html, and exits 1 if any correctness check failed
  * or any cell had errors (2 on bad arguments).
  */
 import { pathToFileURL } from 'node:url';
@@ -38,7 +38,9 @@ export async function main(argv: readonly string[], io: CliIo = {}): Promise<num
   stdout.write(`\n${terminalTable(report)}`);
   if (options.markdown) stdout.write(`\n${markdownReport(report)}`);
   const files = await writeReports(report, options.outDir);
-  stderr.write(`\nwrote ${files.json}\n      ${files.markdown}\n      ${files.html}\n`);
+  stderr.write(
+    `\nwrote ${files.json}\n      ${files.markdown}\n      ${files.html}\n      ${files.summary} (for the README)\n`,
+  );
   if (report.failures.length > 0) {
     stderr.write(
       `\n${report.failures.length} FAILURE(S):\n${report.failures.map((f) => `  - ${f}`).join('\n')}\n`,

@@ -116,3 +116,23 @@ export class CountingStore implements RowStore {
     return this.inner.close();
   }
 }
+
+/**
+ * A counted CompositeStore: `parts` are the counted stores the composite routes to, and
+ * `total` is the sum of their calls, so a composite call that fans out to three stores
+ * counts as the three round trips it makes (the composite's own calls are not added).
+ */
+export class CompositeCountingStore extends CountingStore {
+  constructor(
+    composite: RowStore,
+    readonly parts: readonly CountingStore[],
+  ) {
+    super(composite);
+  }
+
+  override get total(): number {
+    let sum = 0;
+    for (const part of this.parts) sum += part.total;
+    return sum;
+  }
+}

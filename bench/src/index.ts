@@ -6,7 +6,7 @@ export {
   openBackend,
 } from './backends.js';
 export { runBench } from './bench.js';
-export { type CallCounts, CountingStore } from './counting-store.js';
+export { type CallCounts, CompositeCountingStore, CountingStore } from './counting-store.js';
 export * from './dataset.js';
 export * from './engines/engine.js';
 export { PercolatorEngine } from './engines/percolator.js';
@@ -23,13 +23,16 @@ export {
   round,
   withRatios,
 } from './metrics.js';
+export { type ObserverHooks, ObserverSession } from './observers.js';
 export { type BenchOptions, DEFAULTS, parseDuration, parseOptions, USAGE } from './options.js';
 export { type Progress, silentProgress, stderrProgress } from './progress.js';
 export * from './random.js';
 export { htmlReport } from './report/html.js';
+export { summaryMarkdown, transferLines, transferTable } from './report/summary.js';
 export { markdownReport, terminalTable } from './report/text.js';
 export { writeReports } from './report/write.js';
 export { type CellSpec, runCell } from './runner.js';
+export { SharedServices } from './services.js';
 export * from './types.js';
 export {
   ALL_WORKLOADS,

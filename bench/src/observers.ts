@@ -14,18 +14,33 @@ const STEP_TIMEOUT_MS = 30_000;
 /** Latency-tuned polling: an idle worker looks for new notifications every 10 ms at most. */
 const IDLE_POLL_MS = 10;
 
+/** Test hooks: where each latency sample starts and ends. */
+export interface ObserverHooks {
+  /** The writer's commit of `row` has resolved, at `at` (performance.now()): a sample's start. */
+  writerCommitted?(row: string, at: number): void | Promise<void>;
+  /** One latency sample: `from` is the writer's commit, `to` the observer's commit. */
+  sample?(row: string, from: number, to: number): void;
+}
+
 /**
- * The observer pipeline, closed loop: each client writes an observed cell (a new row,
- * so no collapsing) and waits until an observer run has copied it. Throughput is changes
- * processed end to end per second; latency is write start to observer commit. Round
+ * The observer pipeline, closed loop: each client writes an observed cell (a new row, so
+ * no collapsing) and waits until an observer run has copied it. Throughput is changes
+ * processed end to end per second; latency is notification latency, from the moment the
+ * writer's commit resolved (its commit timestamp known) to the moment the observer's
+ * transaction committed (the worker's onRun); 0 when the observer committed before the
+ * writer's commit call returned. Observer runs per second are counted separately. Round
  * trips include the writer's transaction, the worker's index scans and leases, and the
  * observer's transaction.
+ *
+ * (core's measureObserverLatency measures the same interval, but as a paced, fixed-count
+ * run with no per-cell window, round-trip counts or exactly-once check, so it is not reused.)
  */
-class ObserverSession implements WorkloadSession {
+export class ObserverSession implements WorkloadSession {
   private readonly writer: Percolator;
   private readonly workerClient: Percolator;
   private readonly worker: ObserverWorker;
-  private readonly waiting = new Map<string, () => void>();
+  /** Per row being waited for: resolves with the time its observer run committed. */
+  private readonly waiting = new Map<string, (observedAt: number) => void>();
   private readonly runs = new Map<string, number>();
   private readonly written = new Map<string, string>();
   private readonly failures: string[] = [];
@@ -35,6 +50,7 @@ class ObserverSession implements WorkloadSession {
     engine: PercolatorEngine,
     concurrency: number,
     private readonly valueBytes: number,
+    private readonly hooks: ObserverHooks = {},
   ) {
     const base = { ...engine.clientOptions, store: engine.store };
     this.writer = new Percolator({ ...base, observedColumns: [{ table: TABLE, column: IN }] });
@@ -51,15 +67,21 @@ class ObserverSession implements WorkloadSession {
       observers: [observer],
       concurrency,
       idlePollMs: IDLE_POLL_MS,
+      // Called after the run's transaction committed.
       onRun: (event) => {
+        const observedAt = performance.now();
         this.runs.set(event.row, (this.runs.get(event.row) ?? 0) + 1);
-        this.waiting.get(event.row)?.();
+        this.waiting.get(event.row)?.(observedAt);
       },
       onError: (error) => {
         if (this.failures.length < 5) this.failures.push(String(error));
       },
     });
     this.worker.start();
+  }
+
+  observerRuns(): number {
+    return this.worker.stats.runs;
   }
 
   step(index: number): Step {
@@ -69,9 +91,10 @@ class ObserverSession implements WorkloadSession {
       const row = `${this.prefix}/${index}/${seq}`;
       const value = encodeValue(seq, this.valueBytes);
       let timer: NodeJS.Timeout | undefined;
-      const processed = new Promise<boolean>((resolve) => {
-        this.waiting.set(row, () => resolve(true));
-        timer = setTimeout(() => resolve(false), STEP_TIMEOUT_MS);
+      // Registered before the write: the observer may commit before transact() returns here.
+      const processed = new Promise<number | undefined>((resolve) => {
+        this.waiting.set(row, resolve);
+        timer = setTimeout(() => resolve(undefined), STEP_TIMEOUT_MS);
       });
       let attempts = 0;
       try {
@@ -79,15 +102,19 @@ class ObserverSession implements WorkloadSession {
           attempts++;
           tx.set(TABLE, row, IN, value);
         });
+        const committedAt = performance.now();
         this.written.set(row, value);
-        if (!(await processed)) {
+        await this.hooks.writerCommitted?.(row, committedAt);
+        const observedAt = await processed;
+        if (observedAt === undefined) {
           throw new TxFailure(
             'error',
             attempts,
             new Error(`no observer run for ${row} within ${STEP_TIMEOUT_MS} ms`),
           );
         }
-        return attempts;
+        this.hooks.sample?.(row, committedAt, observedAt);
+        return { attempts, latencyMs: Math.max(0, observedAt - committedAt) };
       } catch (error) {
         throw error instanceof TxFailure ? error : new TxFailure('error', Math.max(1, attempts), error);
       } finally {
@@ -132,7 +159,9 @@ class ObserverSession implements WorkloadSession {
 
 export const observerPipeline: Workload = {
   name: 'observers',
-  description: 'observer pipeline: write an observed cell, wait until an observer run has processed it',
+  description:
+    'observer pipeline: write an observed cell, wait until an observer run has processed it; ' +
+    "latency from the writer's commit to the observer's commit",
   modes: ['percolator'],
   check: 'session',
   rowsPerTxn: () => 1,

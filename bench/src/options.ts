@@ -9,6 +9,8 @@ export interface BenchOptions {
   /** False when the backends were not named: unreachable ones are skipped, not fatal. */
   readonly explicitBackends: boolean;
   readonly workloads: readonly string[];
+  /** False when the workloads were not named: backends with a shorter default use theirs. */
+  readonly explicitWorkloads: boolean;
   readonly modes: readonly Mode[];
   readonly concurrency: readonly number[];
   readonly durationMs: number;
@@ -41,7 +43,8 @@ export const USAGE = `usage: pnpm bench -- [options]
   --backends LIST     ${BACKENDS.join(',')}
                       (default: memory plus every backend that answers; the rest are skipped
                       with the reason. Named backends that cannot be reached are an error)
-  --workloads LIST    workload names or groups (default: ${DEFAULT_WORKLOADS.join(',')})
+  --workloads LIST    workload names or groups (default: ${DEFAULT_WORKLOADS.join(',')};
+                      mixed: read,write,transfer)
                       names: ${ALL_WORKLOADS.join(', ')}, rows-<n>, contention-<n>
                       groups: ${Object.keys(WORKLOAD_GROUPS).join(', ')}, default, all
   --modes LIST        ${MODES.join(',')} (default: all)
@@ -54,7 +57,8 @@ export const USAGE = `usage: pnpm bench -- [options]
   --ops N             keys per YCSB transaction (default ${DEFAULTS.opsPerTxn})
   --max-attempts N    attempts per transaction before giving up (default ${DEFAULTS.maxAttempts})
   --seed N            seed for key choices (default ${DEFAULTS.seed})
-  --out DIR           where results.json, results.md and report.html go (default ${DEFAULTS.outDir})
+  --out DIR           where results.json, results.md, summary.md and report.html go
+                      (default ${DEFAULTS.outDir})
   --markdown          also print the markdown table on stdout
   --no-start          never start the local Redis Cluster or DynamoDB Local
   -h, --help`;
@@ -183,6 +187,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     backends: [...new Set(backends)] as BackendName[],
     explicitBackends: backendList !== undefined,
     workloads: expandWorkloads(str('workloads')),
+    explicitWorkloads: str('workloads') !== undefined,
     modes: [...new Set(modes)] as Mode[],
     concurrency: [...new Set(concurrency)],
     durationMs: atLeast('duration', parseDuration('duration', str('duration'), DEFAULTS.durationMs), 10),

@@ -36,7 +36,7 @@ export function stderrProgress(stream: NodeJS.WriteStream = process.stderr): Pro
     cellDone(r) {
       const summary =
         `${r.throughput} tx/s  p50 ${r.p50Ms}ms  p99 ${r.p99Ms}ms  aborts ${(r.abortRate * 100).toFixed(1)}%  ` +
-        `${r.roundTrips} rt/tx  ${r.check.ok ? 'ok' : `CHECK FAILED: ${r.check.detail}`}` +
+        `${r.roundTrips} rt/tx  ${r.observer ? `observer runs ${r.observer.runsPerSecond}/s  ` : ''}${r.check.ok ? 'ok' : `CHECK FAILED: ${r.check.detail}`}` +
         (r.errors > 0 ? `  ${r.errors} errors` : '');
       if (tty && open) {
         stream.write(` ${summary}\n`);

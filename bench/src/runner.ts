@@ -3,7 +3,7 @@ import { type Engine, TxFailure } from './engines/engine.js';
 import { Ledger, verify } from './ledger.js';
 import { abortRate, CellStats, perSecond, perUnit, retryRate, round } from './metrics.js';
 import { seededRandom } from './random.js';
-import type { BenchResult, CheckOutcome } from './types.js';
+import type { BenchResult, CheckOutcome, ObserverFigures } from './types.js';
 import type { Step, Workload, WorkloadSession } from './workloads.js';
 
 export interface CellSpec {
@@ -29,8 +29,9 @@ async function drive(steps: readonly Step[], until: number, stats: CellStats): P
       while (!stop && performance.now() < until) {
         const start = performance.now();
         try {
-          const attempts = await step();
-          stats.commit(attempts, performance.now() - start);
+          const outcome = await step();
+          if (typeof outcome === 'number') stats.commit(outcome, performance.now() - start);
+          else stats.commit(outcome.attempts, outcome.latencyMs);
         } catch (error) {
           stats.fail(error instanceof TxFailure ? error : new TxFailure('error', 1, error));
           if (stats.errors + stats.unknown >= MAX_ERRORS) stop = true;
@@ -93,11 +94,21 @@ async function measure(spec: CellSpec, session: WorkloadSession | undefined): Pr
 
   const stats = new CellStats();
   const start = engine.counters();
+  const runsBefore = session?.observerRuns?.();
   const t0 = performance.now();
   await drive(steps, t0 + spec.durationMs, stats);
   const elapsedMs = performance.now() - t0;
+  const runsAfter = session?.observerRuns?.();
   await engine.settle?.();
   const end = engine.counters();
+  const observer =
+    runsBefore === undefined || runsAfter === undefined
+      ? undefined
+      : {
+          runsPerSecond: round(perSecond(runsAfter - runsBefore, elapsedMs), 1),
+          runs: runsAfter - runsBefore,
+          samples: stats.committed,
+        };
 
   const after = table ? await engine.snapshot(table) : undefined;
   // Warm-up transactions count for the check (they changed the data) but not the figures.
@@ -116,6 +127,7 @@ async function measure(spec: CellSpec, session: WorkloadSession | undefined): Pr
     end.roundTrips - start.roundTrips,
     end.commands - start.commands,
     check,
+    observer,
   );
 }
 
@@ -128,6 +140,7 @@ function toResult(
   roundTrips: number,
   commands: number,
   check: CheckOutcome,
+  observer: ObserverFigures | undefined,
 ): BenchResult {
   const samples = [...warmup.errorSamples, ...stats.errorSamples].slice(0, 5);
   return {
@@ -154,5 +167,6 @@ function toResult(
     ratios: [],
     check,
     ...(samples.length > 0 ? { errorSamples: samples } : {}),
+    ...(observer ? { observer } : {}),
   };
 }

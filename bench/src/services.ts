@@ -38,3 +38,37 @@ export function runClusterScript(command: 'start' | 'stop' | 'status', timeoutMs
     });
   });
 }
+
+/** True if anything answers HTTP at `endpoint` (DynamoDB answers a bare GET with 400). */
+export async function httpAnswers(endpoint: string, timeoutMs = 2000): Promise<boolean> {
+  try {
+    const response = await fetch(endpoint, { signal: AbortSignal.timeout(timeoutMs) });
+    await response.arrayBuffer();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+type DynamoDbTarget = Awaited<ReturnType<typeof import('@percolator/dynamodb/local').dynamoDbTarget>>;
+
+/**
+ * Services one run shares between backends: DynamoDB Local is started at most once (the
+ * `dynamodb` and `mixed` backends both use it; each in its own namespace) and stopped by
+ * `stop()` at the end of the run.
+ */
+export class SharedServices {
+  private dynamo: Promise<DynamoDbTarget> | undefined;
+
+  /** $PERCOLATOR_DYNAMODB_ENDPOINT if set, else DynamoDB Local started on first use. */
+  dynamoDb(): Promise<DynamoDbTarget> {
+    this.dynamo ??= import('@percolator/dynamodb/local').then((m) => m.dynamoDbTarget());
+    return this.dynamo;
+  }
+
+  async stop(): Promise<void> {
+    const dynamo = this.dynamo;
+    this.dynamo = undefined;
+    if (dynamo) await (await dynamo.catch(() => undefined))?.stop();
+  }
+}

@@ -4,7 +4,16 @@
 export type Mode = 'percolator' | 'raw' | 'native';
 export const MODES: readonly Mode[] = ['percolator', 'raw', 'native'];
 
-export const BACKENDS = ['memory', 'postgres', 'mysql', 'redis', 'redis-cluster', 'dynamodb'] as const;
+/** `mixed`: one CompositeStore over PostgreSQL, Redis and DynamoDB, rows sharded by key hash. */
+export const BACKENDS = [
+  'memory',
+  'postgres',
+  'mysql',
+  'redis',
+  'redis-cluster',
+  'dynamodb',
+  'mixed',
+] as const;
 export type BackendName = (typeof BACKENDS)[number];
 
 /** Percolator's figure against one baseline measured in the same run (this / baseline). */
@@ -61,12 +70,27 @@ export interface BenchResult {
   readonly check: CheckOutcome;
   /** First error messages, if any. */
   readonly errorSamples?: readonly string[];
+  /**
+   * Observer pipeline only. Its p50/p95/p99 are notification latency: from the moment the
+   * writer's commit resolved to the moment the observer's transaction committed.
+   */
+  readonly observer?: ObserverFigures;
 }
 
+export interface ObserverFigures {
+  /** Committed observer runs per second over the measured window. */
+  readonly runsPerSecond: number;
+  readonly runs: number;
+  /** Latency samples (one per processed change). */
+  readonly samples: number;
+}
+
+/** A cell (or a whole backend, or one mode of it) that did not run, and why. */
 export interface SkippedCell {
   readonly backend: string;
   readonly workload?: string;
-  readonly mode?: string;
+  readonly mode?: Mode;
+  readonly variant?: string;
   readonly reason: string;
 }
 
@@ -77,7 +101,14 @@ export interface BenchReport {
   readonly startedAt: string;
   readonly finishedAt: string;
   readonly command: string;
-  readonly host: { readonly cpus: number; readonly node: string; readonly platform: string };
+  readonly host: {
+    readonly cpus: number;
+    readonly cpuModel: string;
+    readonly node: string;
+    readonly platform: string;
+  };
+  /** Server versions per backend, where cheap to ask. */
+  readonly versions: Record<string, string>;
   readonly options: Record<string, unknown>;
   readonly results: BenchResult[];
   readonly skipped: SkippedCell[];

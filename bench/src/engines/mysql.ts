@@ -80,6 +80,13 @@ export class MySqlNativeData {
     return new Map((rows as { k: string; v: string }[]).map((r) => [String(r.k), String(r.v)]));
   }
 
+  /** e.g. "MariaDB 10.11.6" (for the report). */
+  async serverVersion(): Promise<string> {
+    const [rows] = await this.pool.query('SELECT VERSION() AS v');
+    const v = String((rows as { v?: unknown }[])[0]?.v ?? '?');
+    return /mariadb/i.test(v) ? `MariaDB ${v.split('-')[0]}` : `MySQL ${v}`;
+  }
+
   async drop(): Promise<void> {
     try {
       await this.pool.query(`DROP TABLE IF EXISTS ${this.table}`);

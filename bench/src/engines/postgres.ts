@@ -85,6 +85,12 @@ export class PostgresNativeData {
     return new Map(result.rows.map((r) => [String(r.k), String(r.v)]));
   }
 
+  /** e.g. "16.4" (for the report). */
+  async serverVersion(): Promise<string> {
+    const result = await this.run('SHOW server_version');
+    return `PostgreSQL ${String(result.rows[0]?.server_version ?? '?').split(' ')[0]}`;
+  }
+
   async drop(): Promise<void> {
     try {
       await this.run(`DROP SCHEMA IF EXISTS "${this.schema}" CASCADE`);
@@ -100,10 +106,30 @@ function retryable(error: unknown): boolean {
   return code === '40001' || code === '40P01';
 }
 
+/**
+ * One connection's statements, one at a time: a workload may issue two reads at once
+ * (Promise.all), and pg deprecates queueing a query on a busy client. A failed statement
+ * does not block the ones after it (ROLLBACK must still go out).
+ */
+class Serial {
+  private tail: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly client: PgPoolClient) {}
+
+  query(text: string, values?: unknown[]) {
+    const next = this.tail.then(
+      () => this.client.query(text, values),
+      () => this.client.query(text, values),
+    );
+    this.tail = next.catch(() => {});
+    return next;
+  }
+}
+
 class SqlTx implements KvTx {
   readonly writes: [LogicalTable, readonly [string, string]][] = [];
   constructor(
-    private readonly client: PgPoolClient,
+    private readonly client: Serial,
     private readonly table: string,
     private readonly counter: CallCounter,
   ) {}
@@ -156,7 +182,8 @@ export class PostgresNativeEngine implements Engine {
   }
 
   async transact<T>(fn: (tx: KvTx) => Promise<T>, _hints?: TxHints): Promise<TxOutcome<T>> {
-    const client = await this.data.pool.connect();
+    const pooled = await this.data.pool.connect();
+    const client = new Serial(pooled);
     let broken: Error | undefined;
     try {
       return await retryTransaction(this.maxAttempts, retryable, async () => {
@@ -180,7 +207,7 @@ export class PostgresNativeEngine implements Engine {
         }
       });
     } finally {
-      client.release(broken);
+      pooled.release(broken);
     }
   }
 

@@ -181,6 +181,16 @@ export class RedisNativeEngine implements Engine {
     return { roundTrips: this.counter.roundTrips, commands: this.counter.commands };
   }
 
+  /** e.g. "Redis 7.0.15" (for the report). */
+  async serverVersion(): Promise<string> {
+    const conn = await this.acquire();
+    try {
+      return `Redis ${/redis_version:([^\r\n]+)/.exec(await conn.info('server'))?.[1] ?? '?'}`;
+    } finally {
+      this.idle.push(conn);
+    }
+  }
+
   /** Deletes the keys it created and closes its connections. */
   async close(): Promise<void> {
     try {

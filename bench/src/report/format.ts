@@ -66,36 +66,7 @@ export function resultRow(r: BenchResult): string[] {
     fmtMs(r.p99Ms),
     fmtPercent(r.abortRate),
     r.roundTrips.toFixed(2),
-    fmtRatios(r.ratios),
+    r.observer ? `observer runs ${fmtNumber(r.observer.runsPerSecond)}/s` : fmtRatios(r.ratios),
     r.check.ok ? (r.errors > 0 ? `errors: ${r.errors}` : 'ok') : 'FAILED',
   ];
-}
-
-/** The paper's headline figures: Percolator / raw for single-row reads and writes, per backend. */
-export interface Headline {
-  readonly backend: string;
-  readonly concurrency: number;
-  readonly read?: number;
-  readonly write?: number;
-  /** Percolator / native for the transfer workload, per native variant. */
-  readonly transfer: readonly Ratio[];
-}
-
-export function headlines(results: readonly BenchResult[]): Headline[] {
-  const out: Headline[] = [];
-  for (const r of results) {
-    if (r.mode !== 'percolator') continue;
-    let h = out.find((x) => x.backend === r.backend && x.concurrency === r.concurrency);
-    if (!h) {
-      h = { backend: r.backend, concurrency: r.concurrency, transfer: [] };
-      out.push(h);
-    }
-    const raw = r.ratios.find((x) => x.baseline === 'raw')?.throughput;
-    const index = out.indexOf(h);
-    if (r.workload === 'read') out[index] = { ...h, read: raw };
-    else if (r.workload === 'write') out[index] = { ...h, write: raw };
-    else if (r.workload === 'transfer')
-      out[index] = { ...h, transfer: r.ratios.filter((x) => x.baseline !== 'raw') };
-  }
-  return out;
 }

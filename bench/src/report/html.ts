@@ -1,6 +1,8 @@
 import type { BenchReport, BenchResult } from '../types.js';
-import { COLUMNS, fmtMs, fmtNumber, headlines, modeLabel, resultRow } from './format.js';
-import { type BarGroup, barChart, esc, lineChart, type Series } from './svg.js';
+import { COLUMNS, fmtMs, fmtNumber, modeLabel, resultRow } from './format.js';
+import { ratioTo, TABLE_LEGEND, transferLines } from './summary.js';
+import { type Bar, type BarGroup, barChart, esc, lineChart, type Series } from './svg.js';
+import { skippedLabel } from './text.js';
 
 const COLORS: Record<string, string> = {
   percolator: '#2563eb',
@@ -49,8 +51,8 @@ function latencyChart(results: readonly BenchResult[], multiC: boolean): string 
     const label = multiC ? `${r.workload} c=${r.concurrency}` : r.workload;
     let group = groups.find((g) => g.label === label);
     if (!group) groups.push((group = { label, bars: [] }));
-    (group.bars as BarGroup['bars'][number][]).push({
-      name: modeLabel(r),
+    (group.bars as Bar[]).push({
+      name: r.observer ? `${modeLabel(r)} (writer commit → observer commit)` : modeLabel(r),
       value: r.p99Ms,
       text: `p50 ${fmtMs(r.p50Ms)} / p99 ${fmtMs(r.p99Ms)} ms`,
       color: color(modeLabel(r)),
@@ -96,15 +98,52 @@ function table(results: readonly BenchResult[]): string {
   return `<table>${head}${rows.join('')}</table>`;
 }
 
-function headlineChart(report: BenchReport): string {
+/**
+ * The headline: per backend, transfer throughput through Percolator next to raw CAS and
+ * each native transaction (bars scaled within each backend, since stores differ by orders
+ * of magnitude), each baseline labelled with Percolator's ratio to it.
+ */
+function transferChart(report: BenchReport): string {
+  const lines = transferLines(report);
+  const multiC = new Set(lines.map((l) => l.concurrency)).size > 1;
   const groups: BarGroup[] = [];
-  for (const h of headlines(report.results)) {
-    const bars = [];
-    if (h.read !== undefined)
-      bars.push({ name: 'read / raw', value: h.read, text: h.read.toFixed(2), color: '#2563eb' });
-    if (h.write !== undefined)
-      bars.push({ name: 'write txn / raw', value: h.write, text: h.write.toFixed(2), color: '#f59e0b' });
-    if (bars.length > 0) groups.push({ label: `${h.backend} c=${h.concurrency}`, bars });
+  for (const l of lines) {
+    const bars: Bar[] = [];
+    const bar = (r: BenchResult, vs: string) =>
+      bars.push({
+        name: modeLabel(r),
+        value: r.throughput,
+        text: `${fmtNumber(r.throughput)} tx/s${vs}`,
+        color: color(modeLabel(r)),
+      });
+    if (l.percolator) bar(l.percolator, '');
+    for (const base of [...(l.raw ? [l.raw] : []), ...l.natives]) {
+      const ratio = ratioTo(l.percolator, base);
+      bar(base, ratio === undefined ? '' : ` (Percolator ÷ this: ${ratio.toFixed(2)})`);
+    }
+    if (l.natives.length === 0 && l.nativeMissing)
+      bars.push({ name: 'native', value: 0, text: `none: ${l.nativeMissing}`, color: '#cbd5e1' });
+    if (bars.length > 0) groups.push({ label: multiC ? `${l.backend} c=${l.concurrency}` : l.backend, bars });
+  }
+  if (groups.length === 0) return '';
+  return barChart(groups, { scale: 'group', width: 1000 });
+}
+
+/** The paper's Figure 8 figures: Percolator ÷ raw for single-row reads and one-row writes. */
+function paperChart(report: BenchReport): string {
+  const groups: BarGroup[] = [];
+  for (const l of transferLines(report)) {
+    const bars: Bar[] = [];
+    if (l.readVsRaw !== undefined)
+      bars.push({ name: 'read / raw', value: l.readVsRaw, text: l.readVsRaw.toFixed(2), color: '#2563eb' });
+    if (l.writeVsRaw !== undefined)
+      bars.push({
+        name: 'write txn / raw',
+        value: l.writeVsRaw,
+        text: l.writeVsRaw.toFixed(2),
+        color: '#f59e0b',
+      });
+    if (bars.length > 0) groups.push({ label: `${l.backend} c=${l.concurrency}`, bars });
   }
   if (groups.length === 0) return '';
   return barChart(groups, {
@@ -131,8 +170,15 @@ export function htmlReport(report: BenchReport): string {
   }
   parts.push(
     section(
+      "Transfer throughput: Percolator next to raw CAS and each store's native transactions (bars scaled within each backend)",
+      transferChart(report),
+    ),
+  );
+  parts.push(`<div class="note">${esc(TABLE_LEGEND)}</div>`);
+  parts.push(
+    section(
       'Percolator / raw throughput (the paper: reads 0.94, one-cell write transactions 0.23)',
-      headlineChart(report),
+      paperChart(report),
     ),
   );
   for (const backend of backends) {
@@ -161,10 +207,7 @@ export function htmlReport(report: BenchReport): string {
   if (report.skipped.length > 0) {
     parts.push(
       `<h2>Skipped</h2><ul>${report.skipped
-        .map(
-          (s) =>
-            `<li>${esc([s.backend, s.workload, s.mode].filter(Boolean).join(' '))}: ${esc(s.reason)}</li>`,
-        )
+        .map((s) => `<li>${esc(skippedLabel(s))}: ${esc(s.reason)}</li>`)
         .join('')}</ul>`,
     );
   }

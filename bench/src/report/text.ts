@@ -1,5 +1,6 @@
-import type { BenchReport, BenchResult } from '../types.js';
-import { COLUMNS, fmtNumber, fmtPercent, fmtRatios, headlines, modeLabel, resultRow } from './format.js';
+import type { BenchReport, BenchResult, SkippedCell } from '../types.js';
+import { COLUMNS, fmtNumber, fmtPercent, modeLabel, resultRow } from './format.js';
+import { mdTable, observerTable, TABLE_LEGEND, transferTable } from './summary.js';
 
 function pad(cells: readonly string[], widths: readonly number[]): string {
   return cells.map((c, i) => c.padEnd(widths[i]!)).join('  ');
@@ -21,26 +22,18 @@ export function terminalTable(report: BenchReport): string {
   return `${lines.join('\n')}\n${trailer(report)}`;
 }
 
+/** "postgres rows-256 native:transact-items", "mixed native", "dynamodb". */
+export function skippedLabel(s: SkippedCell): string {
+  const mode = s.mode && (s.variant ? modeLabel({ mode: s.mode, variant: s.variant }) : s.mode);
+  return [s.backend, s.workload, mode].filter(Boolean).join(' ');
+}
+
 function trailer(report: BenchReport): string {
   const out: string[] = [];
-  for (const s of report.skipped) {
-    out.push(`skipped ${[s.backend, s.workload, s.mode].filter(Boolean).join(' ')}: ${s.reason}`);
-  }
+  for (const s of report.skipped) out.push(`skipped ${skippedLabel(s)}: ${s.reason}`);
   for (const n of report.notes) out.push(`note: ${n}`);
   for (const f of report.failures) out.push(`FAILURE: ${f}`);
   return out.length > 0 ? `\n${out.join('\n')}\n` : '';
-}
-
-function mdEscape(text: string): string {
-  return text.replace(/\|/g, '\\|');
-}
-
-function mdTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
-  return [
-    `| ${header.map(mdEscape).join(' | ')} |`,
-    `| ${header.map(() => '---').join(' | ')} |`,
-    ...rows.map((r) => `| ${r.map(mdEscape).join(' | ')} |`),
-  ].join('\n');
 }
 
 const SWEEP = /^(rows|contention)-(\d+)$/;
@@ -77,30 +70,21 @@ function sweepTable(results: readonly BenchResult[], kind: 'rows' | 'contention'
 
 /** The summary and the full table in Markdown, for the README. */
 export function markdownReport(report: BenchReport): string {
-  const heads = headlines(report.results);
-  const ratio = (n: number | undefined) => (n === undefined ? '–' : n.toFixed(2));
-  const summary = mdTable(
-    ['backend', 'clients', 'read vs raw', 'write txn vs raw', 'transfer vs native'],
-    heads.map((h) => [
-      h.backend,
-      String(h.concurrency),
-      ratio(h.read),
-      ratio(h.write),
-      h.transfer.length > 0 ? fmtRatios(h.transfer) : '–',
-    ]),
-  );
   const opts = report.options as Record<string, unknown>;
   const lines = [
-    `Percolator throughput as a fraction of the same store's baseline, measured in the same run ` +
-      `(the paper: reads 0.94, one-cell write transactions 0.23 of raw Bigtable).`,
+    'Transfer throughput per backend through Percolator, next to raw single-row CAS and the ' +
+      "store's own transactions, measured in the same run; Percolator's throughput as a fraction of each.",
     '',
-    summary,
+    transferTable(report),
     '',
-    `Host: ${report.host.cpus} CPUs, Node ${report.host.node}; ${opts.durationMs} ms per cell after ` +
+    TABLE_LEGEND,
+    '',
+    `Host: ${report.host.cpus} × ${report.host.cpuModel}, Node ${report.host.node}; ${opts.durationMs} ms per cell after ` +
       `${opts.warmupMs} ms warm-up. rt/tx: store round trips per committed transaction (counted). ` +
-      'Baselines: raw = single-row read / check-and-set through the adapter; RR, SER = SQL ' +
-      'REPEATABLE READ / SERIALIZABLE; MULTI = Redis WATCH/MULTI/EXEC; TXN = DynamoDB TransactGet/WriteItems.',
+      "Observer rows: p50/p95/p99 are notification latency, from the writer's commit to the observer's commit.",
   ];
+  const observers = observerTable(report);
+  if (observers) lines.push('', observers);
   const main = report.results.filter((r) => !SWEEP.test(r.workload));
   if (main.length > 0) lines.push('', mdTable(COLUMNS, main.map(resultRow)));
   const rows = sweepTable(report.results, 'rows');
@@ -120,9 +104,7 @@ export function markdownReport(report: BenchReport): string {
   }
   if (report.skipped.length > 0) {
     lines.push('', 'Skipped:', '');
-    for (const s of report.skipped) {
-      lines.push(`- ${[s.backend, s.workload, s.mode].filter(Boolean).join(' ')}: ${s.reason}`);
-    }
+    for (const s of report.skipped) lines.push(`- ${skippedLabel(s)}: ${s.reason}`);
   }
   if (report.notes.length > 0) lines.push('', ...report.notes.map((n) => `- ${n}`));
   return `${lines.join('\n')}\n`;

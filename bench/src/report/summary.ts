@@ -1,0 +1,184 @@
+import { baselineName } from '../metrics.js';
+import type { BenchReport, BenchResult } from '../types.js';
+import { fmtMs, fmtNumber, shortBaseline } from './format.js';
+
+/**
+ * The headline: per backend (and concurrency), the transfer workload's throughput through
+ * Percolator next to raw single-row CAS and each of the store's native transactions, with
+ * Percolator's ratio to each, plus the paper's read and write ratios to raw.
+ */
+export interface TransferLine {
+  readonly backend: string;
+  readonly concurrency: number;
+  readonly percolator?: BenchResult;
+  readonly raw?: BenchResult;
+  readonly natives: readonly BenchResult[];
+  /** Why there is no native baseline on this backend, if there is none. */
+  readonly nativeMissing?: string;
+  /** Percolator ÷ raw throughput, single-row read and one-row write transaction. */
+  readonly readVsRaw?: number;
+  readonly writeVsRaw?: number;
+}
+
+/** Percolator's throughput over `base`'s, as recorded in its ratios. */
+export function ratioTo(percolator: BenchResult | undefined, base: BenchResult): number | undefined {
+  return percolator?.ratios.find((r) => r.baseline === baselineName(base))?.throughput;
+}
+
+export function transferLines(report: BenchReport): TransferLine[] {
+  const lines: TransferLine[] = [];
+  const find = (backend: string, c: number, workload: string, mode: BenchResult['mode']) =>
+    report.results.filter(
+      (r) => r.backend === backend && r.concurrency === c && r.workload === workload && r.mode === mode,
+    );
+  const seen = new Set<string>();
+  for (const r of report.results) {
+    const key = `${r.backend}\u0000${r.concurrency}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    const percolator = find(r.backend, r.concurrency, 'transfer', 'percolator')[0];
+    const rawRatio = (workload: string) =>
+      find(r.backend, r.concurrency, workload, 'percolator')[0]?.ratios.find((x) => x.baseline === 'raw')
+        ?.throughput;
+    const line: TransferLine = {
+      backend: r.backend,
+      concurrency: r.concurrency,
+      percolator,
+      raw: find(r.backend, r.concurrency, 'transfer', 'raw')[0],
+      natives: find(r.backend, r.concurrency, 'transfer', 'native'),
+      nativeMissing: report.skipped.find((s) => s.backend === r.backend && s.mode === 'native' && !s.workload)
+        ?.reason,
+      readVsRaw: rawRatio('read'),
+      writeVsRaw: rawRatio('write'),
+    };
+    const any = [line.percolator, line.raw, line.readVsRaw, line.writeVsRaw].some((x) => x !== undefined);
+    if (any || line.natives.length > 0) lines.push(line);
+  }
+  return lines;
+}
+
+const NONE = '–';
+const ratio = (n: number | undefined) => (n === undefined ? NONE : n.toFixed(2));
+
+/** A Markdown table padded the way the formatter (biome) lays it out, so it pastes unchanged. */
+export function mdTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const escapePipes = (text: string) => text.replace(/\|/g, '\\|');
+  const all = [header, ...rows].map((r) => r.map(escapePipes));
+  const widths = header.map((_, i) => Math.max(3, ...all.map((r) => (r[i] ?? '').length)));
+  const line = (cells: readonly string[]) =>
+    `| ${widths.map((w, i) => (cells[i] ?? '').padEnd(w)).join(' | ')} |`;
+  return [line(all[0]!), line(widths.map((w) => '-'.repeat(w))), ...all.slice(1).map(line)].join('\n');
+}
+
+/** The one table: transfer tx/s per backend for Percolator, raw and native, with ratios. */
+export function transferTable(report: BenchReport): string {
+  const lines = transferLines(report);
+  const multiC = new Set(lines.map((l) => l.concurrency)).size > 1;
+  const rows = lines.map((l) => {
+    const native =
+      l.natives.length > 0
+        ? l.natives.map((n) => `${shortBaseline(baselineName(n))} ${fmtNumber(n.throughput)}`).join(', ')
+        : NONE;
+    const vsNative =
+      l.natives.length > 0
+        ? l.natives
+            .map((n) => `${ratio(ratioTo(l.percolator, n))} ${shortBaseline(baselineName(n))}`)
+            .join(', ')
+        : NONE;
+    return [
+      multiC ? `${l.backend} c=${l.concurrency}` : l.backend,
+      l.percolator ? fmtNumber(l.percolator.throughput) : NONE,
+      l.raw ? fmtNumber(l.raw.throughput) : NONE,
+      native,
+      l.raw ? ratio(ratioTo(l.percolator, l.raw)) : NONE,
+      vsNative,
+      ratio(l.readVsRaw),
+      ratio(l.writeVsRaw),
+    ];
+  });
+  return mdTable(
+    [
+      'backend',
+      'transfer tx/s: Percolator',
+      'raw',
+      'native',
+      'Percolator ÷ raw',
+      'Percolator ÷ native',
+      'read ÷ raw',
+      'write ÷ raw',
+    ],
+    rows,
+  );
+}
+
+/** Notification latency and observer throughput per backend, if the run had the observer pipeline. */
+export function observerTable(report: BenchReport): string | undefined {
+  const rows = report.results
+    .filter((r) => r.observer)
+    .map((r) => [
+      r.backend,
+      String(r.concurrency),
+      fmtMs(r.p50Ms),
+      fmtMs(r.p99Ms),
+      fmtNumber(r.observer!.runsPerSecond),
+    ]);
+  if (rows.length === 0) return undefined;
+  return mdTable(['backend', 'writers', 'notify p50 ms', 'notify p99 ms', 'observer runs/s'], rows);
+}
+
+export const TABLE_LEGEND =
+  'raw: the same reads and writes as single-row check-and-set calls through the adapter, ' +
+  'no protocol and not atomic (a transfer is two one-row legs). Native: RR, SER = SQL ' +
+  'REPEATABLE READ / SERIALIZABLE; MULTI = Redis WATCH/MULTI/EXEC; TXN = DynamoDB ' +
+  "TransactGetItems/TransactWriteItems. read/write ÷ raw: the paper's Figure 8 figures " +
+  '(Bigtable: reads 0.94, one-cell write transactions 0.23). mixed: one CompositeStore, rows ' +
+  'sharded by key hash over PostgreSQL, Redis and DynamoDB.';
+
+/**
+ * A short Markdown summary to paste into the README: the command, the machine, the date,
+ * the one table (and the observer figures when measured).
+ */
+export function summaryMarkdown(report: BenchReport): string {
+  const opts = report.options as { durationMs?: number; warmupMs?: number; concurrency?: number[] };
+  const versions = Object.entries(report.versions)
+    .map(([backend, v]) => `${backend}: ${v}`)
+    .join('; ');
+  const command = `pnpm bench${report.command.trim() ? ` -- ${report.command.replace(/^--\s*/, '').trim()}` : ''}`;
+  const out = [
+    `Command: \`${command}\``,
+    '',
+    `Machine: ${report.host.cpus} × ${report.host.cpuModel}, ${report.host.platform}, Node ${report.host.node}` +
+      (versions ? `; ${versions}` : '') +
+      '.',
+    '',
+    `Date: ${report.startedAt.slice(0, 10)}; ${opts.durationMs} ms per cell after ${opts.warmupMs} ms ` +
+      `warm-up, ${(opts.concurrency ?? []).join(', ')} concurrent clients.`,
+    '',
+    transferTable(report),
+    '',
+    TABLE_LEGEND,
+  ];
+  const missing = transferLines(report).filter((l) => l.nativeMissing);
+  if (missing.length > 0) {
+    out.push(
+      '',
+      `No native baseline: ${[...new Map(missing.map((l) => [l.backend, l.nativeMissing])).entries()]
+        .map(([b, why]) => `${b} (${why})`)
+        .join('; ')}.`,
+    );
+  }
+  const observers = observerTable(report);
+  if (observers) {
+    out.push(
+      '',
+      "Observer pipeline: notification latency from the writer's commit to the observer's commit.",
+      '',
+      observers,
+    );
+  }
+  const unreached = report.skipped.filter((s) => !s.workload && !s.mode);
+  if (unreached.length > 0)
+    out.push('', `Skipped: ${unreached.map((s) => `${s.backend} (${s.reason})`).join('; ')}.`);
+  if (report.failures.length > 0) out.push('', `**${report.failures.length} failure(s)**: see results.md.`);
+  return `${out.join('\n')}\n`;
+}
