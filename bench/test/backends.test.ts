@@ -1,16 +1,22 @@
+import { randomBytes } from 'node:crypto';
 import { createRedisClient } from '@percolator/redis';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { BackendUnavailable, loadData, openBackend } from '../src/backends.js';
 import { runBench } from '../src/bench.js';
+import type { CompositeCountingStore } from '../src/counting-store.js';
 import { loadDriver } from '../src/drivers.js';
+import type { PercolatorEngine } from '../src/engines/percolator.js';
 import { parseOptions } from '../src/options.js';
+import { SharedServices } from '../src/services.js';
 import type { BenchReport } from '../src/types.js';
 
 /**
  * Every real backend, named explicitly: an unreachable one is a failure (its message names
  * the variable to set: PERCOLATOR_POSTGRES_URL, PERCOLATOR_MYSQL_URL, PERCOLATOR_REDIS_URL,
- * PERCOLATOR_REDIS_CLUSTER_NODES, PERCOLATOR_DYNAMODB_ENDPOINT), never a skip.
+ * PERCOLATOR_REDIS_CLUSTER_NODES, PERCOLATOR_DYNAMODB_ENDPOINT), never a skip. `mixed` is
+ * PostgreSQL + Redis + DynamoDB behind one CompositeStore.
  */
-const BACKENDS = 'postgres,mysql,redis,redis-cluster,dynamodb';
+const BACKENDS = 'postgres,mysql,redis,redis-cluster,dynamodb,mixed';
 
 describe('native baselines and cleanup on the real stores', () => {
   let report: BenchReport;
@@ -45,6 +51,12 @@ describe('native baselines and cleanup on the real stores', () => {
     expect(natives('redis')).toEqual(['watch-multi-exec']);
     expect(natives('redis-cluster')).toEqual([]);
     expect(natives('dynamodb')).toEqual(['transact-items']);
+    expect(natives('mixed')).toEqual([]);
+    expect(report.skipped).toContainEqual({
+      backend: 'mixed',
+      mode: 'native',
+      reason: 'no native transaction spans PostgreSQL, Redis and DynamoDB',
+    });
     const rt = (backend: string, workload: string, variant: string) =>
       report.results.find((r) => r.backend === backend && r.workload === workload && r.variant === variant)!;
     // SQL transfer: BEGIN, SELECT, UPDATE, COMMIT (more only when a retry happened).
@@ -57,6 +69,25 @@ describe('native baselines and cleanup on the real stores', () => {
     // DynamoDB: TransactGetItems + TransactWriteItems.
     expect(rt('dynamodb', 'read', 'transact-items').roundTrips).toBe(1);
     expect(rt('dynamodb', 'transfer', 'transact-items').roundTrips).toBeGreaterThanOrEqual(2);
+  });
+
+  test('mixed runs the transfer across stores in percolator and raw modes, totals checked', () => {
+    const transfer = (mode: string) =>
+      report.results.find((r) => r.backend === 'mixed' && r.workload === 'transfer' && r.mode === mode)!;
+    for (const mode of ['percolator', 'raw']) {
+      expect(transfer(mode).check.detail).toMatch(/^total \d+ unchanged/);
+      expect(transfer(mode).transactions).toBeGreaterThan(0);
+    }
+    // Raw: two legs of read + CAS, each counted at the store it went to.
+    expect(transfer('raw').roundTrips).toBeGreaterThanOrEqual(4);
+    expect(transfer('percolator').roundTrips).toBeGreaterThanOrEqual(8);
+    expect(transfer('percolator').ratios.map((r) => r.baseline)).toEqual(['raw']);
+  });
+
+  test('skipped cells use the results vocabulary for modes', () => {
+    for (const s of report.skipped) {
+      if (s.mode !== undefined) expect(['percolator', 'raw', 'native']).toContain(s.mode);
+    }
   });
 
   describe('nothing the run created is left behind', () => {
@@ -113,4 +144,61 @@ describe('native baselines and cleanup on the real stores', () => {
       }
     });
   });
+});
+
+test('mixed spreads rows over PostgreSQL, Redis and DynamoDB; the oracle is the PostgreSQL counter', async () => {
+  const services = new SharedServices();
+  const settings = {
+    runId: randomBytes(4).toString('hex'),
+    maxConcurrency: 2,
+    maxAttempts: 10,
+    startServices: true,
+    services,
+  };
+  try {
+    const backend = await openBackend('mixed', settings);
+    try {
+      await loadData(backend, { records: 4, accounts: 30, valueBytes: 16 }, ['acct']);
+      const percolator = backend.engines.find((e) => e.mode === 'percolator') as PercolatorEngine;
+      const store = percolator.store as CompositeCountingStore;
+      expect(store.parts.map((p) => p.inner.name)).toEqual([
+        expect.stringMatching(/postgres/i),
+        expect.stringMatching(/redis/i),
+        expect.stringMatching(/dynamo/i),
+      ]);
+      for (const part of store.parts) {
+        const rows = await part.inner.scan!('acct', { limit: 100 });
+        expect(rows.length, part.inner.name).toBeGreaterThan(0);
+      }
+      expect(store.parts.map((p) => p.calls.incrementCounter > 0)).toEqual([true, false, false]);
+    } finally {
+      await backend.close();
+    }
+  } finally {
+    await services.stop();
+  }
+}, 120_000);
+
+test('an unreachable DynamoDB endpoint is skipped with that reason, not a credentials error', async () => {
+  const saved = process.env.PERCOLATOR_DYNAMODB_ENDPOINT;
+  // Port 9 (discard) on loopback: nothing listens there.
+  process.env.PERCOLATOR_DYNAMODB_ENDPOINT = 'http://127.0.0.1:9';
+  const services = new SharedServices();
+  const settings = { runId: 'x', maxConcurrency: 1, maxAttempts: 1, startServices: true, services };
+  try {
+    for (const name of ['dynamodb', 'mixed'] as const) {
+      const error = await openBackend(name, settings).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(BackendUnavailable);
+      expect((error as BackendUnavailable).reason).toMatch(
+        /nothing answers at PERCOLATOR_DYNAMODB_ENDPOINT=http:\/\/127\.0\.0\.1:9/,
+      );
+    }
+  } finally {
+    if (saved === undefined) delete process.env.PERCOLATOR_DYNAMODB_ENDPOINT;
+    else process.env.PERCOLATOR_DYNAMODB_ENDPOINT = saved;
+    await services.stop();
+  }
 });

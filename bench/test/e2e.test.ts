@@ -137,7 +137,9 @@ describe('a tiny end-to-end run on the memory store', () => {
     expect(summary).toMatch(/Machine: \d+ × .+, Node v\d+/);
     expect(summary).toMatch(/\| backend +\| transfer tx\/s: Percolator \| raw +\| native \|/);
     expect(summary).toMatch(/\| memory c=1 +\| [\d,.]+ +\| [\d,.]+ +\| – +\| [\d.]+ +\|/);
-    expect(summary).toContain('No native baseline: memory (an in-process map has no transactions of its own)');
+    expect(summary).toContain(
+      'No native baseline: memory (an in-process map has no transactions of its own)',
+    );
     expect(summary.split('\n').length).toBeLessThan(40);
     expect(stdoutText).toMatch(row('backend', 'workload', 'mode'));
     expect(stdoutText).toMatch(/memory\s+read\s+percolator/);
