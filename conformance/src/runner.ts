@@ -4,6 +4,7 @@
  */
 import type { RowStore, StoreCapabilities } from '@percolator/core';
 import { allCases } from './cases/index.js';
+import { effectiveCase } from './cases/undeclared.js';
 import { defaultSeed, Random } from './random.js';
 import type {
   CaseContext,
@@ -48,15 +49,10 @@ export async function runCase(
 ): Promise<CaseResult> {
   const started = performance.now();
   const notes: string[] = [];
-  const base = { part: c.part, name: c.name, notes };
-  if (c.requires !== undefined && !capabilities[c.requires]) {
-    return {
-      ...base,
-      status: 'not declared',
-      durationMs: 0,
-      notes: [`the store does not declare ${c.requires}`],
-    };
-  }
+  const undeclared = c.requires !== undefined && !capabilities[c.requires] ? c.requires : undefined;
+  // An undeclared capability's case checks instead that the core leaves that method alone.
+  c = effectiveCase(c, capabilities);
+  const base = { part: c.part, name: c.name, notes, ...(undeclared ? { undeclared } : {}) };
   const { ctx, cleanup } = caseContext(c, options, capabilities, seed, notes);
   const timeoutMs = caseTimeout(c, ctx.scale);
   let timer: NodeJS.Timeout | undefined;
@@ -179,7 +175,7 @@ export function summarise(results: readonly CaseResult[]): Partial<Record<Part, 
     parts[r.part] = {
       pass: s.pass + (r.status === 'pass' ? 1 : 0),
       fail: s.fail + (r.status === 'fail' ? 1 : 0),
-      notDeclared: s.notDeclared + (r.status === 'not declared' ? 1 : 0),
+      notDeclared: s.notDeclared + (r.undeclared !== undefined || r.status === 'not declared' ? 1 : 0),
       durationMs: s.durationMs + r.durationMs,
     };
   }

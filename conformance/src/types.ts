@@ -49,13 +49,17 @@ export interface CaseContext {
 export interface ConformanceCase {
   readonly part: Part;
   readonly name: string;
-  /** The case is reported as 'not declared' when the store does not declare this. */
+  /**
+   * The capability the case checks. When the store does not declare it, the case is
+   * replaced by a check that the core never calls that capability's method.
+   */
   readonly requires?: Capability;
   /** Time limit at scale 1 (default 30 s). */
   readonly timeoutMs?: number;
   run(ctx: CaseContext): Promise<void>;
 }
 
+/** 'not declared' is no longer produced (undeclared capabilities get a real check); kept for old callers. */
 export type CaseStatus = 'pass' | 'fail' | 'not declared';
 
 export interface CaseResult {
@@ -66,11 +70,14 @@ export interface CaseResult {
   /** Why it failed (with the seed to repeat it). */
   readonly error?: string;
   readonly notes: readonly string[];
+  /** Set when the store does not declare the case's capability and the undeclared check ran. */
+  readonly undeclared?: Capability;
 }
 
 export interface PartSummary {
   readonly pass: number;
   readonly fail: number;
+  /** Cases of capabilities the store does not declare (checked: the core never calls them). */
   readonly notDeclared: number;
   readonly durationMs: number;
 }

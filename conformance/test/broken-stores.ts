@@ -7,6 +7,7 @@ import {
   type CasResult,
   compareKeys,
   MemoryStore,
+  type RowRef,
   type RowStore,
   type ScannedStoredRow,
   type ScanOptions,
@@ -158,5 +159,33 @@ export class CreateOnlyNotificationsStore extends Wrapper {
       .filter((k) => options.after === undefined || compareKeys(k, options.after) > 0)
       .sort(compareKeys);
     return keys.slice(0, options.limit);
+  }
+}
+
+/**
+ * A correct store that declares no optional capability, though it has every method (of
+ * the MemoryStore it wraps): the core must still never call them.
+ */
+export class MinimalStore extends Wrapper {
+  readonly name = 'correct: no optional capability declared';
+  override get capabilities(): StoreCapabilities {
+    return {
+      batchRead: false,
+      batchCheckAndSet: false,
+      orderedScan: false,
+      atomicCounter: false,
+      notificationIndex: false,
+      stampedCheckAndSet: false,
+      maxStateBytes: this.inner.capabilities.maxStateBytes,
+    };
+  }
+  readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+    return this.inner.readMany(rows);
+  }
+  checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    return this.inner.checkAndSetMany(requests);
+  }
+  scanNotified(table: string, options: { after?: string; limit: number }): Promise<string[]> {
+    return this.inner.scanNotified(table, options);
   }
 }

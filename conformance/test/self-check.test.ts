@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import {
   CreateOnlyNotificationsStore,
   IgnoresVersionStore,
+  MinimalStore,
   ReusesVersionsStore,
   StaleReadStore,
   Utf16ScanStore,
@@ -68,8 +69,10 @@ describe('the conformance suite catches broken stores', () => {
   it('versions that restart after a delete fail the ABA case', async () => {
     const report = await run(() => new ReusesVersionsStore(), ['store']);
     expect(failed(report)).toContain('store: a version is never reused after delete and re-create (ABA)');
-    const scan = report.results.find((r) => r.name.startsWith('scan returns rows'))!;
-    expect(scan.status).toBe('not declared');
+    // orderedScan is not declared: its case checks that the core never calls scan instead.
+    const scan = report.results.find((r) => r.undeclared === 'orderedScan')!;
+    expect(scan.name).toBe('orderedScan not declared: the core never calls scan');
+    expect(scan.status).toBe('pass');
   }, 60_000);
 
   it('a scan in UTF-16 order fails the scan case', async () => {
@@ -85,6 +88,23 @@ describe('the conformance suite catches broken stores', () => {
     expect(names).toContain('store: scanNotified returns every notified row, in key order');
     expect(names.filter((n) => n.startsWith('observers:')).length).toBeGreaterThan(0);
   }, 60_000);
+
+  it('a store that declares no optional capability gets a passing check per capability, not a skip', async () => {
+    const report = await run(() => new MinimalStore(), ['store', 'protocol', 'history']);
+    expect(failed(report)).toEqual([]);
+    const undeclared = report.results.filter((r) => r.undeclared !== undefined);
+    expect(undeclared.map((r) => r.name).sort()).toEqual([
+      'atomicCounter not declared: the core never calls incrementCounter',
+      'batchCheckAndSet not declared: the core never calls checkAndSetMany',
+      'batchRead not declared: the core never calls readMany',
+      'notificationIndex not declared: the core never calls scanNotified',
+      'orderedScan not declared: the core never calls scan',
+      'stampedCheckAndSet not declared: the core never calls checkAndSetStamped',
+    ]);
+    expect(undeclared.every((r) => r.status === 'pass')).toBe(true);
+    expect(report.results.some((r) => r.status === 'not declared')).toBe(false);
+    expect(report.parts.store?.notDeclared).toBe(6);
+  }, 120_000);
 
   it('the correct memory store passes every part, and the report sums up per part', async () => {
     const report = await run(() => new MemoryStore(), ['store', 'history', 'faults'], 0.2);
