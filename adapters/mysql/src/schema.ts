@@ -6,7 +6,8 @@ import { validateNamespace } from './requests.js';
  *   <ns>_counters        atomic counters (incrementCounter)
  *   <ns>_version_blocks  AUTO_INCREMENT source of version blocks; see versions.ts.
  *                        Rows are never deleted, so ids are never handed out twice,
- *                        even on servers that recompute AUTO_INCREMENT from MAX(id).
+ *                        even on servers that recompute AUTO_INCREMENT from MAX(id);
+ *                        ids start at the clock, so not after re-creation either.
  * Identifiers are built only from the validated namespace and fixed suffixes.
  */
 export interface MySqlNames {
@@ -55,6 +56,14 @@ export function mysqlSchemaStatements(namespace?: string): string[] {
   allocated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
   PRIMARY KEY (id)
 ) ENGINE=InnoDB`,
+    // The first block id is the server's clock in milliseconds, not 1: if the namespace is
+    // dropped and re-created while old clients still hold version tokens (or a reserved
+    // block), new tokens are larger than every old one (assuming fewer than 1000 blocks
+    // per second on average; ids fit until the year 2527). Only an empty table is seeded,
+    // so this is idempotent; the seed row stays, like every block row.
+    `INSERT INTO ${n.versionBlocks} (id)
+SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS UNSIGNED) FROM DUAL
+WHERE NOT EXISTS (SELECT 1 FROM ${n.versionBlocks})`,
   ];
 }
 

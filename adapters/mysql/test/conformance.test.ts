@@ -1,15 +1,20 @@
 import { randomBytes } from 'node:crypto';
 import { conformanceSuite } from '@percolator/conformance';
 import type { RowStore } from '@percolator/core';
-import { assertMySqlReachable, createMySqlStore, type MySqlStore } from '@percolator/mysql';
+import { createMySqlStore, type MySqlStore } from '@percolator/mysql';
 import { createPool } from 'mysql2/promise';
 import { afterAll } from 'vitest';
+import { ensureMySql } from '../src/testing.js';
 
 // One pool for every store the suite creates; each store gets its own namespace (tables),
-// and destroyStore drops them. Fails (never skips) when the server is unreachable.
-const url = await assertMySqlReachable();
+// and destroyStore drops them. Fails (never skips) when no server can be found or started (see src/testing.ts).
+const server = await ensureMySql();
+const url = server.url;
 const pool = createPool({ uri: url, connectionLimit: 10, multipleStatements: true });
-afterAll(() => pool.end());
+afterAll(async () => {
+  await pool.end();
+  await server.stop();
+});
 
 conformanceSuite({
   name: 'mysql',

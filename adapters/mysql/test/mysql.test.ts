@@ -19,11 +19,13 @@ import {
 } from '@percolator/mysql';
 import { createPool, type Pool, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { ensureMySql, type TestServer } from '../src/testing.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);
 const uniqueNamespace = () => `t_${randomBytes(6).toString('hex')}`;
 
+let server: TestServer | undefined;
 let url: string;
 let admin: Pool;
 let store: MySqlStore;
@@ -55,7 +57,8 @@ function version(result: CasResult): string {
 }
 
 beforeAll(async () => {
-  url = await assertMySqlReachable();
+  server = await ensureMySql();
+  url = server.url;
   admin = createPool({ uri: url, connectionLimit: 3 });
   store = await openStore({ namespace: uniqueNamespace() });
 });
@@ -66,6 +69,7 @@ afterAll(async () => {
     await s.close();
   }
   await admin?.end();
+  await server?.stop();
 });
 
 describe('mysql store: single-row contract', () => {
@@ -545,6 +549,31 @@ describe('mysql store: limits and failures', () => {
 });
 
 describe('mysql store: namespaces and lifecycle', () => {
+  it('never reissues an old version after the namespace is dropped and re-created under a live client', async () => {
+    const namespace = uniqueNamespace();
+    const old = await openStore({ namespace });
+    const stale = version(
+      await old.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('old') }),
+    );
+    await old.dropNamespace();
+    // `old` stays open, as a client elsewhere would; a new store re-creates the namespace.
+    const fresh = await openStore({ namespace });
+    const current = version(
+      await fresh.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('new') }),
+    );
+    expect(BigInt(current)).toBeGreaterThan(BigInt(stale));
+    // The old client's token matches nothing, so its CAS cannot overwrite the new row.
+    const attempt = await old.checkAndSet({ table: 't', key: 'k', expected: stale, state: bytes('lost') });
+    expect(attempt.ok).toBe(false);
+    expect(await fresh.read('t', 'k')).toEqual({ version: current, state: bytes('new') });
+    // Schema creation stays idempotent: opening again does not move the counter back.
+    await openStore({ namespace });
+    const next = version(
+      await fresh.checkAndSet({ table: 't', key: 'k', expected: current, state: bytes('n2') }),
+    );
+    expect(BigInt(next)).toBeGreaterThan(BigInt(current));
+  });
+
   it('rejects a bad namespace with InvalidArgumentError', async () => {
     for (const namespace of ['', 'Upper', '1abc', 'a-b', 'a b', 'x'.repeat(33), 'a;drop', 'ä']) {
       await expect(createMySqlStore({ uri: url, namespace })).rejects.toBeInstanceOf(InvalidArgumentError);

@@ -5,7 +5,8 @@ import { validateNamespace } from './requests.js';
  *   <ns>_rows         the rows: (tbl, key) -> version, state, notified
  *   <ns>_counters     atomic counters (incrementCounter)
  *   <ns>_version_seq  the source of every version token; sequences never hand out a
- *                     value twice, so a version is not reused after delete + re-create
+ *                     value twice, so a version is not reused after delete + re-create;
+ *                     it starts at the clock, so not after a namespace is re-created either
  * Identifiers are built only from the validated namespace and fixed suffixes.
  */
 export interface PostgresNames {
@@ -52,6 +53,13 @@ export function postgresSchemaStatements(namespace?: string): string[] {
   name bytea PRIMARY KEY,
   value bigint NOT NULL
 )`,
+    // A new sequence starts at the server's clock in microseconds, not at 1: if the
+    // namespace is dropped and re-created while old clients still hold version tokens,
+    // the new tokens are larger than any old one (assuming fewer than a million versions
+    // per second on average), so an old token never matches a new row. Only a sequence
+    // that has never handed out a value is moved, so this is idempotent.
+    `SELECT setval('${n.versionSeq}', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+FROM ${n.versionSeq} WHERE NOT is_called`,
   ];
 }
 

@@ -1,16 +1,21 @@
 import { randomBytes } from 'node:crypto';
 import { conformanceSuite } from '@percolator/conformance';
 import type { RowStore } from '@percolator/core';
-import { assertPostgresReachable, createPostgresStore, type PostgresStore } from '@percolator/postgres';
+import { createPostgresStore, type PostgresStore } from '@percolator/postgres';
 import pg from 'pg';
 import { afterAll } from 'vitest';
+import { ensurePostgres } from '../src/testing.js';
 
 // One pool for every store the suite creates; each store gets its own namespace (tables),
-// and destroyStore drops it. Fails (never skips) when the server is unreachable.
-const url = await assertPostgresReachable();
+// and destroyStore drops it. Fails (never skips) when no server can be found or started (see src/testing.ts).
+const server = await ensurePostgres();
+const url = server.url;
 const pool = new pg.Pool({ connectionString: url, max: 10 });
 pool.on('error', () => {});
-afterAll(() => pool.end());
+afterAll(async () => {
+  await pool.end();
+  await server.stop();
+});
 
 conformanceSuite({
   name: 'postgres',
