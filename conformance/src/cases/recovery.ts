@@ -9,6 +9,7 @@ import {
   type CommitStepEvent,
   ConflictError,
   LockNotResolvedError,
+  StoreError,
 } from '@percolator/core';
 import type { CaseContext, ConformanceCase } from '../types.js';
 import { check, checkEqual, errorText, format, gate, rejection, waitFor, within } from '../util.js';
@@ -200,7 +201,7 @@ async function crashAt(ctx: CaseContext, point: CrashPoint, mode: FaultMode): Pr
 
 // ---------------------------------------------------------------------------------------
 
-async function latePrewrite(ctx: CaseContext): Promise<void> {
+async function latePrewrite(ctx: CaseContext, mode: FaultMode): Promise<void> {
   const store = await ctx.createStore();
   const clock = new FakeClock();
   // The stopped client's clock stands still, so its lock looks expired to the reader.
@@ -226,7 +227,13 @@ async function latePrewrite(ctx: CaseContext): Promise<void> {
     (e: unknown) => e,
   );
   await within(primaryHold.reached, 5000, 'the primary prewrite');
-  const reader = client(ctx, store, { clock, lockTtlMs: LOCK_TTL_MS }).db;
+  // With faults, the reader's calls (its rollback record too) may fail or be ambiguous; the
+  // slow client's are held to order events exactly, so they get none.
+  const readerClient = client(ctx, store, { clock, lockTtlMs: LOCK_TTL_MS, faults: faultsFor(mode) });
+  const reader = readerClient.db;
+  // The fault that matters here: the reader's first write (its rollback) lands but is
+  // reported failed, so the reader must find out it landed.
+  if (mode === 'faulty') readerClient.faulty!.failAfter(undefined, 'checkAndSet');
   const parallel = await waitFor(() => landed.has('k1'), 3000, 'the secondary prewrite').then(
     () => true,
     () => false,
@@ -286,11 +293,13 @@ async function latePrewrite(ctx: CaseContext): Promise<void> {
     },
     'writing after the late prewrite',
   );
+  if (mode === 'faulty')
+    check(readerClient.faulty!.stats.failedAfter >= 1, 'the ambiguous rollback fault was never injected');
 }
 
 // ---------------------------------------------------------------------------------------
 
-async function heartbeat(ctx: CaseContext): Promise<void> {
+async function heartbeat(ctx: CaseContext, mode: FaultMode): Promise<void> {
   const store = await ctx.createStore();
   const clock = new FakeClock();
   const ttl = 300;
@@ -319,6 +328,16 @@ async function heartbeat(ctx: CaseContext): Promise<void> {
       },
     },
   });
+  // With faults: the primary's prewrite and first two heartbeats land but are reported
+  // failed (ambiguous); the committer must still keep its lock and commit.
+  const ambiguousBeats = mode === 'faulty' ? 3 : 0;
+  if (ambiguousBeats > 0)
+    slow.faulty!.inject({
+      kind: 'after',
+      operation: 'checkAndSet',
+      match: (call) => call.key === 'k0',
+      times: ambiguousBeats,
+    });
   let beats = 0;
   slow.faulty!.onCall((call, outcome) => {
     if (outcome.ok && call.operation === 'checkAndSet' && call.key === 'k0') beats++;
@@ -330,7 +349,8 @@ async function heartbeat(ctx: CaseContext): Promise<void> {
     (e: unknown) => (e instanceof Error ? e : new Error(String(e))),
   );
   await within(paused.promise, 5000, 'the slow committer to reach its commit point');
-  const reader = client(ctx, store, { clock, lockTtlMs: ttl, lockWaitMs: 30 }).db;
+  // With faults, on the reader only: the committer's calls are counted as heartbeats.
+  const reader = client(ctx, store, { clock, lockTtlMs: ttl, lockWaitMs: 30, faults: faultsFor(mode) }).db;
   const rounds = 6;
   const step = Math.floor((ttl * 2) / 3);
   for (let i = 0; i < rounds; i++) {
@@ -339,12 +359,16 @@ async function heartbeat(ctx: CaseContext): Promise<void> {
     await waitFor(() => beats > before, 10 * ttl, `a heartbeat of the slow committer (round ${i})`);
     // The lock is fresh again: a reader must wait for it, not roll the transaction back.
     for (const [table, row] of [rows[1], rows[0]]) {
-      const got = await reader
-        .transact((t) => t.getString(table, row, 'v'), { maxAttempts: 1 })
-        .then(
-          (v) => v,
-          (e: unknown) => e,
-        );
+      let got: unknown;
+      // An injected fault (StoreError) is not an answer: ask again.
+      for (let attempt = 0; attempt < 10 && (attempt === 0 || got instanceof StoreError); attempt++) {
+        got = await reader
+          .transact((t) => t.getString(table, row, 'v'), { maxAttempts: 1 })
+          .then(
+            (v) => v,
+            (e: unknown) => e,
+          );
+      }
       check(
         got instanceof LockNotResolvedError,
         () =>
@@ -360,6 +384,7 @@ async function heartbeat(ctx: CaseContext): Promise<void> {
     ['new', 'new', 'new'],
     'rows after the slow commit',
   );
+  checkEqual(slow.faulty!.stats.failedAfter, ambiguousBeats, 'ambiguous faults on the primary row');
   ctx.note(
     `paused ${rounds * step} ms of clock time with a ${ttl} ms lock TTL; ${beats} heartbeats kept it alive`,
   );
@@ -369,27 +394,24 @@ export function recoveryCases(mode: FaultMode): ConformanceCase[] {
   const part = partFor(mode);
   const s = faultSuffix(mode);
   const cases: ConformanceCase[] = [];
-  const points = mode === 'clean' ? CRASH_POINTS : CRASH_POINTS.filter((p) => p.step !== 'afterPrewrite');
-  for (const point of points) {
+  for (const point of CRASH_POINTS) {
     cases.push({
       part,
       name: `a client that stops ${point.label}: readers see ${point.committed ? 'all' : 'none'} of it${s}`,
       run: (ctx) => crashAt(ctx, point, mode),
     });
   }
-  if (mode === 'clean') {
-    cases.push(
-      {
-        part,
-        name: 'rollback records make a late prewrite fail',
-        run: latePrewrite,
-      },
-      {
-        part,
-        name: 'lock expiry and heartbeat: a slow committer keeps its lock alive and commits',
-        run: heartbeat,
-      },
-    );
-  }
+  cases.push(
+    {
+      part,
+      name: `rollback records make a late prewrite fail${s}`,
+      run: (ctx) => latePrewrite(ctx, mode),
+    },
+    {
+      part,
+      name: `lock expiry and heartbeat: a slow committer keeps its lock alive and commits${s}`,
+      run: (ctx) => heartbeat(ctx, mode),
+    },
+  );
   return cases;
 }
