@@ -72,6 +72,15 @@ describe('checkListAppend (Elle list-append, snapshot isolation)', () => {
     expect(result.anomalies[0]!.message).toMatch(/T1 -rw\("x"\)-> T0/);
   });
 
+  it('places a transaction own appends in the version order, from its later reads (as Elle does)', () => {
+    // T1 appends 2 to x after 1 and sees it; T2 read x before T1's append but y after it.
+    // Only T1's own read [1, 2] tells that 2 follows 1: without it there is no rw edge.
+    const history = [ok('a x 1'), ok('r x 1', 'a x 2', 'r x 1 2', 'a y 1'), ok('r x 1', 'r y 1')];
+    const result = checkListAppend(history);
+    expect(result.anomalies.map((a) => a.type)).toEqual(['G-single']);
+    expect(result.anomalies[0]!.message).toMatch(/T2 -rw\("x"\)-> T1/);
+  });
+
   it('finds G-nonadjacent (two anti-dependencies, never adjacent), which snapshot isolation forbids', () => {
     // T0 -rw(x)-> T1 -wr(y)-> T2 -rw(z)-> T3 -wr(w)-> T0
     const history = [

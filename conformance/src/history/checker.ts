@@ -108,7 +108,7 @@ export function checkListAppend(history: readonly ListAppendOp[], options: Check
   checkInternal(history, ids, report);
 
   const reads = externalReads(history);
-  const orders = versionOrders(reads, ids, report);
+  const orders = versionOrders(allReads(history), ids, report);
   checkLostUpdates(history, ids, reads, orders, report);
 
   const graph = new DependencyGraph();
@@ -329,13 +329,28 @@ function externalReads(history: readonly ListAppendOp[]): ExternalRead[] {
   return reads;
 }
 
+/**
+ * Every read of each committed transaction, whole: with the transaction's own appends at
+ * the end, and later reads too. They place its appends in the version order (as Elle
+ * does), so a read that missed them gets its rw edge to it.
+ */
+function allReads(history: readonly ListAppendOp[]): { op: number; key: string; value: readonly number[] }[] {
+  const reads: { op: number; key: string; value: readonly number[] }[] = [];
+  history.forEach((op, i) => {
+    if (op.type !== 'ok') return;
+    for (const m of op.txn)
+      if (m.f === 'r' && m.value !== null) reads.push({ op: i, key: m.key, value: m.value });
+  });
+  return reads;
+}
+
 /** Per key, the longest read; every other read must be a prefix of it. */
 function versionOrders(
-  reads: readonly ExternalRead[],
+  reads: readonly { op: number; key: string; value: readonly number[] }[],
   ids: readonly number[],
   report: (a: Anomaly) => void,
 ): Map<string, readonly number[]> {
-  const longest = new Map<string, ExternalRead>();
+  const longest = new Map<string, (typeof reads)[number]>();
   for (const r of reads) {
     const best = longest.get(r.key);
     if (best === undefined || r.value.length > best.value.length) longest.set(r.key, r);
