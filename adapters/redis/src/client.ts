@@ -1,3 +1,4 @@
+import { InvalidArgumentError } from '@percolator/core';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
@@ -13,15 +14,27 @@ export function defaultClusterNodes(): { host: string; port: number }[] {
   return parseNodes(process.env.PERCOLATOR_REDIS_CLUSTER_NODES || DEFAULT_CLUSTER_NODES);
 }
 
+const NODE = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+)):(\d{1,5})$/;
+
+/**
+ * "host:port,host:port" (an IPv6 address in brackets: "[::1]:7001") as ioredis wants it.
+ * Anything else throws InvalidArgumentError naming PERCOLATOR_REDIS_CLUSTER_NODES, the usual
+ * source of the list, rather than handing ioredis a NaN port.
+ */
 export function parseNodes(list: string): { host: string; port: number }[] {
-  return list
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s.length > 0)
-    .map((s) => {
-      const i = s.lastIndexOf(':');
-      return { host: s.slice(0, i), port: Number(s.slice(i + 1)) };
-    });
+  const bad = (why: string) =>
+    new InvalidArgumentError(
+      `Redis Cluster nodes (PERCOLATOR_REDIS_CLUSTER_NODES) must be "host:port,host:port" with IPv6 in brackets: ${why}`,
+    );
+  if (typeof list !== 'string') throw bad(`got ${typeof list}`);
+  const entries = list.split(',').map((s) => s.trim());
+  if (entries.every((s) => s.length === 0)) throw bad('the list is empty');
+  return entries.map((entry) => {
+    const match = NODE.exec(entry);
+    const port = Number(match?.[3]);
+    if (!match || port < 1 || port > 65535) throw bad(`${JSON.stringify(entry)} is not host:port`);
+    return { host: (match[1] ?? match[2])!, port };
+  });
 }
 
 /**
