@@ -4,6 +4,8 @@
 // - mode "handler": inside the handler, before anything is written;
 // - mode "prewrite": after every prewrite of the run (its locks, the ack's among them, are
 //   in the store), just before its commit point.
+// - mode "committed": just after its commit point (the primary is committed, the other
+//   row still locked), before the notification is cleared.
 // Lease and lock expiry are short, so the survivor does not wait long once it is dead.
 import { Percolator } from '@percolator/core';
 import { createRedisStore } from '@percolator/redis';
@@ -21,8 +23,9 @@ const db = new Percolator({
   lockTtlMs: Number(leaseMs),
   hooks: {
     onCommitStep: async (e) => {
-      if (mode === 'prewrite' && e.step === 'beforeCommitPrimary') {
-        stuck(running, 'prewrite', e.startTs);
+      const at: Record<string, string> = { prewrite: 'beforeCommitPrimary', committed: 'afterCommitPrimary' };
+      if (e.step === at[mode]) {
+        stuck(running, mode, e.startTs);
         await forever;
       }
     },

@@ -13,9 +13,10 @@ import { ackColumn } from '../src/observers/reserved.js';
 import { crashObserver, TALLY } from './observers-crash-observer.js';
 
 /**
- * A worker process really dies mid-run (SIGKILL, no cleanup): its lease row and, in the
- * "prewrite" case, its locks stay in the store. Another worker then takes the row over
- * once the lease expires and runs it exactly once. Runs against Redis
+ * A worker process really dies mid-run (SIGKILL, no cleanup): its lease row and, past the
+ * handler, its locks stay in the store. Another worker then takes the row over once the
+ * lease expires, and the change ends up with exactly one committed run: the survivor's if
+ * the dead run had not reached its commit point, else the dead one's. Runs against Redis
  * (PERCOLATOR_REDIS_URL, default redis://127.0.0.1:6379), which both processes share.
  */
 const here = dirname(fileURLToPath(import.meta.url));
@@ -51,7 +52,9 @@ interface Stuck {
 }
 
 /** Starts the crashing worker; resolves once it reports that it is stuck mid-run. */
-function startDoomedWorker(namespace: string, mode: 'handler' | 'prewrite') {
+type Mode = 'handler' | 'prewrite' | 'committed';
+
+function startDoomedWorker(namespace: string, mode: Mode) {
   const child = spawn(
     process.execPath,
     [
@@ -86,8 +89,8 @@ async function rawRow(store: RedisStore, table: string, row: string) {
   return stored ? decodeRow(stored.state) : undefined;
 }
 
-test.each(['handler', 'prewrite'] as const)(
-  'a worker process killed mid-run (in its %s) leaves the row to another worker, which runs it exactly once',
+test.each<Mode>(['handler', 'prewrite', 'committed'])(
+  'a worker process killed mid-run (at: %s) leaves the row to another worker; the change commits exactly once',
   async (mode) => {
     const namespace = `obs_crash_${randomBytes(4).toString('hex')}`;
     const store = await openStore(namespace);
@@ -101,13 +104,16 @@ test.each(['handler', 'prewrite'] as const)(
       const where = await stuck;
       // The process we kill is the one running the worker (vite-node runs it in-process).
       expect(where).toMatchObject({ pid: child.pid, row: ROW, at: mode });
-      // It holds the row's lease; in the prewrite case its locks (the ack's too) are there.
+      // It holds the row's lease. Before its commit point both rows hold its locks (the
+      // ack's too); after it, the primary is committed and the other row is still locked.
       expect(await store.read(LEASE_TABLE, leaseKey(TABLE, ROW))).not.toBeNull();
       const ack = ackColumn('crash-copy', 'in');
-      if (mode === 'prewrite') {
-        expect((await rawRow(store, TABLE, ROW))?.cells.get(ack)?.lock?.startTs).toBe(where.startTs);
-        expect((await rawRow(store, TALLY.table, TALLY.row))?.cells.get(TALLY.column)?.lock).toBeDefined();
-      }
+      const locks = async () => [
+        (await rawRow(store, TABLE, ROW))?.cells.get(ack)?.lock?.startTs,
+        (await rawRow(store, TALLY.table, TALLY.row))?.cells.get(TALLY.column)?.lock?.startTs,
+      ];
+      if (mode === 'prewrite') expect(await locks()).toEqual([where.startTs, where.startTs]);
+      if (mode === 'committed') expect((await locks()).filter((ts) => ts === where.startTs)).toHaveLength(1);
       child.kill('SIGKILL');
       expect(await exited).toBe('SIGKILL');
 
@@ -121,8 +127,15 @@ test.each(['handler', 'prewrite'] as const)(
       // Pending until the dead worker's lease (and locks) expire; then it runs the row.
       await survivor.runUntilIdle({ timeoutMs: 30_000 });
 
-      expect(runs.map((e) => [e.row, e.observer])).toEqual([[ROW, 'crash-copy']]);
-      expect(survivor.stats.runs).toBe(1);
+      // The run that committed: the survivor's, or the dead one's (then the survivor skips).
+      const committedBy = mode === 'committed' ? where.startTs! : runs[0]?.startTs;
+      if (mode === 'committed') {
+        expect(runs).toEqual([]);
+        expect(survivor.stats).toMatchObject({ runs: 0, skipped: 1 });
+      } else {
+        expect(runs.map((e) => [e.row, e.observer])).toEqual([[ROW, 'crash-copy']]);
+        expect(survivor.stats.runs).toBe(1);
+      }
       // The handler's effect is there once: one committed run in all.
       const [out, tally] = await writer.transact(async (tx) => [
         await tx.getString(TABLE, ROW, 'out'),
@@ -130,15 +143,15 @@ test.each(['handler', 'prewrite'] as const)(
       ]);
       expect(out).toBe('v1');
       expect(tally).toBe('1');
-      // The ack was written once, by the survivor's run; no lock is left anywhere.
+      // The ack was written once, by that run; no lock is left anywhere.
       const row = (await rawRow(store, TABLE, ROW))!;
       const ackCell = row.cells.get(ack)!;
-      expect(ackCell.writes.filter((w) => w.kind !== 'rollback').map((w) => w.commitTs)).toEqual([
-        runs[0]!.commitTs,
+      expect(ackCell.writes.filter((w) => w.kind !== 'rollback').map((w) => w.startTs)).toEqual([
+        committedBy,
       ]);
-      expect(new TextDecoder().decode(ackCell.data.get(runs[0]!.startTs))).toBe(String(runs[0]!.startTs));
+      expect(new TextDecoder().decode(ackCell.data.get(committedBy!))).toBe(String(committedBy));
       for (const cell of row.cells.values()) expect(cell.lock).toBeUndefined();
-      expect((await rawRow(store, TALLY.table, TALLY.row))?.cells.get(TALLY.column)?.lock).toBeUndefined();
+      expect(await locks()).toEqual([undefined, undefined]);
       // The notification index is empty, the flag cleared, and no lease is left behind.
       expect(await store.scanNotified(TABLE, { limit: 10 })).toEqual([]);
       expect(row.cells.get('in')?.notifyTs).toBe(0);

@@ -1,4 +1,4 @@
-import { MemoryStore, Percolator } from '@percolator/core';
+import { MemoryStore, type Observer, Percolator } from '@percolator/core';
 import { afterEach, expect, test } from 'vitest';
 // The pipeline the example runs (plain ESM shared with examples/document-pipeline.mjs).
 import {
@@ -19,9 +19,9 @@ afterEach(async () => {
  * writes: a notification lost in the window between reading it and clearing it would
  * leave a document unprocessed.
  */
-const slowObservers = pipelineObservers.map((o) => ({
+const slowObservers: Observer[] = (pipelineObservers as Observer[]).map((o) => ({
   ...o,
-  handler: async (tx: Parameters<typeof o.handler>[0], cell: Parameters<typeof o.handler>[1]) => {
+  handler: async (tx, cell) => {
     await o.handler(tx, cell);
     await new Promise((r) => setTimeout(r, 1));
   },
