@@ -123,6 +123,10 @@ describe('a tiny end-to-end run on the memory store', () => {
     expect(html).toContain('<svg');
     expect(html).not.toMatch(/<script|<link|<img|src=|href=/i);
     expect(html.match(/https?:\/\/[^"]*/g)?.every((u) => u === 'http://www.w3.org/2000/svg')).toBe(true);
+    // The headline chart: transfer per backend, Percolator next to raw (with the ratio) and native.
+    expect(html).toContain('Transfer throughput: Percolator next to raw CAS');
+    expect(html).toMatch(/memory c=1 raw:cas: [\d,.]+ tx\/s \(Percolator ÷ this: [\d.]+\)/);
+    expect(html).toContain('none: an in-process map has no transactions of its own');
     const md = await readFile(join(dir, 'results.md'), 'utf8');
     // Tables are padded as the formatter lays them out.
     const row = (...cells: string[]) => new RegExp(`\\| ${cells.join(' +\\| ')} +\\|`);

@@ -126,7 +126,7 @@ function transferChart(report: BenchReport): string {
     if (bars.length > 0) groups.push({ label: multiC ? `${l.backend} c=${l.concurrency}` : l.backend, bars });
   }
   if (groups.length === 0) return '';
-  return barChart(groups, { scale: 'group', width: 1000 });
+  return barChart(groups, { scale: 'group', width: 1100, textWidth: 440 });
 }
 
 /** The paper's Figure 8 figures: Percolator ÷ raw for single-row reads and one-row writes. */

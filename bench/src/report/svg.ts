@@ -27,13 +27,19 @@ export interface ReferenceLine {
  */
 export function barChart(
   groups: readonly BarGroup[],
-  options: { scale: 'group' | 'shared'; references?: readonly ReferenceLine[]; width?: number } = {
+  options: {
+    scale: 'group' | 'shared';
+    references?: readonly ReferenceLine[];
+    width?: number;
+    /** Room right of the longest bar for its text. */
+    textWidth?: number;
+  } = {
     scale: 'group',
   },
 ): string {
   const width = options.width ?? 820;
   const labelWidth = 150;
-  const textWidth = 230;
+  const textWidth = options.textWidth ?? 230;
   const barHeight = 14;
   const gap = 10;
   const plot = width - labelWidth - textWidth;
