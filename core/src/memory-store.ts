@@ -22,16 +22,25 @@ class MemoryTable {
   readonly rows = new Map<string, MemoryRow>();
   /** Row keys in compareKeys order, for scans. */
   readonly sortedKeys: string[] = [];
-  readonly notified = new Set<string>();
+  /** Keys of rows with a pending notification, in compareKeys order: a page costs a search, not a sort. */
+  readonly notified: string[] = [];
+}
 
-  insertKey(key: string): void {
-    const i = lowerBound(this.sortedKeys, key);
-    this.sortedKeys.splice(i, 0, key);
-  }
-  removeKey(key: string): void {
-    const i = lowerBound(this.sortedKeys, key);
-    if (this.sortedKeys[i] === key) this.sortedKeys.splice(i, 1);
-  }
+function insertSorted(keys: string[], key: string): void {
+  const i = lowerBound(keys, key);
+  if (keys[i] !== key) keys.splice(i, 0, key);
+}
+
+function removeSorted(keys: string[], key: string): void {
+  const i = lowerBound(keys, key);
+  if (keys[i] === key) keys.splice(i, 1);
+}
+
+/** Index of the first key strictly greater than `after` (0 when undefined). */
+function firstAfter(keys: readonly string[], after: string | undefined): number {
+  if (after === undefined) return 0;
+  const i = lowerBound(keys, after);
+  return keys[i] === after ? i + 1 : i;
 }
 
 function lowerBound(keys: readonly string[], key: string): number {
@@ -134,16 +143,16 @@ export class MemoryStore implements RowStore {
     if (state === null) {
       if (row) {
         table.rows.delete(key);
-        table.removeKey(key);
-        table.notified.delete(key);
+        removeSorted(table.sortedKeys, key);
+        if (row.notified) removeSorted(table.notified, key);
       }
       return { ok: true, version };
     }
     const notified = request.notified ?? false;
-    if (!row) table.insertKey(key);
+    if (!row) insertSorted(table.sortedKeys, key);
     table.rows.set(key, { version, state: state.slice(), notified });
-    if (notified) table.notified.add(key);
-    else table.notified.delete(key);
+    if (notified && !row?.notified) insertSorted(table.notified, key);
+    if (!notified && row?.notified) removeSorted(table.notified, key);
     return { ok: true, version };
   }
 
@@ -152,10 +161,7 @@ export class MemoryStore implements RowStore {
     if (!table) return [];
     const keys = table.sortedKeys;
     let i = options.start === undefined ? 0 : lowerBound(keys, options.start);
-    if (options.after !== undefined) {
-      const j = lowerBound(keys, options.after);
-      i = Math.max(i, keys[j] === options.after ? j + 1 : j);
-    }
+    i = Math.max(i, firstAfter(keys, options.after));
     const out: ScannedStoredRow[] = [];
     for (; i < keys.length && out.length < options.limit; i++) {
       const key = keys[i]!;
@@ -169,10 +175,8 @@ export class MemoryStore implements RowStore {
   async scanNotified(tableName: string, options: NotificationScanOptions): Promise<string[]> {
     const table = this.tables.get(tableName);
     if (!table) return [];
-    const after = options.after;
-    const keys = [...table.notified].filter((k) => after === undefined || compareKeys(k, after) > 0);
-    keys.sort(compareKeys);
-    return keys.slice(0, options.limit);
+    const start = firstAfter(table.notified, options.after);
+    return table.notified.slice(start, start + options.limit);
   }
 
   async incrementCounter(name: string, delta: number): Promise<number> {
