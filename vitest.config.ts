@@ -25,5 +25,7 @@ export default defineConfig({
     // Backends are shared servers and the machine has 2 cores: run test files one at a
     // time so protocol tests that depend on lock expiry are not starved.
     fileParallelism: false,
+    // Starts the local Redis Cluster once per run (and stops it only if it started it).
+    globalSetup: ['scripts/vitest-global-setup.ts'],
   },
 });

@@ -5,19 +5,17 @@ import { clusterOptions, createRedisStore, defaultClusterNodes } from '../src/in
 import { counterKeyName, notifyIndexName, rowKeyName, scanIndexName } from '../src/keys.js';
 import type { RedisStore } from '../src/store.js';
 import { describeStoreBehaviour } from './behaviour.js';
-import { bytes, connectCluster, ensureCluster, sleep, text, uniqueNamespace } from './helpers.js';
+import { assertClusterReachable, bytes, connectCluster, sleep, text, uniqueNamespace } from './helpers.js';
 
-let stopCluster: () => void = () => {};
 let cluster: Cluster;
 
 beforeAll(async () => {
-  stopCluster = await ensureCluster();
+  await assertClusterReachable();
   cluster = await connectCluster();
 });
 
 afterAll(async () => {
   await cluster?.quit();
-  stopCluster();
 });
 
 describeStoreBehaviour('cluster', {

@@ -1,15 +1,13 @@
 import { conformanceSuite } from '@percolator/conformance';
 import type { RowStore } from '@percolator/core';
-import { afterAll, beforeAll } from 'vitest';
+import { beforeAll } from 'vitest';
 import { createRedisStore } from '../src/index.js';
 import type { RedisStore } from '../src/store.js';
-import { connectCluster, ensureCluster, uniqueNamespace } from './helpers.js';
+import { assertClusterReachable, connectCluster, uniqueNamespace } from './helpers.js';
 
-let stopCluster: () => void = () => {};
 beforeAll(async () => {
-  stopCluster = await ensureCluster();
+  await assertClusterReachable();
 });
-afterAll(() => stopCluster());
 
 // Each store has its own Cluster client (like a separate process) and namespace; rows of
 // one transaction land in different slots on different masters.

@@ -1,11 +1,12 @@
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
-import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
+import { inject } from 'vitest';
 import {
   createRedisClusterClient,
   createRedisStore,
+  DEFAULT_CLUSTER_NODES,
   defaultClusterNodes,
   defaultRedisUrl,
 } from '../src/index.js';
@@ -26,47 +27,42 @@ export async function standaloneStore(namespace = uniqueNamespace()): Promise<Re
   }
 }
 
-const CLUSTER_SCRIPT = fileURLToPath(new URL('../../../scripts/redis-cluster.sh', import.meta.url));
-
-async function clusterAnswers(): Promise<boolean> {
-  const node = defaultClusterNodes()[0]!;
-  const probe = new Redis({ ...node, lazyConnect: true, retryStrategy: null, connectTimeout: 1000 });
-  probe.on('error', () => {});
-  try {
-    await probe.connect();
-    const info = await probe.cluster('INFO');
-    return /cluster_state:ok/.test(info as string);
-  } catch {
-    return false;
-  } finally {
-    probe.disconnect();
-  }
+/** Whether every node answers and reports cluster_state:ok ('' if so, else why not). */
+async function clusterProblem(nodes: readonly { host: string; port: number }[]): Promise<string> {
+  const problems = await Promise.all(
+    nodes.map(async (node) => {
+      const probe = new Redis({ ...node, lazyConnect: true, retryStrategy: null, connectTimeout: 2000 });
+      probe.on('error', () => {});
+      try {
+        await probe.connect();
+        const info = (await probe.cluster('INFO')) as string;
+        return /cluster_state:ok/.test(info) ? '' : `${node.host}:${node.port} is not cluster_state:ok`;
+      } catch (error) {
+        return `${node.host}:${node.port}: ${(error as Error).message}`;
+      } finally {
+        probe.disconnect();
+      }
+    }),
+  );
+  return problems.filter(Boolean).join('; ');
 }
 
 /**
- * Makes sure the test cluster runs. Starts it with scripts/redis-cluster.sh when it is not
- * reachable and PERCOLATOR_REDIS_CLUSTER_NODES is not set; returns a function that stops
- * what this call started (and nothing else).
+ * Fails unless the Redis Cluster answers. It is started once per vitest run by
+ * scripts/vitest-global-setup.ts (not by test files: one file must not stop a cluster
+ * another file or run still uses); its error, if any, is part of the message.
  */
-export async function ensureCluster(): Promise<() => void> {
-  if (await clusterAnswers()) return () => {};
-  if (process.env.PERCOLATOR_REDIS_CLUSTER_NODES) {
-    throw new Error(
-      `Redis Cluster not reachable at PERCOLATOR_REDIS_CLUSTER_NODES=${process.env.PERCOLATOR_REDIS_CLUSTER_NODES}`,
-    );
-  }
-  try {
-    execFileSync('bash', [CLUSTER_SCRIPT, 'start'], { stdio: 'pipe', timeout: 60_000 });
-  } catch (error) {
-    const stderr = (error as { stderr?: Buffer }).stderr?.toString() ?? '';
-    throw new Error(
-      `could not start the local Redis Cluster with scripts/redis-cluster.sh (${stderr.trim()}); ` +
-        'start one and set PERCOLATOR_REDIS_CLUSTER_NODES',
-    );
-  }
-  return () => {
-    execFileSync('bash', [CLUSTER_SCRIPT, 'stop'], { stdio: 'pipe', timeout: 60_000 });
-  };
+export async function assertClusterReachable(): Promise<void> {
+  const nodes = defaultClusterNodes();
+  const problem = await clusterProblem(nodes);
+  if (!problem) return;
+  const setupError = inject('redisClusterSetupError');
+  throw new Error(
+    `Redis Cluster not reachable at PERCOLATOR_REDIS_CLUSTER_NODES=${
+      process.env.PERCOLATOR_REDIS_CLUSTER_NODES || DEFAULT_CLUSTER_NODES
+    } (${problem})${setupError ? `; ${setupError}` : ''}. ` +
+      'Set PERCOLATOR_REDIS_CLUSTER_NODES to a running cluster, or free the ports for the local one.',
+  );
 }
 
 export async function connectCluster(commandTimeoutMs?: number) {

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRedisStore } from '../src/index.js';
 import { rowKeyName } from '../src/keys.js';
 import type { RedisStore } from '../src/store.js';
-import { connectCluster, ensureCluster, uniqueNamespace } from './helpers.js';
+import { assertClusterReachable, connectCluster, uniqueNamespace } from './helpers.js';
 
 /**
  * Cross-slot transactions on a real 3-master Redis Cluster: money moves between accounts
@@ -19,19 +19,17 @@ const TRANSFERS_PER_CLIENT = 20;
 const TABLE = 'bank';
 const COLUMN = 'balance';
 
-let stopCluster: () => void = () => {};
 const clients: Cluster[] = [];
 const stores: RedisStore[] = [];
 
 beforeAll(async () => {
-  stopCluster = await ensureCluster();
+  await assertClusterReachable();
 });
 
 afterAll(async () => {
   await stores[0]?.dropNamespace().catch(() => {});
   for (const s of stores) await s.close();
   for (const c of clients) await c.quit();
-  stopCluster();
 });
 
 const accountKey = (i: number) => `acct-${i}`;

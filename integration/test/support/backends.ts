@@ -5,11 +5,9 @@
  * `integration/` is not a package, so drivers the adapters depend on (`pg`) are loaded
  * the way the adapter itself resolves them.
  */
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import {
   assertPostgresReachable,
   createPostgresStore,
@@ -20,11 +18,13 @@ import {
 import {
   createRedisClusterClient,
   createRedisStore,
+  DEFAULT_CLUSTER_NODES,
   defaultClusterNodes,
   defaultRedisUrl,
   type RedisClient,
   type RedisStore,
 } from '@percolator/redis';
+import { inject } from 'vitest';
 
 /** /^[a-z][a-z0-9_]{0,31}$/ and unique per call, so concurrent runs never share data. */
 export function uniqueNamespace(label: string): string {
@@ -114,36 +114,34 @@ export async function redisStore(label = 'i', url = defaultRedisUrl()): Promise<
   }
 }
 
-const execFileAsync = promisify(execFile);
-const CLUSTER_SCRIPT = fileURLToPath(new URL('../../../scripts/redis-cluster.sh', import.meta.url));
-
-async function runClusterScript(command: 'start' | 'stop' | 'status'): Promise<void> {
-  // Async: a blocking call would stall vitest's worker for the seconds a start takes.
-  await execFileAsync('bash', [CLUSTER_SCRIPT, command], { timeout: 120_000 });
-}
-
 /**
- * Makes sure a Redis Cluster answers: PERCOLATOR_REDIS_CLUSTER_NODES if set, else the
- * local test cluster, started with scripts/redis-cluster.sh when it is down. Returns a
- * function that stops only what this call started.
+ * Fails unless the Redis Cluster at PERCOLATOR_REDIS_CLUSTER_NODES (default the local one)
+ * answers with cluster_state:ok. The local cluster is started once per vitest run by
+ * scripts/vitest-global-setup.ts, never by a test file (a file that stopped it would break
+ * the files and runs still using it), so the returned stop function does nothing; it is
+ * kept for the callers that await it.
  */
 export async function ensureRedisCluster(): Promise<() => Promise<void>> {
-  if (process.env.PERCOLATOR_REDIS_CLUSTER_NODES) return async () => {};
-  const up = await runClusterScript('status').then(
-    () => true,
-    () => false,
-  );
-  if (up) return async () => {};
+  const list = process.env.PERCOLATOR_REDIS_CLUSTER_NODES || DEFAULT_CLUSTER_NODES;
+  const client = createRedisClusterClient(defaultClusterNodes());
+  client.on('error', () => {});
   try {
-    await runClusterScript('start');
+    await client.connect();
+    const info = String(await client.cluster('INFO'));
+    if (!/cluster_state:ok/.test(info)) throw new Error('cluster_state is not ok');
   } catch (error) {
-    const stderr = String((error as { stderr?: unknown }).stderr ?? '').trim();
+    // Typed in scripts/vitest-global-setup.ts, which integration's tsconfig does not include.
+    const setupError = (inject as (key: string) => unknown)('redisClusterSetupError');
     throw new Error(
-      `could not start the local Redis Cluster with scripts/redis-cluster.sh (${stderr || (error as Error).message}); ` +
-        'start one and set PERCOLATOR_REDIS_CLUSTER_NODES',
+      `Redis Cluster not reachable at PERCOLATOR_REDIS_CLUSTER_NODES=${list} (${(error as Error).message})` +
+        `${setupError ? `; ${String(setupError)}` : ''}. ` +
+        'Set PERCOLATOR_REDIS_CLUSTER_NODES to a running cluster, or free the ports for the local one.',
+      { cause: error },
     );
+  } finally {
+    client.disconnect();
   }
-  return () => runClusterScript('stop');
+  return async () => {};
 }
 
 /** A store on its own Cluster client (like a separate process); `close()` quits the client too. */
