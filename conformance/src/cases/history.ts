@@ -66,6 +66,7 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   // (a planned stop does not fire when the transaction fails before reaching it).
   const fired = new Map<string, number>();
   let eligible = 0;
+  const unfired = () => CRASH_STEPS.some((p) => !fired.has(stopLabel(p)));
   const nextStop = (): StopPoint => {
     const count = (p: StopPoint) => fired.get(stopLabel(p)) ?? 0;
     return CRASH_STEPS.reduce((best, p) => (count(p) < count(best) ? p : best));
@@ -82,8 +83,9 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
       ...(options.crashes
         ? {
             // Only multi-row transactions reach every step (secondaries exist).
+            // Every such transaction while some step has not fired yet, then every third.
             crashAt: (_random: Random, writtenRows: number) =>
-              writtenRows >= 2 && eligible++ % CRASH_EVERY === 0 ? nextStop() : undefined,
+              writtenRows >= 2 && (unfired() || eligible++ % CRASH_EVERY === 0) ? nextStop() : undefined,
             onCrash: (point: StopPoint) => {
               fired.set(stopLabel(point), (fired.get(stopLabel(point)) ?? 0) + 1);
               // Locks of a stopped client expire for everyone at once.
@@ -96,10 +98,38 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   );
   // With faults, a client of its own also commits with an unknown outcome, so the history
   // surely holds `info` transactions whose appends did land.
-  const [run, unknownOps] = await Promise.all([
+  const [main, unknownOps] = await Promise.all([
     workload,
     options.faults ? ambiguousCommits(ctx, store, lockTtlMs, keys) : [],
   ]);
+  let run = main;
+  let attempts = transactions + unknownOps.length;
+  if (options.crashes && unfired()) {
+    // Contention kept some stop from being reached: one worker alone, every multi-row
+    // transaction stopped, until each step has fired (bounded).
+    const topUp = await runListAppend(
+      {
+        clients: clients.slice(0, 1),
+        workers: 1,
+        transactions: 10 * CRASH_STEPS.length,
+        keys,
+        maxOps: 4,
+        random: ctx.random.fork('crash top-up'),
+        firstValue: UNKNOWN_VALUES_FROM / 2,
+        outcomeOf,
+        crashAt: (_random: Random, writtenRows: number) =>
+          writtenRows >= 2 && unfired() ? nextStop() : undefined,
+        onCrash: (point: StopPoint) => {
+          fired.set(stopLabel(point), (fired.get(stopLabel(point)) ?? 0) + 1);
+          clock.advance(lockTtlMs + 1);
+        },
+      },
+      (db) => plans.get(db),
+    );
+    run = { history: [...main.history, ...topUp.history], crashes: main.crashes + topUp.crashes };
+    attempts += 10 * CRASH_STEPS.length;
+    ctx.note('contention kept some stops from being reached: ran a one-worker top-up');
+  }
   clock.advance(lockTtlMs + 1);
   const finalReader = client(ctx, store, { lockTtlMs, ...(options.crashes ? { clock } : {}) }).db;
   const finalRead = await settled(finalReader, (tx) => readAllLists(tx, keys), 'the final read');
@@ -112,9 +142,9 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   const { ok, fail, info } = result.counts;
   const committed = ok - 1;
   // Attempts whose begin() failed (an injected fault on the oracle) are not in the history.
-  const notBegun = transactions + unknownOps.length - (history.length - 1);
+  const notBegun = attempts - (history.length - 1);
   ctx.note(
-    `${transactions + unknownOps.length} transaction attempts: ${committed} committed, ${fail} failed, ` +
+    `${attempts} transaction attempts: ${committed} committed, ${fail} failed, ` +
       `${info} unknown${notBegun > 0 ? `, ${notBegun} could not begin` : ''}`,
   );
   ctx.note(describeCheck(result).split('\n')[0]!);

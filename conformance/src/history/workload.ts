@@ -24,6 +24,8 @@ export interface ListAppendWorkload {
   /** Operations per transaction: 1..maxOps. */
   readonly maxOps: number;
   readonly random: Random;
+  /** The first value appended (default 1); values are unique within a history. */
+  readonly firstValue?: number;
   /**
    * Called before each commit with the number of rows the transaction writes; returning a
    * step makes that client stop (ClientCrash) at the step, and the attempt is recorded as
@@ -71,7 +73,7 @@ export async function runListAppend(
 ): Promise<ListAppendRun> {
   const history: ListAppendOp[] = [];
   const keys = Array.from({ length: workload.keys }, (_, i) => `k${i}`);
-  let nextValue = 1;
+  let nextValue = workload.firstValue ?? 1;
   let started = 0;
   let crashes = 0;
 
