@@ -155,3 +155,84 @@ describe('cluster: ambiguity', () => {
     }
   });
 });
+
+/**
+ * Read events each master processed (INFO stats total_reads_processed), keyed host:port:
+ * a client write that arrives in one piece is one read event on the server.
+ */
+async function readEvents(): Promise<Map<string, number>> {
+  const masters = cluster.nodes('master');
+  const infos = await Promise.all(masters.map((n) => n.info('stats')));
+  return new Map(
+    masters.map((n, i) => [
+      `${n.options.host}:${n.options.port}`,
+      Number(/total_reads_processed:(\d+)/.exec(infos[i]!)![1]),
+    ]),
+  );
+}
+
+/** Read events per master during `action` (the INFO that ends the count is one of them). */
+async function readEventsDuring(action: () => Promise<unknown>): Promise<Map<string, number>> {
+  const before = await readEvents();
+  await action();
+  const after = await readEvents();
+  return new Map([...after].map(([node, n]) => [node, n - before.get(node)! - 1]));
+}
+
+describe('cluster: pipelining', () => {
+  it('sends readMany and checkAndSetMany as one write per master', async () => {
+    const store = await createRedisStore({ client: cluster, namespace: uniqueNamespace() });
+    try {
+      const refs = Array.from({ length: 60 }, (_, i) => ({ table: 't', key: `k${i}` }));
+      const rowsPerNode = new Map<string, number>();
+      for (const r of refs) {
+        const node = await nodeOfSlot(await keySlot(rowKeyName(store.namespace, r.table, r.key)));
+        rowsPerNode.set(node, (rowsPerNode.get(node) ?? 0) + 1);
+      }
+      expect(rowsPerNode.size).toBe(3);
+      for (const n of rowsPerNode.values()) expect(n).toBeGreaterThanOrEqual(10);
+
+      const created = await store.checkAndSetMany(
+        refs.map((r) => ({ ...r, expected: null, state: bytes('0') })),
+      );
+      let versions = created.map((r) => (r as { version: string }).version);
+
+      // The instrument can tell: the same reads one at a time cost one event per row.
+      const oneByOne = await readEventsDuring(async () => {
+        for (const r of refs) await store.read(r.table, r.key);
+      });
+      for (const [node, rows] of rowsPerNode) expect(oneByOne.get(node)).toBeGreaterThanOrEqual(rows);
+
+      // Other clients of the shared cluster can only add events, never remove them, so the
+      // fewest seen over a few tries is an honest upper bound on what the batch cost.
+      const fewest = (a: Map<string, number> | undefined, b: Map<string, number>) =>
+        new Map([...b].map(([node, n]) => [node, Math.min(n, a?.get(node) ?? n)]));
+      let reads: Map<string, number> | undefined;
+      let writes: Map<string, number> | undefined;
+      for (let attempt = 0; attempt < 3; attempt++) {
+        reads = fewest(
+          reads,
+          await readEventsDuring(async () => expect((await store.readMany(refs)).every(Boolean)).toBe(true)),
+        );
+        writes = fewest(
+          writes,
+          await readEventsDuring(async () => {
+            const results = await store.checkAndSetMany(
+              refs.map((r, i) => ({ ...r, expected: versions[i]!, state: bytes(String(attempt)) })),
+            );
+            expect(results.every((r) => r.ok)).toBe(true);
+            versions = results.map((r) => (r as { version: string }).version);
+          }),
+        );
+      }
+      for (const node of rowsPerNode.keys()) {
+        // One write; 2 allows the kernel to hand a write to the server in two pieces.
+        expect(reads!.get(node)).toBeLessThanOrEqual(2);
+        expect(writes!.get(node)).toBeLessThanOrEqual(2);
+      }
+    } finally {
+      await store.dropNamespace();
+      await store.close();
+    }
+  });
+});
