@@ -240,6 +240,8 @@ export class FaultyStore implements RowStore {
   readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
     const inner = this.inner;
     if (inner.readMany === undefined) return Promise.reject(unsupported('readMany'));
+    const parts = rows.map(({ table, key }) => ({ operation: 'read' as const, table, key }));
+    if (this.splitsBatch(parts)) return this.split(rows, (r) => this.read(r.table, r.key), false);
     return this.call({ operation: 'readMany', table: rows[0]?.table, key: rows[0]?.key, rows }, () =>
       inner.readMany!(rows),
     );
@@ -248,10 +250,53 @@ export class FaultyStore implements RowStore {
   checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
     const inner = this.inner;
     if (inner.checkAndSetMany === undefined) return Promise.reject(unsupported('checkAndSetMany'));
+    const parts = requests.map((request) => ({
+      operation: 'checkAndSet' as const,
+      table: request.table,
+      key: request.key,
+      request,
+    }));
+    if (this.splitsBatch(parts)) return this.split(requests, (r) => this.checkAndSet(r), true);
     const rows = requests.map(({ table, key }) => ({ table, key }));
     return this.call(
       { operation: 'checkAndSetMany', table: requests[0]?.table, key: requests[0]?.key, rows },
       () => inner.checkAndSetMany!(requests),
+    );
+  }
+
+  /**
+   * A batch is many independent single-row calls (the store contract). When a hold or rule
+   * aims at one of its rows, the batch is sent as those single-row calls, so the fault hits
+   * just that row's part, as a partly failed batch does on a real store. With random faults
+   * on, half the batches (chosen by the seed) are split too, so that parts of one batch
+   * fail while others land.
+   */
+  private splitsBatch(parts: readonly Omit<StoreCall, 'number'>[]): boolean {
+    if (parts.length > 1 && this.randomFaults !== undefined && this.random.next() < 0.5) return true;
+    const asCall = (part: Omit<StoreCall, 'number'>): StoreCall => ({ ...part, number: this.stats.calls });
+    return parts.some(
+      (part) =>
+        this.holds.some((hold) => !hold.released && hold.match(asCall(part))) ||
+        this.rules.some(({ rule }) => matches(rule, asCall(part))),
+    );
+  }
+
+  /** Runs a batch as single-row calls; if any fails, fails the whole batch as a store would. */
+  private async split<R, T>(
+    items: readonly R[],
+    one: (item: R) => Promise<T>,
+    writes: boolean,
+  ): Promise<T[]> {
+    const settled = await Promise.allSettled(items.map(one));
+    const failures = settled.filter((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failures.length === 0) return settled.map((s) => (s as PromiseFulfilledResult<T>).value);
+    // Some parts may have been applied: a write batch is then an unknown outcome.
+    const certain = failures.every((f) => f.reason instanceof StoreError && f.reason.applied === 'no');
+    const applied = writes && (failures.length < settled.length || !certain) ? 'unknown' : 'no';
+    throw new StoreError(
+      `injected fault: ${failures.length} of ${settled.length} parts of a batch failed [FaultyStore seed ${this.seed}]`,
+      applied,
+      { cause: failures[0]!.reason },
     );
   }
 

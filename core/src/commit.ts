@@ -9,10 +9,10 @@ import {
   SnapshotTooOldError,
   StoreError,
 } from './errors.js';
-import { isLockExpired, resolveLock, rollBackCells } from './lock-resolver.js';
-import { type CellRef, cellOf, type Lock, type RowState, rowHasNotification } from './row-state.js';
+import { isLockExpired, resolveLock, rollBackCells, rollForwardCells } from './lock-resolver.js';
+import { type CellRef, cellOf, emptyRow, type Lock, type RowState, rowHasNotification } from './row-state.js';
 import { AmbiguousOutcome, encodeState, readRow, updateRow } from './row-update.js';
-import type { StoredRow } from './store.js';
+import type { CasRequest, CasResult, StoredRow } from './store.js';
 
 /**
  * Two-phase commit (PROTOCOL.md section 4): prewrite every row, take a commit
@@ -292,26 +292,153 @@ export async function commitSecondary(
   const { env, startTs } = ctx;
   alive(ctx);
   try {
-    await updateRow(env, m.table, m.row, ctx.knownRows.get(rowId(m.table, m.row)), (state) => {
-      if (!state) return { done: undefined };
-      const now = env.clock();
-      let changed = false;
-      for (const column of m.cells.keys()) {
-        const cell = state.cells.get(column);
-        const lock = cell?.lock;
-        if (!cell || lock?.startTs !== startTs) continue; // a reader rolled it forward already
-        cell.lock = undefined;
-        addRecord(cell, { commitTs, startTs, kind: lock.kind, wallTimeMs: now, secondariesPending: false });
-        pruneCell(cell, env.prune, now);
-        changed = true;
-      }
-      return changed ? { write: state, result: undefined } : { done: undefined };
-    });
+    await updateRow(env, m.table, m.row, ctx.knownRows.get(rowId(m.table, m.row)), (state) =>
+      // Every lock of our startTs in this row is one of ours; none left: a reader rolled it forward.
+      state && rollForwardCells(env, state, startTs, commitTs)
+        ? { write: state, result: undefined }
+        : { done: undefined },
+    );
     return true;
   } catch (error) {
     if (ctx.crashed !== undefined) throw error;
     return false;
   }
+}
+
+/**
+ * The first attempt of `prewrite` for every row at once, in one `checkAndSetMany` round
+ * trip (and one coalesced read of the rows not read yet). Throws a conflict before
+ * sending anything. Returns, per row: 'done', or 'retry': the row goes through
+ * `prewrite` on its own, which re-reads it and decides again. That covers a lost race, a
+ * lock to resolve, and a batch whose outcome is unknown: `applyPrewrite` recognises a lock
+ * of ours that did land, so nothing is written twice.
+ */
+async function prewriteBatch(ctx: CommitContext): Promise<Map<RowMutations, 'done' | 'retry'>> {
+  const { env } = ctx;
+  const outcome = new Map<RowMutations, 'done' | 'retry' | Error>();
+  await Promise.all(
+    ctx.rows
+      .filter((m) => !ctx.knownRows.has(rowId(m.table, m.row)))
+      .map((m) =>
+        env.reader.read(m.table, m.row).then(
+          (row) => ctx.knownRows.set(rowId(m.table, m.row), row),
+          () => undefined, // left unknown: retried on its own
+        ),
+      ),
+  );
+  alive(ctx);
+  const batch: { m: RowMutations; request: CasRequest }[] = [];
+  for (const m of ctx.rows) {
+    const known = ctx.knownRows.get(rowId(m.table, m.row));
+    if (known === undefined) {
+      outcome.set(m, 'retry');
+      continue;
+    }
+    const state = known ? decodeRow(known.state) : emptyRow();
+    try {
+      if (!applyPrewrite(ctx, m, state, 'lock')) {
+        outcome.set(m, 'done');
+        continue;
+      }
+      const bytes = encodeState(env, m.table, m.row, state);
+      batch.push({
+        m,
+        request: {
+          table: m.table,
+          key: m.row,
+          expected: known?.version ?? null,
+          state: bytes,
+          notified: rowHasNotification(state),
+        },
+      });
+    } catch (error) {
+      outcome.set(m, error instanceof BlockedByLock ? 'retry' : (error as Error));
+    }
+  }
+  // A conflict fails the transaction: send nothing more.
+  const fatal = [...outcome.values()].find((o) => o instanceof Error);
+  if (fatal) throw fatal;
+  if (batch.length === 0) return outcome as Map<RowMutations, 'done' | 'retry'>;
+  let results: CasResult[] | undefined;
+  try {
+    results = await env.store.checkAndSetMany!(batch.map((b) => b.request));
+  } catch {
+    results = undefined;
+  }
+  for (const [i, { m, request }] of batch.entries()) {
+    const id = rowId(m.table, m.row);
+    const result = results?.length === batch.length ? results[i]! : undefined;
+    if (result?.ok) {
+      ctx.knownRows.set(id, { version: result.version, state: request.state! });
+      outcome.set(m, 'done');
+    } else {
+      if (result?.current !== undefined) ctx.knownRows.set(id, result.current);
+      else ctx.knownRows.delete(id);
+      outcome.set(m, 'retry');
+    }
+  }
+  return outcome as Map<RowMutations, 'done' | 'retry'>;
+}
+
+/** Prewrites every row: batched where the store allows it, each straggler on its own. */
+async function prewriteAll(ctx: CommitContext, heartbeat: Heartbeat): Promise<void> {
+  const { store } = ctx.env;
+  const first =
+    ctx.rows.length > 1 && store.capabilities.batchCheckAndSet && store.checkAndSetMany
+      ? await prewriteBatch(ctx)
+      : new Map<RowMutations, 'done' | 'retry'>();
+  const settled = await Promise.allSettled(
+    ctx.rows.map(async (m) => {
+      if (first.get(m) !== 'done') await prewrite(ctx, m);
+      const isPrimary = isPrimaryRow(ctx, m);
+      if (isPrimary) heartbeat.start();
+      await step(ctx, { step: 'afterPrewrite', table: m.table, row: m.row, isPrimary });
+    }),
+  );
+  alive(ctx);
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
+/**
+ * Commits the secondaries: in one `checkAndSetMany` where the store allows it, built from
+ * the rows as our prewrites left them; a row that changed since (a reader rolled it
+ * forward) or a batch whose outcome is unknown goes through `commitSecondary` on its own.
+ * Returns whether every secondary is known to be committed.
+ */
+async function commitSecondaries(ctx: CommitContext, commitTs: number): Promise<boolean> {
+  const { env, startTs } = ctx;
+  const secondaries = ctx.rows.filter((m) => !isPrimaryRow(ctx, m));
+  const done = new Set<RowMutations>();
+  if (secondaries.length > 1 && env.store.capabilities.batchCheckAndSet && env.store.checkAndSetMany) {
+    alive(ctx);
+    const batch: { m: RowMutations; request: CasRequest }[] = [];
+    for (const m of secondaries) {
+      const known = ctx.knownRows.get(rowId(m.table, m.row));
+      if (!known) continue;
+      const state = decodeRow(known.state);
+      if (!rollForwardCells(env, state, startTs, commitTs)) continue;
+      try {
+        const bytes = encodeState(env, m.table, m.row, state);
+        const request = { table: m.table, key: m.row, expected: known.version, state: bytes };
+        batch.push({ m, request: { ...request, notified: rowHasNotification(state) } });
+      } catch {
+        // Left to commitSecondary, which reports it.
+      }
+    }
+    const results = await env.store.checkAndSetMany!(batch.map((b) => b.request)).catch(() => undefined);
+    if (results?.length === batch.length) {
+      for (const [i, { m }] of batch.entries()) if (results[i]!.ok) done.add(m);
+    }
+  }
+  const committed = await Promise.all(
+    secondaries.map(async (m) => {
+      const ok = done.has(m) || (await commitSecondary(ctx, m, commitTs));
+      await step(ctx, { step: 'afterCommitSecondary', table: m.table, row: m.row, commitTs });
+      return ok;
+    }),
+  );
+  return committed.every(Boolean);
 }
 
 /**
@@ -403,15 +530,7 @@ export class Heartbeat {
 export async function commitTransaction(ctx: CommitContext): Promise<number> {
   const commitTs = await reachCommitPoint(ctx);
   await step(ctx, { step: 'afterCommitPrimary', commitTs });
-  const secondaries = ctx.rows.filter((m) => !isPrimaryRow(ctx, m));
-  const committed = await Promise.all(
-    secondaries.map(async (m) => {
-      const ok = await commitSecondary(ctx, m, commitTs);
-      await step(ctx, { step: 'afterCommitSecondary', table: m.table, row: m.row, commitTs });
-      return ok;
-    }),
-  );
-  if (secondaries.length > 0 && committed.every(Boolean)) {
+  if (ctx.rows.length > 1 && (await commitSecondaries(ctx, commitTs))) {
     const release = releasePrimaryRecord(ctx).catch(() => undefined);
     ctx.env.background.add(release);
     void release.finally(() => ctx.env.background.delete(release));
@@ -422,20 +541,9 @@ export async function commitTransaction(ctx: CommitContext): Promise<number> {
 /** Prewrites, the commit timestamp and the primary commit; rolls back on any failure before the commit point. */
 async function reachCommitPoint(ctx: CommitContext): Promise<number> {
   const heartbeat = new Heartbeat(ctx);
-  const primaryRow = ctx.rows.find((r) => isPrimaryRow(ctx, r))!;
   try {
     await step(ctx, { step: 'beforePrewrite' });
-    const settled = await Promise.allSettled(
-      ctx.rows.map(async (m) => {
-        await prewrite(ctx, m);
-        const isPrimary = m === primaryRow;
-        if (isPrimary) heartbeat.start();
-        await step(ctx, { step: 'afterPrewrite', table: m.table, row: m.row, isPrimary });
-      }),
-    );
-    alive(ctx);
-    const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
-    if (failed) throw failed.reason;
+    await prewriteAll(ctx, heartbeat);
     const commitTs = await ctx.env.oracle.next();
     await step(ctx, { step: 'beforeCommitPrimary', commitTs });
     await heartbeat.stop();

@@ -1,5 +1,6 @@
 import type { PrunePolicy } from './cells.js';
 import type { TimestampOracle } from './oracle.js';
+import type { RowReader } from './row-reader.js';
 import type { RowStore } from './store.js';
 
 export type CommitStep =
@@ -30,6 +31,8 @@ export interface PercolatorHooks {
 /** What every protocol step needs: one object, built once per client. */
 export interface ProtocolEnv {
   readonly store: RowStore;
+  /** Snapshot reads, coalesced into batches where the store can read many rows at once. */
+  readonly reader: RowReader;
   readonly oracle: TimestampOracle;
   readonly clock: () => number;
   readonly lockTtlMs: number;

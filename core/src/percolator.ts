@@ -6,6 +6,8 @@ import { validateColumn, validateTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
 import { CounterOracle, type TimestampOracle } from './oracle.js';
+import { RowReader } from './row-reader.js';
+import { readRow } from './row-update.js';
 import type { RowStore } from './store.js';
 import { Transaction } from './transaction.js';
 
@@ -81,6 +83,7 @@ export class Percolator {
     this.observed = observed;
     this.env = {
       store,
+      reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),
       oracle,
       clock: options.clock ?? Date.now,
       lockTtlMs,

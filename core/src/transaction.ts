@@ -15,7 +15,6 @@ import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateTabl
 import { markNotifications } from './observers/notifications.js';
 import { isReservedColumn } from './observers/reserved.js';
 import type { Cell, Lock, RowState } from './row-state.js';
-import { readRow } from './row-update.js';
 import type { StoredRow } from './store.js';
 
 export interface ScanRange {
@@ -326,7 +325,7 @@ export class Transaction {
       }
       if (!blocking) return columns;
       await this.settleLock(table, key, blocking, attempt, waitStart);
-      stored = await readRow(this.env, table, key);
+      stored = await this.env.reader.read(table, key);
     }
   }
 
@@ -362,7 +361,7 @@ export class Transaction {
   }
 
   private async readAndRemember(table: string, row: string): Promise<StoredRow | null> {
-    const stored = await readRow(this.env, table, row);
+    const stored = await this.env.reader.read(table, row);
     this.knownRows.set(rowId(table, row), stored);
     return stored;
   }

@@ -78,14 +78,16 @@ async function crashAt(ctx: CaseContext, point: CrashPoint, mode: FaultMode): Pr
     if (crashedAt !== undefined) return;
     if (e.step === 'afterPrewrite' && e.isPrimary) primaryRow = e.row;
     if (point.midway && e.step === 'afterCommitPrimary') {
-      // Keep every secondary but one from reaching the store, so the client stops with
-      // one secondary committed and the others still locked.
+      // Keep every secondary but one from reaching the store (their commits are dropped,
+      // alone or as their part of a batch), so the client stops with one secondary
+      // committed and the others still locked.
       const secondaries = CRASH_ROWS.map(([, row]) => row).filter((row) => row !== primaryRow);
       freeSecondary = secondaries[0];
       for (const row of secondaries.slice(1)) heldSecondaries.add(row);
       hold = crasher!.faulty!.hold(
         (call) => call.operation === 'checkAndSet' && heldSecondaries.has(call.key ?? ''),
       );
+      hold.fail();
     }
     if (e.step !== point.step) return;
     if (point.isPrimary !== undefined && e.isPrimary !== point.isPrimary) return;
