@@ -126,7 +126,7 @@ describe('a tiny end-to-end run on the memory store', () => {
     // The headline chart: transfer per backend, Percolator next to raw (with the ratio) and native.
     expect(html).toContain('Transfer throughput: Percolator next to raw CAS');
     expect(html).toMatch(/memory c=1 raw:cas: [\d,.]+ tx\/s \(Percolator ÷ this: [\d.]+\)/);
-    expect(html).toContain('none: an in-process map has no transactions of its own');
+    expect(html).toContain('native: none (an in-process map has no transactions of its own)');
     const md = await readFile(join(dir, 'results.md'), 'utf8');
     // Tables are padded as the formatter lays them out.
     const row = (...cells: string[]) => new RegExp(`\\| ${cells.join(' +\\| ')} +\\|`);

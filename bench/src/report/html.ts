@@ -122,7 +122,7 @@ function transferChart(report: BenchReport): string {
       bar(base, ratio === undefined ? '' : ` (Percolator ÷ this: ${ratio.toFixed(2)})`);
     }
     if (l.natives.length === 0 && l.nativeMissing)
-      bars.push({ name: 'native', value: 0, text: `none: ${l.nativeMissing}`, color: '#cbd5e1' });
+      bars.push({ name: 'native', value: 0, text: `none (${l.nativeMissing})`, color: '#cbd5e1' });
     if (bars.length > 0) groups.push({ label: multiC ? `${l.backend} c=${l.concurrency}` : l.backend, bars });
   }
   if (groups.length === 0) return '';

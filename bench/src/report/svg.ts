@@ -57,7 +57,7 @@ export function barChart(
       const w = Math.max(1, (bar.value / max) * plot);
       parts.push(
         `<rect x="${labelWidth}" y="${y}" width="${w.toFixed(1)}" height="${barHeight}" fill="${bar.color}"><title>${esc(`${group.label} ${bar.name}: ${bar.text}`)}</title></rect>`,
-        `<text x="${(labelWidth + w + 4).toFixed(1)}" y="${y + barHeight - 3}" class="v">${esc(`${bar.text}  ${bar.name}`)}</text>`,
+        `<text x="${(labelWidth + w + 4).toFixed(1)}" y="${y + barHeight - 3}" class="v">${esc(`${bar.name}: ${bar.text}`)}</text>`,
       );
       y += barHeight + 2;
     }
