@@ -15,6 +15,11 @@ export default defineConfig({
         find: /^@percolator\/(postgres|mysql|redis|dynamodb)$/,
         replacement: here('./adapters/$1/src/index.ts'),
       },
+      // Subpath exports (`@percolator/postgres/testing`, `@percolator/dynamodb/local`).
+      {
+        find: /^@percolator\/(postgres|mysql|redis|dynamodb)\/([a-z-]+)$/,
+        replacement: here('./adapters/$1/src/$2.ts'),
+      },
     ],
   },
   test: {

@@ -2,16 +2,15 @@ import { conformanceSuite } from '@percolator/conformance';
 import { CompositeStore } from '@percolator/core';
 import { createDynamoDbStore } from '@percolator/dynamodb';
 import { type DynamoDbTarget, dynamoDbTarget } from '@percolator/dynamodb/local';
-import { assertPostgresReachable } from '@percolator/postgres';
 import { afterAll, beforeAll } from 'vitest';
-import { postgresPool, postgresStore, redisStore, uniqueNamespace } from './support/backends.js';
+import { postgresPool, postgresStore, postgresUrl, redisStore, uniqueNamespace } from './support/backends.js';
 import { destroyComposite } from './support/composite.js';
 
 // (b) PostgreSQL, Redis and DynamoDB in one store: every table sharded by row key across
 // the three (so every case's transactions span them), one table routed to DynamoDB alone
 // and one to PostgreSQL alone; the oracle is PostgreSQL's counter. DynamoDB Local is
 // started once for this file (or PERCOLATOR_DYNAMODB_ENDPOINT is used).
-const pool = postgresPool(await assertPostgresReachable());
+const pool = postgresPool(await postgresUrl());
 let dynamo: DynamoDbTarget | undefined;
 beforeAll(async () => {
   dynamo = await dynamoDbTarget();

@@ -1,22 +1,23 @@
 import { conformanceSuite } from '@percolator/conformance';
 import { CompositeStore } from '@percolator/core';
-import { assertPostgresReachable } from '@percolator/postgres';
-import { afterAll, beforeAll } from 'vitest';
-import { ensureRedisCluster, postgresPool, postgresStore, redisClusterStore } from './support/backends.js';
+import { afterAll } from 'vitest';
+import {
+  ensureRedisCluster,
+  postgresPool,
+  postgresStore,
+  postgresUrl,
+  redisClusterStore,
+} from './support/backends.js';
 import { destroyComposite } from './support/composite.js';
 
 // (c) Redis Cluster through the same routing: tables sharded by row key across a Redis
 // Cluster namespace and PostgreSQL, one table routed to a second Cluster namespace, and
-// the oracle is the Cluster's counter. Starts the local cluster (scripts/redis-cluster.sh)
-// if it is down and PERCOLATOR_REDIS_CLUSTER_NODES is not set.
-const pool = postgresPool(await assertPostgresReachable());
-let stopCluster: () => Promise<void> = async () => {};
-beforeAll(async () => {
-  stopCluster = await ensureRedisCluster();
-});
+// the oracle is the Cluster's counter. The local cluster is started once per vitest run
+// (scripts/vitest-global-setup.ts); this file only checks that it answers.
+await ensureRedisCluster();
+const pool = postgresPool(await postgresUrl());
 afterAll(async () => {
   await pool.end();
-  await stopCluster();
 });
 
 conformanceSuite({

@@ -9,10 +9,10 @@ import {
 } from '@percolator/core';
 import { createDynamoDbStore, type DynamoDbRowStore } from '@percolator/dynamodb';
 import { type DynamoDbTarget, dynamoDbTarget } from '@percolator/dynamodb/local';
-import { assertPostgresReachable, type PostgresStore } from '@percolator/postgres';
+import type { PostgresStore } from '@percolator/postgres';
 import { createRedisStore, type RedisStore } from '@percolator/redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { postgresPool, postgresStore, uniqueNamespace } from './support/backends.js';
+import { postgresPool, postgresStore, postgresUrl, uniqueNamespace } from './support/backends.js';
 import { type PrivateRedis, startPrivateRedis } from './support/private-redis.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
@@ -32,7 +32,7 @@ const ROWS = [
   ['wallets', 'w'],
 ] as const;
 
-const pgUrl = await assertPostgresReachable();
+const pgUrl = await postgresUrl();
 const pool = postgresPool(pgUrl);
 let dynamo: DynamoDbTarget | undefined;
 let redisServer: PrivateRedis | undefined;

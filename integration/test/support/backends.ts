@@ -15,6 +15,7 @@ import {
   type PostgresStore,
   resolvePostgresUrl,
 } from '@percolator/postgres';
+import { ensurePostgres } from '@percolator/postgres/testing';
 import {
   createRedisClusterClient,
   createRedisStore,
@@ -56,13 +57,23 @@ function withDatabase(url: string, database: string): string {
   return parsed.toString();
 }
 
+let server: ReturnType<typeof ensurePostgres> | undefined;
+/**
+ * The PostgreSQL server for this test file: $PERCOLATOR_POSTGRES_URL, else the local
+ * default, else a testcontainers server where Docker runs (see @percolator/postgres/testing).
+ */
+export async function postgresUrl(): Promise<string> {
+  server ??= ensurePostgres();
+  return (await server).url;
+}
+
 /**
  * The URLs of two different PostgreSQL databases: $PERCOLATOR_POSTGRES_URL (default the
  * local `test` database) and $PERCOLATOR_POSTGRES_URL_2, by default database
  * `percolator_shard2` on the same server, created here if it is missing.
  */
 export async function twoPostgresDatabases(): Promise<[string, string]> {
-  const first = await assertPostgresReachable();
+  const first = await postgresUrl();
   const configured = process.env[POSTGRES_URL_2_ENV]?.trim();
   if (configured) return [first, await assertPostgresReachable(configured)];
   const admin = new pg.Pool({ connectionString: withDatabase(first, 'postgres'), max: 1 });
@@ -118,10 +129,9 @@ export async function redisStore(label = 'i', url = defaultRedisUrl()): Promise<
  * Fails unless the Redis Cluster at PERCOLATOR_REDIS_CLUSTER_NODES (default the local one)
  * answers with cluster_state:ok. The local cluster is started once per vitest run by
  * scripts/vitest-global-setup.ts, never by a test file (a file that stopped it would break
- * the files and runs still using it), so the returned stop function does nothing; it is
- * kept for the callers that await it.
+ * the files and runs still using it).
  */
-export async function ensureRedisCluster(): Promise<() => Promise<void>> {
+export async function ensureRedisCluster(): Promise<void> {
   const list = process.env.PERCOLATOR_REDIS_CLUSTER_NODES || DEFAULT_CLUSTER_NODES;
   const client = createRedisClusterClient(defaultClusterNodes());
   client.on('error', () => {});
@@ -141,7 +151,6 @@ export async function ensureRedisCluster(): Promise<() => Promise<void>> {
   } finally {
     client.disconnect();
   }
-  return async () => {};
 }
 
 /** A store on its own Cluster client (like a separate process); `close()` quits the client too. */
