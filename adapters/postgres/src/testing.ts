@@ -1,104 +1,49 @@
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { StoreError } from '@percolator/core';
+import {
+  type EnsureOptions,
+  ensureTestServer,
+  type TestServer,
+  type TestServerSpec,
+  untilReachable,
+} from '@percolator/core/test-server';
 import { assertPostgresReachable, DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, redactUrl } from './env.js';
 
+export type { EnsureOptions, TestServer } from '@percolator/core/test-server';
+export { dockerInfoSucceeds } from '@percolator/core/test-server';
+
 /**
- * A PostgreSQL server for tests (`@percolator/postgres/testing`), chosen in this order:
- * 1. `$PERCOLATOR_POSTGRES_URL` if set; it must answer, nothing else is tried;
- * 2. the local default (postgres://postgres@127.0.0.1:5432/test) if it answers;
- * 3. a throwaway `postgres:15` container started with testcontainers, if `docker info`
- *    succeeds (testcontainers is loaded only then: `pnpm add -D testcontainers`);
- * 4. otherwise a StoreError('no') saying how to provide a server.
- * Nothing is ever skipped: with or without CI=true, no server means the run fails.
+ * A PostgreSQL server for tests (`@percolator/postgres/testing`): `$PERCOLATOR_POSTGRES_URL`
+ * if set (it must answer), else the local default if it answers, else a throwaway
+ * `postgres:15` container started with testcontainers if `docker info` succeeds
+ * (testcontainers is loaded only then), else a StoreError naming the variable.
  */
-export interface TestServer {
-  readonly url: string;
-  /** Stops the container if one was started (testcontainers' reaper also removes it at exit). */
-  stop(): Promise<void>;
+export function ensurePostgres(options: EnsureOptions = {}): Promise<TestServer> {
+  return ensureTestServer(POSTGRES, options);
 }
 
-/** Seams for testing the choice itself; every default is the real thing. */
-export interface EnsureOptions {
-  readonly env?: NodeJS.ProcessEnv;
-  /** The server tried when the variable is unset. */
-  readonly localUrl?: string;
-  readonly dockerAvailable?: () => Promise<boolean>;
-  readonly startContainer?: () => Promise<TestServer>;
-}
-
-export async function ensurePostgres(options: EnsureOptions = {}): Promise<TestServer> {
-  const env = options.env ?? process.env;
-  const fromEnv = env[POSTGRES_URL_ENV]?.trim();
-  if (fromEnv) {
-    try {
-      return { url: await assertPostgresReachable(fromEnv), stop: async () => {} };
-    } catch (error) {
-      throw new StoreError(
-        `${POSTGRES_URL_ENV} is set, so only that server is used, and it does not answer: ${(error as Error).message}`,
-        'no',
-        { cause: error },
-      );
-    }
-  }
-  const localUrl = options.localUrl ?? DEFAULT_POSTGRES_URL;
-  let localError: unknown;
-  try {
-    return { url: await assertPostgresReachable(localUrl), stop: async () => {} };
-  } catch (error) {
-    localError = error;
-  }
-  if (await (options.dockerAvailable ?? (() => dockerInfoSucceeds()))()) {
-    return (options.startContainer ?? startPostgresContainer)();
-  }
-  throw new StoreError(
-    `No PostgreSQL for the tests: nothing answers at ${redactUrl(localUrl)} and Docker is not available ` +
-      `to start one with testcontainers. Start PostgreSQL there, set ${POSTGRES_URL_ENV} to a server ` +
-      '(e.g. postgres://user:password@host:5432/db), or make `docker info` work.',
-    'no',
-    { cause: localError },
-  );
-}
-
-/** Whether `<command> info` exits 0 within 10 s (a Docker engine answers). */
-export function dockerInfoSucceeds(command = 'docker'): Promise<boolean> {
-  return new Promise((resolve) => {
-    execFile(command, ['info', '--format', '{{.ServerVersion}}'], { timeout: 10_000 }, (error) =>
-      resolve(error === null),
-    );
-  });
-}
-
-async function startPostgresContainer(): Promise<TestServer> {
-  const { GenericContainer, Wait } = await import('testcontainers');
-  const password = randomBytes(12).toString('hex');
-  const container = await new GenericContainer('postgres:15')
-    .withEnvironment({ POSTGRES_PASSWORD: password, POSTGRES_DB: 'test' })
-    .withExposedPorts(5432)
-    .withWaitStrategy(Wait.forListeningPorts())
-    .start();
-  const url = `postgres://postgres:${password}@${container.getHost()}:${container.getMappedPort(5432)}/test`;
-  const stop = async () => {
-    await container.stop();
-  };
-  try {
-    await untilReachable(() => assertPostgresReachable(url));
-  } catch (error) {
-    await stop().catch(() => {});
-    throw error;
-  }
-  return { url, stop };
-}
-
-/** The port opens before the entrypoint's init restart is done: retry for up to 60 s. */
-async function untilReachable(probe: () => Promise<unknown>): Promise<void> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await probe();
-      return;
-    } catch (error) {
-      if (attempt >= 120) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 500));
-    }
-  }
-}
+const POSTGRES: TestServerSpec = {
+  product: 'PostgreSQL',
+  envVar: POSTGRES_URL_ENV,
+  defaultUrl: DEFAULT_POSTGRES_URL,
+  exampleUrl: 'postgres://user:password@host:5432/db',
+  probe: assertPostgresReachable,
+  redact: redactUrl,
+  async startContainer() {
+    const { GenericContainer, Wait } = await import('testcontainers');
+    const password = randomBytes(12).toString('hex');
+    const container = await new GenericContainer('postgres:15')
+      .withEnvironment({ POSTGRES_PASSWORD: password, POSTGRES_DB: 'test' })
+      .withExposedPorts(5432)
+      .withWaitStrategy(Wait.forListeningPorts())
+      .start();
+    const url = `postgres://postgres:${password}@${container.getHost()}:${container.getMappedPort(5432)}/test`;
+    const stop = async () => {
+      await container.stop();
+    };
+    await untilReachable(() => assertPostgresReachable(url)).catch(async (error: unknown) => {
+      await stop().catch(() => {});
+      throw error;
+    });
+    return { url, stop };
+  },
+};
