@@ -315,7 +315,8 @@ export async function commitSecondary(
  */
 async function prewriteBatch(ctx: CommitContext): Promise<Map<RowMutations, 'done' | 'retry'>> {
   const { env } = ctx;
-  const outcome = new Map<RowMutations, 'done' | 'retry' | Error>();
+  const outcome = new Map<RowMutations, 'done' | 'retry'>();
+  let conflict: unknown;
   await Promise.all(
     ctx.rows
       .filter((m) => !ctx.knownRows.has(rowId(m.table, m.row)))
@@ -352,13 +353,13 @@ async function prewriteBatch(ctx: CommitContext): Promise<Map<RowMutations, 'don
         },
       });
     } catch (error) {
-      outcome.set(m, error instanceof BlockedByLock ? 'retry' : (error as Error));
+      if (!(error instanceof BlockedByLock)) conflict ??= error;
+      outcome.set(m, 'retry');
     }
   }
   // A conflict fails the transaction: send nothing more.
-  const fatal = [...outcome.values()].find((o) => o instanceof Error);
-  if (fatal) throw fatal;
-  if (batch.length === 0) return outcome as Map<RowMutations, 'done' | 'retry'>;
+  if (conflict !== undefined) throw conflict;
+  if (batch.length === 0) return outcome;
   let results: CasResult[] | undefined;
   try {
     results = await env.store.checkAndSetMany!(batch.map((b) => b.request));
@@ -377,7 +378,7 @@ async function prewriteBatch(ctx: CommitContext): Promise<Map<RowMutations, 'don
       outcome.set(m, 'retry');
     }
   }
-  return outcome as Map<RowMutations, 'done' | 'retry'>;
+  return outcome;
 }
 
 /** Prewrites every row: batched where the store allows it, each straggler on its own. */
