@@ -1,9 +1,5 @@
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { LEASE_TABLE, Percolator, type RunEvent } from '@percolator/core';
 import { createRedisStore, defaultRedisUrl, type RedisStore } from '@percolator/redis';
 import { expect, test } from 'vitest';
@@ -11,6 +7,7 @@ import { decodeRow } from '../src/codec.js';
 import { leaseKey } from '../src/observers/lease.js';
 import { ackColumn } from '../src/observers/reserved.js';
 import { crashObserver, TALLY } from './observers-crash-observer.js';
+import { spawnTestScript } from './support.js';
 
 /**
  * A worker process really dies mid-run (SIGKILL, no cleanup): its lease row and, past the
@@ -19,16 +16,6 @@ import { crashObserver, TALLY } from './observers-crash-observer.js';
  * the dead run had not reached its commit point, else the dead one's. Runs against Redis
  * (PERCOLATOR_REDIS_URL, default redis://127.0.0.1:6379), which both processes share.
  */
-const here = dirname(fileURLToPath(import.meta.url));
-const root = join(here, '..', '..');
-const viteNode = join(
-  dirname(
-    createRequire(createRequire(join(root, 'package.json')).resolve('vitest/package.json')).resolve(
-      'vite-node/package.json',
-    ),
-  ),
-  'vite-node.mjs',
-);
 const TABLE = 'crash_docs';
 const ROW = 'doc/1';
 /** The dead worker's lease and lock expiry: how long the survivor waits. */
@@ -55,19 +42,10 @@ interface Stuck {
 type Mode = 'handler' | 'prewrite' | 'committed';
 
 function startDoomedWorker(namespace: string, mode: Mode) {
-  const child = spawn(
-    process.execPath,
-    [
-      viteNode,
-      '--config',
-      join(root, 'vitest.config.ts'),
-      join(here, 'observers-crash-child.ts'),
-      namespace,
-      TABLE,
-      mode,
-      String(EXPIRY_MS),
-    ],
-    { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] },
+  const child = spawnTestScript(
+    'observers-crash-child.ts',
+    [namespace, TABLE, mode, String(EXPIRY_MS)],
+    'ignore',
   );
   const exited = new Promise<NodeJS.Signals | null>((resolve) =>
     child.once('exit', (_code, signal) => resolve(signal)),

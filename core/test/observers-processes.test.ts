@@ -1,12 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { Percolator, type WorkerStats } from '@percolator/core';
 import { createRedisStore, defaultRedisUrl, type RedisStore } from '@percolator/redis';
 import { afterAll, beforeAll, expect, test } from 'vitest';
+import { spawnTestScript } from './support.js';
 
 /**
  * Workers in separate processes share the work through the store alone: leases are rows
@@ -14,16 +12,6 @@ import { afterAll, beforeAll, expect, test } from 'vitest';
  * every notification. Runs against Redis (PERCOLATOR_REDIS_URL, default
  * redis://127.0.0.1:6379); the children run the TypeScript sources through vite-node.
  */
-const here = dirname(fileURLToPath(import.meta.url));
-const root = join(here, '..', '..');
-const viteNode = join(
-  dirname(
-    createRequire(createRequire(join(root, 'package.json')).resolve('vitest/package.json')).resolve(
-      'vite-node/package.json',
-    ),
-  ),
-  'vite-node.mjs',
-);
 const TABLE = 'mp_docs';
 const ROWS = 60;
 const PROCESSES = 3;
@@ -54,21 +42,7 @@ interface Child {
 }
 
 function startChild(): Child {
-  const child = spawn(
-    process.execPath,
-    [
-      viteNode,
-      '--config',
-      join(root, 'vitest.config.ts'),
-      join(here, 'observers-process-child.ts'),
-      namespace,
-      TABLE,
-    ],
-    {
-      cwd: root,
-      stdio: ['pipe', 'pipe', 'inherit'],
-    },
-  );
+  const child = spawnTestScript('observers-process-child.ts', [namespace, TABLE], 'pipe');
   const runs: [string, number, number][] = [];
   let ready!: () => void;
   let done!: (stats: WorkerStats) => void;

@@ -1,3 +1,7 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import {
   type CasRequest,
   type CasResult,
@@ -104,3 +108,31 @@ export function fakeClock(start = 1_700_000_000_000) {
 
 export const text = (bytes: Uint8Array | undefined) =>
   bytes === undefined ? undefined : new TextDecoder().decode(bytes);
+
+const testDir = dirname(fileURLToPath(import.meta.url));
+const repoRoot = join(testDir, '..', '..');
+/** vite-node as vitest resolves it, so child processes run the TypeScript sources. */
+const viteNode = join(
+  dirname(
+    createRequire(createRequire(join(repoRoot, 'package.json')).resolve('vitest/package.json')).resolve(
+      'vite-node/package.json',
+    ),
+  ),
+  'vite-node.mjs',
+);
+
+/**
+ * Runs `core/test/<file>` in a child process of its own (a separate client of the store),
+ * with the workspace's vitest aliases; stdout is piped for the child's reports.
+ */
+export function spawnTestScript(
+  file: string,
+  args: readonly string[],
+  stdin: 'ignore' | 'pipe',
+): ChildProcess {
+  return spawn(
+    process.execPath,
+    [viteNode, '--config', join(repoRoot, 'vitest.config.ts'), join(testDir, file), ...args],
+    { cwd: repoRoot, stdio: [stdin, 'pipe', 'inherit'] },
+  );
+}
