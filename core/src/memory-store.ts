@@ -54,6 +54,41 @@ function lowerBound(keys: readonly string[], key: string): number {
   return lo;
 }
 
+/**
+ * Every MemoryStore call resolves on a later macrotask, as a networked store's would. A
+ * store that answered on the microtask queue would let a `transact` loop run forever
+ * without yielding: timers (backoff, lock TTLs, heartbeats, a caller's timeouts) would
+ * never fire and concurrent clients would run one at a time. Calls are applied at once, in
+ * call order, so the semantics are those of an instant store; only the replies wait, and
+ * all replies pending in one turn share a single setImmediate.
+ */
+let pendingReplies: (() => void)[] = [];
+
+const schedule: (flush: () => void) => void =
+  typeof setImmediate === 'function' ? (flush) => setImmediate(flush) : (flush) => setTimeout(flush, 0);
+
+function flushReplies(): void {
+  const replies = pendingReplies;
+  pendingReplies = [];
+  for (const reply of replies) reply();
+}
+
+/** Runs `apply` now and settles the returned promise with its outcome on a later macrotask. */
+function later<T>(apply: () => T): Promise<T> {
+  let settle: () => void;
+  const promise = new Promise<T>((resolve, reject) => {
+    try {
+      const value = apply();
+      settle = () => resolve(value);
+    } catch (error) {
+      settle = () => reject(error);
+    }
+  });
+  if (pendingReplies.length === 0) schedule(flushReplies);
+  pendingReplies.push(settle!);
+  return promise;
+}
+
 export interface MemoryStoreOptions {
   /** Largest state per row; default 16 MiB. */
   maxStateBytes?: number;
@@ -99,27 +134,35 @@ export class MemoryStore implements RowStore {
     return row ? { version: row.version, state: row.state.slice() } : null;
   }
 
-  async read(table: string, key: string): Promise<StoredRow | null> {
-    return this.readNow(table, key);
+  read(table: string, key: string): Promise<StoredRow | null> {
+    return later(() => this.readNow(table, key));
   }
 
-  async readMany(refs: readonly RowRef[]): Promise<(StoredRow | null)[]> {
-    return refs.map((r) => this.readNow(r.table, r.key));
+  readMany(refs: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+    return later(() => refs.map((r) => this.readNow(r.table, r.key)));
   }
 
-  async checkAndSet(request: CasRequest): Promise<CasResult> {
-    return this.casNow(request);
+  checkAndSet(request: CasRequest): Promise<CasResult> {
+    return later(() => this.casNow(request));
   }
 
-  async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
-    return requests.map((r) => this.casNow(r));
+  checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    return later(() => requests.map((r) => this.casNow(r)));
   }
 
-  async checkAndSetStamped(
+  checkAndSetStamped(
     request: Omit<CasRequest, 'state'>,
     counter: string,
     build: (timestamp: number) => Uint8Array,
   ): Promise<CasResult & { timestamp?: number }> {
+    return later(() => this.casStampedNow(request, counter, build));
+  }
+
+  private casStampedNow(
+    request: Omit<CasRequest, 'state'>,
+    counter: string,
+    build: (timestamp: number) => Uint8Array,
+  ): CasResult & { timestamp?: number } {
     const current = this.readNow(request.table, request.key);
     if ((current?.version ?? null) !== request.expected) return { ok: false, current };
     const timestamp = this.incrementNow(counter, 1);
@@ -156,7 +199,11 @@ export class MemoryStore implements RowStore {
     return { ok: true, version };
   }
 
-  async scan(tableName: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+  scan(tableName: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    return later(() => this.scanNow(tableName, options));
+  }
+
+  private scanNow(tableName: string, options: ScanOptions): ScannedStoredRow[] {
     const table = this.tables.get(tableName);
     if (!table) return [];
     const keys = table.sortedKeys;
@@ -172,15 +219,19 @@ export class MemoryStore implements RowStore {
     return out;
   }
 
-  async scanNotified(tableName: string, options: NotificationScanOptions): Promise<string[]> {
+  scanNotified(tableName: string, options: NotificationScanOptions): Promise<string[]> {
+    return later(() => this.scanNotifiedNow(tableName, options));
+  }
+
+  private scanNotifiedNow(tableName: string, options: NotificationScanOptions): string[] {
     const table = this.tables.get(tableName);
     if (!table) return [];
     const start = firstAfter(table.notified, options.after);
     return table.notified.slice(start, start + options.limit);
   }
 
-  async incrementCounter(name: string, delta: number): Promise<number> {
-    return this.incrementNow(name, delta);
+  incrementCounter(name: string, delta: number): Promise<number> {
+    return later(() => this.incrementNow(name, delta));
   }
 
   private incrementNow(name: string, delta: number): number {
@@ -189,5 +240,7 @@ export class MemoryStore implements RowStore {
     return value;
   }
 
-  async close(): Promise<void> {}
+  close(): Promise<void> {
+    return later(() => undefined);
+  }
 }
