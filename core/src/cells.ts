@@ -1,6 +1,6 @@
-import type { Cell, WriteRecord } from './row-state.js';
+import type { Cell, RowState, WriteRecord } from './row-state.js';
 
-/** Pure rules on one cell, shared by reads, prewrite, commit and pruning. */
+/** Pure rules on one cell, shared by reads, prewrite, commit, pruning and the tidy step. */
 
 /** The newest put/delete committed before `startTs` (rollback records are skipped). */
 export function visibleWrite(cell: Cell, startTs: number): WriteRecord | undefined {
@@ -32,19 +32,25 @@ export interface PrunePolicy {
   readonly retentionMs: number;
   /** At most this many records are kept per cell, whatever their age. */
   readonly maxVersionsPerCell: number;
+  /**
+   * Bytes of superseded values a cell may keep in its head row (default 512). Past it, a
+   * commit marks them all `moving`, and the tidy step moves them to version rows in one
+   * batch. Values a current snapshot needs never move, so small values (counters, flags)
+   * usually never do either. 0 moves every superseded value.
+   */
+  readonly inlineHistoryBytes: number;
 }
 
 /**
- * Drops versions no snapshot after the safe point can see (PROTOCOL.md section 7).
- * The safe point is the newest record that is either older than the retention window or
- * beyond the per-cell version cap. Kept: every record above it, and the newest put or
- * delete at or below it. Never dropped: a commit record with `secondariesPending`.
- * Snapshots at or below the safe point then fail with SnapshotTooOld, and so does a late
- * prewrite, which is how a pruned rollback record keeps protecting its transaction.
+ * Primary commit records still holding their secondaries list that are past the prune
+ * point. Once this many have piled up in a cell, the tidy step settles their secondaries
+ * in one batch and clears the lists, so GC costs a few round trips per batch, not a write
+ * per transaction.
  */
-export function pruneCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
-  const writes = cell.writes;
-  if (writes.length <= 1) return;
+export const HELD_RECORDS_BATCH = 8;
+
+/** The index of the newest record no snapshot after the safe point needs; -1 if none. */
+function safeIndexOf(writes: readonly WriteRecord[], policy: PrunePolicy, nowMs: number): number {
   let safeIndex = -1;
   if (writes.length > policy.maxVersionsPerCell) safeIndex = policy.maxVersionsPerCell - 1;
   const cutoff = nowMs - policy.retentionMs;
@@ -54,6 +60,22 @@ export function pruneCell(cell: Cell, policy: PrunePolicy, nowMs: number): void 
       break;
     }
   }
+  return safeIndex;
+}
+
+/**
+ * Drops versions no snapshot after the safe point can see (docs/protocol.md section 7).
+ * The safe point is the newest record that is either older than the retention window or
+ * beyond the per-cell version cap. Kept: every record above it, the newest put or delete at
+ * or below it, and every commit record that still lists secondaries (held). Snapshots at or
+ * below the safe point then fail with SnapshotTooOld, and so does a late prewrite, which is
+ * how a pruned rollback record keeps protecting its transaction. A dropped record whose
+ * value may be in a version row leaves its startTs in `garbage`, for the tidy step.
+ */
+export function pruneCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
+  const writes = cell.writes;
+  if (writes.length <= 1) return;
+  const safeIndex = safeIndexOf(writes, policy, nowMs);
   if (safeIndex < 0) return;
   const safePoint = writes[safeIndex]!.commitTs;
   const kept: WriteRecord[] = writes.slice(0, safeIndex);
@@ -61,18 +83,90 @@ export function pruneCell(cell: Cell, policy: PrunePolicy, nowMs: number): void 
   let dropped = false;
   for (let i = safeIndex; i < writes.length; i++) {
     const rec = writes[i]!;
-    if (rec.secondariesPending || (!keptVisible && rec.kind !== 'rollback')) {
-      if (rec.kind !== 'rollback') keptVisible = true;
+    if (!keptVisible && rec.kind !== 'rollback') {
+      keptVisible = true;
+      kept.push(rec);
+    } else if (rec.secondaries) {
       kept.push(rec);
     } else {
       dropped = true;
+      if (rec.value !== 'inline') cell.garbage.push(rec.startTs);
+      cell.data.delete(rec.startTs);
     }
   }
   if (!dropped) return;
   cell.writes = kept;
   cell.prunedThrough = Math.max(cell.prunedThrough, safePoint);
-  const live = new Set<number>();
-  for (const rec of kept) if (rec.kind === 'put') live.add(rec.startTs);
-  if (cell.lock) live.add(cell.lock.startTs);
-  for (const ts of cell.data.keys()) if (!live.has(ts)) cell.data.delete(ts);
+}
+
+/** Held records: commit records past the prune point kept only for their secondaries list. */
+export function heldRecords(cell: Cell, policy: PrunePolicy, nowMs: number): WriteRecord[] {
+  const safeIndex = safeIndexOf(cell.writes, policy, nowMs);
+  if (safeIndex < 0) return [];
+  const held: WriteRecord[] = [];
+  let passedVisible = false;
+  for (let i = safeIndex; i < cell.writes.length; i++) {
+    const rec = cell.writes[i]!;
+    if (!passedVisible && rec.kind !== 'rollback') {
+      passedVisible = true;
+      continue;
+    }
+    if (rec.secondaries) held.push(rec);
+  }
+  return held;
+}
+
+/** Records whose values a current snapshot no longer needs: every put but the newest write. */
+function superseded(cell: Cell): WriteRecord[] {
+  const out: WriteRecord[] = [];
+  let passedCurrent = false;
+  for (const rec of cell.writes) {
+    if (rec.kind === 'rollback') continue;
+    if (!passedCurrent) {
+      passedCurrent = true;
+      continue;
+    }
+    if (rec.kind === 'put') out.push(rec);
+  }
+  return out;
+}
+
+/** Bytes of superseded values still in the head row (`inline` or `moving`). */
+export function inlineHistoryBytes(cell: Cell): number {
+  let bytes = 0;
+  for (const rec of superseded(cell))
+    if (rec.value !== 'moved') bytes += cell.data.get(rec.startTs)?.length ?? 0;
+  return bytes;
+}
+
+/**
+ * Marks superseded inline values `moving` once they pass `limitBytes` (or all of them with
+ * 'force'). Only the mark: the tidy step creates the version rows afterwards.
+ */
+export function markMoving(cell: Cell, limitBytes: number | 'force'): boolean {
+  const candidates = superseded(cell).filter((rec) => rec.value === 'inline' && cell.data.has(rec.startTs));
+  if (candidates.length === 0) return false;
+  if (limitBytes !== 'force') {
+    let bytes = 0;
+    for (const rec of candidates) bytes += cell.data.get(rec.startTs)!.length;
+    if (bytes <= limitBytes) return false;
+  }
+  for (const rec of candidates) rec.value = 'moving';
+  return true;
+}
+
+/** What every CAS that adds a commit record does to the cell: prune, then mark values to move. */
+export function tidyCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
+  pruneCell(cell, policy, nowMs);
+  markMoving(cell, policy.inlineHistoryBytes);
+}
+
+/** Whether the tidy step has work in this row: values to move, version rows to delete, held records to settle. */
+export function rowNeedsTidy(state: RowState, policy: PrunePolicy, nowMs: number): boolean {
+  for (const cell of state.cells.values()) {
+    if (cell.garbage.length > 0) return true;
+    if (cell.writes.some((rec) => rec.value === 'moving')) return true;
+    if (heldRecords(cell, policy, nowMs).length >= HELD_RECORDS_BATCH) return true;
+  }
+  return false;
 }

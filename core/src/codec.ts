@@ -1,21 +1,37 @@
-import type { Cell, Lock, RecordKind, RowState, WriteRecord } from './row-state.js';
+import { CorruptRowError } from './errors.js';
+import type { Cell, Lock, RecordKind, RowKey, RowState, ValuePlace, WriteRecord } from './row-state.js';
 
 /**
- * Binary encoding of a RowState. Compact and fast because every protocol step decodes
- * and re-encodes a whole row. Layout (all integers are unsigned LEB128 varints, which
- * hold any safe integer):
- *   u8 format=1, n cells, per cell: name, flags(bit0 lock, bit1 notify), prunedThrough,
- *   n data {startTs, bytes}, [lock {startTs, table, row, column, kind, ttlMs, wallTimeMs}],
- *   n writes {commitTs, startTs, kind|pending<<2, wallTimeMs}, [notifyTs], n acks {name, ts}.
+ * Binary encoding of head rows and version rows (docs/protocol.md section 2). Every
+ * protocol step decodes and re-encodes a head row, so it is compact and fast. All integers
+ * are unsigned LEB128 varints (they hold any safe integer); signed ones are zigzagged.
+ *
+ * Head row, format 2:
+ *   format=2, n cells, per cell: name, flags(bit0 lock, bit1 notify, bit2 garbage), prunedThrough,
+ *   n data {startTs, bytes},
+ *   [lock {startTs, table, row, column, kind, ttlMs, wallTimeMs, n secondaries {table, row}}],
+ *   n writes, newest first, each {commitTs (the first absolute, then the gap to the newer
+ *     one), commitTs - startTs, bits (kind | place<<2 | hasSecondaries<<4), wallTimeMs
+ *     (the first absolute, then zigzag of the newer one's minus this), [n secondaries]},
+ *   [notifyTs], n acks {name, ts}, [n garbage {startTs}].
+ * Version row, format 16: format=16, then the value's bytes.
+ *
+ * A row in any other format (format 1 was the first version's single-blob layout) is a
+ * CorruptRowError: never guessed at.
  */
-const FORMAT = 1;
+export const HEAD_FORMAT = 2;
+export const VERSION_FORMAT = 16;
 const KINDS: RecordKind[] = ['put', 'delete', 'rollback'];
+const PLACES: ValuePlace[] = ['inline', 'moving', 'moved'];
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
 class Writer {
-  buf = new Uint8Array(256);
+  buf: Uint8Array;
   pos = 0;
+  constructor(size = 256) {
+    this.buf = new Uint8Array(size);
+  }
   private ensure(n: number): void {
     if (this.pos + n <= this.buf.length) return;
     let size = this.buf.length * 2;
@@ -33,11 +49,17 @@ class Writer {
     }
     this.buf[this.pos++] = v;
   }
-  bytes(value: Uint8Array): void {
-    this.uint(value.length);
+  int(value: number): void {
+    this.uint(value >= 0 ? value * 2 : -value * 2 - 1);
+  }
+  raw(value: Uint8Array): void {
     this.ensure(value.length);
     this.buf.set(value, this.pos);
     this.pos += value.length;
+  }
+  bytes(value: Uint8Array): void {
+    this.uint(value.length);
+    this.raw(value);
   }
   string(value: string): void {
     // Encode in place after room for the longest length prefix, then slide it down.
@@ -60,36 +82,61 @@ class Reader {
     let result = 0;
     let scale = 1;
     for (;;) {
-      if (this.pos >= this.buf.length) throw new Error('row state is truncated');
+      if (this.pos >= this.buf.length) throw new CorruptRowError('row state is truncated');
       const b = this.buf[this.pos++]!;
       result += (b & 0x7f) * scale;
       if (b < 0x80) return result;
       scale *= 0x80;
     }
   }
+  int(): number {
+    const z = this.uint();
+    return z % 2 === 0 ? z / 2 : -(z + 1) / 2;
+  }
   bytes(): Uint8Array {
     const n = this.uint();
-    if (this.pos + n > this.buf.length) throw new Error('row state is truncated');
+    if (this.pos + n > this.buf.length) throw new CorruptRowError('row state is truncated');
     const out = this.buf.slice(this.pos, this.pos + n);
     this.pos += n;
     return out;
   }
   string(): string {
     const n = this.uint();
-    if (this.pos + n > this.buf.length) throw new Error('row state is truncated');
-    const out = decoder.decode(this.buf.subarray(this.pos, this.pos + n));
+    if (this.pos + n > this.buf.length) throw new CorruptRowError('row state is truncated');
+    let out: string;
+    try {
+      out = decoder.decode(this.buf.subarray(this.pos, this.pos + n));
+    } catch {
+      throw new CorruptRowError('row state holds a name that is not UTF-8');
+    }
     this.pos += n;
     return out;
   }
 }
 
+function writeRows(w: Writer, rows: readonly RowKey[] | undefined): void {
+  w.uint(rows?.length ?? 0);
+  for (const r of rows ?? []) {
+    w.string(r.table);
+    w.string(r.row);
+  }
+}
+
+function readRows(r: Reader): RowKey[] | undefined {
+  const n = r.uint();
+  if (n === 0) return undefined;
+  const rows: RowKey[] = [];
+  for (let i = 0; i < n; i++) rows.push({ table: r.string(), row: r.string() });
+  return rows;
+}
+
 export function encodeRow(row: RowState): Uint8Array {
   const w = new Writer();
-  w.uint(FORMAT);
+  w.uint(HEAD_FORMAT);
   w.uint(row.cells.size);
   for (const [name, cell] of row.cells) {
     w.string(name);
-    w.uint((cell.lock ? 1 : 0) | (cell.notifyTs > 0 ? 2 : 0));
+    w.uint((cell.lock ? 1 : 0) | (cell.notifyTs > 0 ? 2 : 0) | (cell.garbage.length > 0 ? 4 : 0));
     w.uint(cell.prunedThrough);
     w.uint(cell.data.size);
     for (const [ts, value] of cell.data) {
@@ -105,13 +152,21 @@ export function encodeRow(row: RowState): Uint8Array {
       w.uint(l.kind === 'put' ? 0 : 1);
       w.uint(l.ttlMs);
       w.uint(l.wallTimeMs);
+      writeRows(w, l.secondaries);
     }
     w.uint(cell.writes.length);
-    for (const rec of cell.writes) {
-      w.uint(rec.commitTs);
-      w.uint(rec.startTs);
-      w.uint(KINDS.indexOf(rec.kind) | (rec.secondariesPending ? 4 : 0));
-      w.uint(rec.wallTimeMs);
+    let newerCommit = 0;
+    let newerWall = 0;
+    for (const [i, rec] of cell.writes.entries()) {
+      w.uint(i === 0 ? rec.commitTs : newerCommit - rec.commitTs);
+      w.uint(rec.commitTs - rec.startTs);
+      const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
+      w.uint(KINDS.indexOf(rec.kind) | (PLACES.indexOf(rec.value) << 2) | (hasSecondaries ? 16 : 0));
+      if (i === 0) w.uint(rec.wallTimeMs);
+      else w.int(newerWall - rec.wallTimeMs);
+      if (hasSecondaries) writeRows(w, rec.secondaries);
+      newerCommit = rec.commitTs;
+      newerWall = rec.wallTimeMs;
     }
     if (cell.notifyTs > 0) w.uint(cell.notifyTs);
     w.uint(cell.acks.size);
@@ -119,14 +174,29 @@ export function encodeRow(row: RowState): Uint8Array {
       w.string(observer);
       w.uint(ts);
     }
+    if (cell.garbage.length > 0) {
+      w.uint(cell.garbage.length);
+      for (const ts of cell.garbage) w.uint(ts);
+    }
   }
   return w.result();
+}
+
+/** The format number a stored state starts with. */
+export function formatOf(bytes: Uint8Array): number {
+  return new Reader(bytes).uint();
 }
 
 export function decodeRow(bytes: Uint8Array): RowState {
   const r = new Reader(bytes);
   const format = r.uint();
-  if (format !== FORMAT) throw new Error(`unknown row state format ${format}`);
+  if (format !== HEAD_FORMAT) {
+    throw new CorruptRowError(
+      format === 1
+        ? 'row is in format 1 (the first version of percolator, one blob per row with every version); this version reads format 2 only: rewrite the data with the version that wrote it'
+        : `row is in format ${format}, which this version of percolator does not know (it reads head rows in format ${HEAD_FORMAT})`,
+    );
+  }
   const cells = new Map<string, Cell>();
   const n = r.uint();
   for (let i = 0; i < n; i++) {
@@ -144,23 +214,24 @@ export function decodeRow(bytes: Uint8Array): RowState {
       const startTs = r.uint();
       const primary = { table: r.string(), row: r.string(), column: r.string() };
       const kind = r.uint() === 0 ? 'put' : 'delete';
-      lock = { startTs, primary, kind, ttlMs: r.uint(), wallTimeMs: r.uint() };
+      const ttlMs = r.uint();
+      const wallTimeMs = r.uint();
+      lock = { startTs, primary, kind, ttlMs, wallTimeMs, secondaries: readRows(r) };
     }
     const writes: WriteRecord[] = [];
     const nWrites = r.uint();
+    let commitTs = 0;
+    let wallTimeMs = 0;
     for (let j = 0; j < nWrites; j++) {
-      const commitTs = r.uint();
-      const startTs = r.uint();
-      const kindBits = r.uint();
-      const kind = KINDS[kindBits & 3];
-      if (!kind) throw new Error('row state has an unknown write kind');
-      writes.push({
-        commitTs,
-        startTs,
-        kind,
-        secondariesPending: (kindBits & 4) !== 0,
-        wallTimeMs: r.uint(),
-      });
+      commitTs = j === 0 ? r.uint() : commitTs - r.uint();
+      const startTs = commitTs - r.uint();
+      const bits = r.uint();
+      const kind = KINDS[bits & 3];
+      const value = PLACES[(bits >> 2) & 3];
+      if (!kind || !value) throw new CorruptRowError('row state has an unknown write record kind');
+      wallTimeMs = j === 0 ? r.uint() : wallTimeMs - r.int();
+      const secondaries = bits & 16 ? readRows(r) : undefined;
+      writes.push({ commitTs, startTs, kind, value, wallTimeMs, secondaries });
     }
     const notifyTs = flags & 2 ? r.uint() : 0;
     const acks = new Map<string, number>();
@@ -169,7 +240,30 @@ export function decodeRow(bytes: Uint8Array): RowState {
       const observer = r.string();
       acks.set(observer, r.uint());
     }
-    cells.set(name, { data, lock, writes, prunedThrough, notifyTs, acks });
+    const garbage: number[] = [];
+    if (flags & 4) {
+      const nGarbage = r.uint();
+      for (let j = 0; j < nGarbage; j++) garbage.push(r.uint());
+    }
+    cells.set(name, { data, lock, writes, prunedThrough, notifyTs, acks, garbage });
   }
   return { cells };
+}
+
+export function encodeVersionRow(value: Uint8Array): Uint8Array {
+  const w = new Writer(value.length + 4);
+  w.uint(VERSION_FORMAT);
+  w.raw(value);
+  return w.result();
+}
+
+export function decodeVersionRow(bytes: Uint8Array): Uint8Array {
+  const r = new Reader(bytes);
+  const format = r.uint();
+  if (format !== VERSION_FORMAT) {
+    throw new CorruptRowError(
+      `version row is in format ${format}; this version of percolator reads ${VERSION_FORMAT}`,
+    );
+  }
+  return bytes.slice(r.pos);
 }

@@ -13,6 +13,7 @@ import {
   StoreError,
   UnsupportedOperationError,
 } from './errors.js';
+import { LEASE_TABLE } from './observers/lease.js';
 import type {
   CasRequest,
   CasResult,
@@ -24,6 +25,7 @@ import type {
   StoreCapabilities,
   StoredRow,
 } from './store.js';
+import { baseTableOf, INTERNAL_TABLE_PREFIX, isVersionTable, versionTable } from './versions.js';
 
 export type { CompositeStoreOptions, Placement, TableRoute } from './composite/config.js';
 export { shardOf } from './composite/shard-hash.js';
@@ -206,13 +208,37 @@ export class CompositeStore implements RowStore {
   }
 
   private placement(table: string): ResolvedPlacement {
-    const placement = this.config.routes.get(table) ?? this.config.fallback;
+    const placement = this.config.routes.get(table) ?? this.internalPlacement(table) ?? this.config.fallback;
     if (placement === undefined) {
       throw new InvalidArgumentError(
         `table ${JSON.stringify(table)} has no route in ${this.name}, and it has no default placement`,
       );
     }
     return placement;
+  }
+
+  /**
+   * The library's own tables follow the data they serve, so no route has to name them:
+   * a user table's version rows (`__v.` / `__h.`) go where that table goes, and observer
+   * leases (`__lease`) go to the default placement, or else to the first route's.
+   */
+  private internalPlacement(table: string): ResolvedPlacement | undefined {
+    if (!table.startsWith(INTERNAL_TABLE_PREFIX)) return undefined;
+    if (isVersionTable(table)) {
+      const base = baseTableOf(table) ?? this.hashedVersionTables().get(table);
+      return base === undefined ? undefined : this.config.routes.get(base);
+    }
+    if (table === LEASE_TABLE) return this.config.fallback ?? this.config.routes.values().next().value;
+    return undefined;
+  }
+
+  private hashedNames: Map<string, string> | undefined;
+  private hashedVersionTables(): Map<string, string> {
+    if (!this.hashedNames) {
+      this.hashedNames = new Map();
+      for (const table of this.config.routes.keys()) this.hashedNames.set(versionTable(table), table);
+    }
+    return this.hashedNames;
   }
 
   /** A state past the smallest store's limit is refused before anything is sent, whatever store it routes to. */

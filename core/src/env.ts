@@ -2,6 +2,7 @@ import type { PrunePolicy } from './cells.js';
 import type { TimestampOracle } from './oracle.js';
 import type { RowReader } from './row-reader.js';
 import type { RowStore } from './store.js';
+import type { Tidier } from './tidy.js';
 
 export type CommitStep =
   | 'beforePrewrite'
@@ -44,8 +45,10 @@ export interface ProtocolEnv {
   readonly onePhaseCounter: string | undefined;
   /** (table, column) pairs that carry observers: writes to them set a notification. */
   readonly observed: ReadonlySet<string>;
-  /** Work that outlives a commit (clearing secondariesPending); awaited by close(). */
+  /** Work that outlives a commit (the tidy step); awaited by close(). */
   readonly background: Set<Promise<unknown>>;
+  /** Moves old values out of head rows, deletes pruned version rows, settles held records. */
+  readonly tidier: Tidier;
 }
 
 export function observedKey(table: string, column: string): string {

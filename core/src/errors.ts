@@ -68,6 +68,17 @@ export class RowTooLargeError extends PercolatorError {
   }
 }
 
+/**
+ * A stored row this code cannot read: a format it does not know (for example written by
+ * another version of the library), or a head row that names a version row which is gone.
+ * Nothing is guessed: the read fails instead of returning a value that may be wrong.
+ */
+export class CorruptRowError extends PercolatorError {
+  constructor(message: string) {
+    super('CORRUPT_ROW', message, { retryable: false });
+  }
+}
+
 /** The transaction or client was used after it finished or closed. */
 export class ClosedError extends PercolatorError {
   constructor(message: string) {

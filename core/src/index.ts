@@ -8,6 +8,14 @@ export {
 } from './composite-store.js';
 export type { CommitStep, CommitStepEvent, PercolatorHooks } from './env.js';
 export * from './errors.js';
+export {
+  type CellView,
+  type HeadRowView,
+  inspectHeadRow,
+  namedVersionRows,
+  versionRowRef,
+  versionRowValue,
+} from './inspect.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
 export {
   compareKeys,
@@ -16,6 +24,7 @@ export {
   validateColumn,
   validateRowKey,
   validateTable,
+  validateUserTable,
 } from './names.js';
 export * from './observers/index.js';
 export { CounterOracle, LocalOracle, type TimestampOracle } from './oracle.js';
@@ -27,4 +36,6 @@ export {
 } from './percolator.js';
 export * from './store.js';
 export { ClientCrash } from './testing.js';
+export type { TidyOptions, TidyReport } from './tidy.js';
 export { type CommitResult, type ScannedRow, type ScanRange, Transaction } from './transaction.js';
+export { isVersionTable, versionTable } from './versions.js';

@@ -1,10 +1,10 @@
-import { addRecord, findRecord, pruneCell } from './cells.js';
+import { addRecord, findRecord, tidyCell } from './cells.js';
 import type { ProtocolEnv } from './env.js';
 import { cellOf, type Lock, type RowState } from './row-state.js';
 import { updateRow } from './row-update.js';
 
 /**
- * Resolving a lock another transaction left (PROTOCOL.md section 5). The primary cell
+ * Resolving a lock another transaction left (docs/protocol.md section 5). The primary cell
  * decides the fate of every lock of its transaction.
  */
 export type LockFate = { committed: true; commitTs: number } | { committed: false };
@@ -53,8 +53,8 @@ export async function decideFate(env: ProtocolEnv, lock: Lock): Promise<LockFate
       // owner until the lock we met expires before killing it.
       return { done: 'alive' };
     } else if (startTs <= cell.prunedThrough) {
-      // No record, and history at that point was pruned. A commit record whose
-      // secondaries may be locked is never pruned, so this transaction did not commit;
+      // No record, and history at that point was pruned. A commit record that still
+      // lists its secondaries is never pruned, so this transaction did not commit;
       // its rollback record (if any) was pruned, and prunedThrough still stops a late prewrite.
       return { done: { committed: false } };
     }
@@ -66,7 +66,7 @@ export async function decideFate(env: ProtocolEnv, lock: Lock): Promise<LockFate
       startTs,
       kind: 'rollback',
       wallTimeMs: env.clock(),
-      secondariesPending: false,
+      value: 'inline',
     });
     return { write: next, result: { committed: false } };
   });
@@ -113,8 +113,8 @@ export function rollForwardCells(
     const lock = cell.lock;
     if (lock?.startTs !== startTs) continue;
     cell.lock = undefined;
-    addRecord(cell, { commitTs, startTs, kind: lock.kind, wallTimeMs: now, secondariesPending: false });
-    pruneCell(cell, env.prune, now);
+    addRecord(cell, { commitTs, startTs, kind: lock.kind, wallTimeMs: now, value: 'inline' });
+    tidyCell(cell, env.prune, now);
     changed = true;
   }
   return changed;

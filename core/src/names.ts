@@ -30,6 +30,19 @@ export function validateTable(table: unknown): asserts table is string {
   }
 }
 
+/**
+ * A table name a user may read and write: a valid store table name that does not start
+ * with "__", which the library keeps for its own tables (version rows, leases).
+ */
+export function validateUserTable(table: unknown): asserts table is string {
+  validateTable(table);
+  if (table.startsWith('__')) {
+    throw new InvalidArgumentError(
+      `table names starting with "__" are reserved for the library's own tables, got ${describe(table)}`,
+    );
+  }
+}
+
 function validateText(
   kind: string,
   value: unknown,

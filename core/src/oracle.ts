@@ -2,7 +2,7 @@ import { InvalidArgumentError } from './errors.js';
 import { ORACLE_COUNTER, type RowStore } from './store.js';
 
 /**
- * A timestamp oracle: strictly increasing integers, never repeated (PROTOCOL.md section 3).
+ * A timestamp oracle: strictly increasing integers, never repeated (docs/protocol.md section 3).
  */
 export interface TimestampOracle {
   next(): Promise<number>;

@@ -2,13 +2,14 @@ import { backoffMs, sleep } from './backoff.js';
 import type { PrunePolicy } from './cells.js';
 import { observedKey, type PercolatorHooks, type ProtocolEnv } from './env.js';
 import { ClosedError, InvalidArgumentError, isRetryable } from './errors.js';
-import { validateColumn, validateTable } from './names.js';
+import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
 import { CounterOracle, type TimestampOracle } from './oracle.js';
 import { RowReader } from './row-reader.js';
 import { readRow } from './row-update.js';
 import type { RowStore } from './store.js';
+import { Tidier, type TidyOptions, type TidyReport } from './tidy.js';
 import { Transaction } from './transaction.js';
 
 export interface PercolatorOptions {
@@ -24,7 +25,7 @@ export interface PercolatorOptions {
   readonly lockWaitMs?: number;
   /** Wall clock used for lock expiry and pruning. Default Date.now. */
   readonly clock?: () => number;
-  /** Old-version pruning (PROTOCOL.md section 7). */
+  /** Old-version pruning (docs/protocol.md section 7). */
   readonly gc?: Partial<PrunePolicy>;
   /**
    * (table, column) pairs that have observers: writes to them leave a notification. Every
@@ -42,7 +43,11 @@ export interface TransactOptions {
   readonly maxAttempts?: number;
 }
 
-export const DEFAULT_PRUNE_POLICY: PrunePolicy = { retentionMs: 60_000, maxVersionsPerCell: 32 };
+export const DEFAULT_PRUNE_POLICY: PrunePolicy = {
+  retentionMs: 60_000,
+  maxVersionsPerCell: 32,
+  inlineHistoryBytes: 512,
+};
 
 /** A client of one store. Cheap to create; many may share a store. */
 export class Percolator {
@@ -65,15 +70,17 @@ export class Percolator {
     if (
       !(prune.retentionMs >= 0) ||
       !Number.isInteger(prune.maxVersionsPerCell) ||
-      prune.maxVersionsPerCell < 1
+      prune.maxVersionsPerCell < 1 ||
+      !Number.isInteger(prune.inlineHistoryBytes) ||
+      prune.inlineHistoryBytes < 0
     ) {
       throw new InvalidArgumentError(
-        'gc.retentionMs must be >= 0 and gc.maxVersionsPerCell a positive integer',
+        'gc.retentionMs must be >= 0, gc.maxVersionsPerCell a positive integer and gc.inlineHistoryBytes a non-negative integer',
       );
     }
     const observed = new Set<string>();
     for (const { table, column } of options.observedColumns ?? []) {
-      validateTable(table);
+      validateUserTable(table);
       validateColumn(column);
       observed.add(observedKey(table, column));
     }
@@ -81,7 +88,7 @@ export class Percolator {
     const oracle = options.oracle ?? defaultOracle!;
     this.store = store;
     this.observed = observed;
-    this.env = {
+    const env: Omit<ProtocolEnv, 'tidier'> & { tidier?: Tidier } = {
       store,
       reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),
       oracle,
@@ -99,6 +106,8 @@ export class Percolator {
       observed,
       background: new Set(),
     };
+    env.tidier = new Tidier(env as ProtocolEnv);
+    this.env = env as ProtocolEnv;
   }
 
   /** Starts a transaction; drive it by hand with get/set/commit/rollback. */
@@ -118,7 +127,16 @@ export class Percolator {
     if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
       throw new InvalidArgumentError('maxAttempts must be a positive integer');
     for (let attempt = 1; ; attempt++) {
-      const tx = await this.begin();
+      let tx: Transaction;
+      try {
+        tx = await this.begin();
+      } catch (error) {
+        // A timestamp that could not be fetched (a store that is briefly down) is retried like
+        // any retryable failure; nothing was written yet.
+        if (!isRetryable(error) || attempt >= maxAttempts) throw error;
+        await sleep(backoffMs(attempt, 2, 100));
+        continue;
+      }
       let result: T;
       try {
         result = await fn(tx);
@@ -139,7 +157,7 @@ export class Percolator {
   }
 
   /**
-   * An observer worker on this client (PROTOCOL.md section 8). Its observers' columns are
+   * An observer worker on this client (docs/protocol.md section 8). Its observers' columns are
    * added to this client's observed columns, so its handlers' writes to them (and this
    * client's other writes) leave notifications. Call `start()` to run in the background,
    * or `runUntilIdle()` to process what is pending; see docs/observers.md.
@@ -153,6 +171,20 @@ export class Percolator {
     for (const o of options.observers) this.observed.add(observedKey(o.table, o.column));
     this.workers.add(worker);
     return worker;
+  }
+
+  /**
+   * Runs the tidy step on one row now (docs/protocol.md section 7): moves its old values to
+   * version rows, deletes the version rows its pruning left, and settles the secondaries of
+   * held commit records. With `force`, every superseded value moves and every held record
+   * is settled, not only past the thresholds. Commits do this in the background on their
+   * own; this is for operators (gc) and tests. Resolves to what it did.
+   */
+  async tidy(table: string, row: string, options: TidyOptions = {}): Promise<TidyReport> {
+    if (this.closed) throw new ClosedError('this Percolator client is closed');
+    validateUserTable(table);
+    validateRowKey(row);
+    return this.env.tidier.tidyRow(table, row, undefined, options);
   }
 
   /** Stops this client's observer workers, waits for background work. Does not close the store: its creator owns it. */

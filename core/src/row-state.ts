@@ -1,14 +1,32 @@
 /**
- * The logical row layout (PROTOCOL.md section 2). A store sees only the encoded bytes;
- * the core reads and replaces the whole row in one CAS, so every step on one row is atomic.
+ * The logical layout of a head row (docs/protocol.md section 2). A store sees only the
+ * encoded bytes; the core reads and replaces the whole head row in one CAS, so every step
+ * on one row is atomic. Old values a current snapshot does not need leave the head row for
+ * immutable version rows (versions.ts), so a head row's size does not grow with history.
  */
 export type WriteKind = 'put' | 'delete';
 export type RecordKind = WriteKind | 'rollback';
+
+/**
+ * Where a put record's value lives:
+ * - `inline`: in the head row's `data` only.
+ * - `moving`: still in `data`, and a version row may exist too: a move was started. The
+ *   head row names the version row before anyone creates it, so no version row is ever
+ *   left behind unnamed (section 7).
+ * - `moved`: only in its version row.
+ */
+export type ValuePlace = 'inline' | 'moving' | 'moved';
 
 export interface CellRef {
   readonly table: string;
   readonly row: string;
   readonly column: string;
+}
+
+/** A row another row's fate depends on: the secondary rows of a multi-row transaction. */
+export interface RowKey {
+  readonly table: string;
+  readonly row: string;
 }
 
 export interface Lock {
@@ -18,6 +36,11 @@ export interface Lock {
   ttlMs: number;
   /** Wall time (ms) of the prewrite or the last heartbeat. Readers add ttlMs to judge expiry. */
   wallTimeMs: number;
+  /**
+   * On the primary cell of a multi-row transaction: its other rows. Copied into the
+   * primary's commit record, so GC can settle them before it drops that record.
+   */
+  secondaries?: RowKey[] | undefined;
 }
 
 export interface WriteRecord {
@@ -27,16 +50,18 @@ export interface WriteRecord {
   kind: RecordKind;
   /** Wall time of the commit, used only to decide when old versions may be pruned. */
   wallTimeMs: number;
+  /** Where a put's value lives; always `inline` for deletes and rollbacks. */
+  value: ValuePlace;
   /**
-   * Set on a primary's commit record while the transaction's secondaries may still be
-   * locked. Such a record is never pruned: it is the only proof that those locks must be
-   * rolled forward. The committer clears it once every secondary is committed.
+   * On a primary's commit record: the transaction's secondary rows, which may still hold
+   * its locks. Such a record is never pruned while the list is set: it is the only proof
+   * that those locks must be rolled forward. GC settles the rows, then clears the list.
    */
-  secondariesPending: boolean;
+  secondaries?: RowKey[] | undefined;
 }
 
 export interface Cell {
-  /** startTs -> value, written at prewrite. */
+  /** startTs -> value: the lock's pending value and the `inline`/`moving` committed values. */
   data: Map<number, Uint8Array>;
   lock: Lock | undefined;
   /** Newest first (descending commitTs). */
@@ -47,6 +72,8 @@ export interface Cell {
   notifyTs: number;
   /** Observer name -> startTs of its last successful run. */
   acks: Map<string, number>;
+  /** startTs of version rows whose records were pruned: deleted by the tidy step, then forgotten. */
+  garbage: number[];
 }
 
 export interface RowState {
@@ -54,7 +81,15 @@ export interface RowState {
 }
 
 export function emptyCell(): Cell {
-  return { data: new Map(), lock: undefined, writes: [], prunedThrough: 0, notifyTs: 0, acks: new Map() };
+  return {
+    data: new Map(),
+    lock: undefined,
+    writes: [],
+    prunedThrough: 0,
+    notifyTs: 0,
+    acks: new Map(),
+    garbage: [],
+  };
 }
 
 export function emptyRow(): RowState {
@@ -77,7 +112,8 @@ export function isCellEmpty(cell: Cell): boolean {
     cell.data.size === 0 &&
     cell.notifyTs === 0 &&
     cell.acks.size === 0 &&
-    cell.prunedThrough === 0
+    cell.prunedThrough === 0 &&
+    cell.garbage.length === 0
   );
 }
 

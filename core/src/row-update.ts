@@ -3,16 +3,17 @@ import { decodeRow, encodeRow } from './codec.js';
 import type { ProtocolEnv } from './env.js';
 import { RowTooLargeError, StoreError } from './errors.js';
 import { isCellEmpty, type RowState, rowHasNotification } from './row-state.js';
-import type { StoredRow } from './store.js';
+import type { CasRequest, CasResult, StoredRow } from './store.js';
 
 /**
- * The one read-modify-CAS loop every protocol step uses on a single row.
+ * The read-modify-CAS loops every protocol step uses on head rows: `updateRow` for one
+ * row, `updateRows` for many (docs/protocol.md section 6).
  *
  * `decide` looks at the row as it is now and says what to write, or that nothing needs
  * writing. Because every state we write carries our startTs, `decide` can recognise its
- * own earlier write. That is how ambiguity is handled (PROTOCOL.md section 6): after a
- * CAS whose outcome is unknown we re-read and ask `decide` again; `attempt.ambiguous`
- * tells it an earlier attempt may have landed.
+ * own earlier write. That is how ambiguity is handled: after a CAS whose outcome is
+ * unknown we re-read and ask `decide` again; `attempt.ambiguous` tells it an earlier
+ * attempt may have landed.
  */
 export type RowDecision<T> = { write: RowState | null; result: T } | { done: T };
 
@@ -21,6 +22,8 @@ export interface AttemptInfo {
   readonly ambiguous: boolean;
 }
 
+export type Decide<T> = (row: RowState | undefined, attempt: AttemptInfo) => RowDecision<T>;
+
 /** The outcome stayed unknown: the loop could not re-read after an ambiguous CAS. */
 export class AmbiguousOutcome extends Error {
   constructor(cause: unknown) {
@@ -28,6 +31,10 @@ export class AmbiguousOutcome extends Error {
   }
 }
 
+/**
+ * The retry budget, one per failure kind (a CAS lost to another writer is not a failure):
+ * the store adapters do not retry writes themselves.
+ */
 const MAX_CAS_ATTEMPTS = 64;
 const MAX_READ_ATTEMPTS = 6;
 /** Store errors (not CAS losses) tolerated in one loop before giving up. */
@@ -44,10 +51,11 @@ export async function updateRow<T>(
   table: string,
   key: string,
   known: StoredRow | null | undefined,
-  decide: (row: RowState | undefined, attempt: AttemptInfo) => RowDecision<T>,
+  decide: Decide<T>,
+  startAmbiguous = false,
 ): Promise<RowUpdateResult<T>> {
   let current = known;
-  let ambiguous = false;
+  let ambiguous = startAmbiguous;
   let lastError: unknown;
   let failures = 0;
   for (let attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++) {
@@ -61,17 +69,13 @@ export async function updateRow<T>(
     }
     const decision = decide(current ? decodeRow(current.state) : undefined, { ambiguous });
     if (!('write' in decision)) return { result: decision.done, stored: current };
-    const state = decision.write ? encodeState(env, table, key, decision.write) : null;
+    const request = casRequest(env, table, key, current?.version ?? null, decision.write);
     try {
-      const outcome = await env.store.checkAndSet({
-        table,
-        key,
-        expected: current?.version ?? null,
-        state,
-        notified: decision.write ? rowHasNotification(decision.write) : false,
-      });
+      const outcome = await env.store.checkAndSet(request);
       if (outcome.ok) {
-        return { result: decision.result, stored: state ? { version: outcome.version, state } : null };
+        const stored = request.state ? { version: outcome.version, state: request.state } : null;
+        env.tidier.afterWrite(table, key, decision.write, stored);
+        return { result: decision.result, stored };
       }
       current = outcome.current;
     } catch (error) {
@@ -88,6 +92,122 @@ export async function updateRow<T>(
     lastError ??
     new StoreError(`row ${table}/${key} changed on every one of ${MAX_CAS_ATTEMPTS} attempts`, 'no')
   );
+}
+
+/** One row of a batched update. */
+export interface RowUpdate<T> {
+  readonly table: string;
+  readonly key: string;
+  /** The row as the caller last saw it; undefined = read it (coalesced with the others). */
+  readonly known: StoredRow | null | undefined;
+  readonly decide: Decide<T>;
+  /**
+   * How this row is settled when the batch did not settle it (a lost race, an unknown
+   * outcome, a decision that threw): by default `updateRow` from the row as now known.
+   */
+  readonly single?: (known: StoredRow | null | undefined, ambiguous: boolean) => Promise<RowUpdateResult<T>>;
+}
+
+export interface UpdateRowsOptions {
+  /** A decision error for which nothing at all is sent: the whole call rejects with it. */
+  readonly abortIf?: (error: unknown) => boolean;
+}
+
+/**
+ * The one batched row-update primitive: read the rows not known yet (one coalesced
+ * `readMany`), decide per row, send every write in one `checkAndSetMany`, then settle each
+ * part the batch did not (a lost race, an unknown outcome, a decision that threw) on its
+ * own through `single`, which re-reads and decides again. Because decisions recognise
+ * their own earlier writes, a part that did land despite an unknown reply is not written
+ * twice. On stores without `batchCheckAndSet`, or for one row, every row goes `single`
+ * at once. Results are in request order, each fulfilled or rejected on its own.
+ */
+export async function updateRows<T>(
+  env: ProtocolEnv,
+  updates: readonly RowUpdate<T>[],
+  options: UpdateRowsOptions = {},
+): Promise<PromiseSettledResult<RowUpdateResult<T>>[]> {
+  const single = (u: RowUpdate<T>, known: StoredRow | null | undefined, ambiguous: boolean) => {
+    const p = u.single
+      ? u.single(known, ambiguous)
+      : updateRow(env, u.table, u.key, known, u.decide, ambiguous);
+    // Settled below with allSettled; some start before the batch returns, so mark them handled now.
+    p.catch(() => undefined);
+    return p;
+  };
+  const { store } = env;
+  if (updates.length <= 1 || !store.capabilities.batchCheckAndSet || !store.checkAndSetMany) {
+    return Promise.allSettled(updates.map((u) => single(u, u.known, false)));
+  }
+  const known = await Promise.all(
+    updates.map(
+      (u) => (u.known !== undefined ? u.known : env.reader.read(u.table, u.key).catch(() => undefined)), // left unknown: settled on its own
+    ),
+  );
+  type Planned = { index: number; request: CasRequest; state: RowState | null; result: T };
+  const planned: Planned[] = [];
+  const settled: (Promise<RowUpdateResult<T>> | undefined)[] = updates.map(() => undefined);
+  const retry: { index: number; row: StoredRow | null }[] = [];
+  let abort: { error: unknown } | undefined;
+  for (const [index, u] of updates.entries()) {
+    const row = known[index];
+    if (row === undefined) continue;
+    let decision: RowDecision<T>;
+    try {
+      decision = u.decide(row ? decodeRow(row.state) : undefined, { ambiguous: false });
+      if ('write' in decision) {
+        const request = casRequest(env, u.table, u.key, row?.version ?? null, decision.write);
+        planned.push({ index, request, state: decision.write, result: decision.result });
+      } else {
+        settled[index] = Promise.resolve({ result: decision.done, stored: row });
+      }
+    } catch (error) {
+      if (options.abortIf?.(error)) abort ??= { error };
+      else retry.push({ index, row });
+    }
+  }
+  if (abort) throw abort.error;
+  for (const { index, row } of retry) settled[index] = single(updates[index]!, row, false);
+  let results: CasResult[] | undefined;
+  if (planned.length > 0) {
+    try {
+      results = await store.checkAndSetMany(planned.map((p) => p.request));
+    } catch {
+      results = undefined;
+    }
+    // A reply of the wrong length is a broken store: settle every part on its own.
+    if (results?.length !== planned.length) results = undefined;
+  }
+  for (const [i, p] of planned.entries()) {
+    const outcome = results?.[i];
+    const u = updates[p.index]!;
+    if (outcome?.ok) {
+      const stored = p.request.state ? { version: outcome.version, state: p.request.state } : null;
+      env.tidier.afterWrite(u.table, u.key, p.state, stored);
+      settled[p.index] = Promise.resolve({ result: p.result, stored });
+    } else if (outcome) {
+      settled[p.index] = single(u, outcome.current, false);
+    } else {
+      settled[p.index] = single(u, undefined, true);
+    }
+  }
+  return Promise.allSettled(updates.map((u, i) => settled[i] ?? single(u, undefined, false)));
+}
+
+function casRequest(
+  env: ProtocolEnv,
+  table: string,
+  key: string,
+  expected: string | null,
+  state: RowState | null,
+): CasRequest {
+  return {
+    table,
+    key,
+    expected,
+    state: state ? encodeState(env, table, key, state) : null,
+    notified: state ? rowHasNotification(state) : false,
+  };
 }
 
 /** A read, retried on failure (reads change nothing, so retrying is always safe). */

@@ -1,5 +1,5 @@
 /**
- * The single-row contract (PROTOCOL.md section 1). A store keeps, per (table, key), an
+ * The single-row contract (docs/protocol.md section 1). A store keeps, per (table, key), an
  * opaque state and a version token, and offers an atomic check-and-set on one row.
  * Everything else the protocol needs is built in the core on top of this.
  *
@@ -29,7 +29,7 @@ export interface CasRequest {
   readonly state: Uint8Array | null;
   /**
    * Whether the row carries a pending notification after this write. Stores with the
-   * `notificationIndex` capability keep an index of such rows (PROTOCOL.md section 8).
+   * `notificationIndex` capability keep an index of such rows (docs/protocol.md section 8).
    */
   readonly notified?: boolean;
 }

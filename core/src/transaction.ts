@@ -1,21 +1,29 @@
 import { backoffMs, sleep } from './backoff.js';
 import { visibleWrite } from './cells.js';
-import { decodeRow } from './codec.js';
-import { type CommitContext, commitOnePhase, commitTransaction, type RowMutations, rowId } from './commit.js';
+import { decodeRow, decodeVersionRow } from './codec.js';
+import {
+  type CommitContext,
+  commitOnePhase,
+  commitTransaction,
+  type RowMutations,
+  rowId,
+} from './commit/index.js';
 import type { ProtocolEnv } from './env.js';
 import {
   ClosedError,
+  CorruptRowError,
   InvalidArgumentError,
   LockNotResolvedError,
   SnapshotTooOldError,
   UnsupportedOperationError,
 } from './errors.js';
 import { resolveLock } from './lock-resolver.js';
-import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateTable } from './names.js';
+import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUserTable } from './names.js';
 import { markNotifications } from './observers/notifications.js';
 import { isReservedColumn } from './observers/reserved.js';
 import type { Cell, Lock, RowState } from './row-state.js';
 import type { StoredRow } from './store.js';
+import { versionKey, versionTable } from './versions.js';
 
 export interface ScanRange {
   /** Inclusive. */
@@ -40,11 +48,17 @@ type Status = 'active' | 'committing' | 'committed' | 'rolledBack' | 'failed';
 const decoder = new TextDecoder();
 const SCAN_PAGE = 256;
 
-/** What a snapshot read of one cell found: a value (or absence), or a lock to resolve first. */
-type CellView = { value: Uint8Array | undefined } | { lock: Lock };
+/**
+ * What a snapshot read of one cell found: a value (or absence), the startTs of a value that
+ * lives in a version row, or a lock to resolve first.
+ */
+type CellView = { value: Uint8Array | undefined } | { moved: number } | { lock: Lock };
+
+/** A version row that vanished between the head read and its own read. */
+const GONE = Symbol('gone');
 
 /**
- * A snapshot-isolation transaction (PROTOCOL.md section 4). Reads see exactly what was
+ * A snapshot-isolation transaction (docs/protocol.md section 4). Reads see exactly what was
  * committed before `startTs`, plus this transaction's own buffered writes. Writes are
  * buffered until `commit()`.
  */
@@ -66,7 +80,7 @@ export class Transaction {
 
   async get(table: string, row: string, column: string): Promise<Uint8Array | undefined> {
     this.assertActive();
-    validateTable(table);
+    validateUserTable(table);
     validateRowKey(row);
     validateColumn(column);
     const buffered = this.mutations.get(rowId(table, row))?.cells;
@@ -85,18 +99,50 @@ export class Transaction {
     columns: readonly string[],
   ): Promise<{ value: Uint8Array | undefined; cell: Cell | undefined }[]> {
     const waitStart = performance.now();
+    const gone = new Set<string>();
     for (let attempt = 0; ; attempt++) {
       const stored = await this.readAndRemember(table, row);
       const state = stored ? decodeRow(stored.state) : undefined;
       const views = columns.map((column) => {
         const cell = state?.cells.get(column);
-        return { cell, view: this.viewCell(table, column, cell) };
+        return { column, cell, view: this.viewCell(table, column, cell) };
       });
       const blocked = views.find((v) => 'lock' in v.view);
-      if (!blocked)
-        return views.map((v) => ({ cell: v.cell, value: 'value' in v.view ? v.view.value : undefined }));
-      await this.settleLock(table, row, (blocked.view as { lock: Lock }).lock, attempt, waitStart);
+      if (blocked) {
+        await this.settleLock(table, row, (blocked.view as { lock: Lock }).lock, attempt, waitStart);
+        continue;
+      }
+      const values = await Promise.all(views.map((v) => this.valueOf(table, row, v.column, v.view, gone)));
+      if (values.includes(GONE)) continue;
+      return views.map((v, i) => ({ cell: v.cell, value: values[i] as Uint8Array | undefined }));
     }
+  }
+
+  /**
+   * The value a view points at. A `moved` value is read from its version row; if that row
+   * is gone, GC pruned it after our head read: the caller re-reads the head, which then
+   * says SnapshotTooOld. Gone twice for the same version while the head still names it is
+   * a corrupt store, never a value.
+   */
+  private async valueOf(
+    table: string,
+    row: string,
+    column: string,
+    view: CellView,
+    gone: Set<string>,
+  ): Promise<Uint8Array | undefined | typeof GONE> {
+    if ('value' in view) return view.value;
+    if (!('moved' in view)) return undefined;
+    const stored = await this.env.reader.read(versionTable(table), versionKey(row, column, view.moved));
+    if (stored) return decodeVersionRow(stored.state);
+    const id = `${column}\u0000${view.moved}`;
+    if (gone.has(id)) {
+      throw new CorruptRowError(
+        `${table}/${JSON.stringify(row)}/${column}: the head row names a version at ${view.moved} whose version row is missing`,
+      );
+    }
+    gone.add(id);
+    return GONE;
   }
 
   async getString(table: string, row: string, column: string): Promise<string | undefined> {
@@ -115,7 +161,7 @@ export class Transaction {
   }
 
   /**
-   * A weak notification (PROTOCOL.md section 8): marks the cell notified without writing
+   * A weak notification (docs/protocol.md section 8): marks the cell notified without writing
    * it, so the observers of (table, column) run for this row. It takes no lock and never
    * conflicts; it is written with the prewrites (startTs) and again after the commit point
    * (commitTs), and only if this transaction commits (a transaction with no writes marks it
@@ -123,7 +169,7 @@ export class Transaction {
    */
   notify(table: string, row: string, column: string): void {
     this.assertActive();
-    validateTable(table);
+    validateUserTable(table);
     validateRowKey(row);
     validateColumn(column);
     rejectReserved(column);
@@ -166,7 +212,7 @@ export class Transaction {
   /** Rows of `table` in key order (UTF-8 byte order) at this snapshot, with this transaction's writes applied. */
   async *scan(table: string, range: ScanRange = {}): AsyncGenerator<ScannedRow> {
     this.assertActive();
-    validateTable(table);
+    validateUserTable(table);
     if (range.start !== undefined) validateRowKey(range.start);
     if (range.end !== undefined) validateRowKey(range.end);
     const limit = range.limit ?? Number.POSITIVE_INFINITY;
@@ -293,10 +339,11 @@ export class Transaction {
     }
     const record = visibleWrite(cell, this.startTs);
     if (record?.kind !== 'put') return { value: undefined };
+    if (record.value === 'moved') return { moved: record.startTs };
     const value = cell.data.get(record.startTs);
     if (!value)
-      throw new Error(
-        `corrupt row: ${table}/${column} has a commit record at ${record.commitTs} without data`,
+      throw new CorruptRowError(
+        `${table}/${column} has a commit record at ${record.commitTs} without its value`,
       );
     return { value };
   }
@@ -309,22 +356,33 @@ export class Transaction {
   ): Promise<Map<string, Uint8Array>> {
     let stored: StoredRow | null = first;
     const waitStart = performance.now();
+    const gone = new Set<string>();
     for (let attempt = 0; ; attempt++) {
       this.knownRows.set(rowId(table, key), stored);
       const columns = new Map<string, Uint8Array>();
       if (!stored) return columns;
       const state: RowState = decodeRow(stored.state);
       let blocking: Lock | undefined;
+      const moved: { column: string; view: CellView }[] = [];
       for (const [column, cell] of state.cells) {
         const view = this.viewCell(table, column, cell);
         if ('lock' in view) {
           blocking = view.lock;
           break;
         }
-        if (view.value && !isReservedColumn(column)) columns.set(column, view.value);
+        if (isReservedColumn(column)) continue;
+        if ('moved' in view) moved.push({ column, view });
+        else if (view.value) columns.set(column, view.value);
       }
-      if (!blocking) return columns;
-      await this.settleLock(table, key, blocking, attempt, waitStart);
+      if (blocking) {
+        await this.settleLock(table, key, blocking, attempt, waitStart);
+      } else {
+        const values = await Promise.all(moved.map((m) => this.valueOf(table, key, m.column, m.view, gone)));
+        if (!values.includes(GONE)) {
+          for (const [i, m] of moved.entries()) columns.set(m.column, values[i] as Uint8Array);
+          return columns;
+        }
+      }
       stored = await this.env.reader.read(table, key);
     }
   }
@@ -367,7 +425,7 @@ export class Transaction {
   }
 
   private buffer(table: string, row: string, column: string, value: Uint8Array | null, user = true): void {
-    validateTable(table);
+    validateUserTable(table);
     validateRowKey(row);
     if (user) {
       validateColumn(column);

@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { decodeRow, encodeRow } from '../src/codec.js';
 import { InstrumentedStore } from './support.js';
 
-describe('old versions (PROTOCOL.md section 7)', () => {
+describe('old versions (docs/protocol.md section 7)', () => {
   it('a cell updated 10,000 times keeps a small row', async () => {
     const store = new MemoryStore();
     const db = new Percolator({ store });
@@ -52,7 +52,7 @@ describe('old versions (PROTOCOL.md section 7)', () => {
   });
 });
 
-describe('timestamp oracles (PROTOCOL.md section 3)', () => {
+describe('timestamp oracles (docs/protocol.md section 3)', () => {
   it('the counter oracle batches concurrent requests and never repeats', async () => {
     const store = new InstrumentedStore();
     const oracle = new CounterOracle(store);
@@ -167,13 +167,30 @@ describe('encoding', () => {
               kind: 'delete' as const,
               ttlMs: 5,
               wallTimeMs: 1.7e12,
+              secondaries: [{ table: 'u', row: '\u{1F600}' }],
             },
             writes: [
-              { commitTs: 8, startTs: 7, kind: 'rollback' as const, wallTimeMs: 1, secondariesPending: true },
+              {
+                commitTs: 2 ** 52 + 5,
+                startTs: 2 ** 52,
+                kind: 'put' as const,
+                value: 'moving' as const,
+                wallTimeMs: 1.7e12,
+                secondaries: [{ table: 't', row: '' }],
+              },
+              {
+                commitTs: 8,
+                startTs: 7,
+                kind: 'rollback' as const,
+                value: 'inline' as const,
+                wallTimeMs: 1.8e12,
+              },
+              { commitTs: 6, startTs: 2, kind: 'put' as const, value: 'moved' as const, wallTimeMs: 1 },
             ],
             prunedThrough: 3,
             notifyTs: 4,
             acks: new Map([['obs', 6]]),
+            garbage: [1, 2 ** 40],
           },
         ],
       ]),

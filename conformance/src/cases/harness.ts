@@ -7,6 +7,7 @@ import {
   LockNotResolvedError,
   Percolator,
   type PercolatorHooks,
+  type PrunePolicy,
   type RowStore,
   SnapshotTooOldError,
   StoreError,
@@ -69,6 +70,8 @@ export interface ClientOptions {
   readonly faults?: RandomFaults;
   /** Wrap the store in a FaultyStore even without random faults (to hold or fail calls). */
   readonly wrap?: boolean;
+  /** Old-version pruning and moving (the client's `gc` option). */
+  readonly gc?: Partial<PrunePolicy>;
   /** (table, column) pairs with observers: writes to them leave a notification. */
   readonly observed?: ReadonlyArray<{ readonly table: string; readonly column: string }>;
 }
@@ -94,6 +97,7 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
     ...(options.lockWaitMs !== undefined ? { lockWaitMs: options.lockWaitMs } : {}),
     ...(options.hooks ? { hooks: options.hooks } : {}),
     ...(options.observed ? { observedColumns: options.observed } : {}),
+    ...(options.gc ? { gc: options.gc } : {}),
   });
   ctx.defer(async () => {
     faulty?.clearFaults();

@@ -54,6 +54,9 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     const { db, faulty } = client(ctx, store, {
       lockTtlMs,
       faults,
+      // Every superseded value leaves its head row, so the checker also covers moved-out
+      // versions, their reads at old snapshots, and the tidy step racing the workload.
+      gc: { inlineHistoryBytes: 0 },
       ...(options.crashes ? { clock, hooks: { onCommitStep: crashPlans.hook } } : {}),
     });
     if (faulty) faultyStores.push(faulty);

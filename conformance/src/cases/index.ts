@@ -3,6 +3,7 @@ import { PARTS } from '../types.js';
 import { capabilityCases } from './capabilities.js';
 import { faultCases } from './faults.js';
 import { historyCases } from './history.js';
+import { leanRowCases } from './lean-rows.js';
 import { observerCases } from './observers.js';
 import { observerWorkerCases } from './observers-worker.js';
 import { protocolCases } from './protocol.js';
@@ -17,6 +18,7 @@ export function allCases(): ConformanceCase[] {
     ...faultCases,
     ...protocolCases('faulty'),
     ...historyCases(),
+    ...leanRowCases,
     ...observerCases,
     ...observerWorkerCases,
   ];

@@ -1,5 +1,5 @@
 /**
- * Part 5, continued: observer workers over the store under test (PROTOCOL.md section 8).
+ * Part 5, continued: observer workers over the store under test (docs/protocol.md section 8).
  * Weak notifications, leases kept as rows in the store (a stopped worker's rows are taken
  * over once its lease expires), failing handlers that lose nothing, a write that commits
  * while a run is under way, and finding work through the notification index alone.

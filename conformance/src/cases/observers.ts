@@ -1,5 +1,5 @@
 /**
- * Part 5: observers (PROTOCOL.md section 8) over the store under test. A transaction that
+ * Part 5: observers (docs/protocol.md section 8) over the store under test. A transaction that
  * writes an observed column marks the row notified in the same CAS as its prewrite (before
  * the commit point); the store's notification index must then list the row, so observer
  * workers find it; workers then run each change at most once (acks), collapse changes

@@ -1,5 +1,5 @@
 /**
- * Part 1, the store contract (PROTOCOL.md section 1), checked with raw store calls; two
+ * Part 1, the store contract (docs/protocol.md section 1), checked with raw store calls; two
  * cases go through the core, to check what a user sees (typed size errors, round trips).
  * The optional capabilities are in capabilities.ts.
  */

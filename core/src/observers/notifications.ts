@@ -3,7 +3,7 @@ import { cellOf, isCellEmpty, type RowState } from '../row-state.js';
 import { updateRow } from '../row-update.js';
 
 /**
- * The non-transactional side of notifications (PROTOCOL.md section 8): `notifyTs` is a
+ * The non-transactional side of notifications (docs/protocol.md section 8): `notifyTs` is a
  * hint in the row, set and cleared by plain row CAS, never through a lock.
  */
 

@@ -9,7 +9,7 @@ export function isReservedColumn(column: string): boolean {
 }
 
 /**
- * `ack[c][observer]` (PROTOCOL.md section 8): an ordinary MVCC cell in the observed row,
+ * `ack[c][observer]` (docs/protocol.md section 8): an ordinary MVCC cell in the observed row,
  * holding the startTs of the observer's last successful run. Because it is written by the
  * run's own transaction, two concurrent runs conflict on it like any other write.
  */

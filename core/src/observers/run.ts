@@ -22,7 +22,7 @@ function parseAck(bytes: Uint8Array | undefined): number {
 }
 
 /**
- * One observer run (PROTOCOL.md section 8). In a new transaction: read the ack; if the
+ * One observer run (docs/protocol.md section 8). In a new transaction: read the ack; if the
  * newest write of the observed cell is newer than it (and was not written by the run
  * that set the ack), run the handler and write ack = startTs in the same transaction, so
  * two concurrent runs conflict and at most one commits per change. A weak observer skips

@@ -2,7 +2,7 @@ import { sleep } from '../backoff.js';
 import { decodeRow } from '../codec.js';
 import { observedKey, type ProtocolEnv } from '../env.js';
 import { InvalidArgumentError, isRetryable, PercolatorError, UnsupportedOperationError } from '../errors.js';
-import { compareKeys, TABLE_NAME, validateColumn, validateTable } from '../names.js';
+import { compareKeys, TABLE_NAME, validateColumn, validateUserTable } from '../names.js';
 import { readRow } from '../row-update.js';
 import { type Lease, Leases } from './lease.js';
 import { clearNotification } from './notifications.js';
@@ -54,7 +54,7 @@ export function validateObservers(observers: readonly Observer[]): void {
     }
     if (names.has(o.name)) throw new InvalidArgumentError(`two observers are named "${o.name}"`);
     names.add(o.name);
-    validateTable(o.table);
+    validateUserTable(o.table);
     validateColumn(o.column);
     if (typeof o.handler !== 'function') {
       throw new InvalidArgumentError(`observer "${o.name}" needs a handler function`);
@@ -69,7 +69,7 @@ function positiveInteger(value: number | undefined, fallback: number, what: stri
 }
 
 /**
- * Runs observers (PROTOCOL.md section 8). It finds notified rows through the store's
+ * Runs observers (docs/protocol.md section 8). It finds notified rows through the store's
  * notification index (never a full scan), takes an advisory lease per row so workers in
  * this or other processes do not run the same row at once, runs each observer of each
  * notified cell in its own transaction, and clears the notification unless a newer

@@ -1,0 +1,140 @@
+import { backoffMs, sleep } from '../backoff.js';
+import { addRecord, findRecord, tidyCell } from '../cells.js';
+import { decodeRow } from '../codec.js';
+import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from '../errors.js';
+import { cellOf, emptyRow, rowHasNotification } from '../row-state.js';
+import { AmbiguousOutcome, encodeState, readRow, updateRow } from '../row-update.js';
+import { alive, type CommitContext, isPrimaryRow, rowId } from './context.js';
+import { applyPrewrite, withLockResolution } from './prewrite.js';
+
+/**
+ * The commit point (docs/protocol.md section 4): the one CAS after which the transaction
+ * is committed, whatever happens to its client.
+ */
+
+/**
+ * In one CAS on the primary row, replace our locks with write records. If our lock is
+ * gone, a commit record for our startTs means an earlier ambiguous attempt succeeded;
+ * otherwise another client rolled us back.
+ */
+export async function commitPrimary(ctx: CommitContext, commitTs: number): Promise<number> {
+  const { env, startTs, primary } = ctx;
+  const m = ctx.rows.find((r) => isPrimaryRow(ctx, r))!;
+  alive(ctx);
+  try {
+    const { result } = await updateRow<number>(
+      env,
+      primary.table,
+      primary.row,
+      ctx.knownRows.get(rowId(m.table, m.row)),
+      (state, attempt) => {
+        const cell = state?.cells.get(primary.column);
+        if (state && cell?.lock?.startTs === startTs) {
+          const now = env.clock();
+          for (const column of m.cells.keys()) {
+            const c = cellOf(state, column);
+            const lock = c.lock;
+            if (lock?.startTs !== startTs) continue;
+            c.lock = undefined;
+            addRecord(c, {
+              commitTs,
+              startTs,
+              kind: lock.kind,
+              wallTimeMs: now,
+              value: 'inline',
+              secondaries: lock.secondaries,
+            });
+            tidyCell(c, env.prune, now);
+          }
+          return { write: state, result: commitTs };
+        }
+        const record = cell ? findRecord(cell, startTs) : undefined;
+        if (record && record.kind !== 'rollback') return { done: record.commitTs };
+        if (!record && attempt.ambiguous) {
+          throw new CommitUnknownError(
+            'primary lock is gone and no record remains after an ambiguous commit',
+            startTs,
+          );
+        }
+        throw new ConflictError(
+          `transaction ${startTs} was rolled back by another client before its commit point`,
+        );
+      },
+    );
+    return result;
+  } catch (error) {
+    if (error instanceof AmbiguousOutcome) {
+      throw new CommitUnknownError(`commit of transaction ${startTs} could not be verified`, startTs, {
+        cause: error.cause,
+      });
+    }
+    throw error;
+  }
+}
+
+/**
+ * A single-row transaction in one CAS (1PC): the store draws the commit timestamp from the
+ * oracle's own counter inside the same atomic step as the write, so no reader can take a
+ * later start timestamp and still miss it. Only used when the store offers that.
+ */
+export async function commitOnePhase(ctx: CommitContext, counter: string): Promise<number> {
+  const { env, startTs } = ctx;
+  const m = ctx.rows[0]!;
+  const id = rowId(m.table, m.row);
+  return withLockResolution(ctx, m, async () => {
+    let current = ctx.knownRows.get(id);
+    let ambiguous = false;
+    for (let attempt = 0; attempt < 64; attempt++) {
+      alive(ctx);
+      if (current === undefined) current = await readRow(env, m.table, m.row);
+      const state = current ? decodeRow(current.state) : emptyRow();
+      const primaryCell = cellOf(state, ctx.primary.column);
+      const landed = findRecord(primaryCell, startTs);
+      if (landed && landed.kind !== 'rollback') return landed.commitTs;
+      if (landed) throw new ConflictError(`transaction ${startTs} was rolled back by another client`);
+      if (ambiguous && startTs <= primaryCell.prunedThrough) {
+        throw new CommitUnknownError('a one-phase commit could not be verified', startTs);
+      }
+      applyPrewrite(ctx, m, state, 'none');
+      const build = (commitTs: number) => {
+        const now = env.clock();
+        for (const [column, value] of m.cells) {
+          const cell = cellOf(state, column);
+          addRecord(cell, {
+            commitTs,
+            startTs,
+            kind: value ? 'put' : 'delete',
+            wallTimeMs: now,
+            value: 'inline',
+          });
+          tidyCell(cell, env.prune, now);
+        }
+        return encodeState(env, m.table, m.row, state);
+      };
+      try {
+        const outcome = await env.store.checkAndSetStamped!(
+          {
+            table: m.table,
+            key: m.row,
+            expected: current?.version ?? null,
+            notified: rowHasNotification(state),
+          },
+          counter,
+          build,
+        );
+        if (outcome.ok && outcome.timestamp !== undefined) {
+          env.tidier.afterWrite(m.table, m.row, state, undefined);
+          return outcome.timestamp;
+        }
+        current = outcome.ok ? undefined : outcome.current;
+      } catch (error) {
+        if (error instanceof RowTooLargeError) throw error;
+        if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
+        current = undefined;
+        await sleep(backoffMs(attempt));
+      }
+    }
+    if (ambiguous) throw new CommitUnknownError('a one-phase commit could not be verified', startTs);
+    throw new StoreError(`row ${m.table}/${m.row} kept changing during a one-phase commit`, 'no');
+  });
+}

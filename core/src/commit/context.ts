@@ -1,0 +1,64 @@
+import type { CommitStepEvent, ProtocolEnv } from '../env.js';
+import type { CellRef, Lock, RowKey } from '../row-state.js';
+import type { StoredRow } from '../store.js';
+
+/** What every commit step shares (docs/protocol.md section 4). */
+
+/** The buffered writes of one row: column -> value, or null for a delete. */
+export interface RowMutations {
+  readonly table: string;
+  readonly row: string;
+  readonly cells: ReadonlyMap<string, Uint8Array | null>;
+  /** Weak notifications (`tx.notify`) on this row: marked in the prewrite CAS, lock-free. */
+  readonly notify?: ReadonlySet<string> | undefined;
+}
+
+export interface CommitContext {
+  readonly env: ProtocolEnv;
+  readonly startTs: number;
+  readonly rows: readonly RowMutations[];
+  readonly primary: CellRef;
+  /** Rows as this transaction last saw them: the expected version for the first CAS. */
+  readonly knownRows: Map<string, StoredRow | null>;
+  /** Set once a hook simulated a crash: the client makes no further store call. */
+  crashed: unknown;
+}
+
+export function rowId(table: string, row: string): string {
+  return `${table}\u0000${row}`;
+}
+
+export function isPrimaryRow(ctx: CommitContext, m: RowMutations): boolean {
+  return m.table === ctx.primary.table && m.row === ctx.primary.row;
+}
+
+/** The rows other than the primary's: listed in the primary lock and its commit record. */
+export function secondaryRows(ctx: CommitContext): RowKey[] | undefined {
+  if (ctx.rows.length <= 1) return undefined;
+  return ctx.rows.filter((m) => !isPrimaryRow(ctx, m)).map((m) => ({ table: m.table, row: m.row }));
+}
+
+/** A lock held by another transaction blocked our prewrite. */
+export class BlockedByLock extends Error {
+  constructor(readonly lock: Lock) {
+    super('row is locked by another transaction');
+  }
+}
+
+/** A named commit step: runs the test hook, which may simulate a crash there. */
+export async function step(ctx: CommitContext, event: Omit<CommitStepEvent, 'startTs'>): Promise<void> {
+  if (ctx.crashed !== undefined) throw ctx.crashed;
+  const hook = ctx.env.hooks.onCommitStep;
+  if (!hook) return;
+  try {
+    await hook({ ...event, startTs: ctx.startTs });
+  } catch (error) {
+    ctx.crashed = error;
+    throw error;
+  }
+}
+
+/** Throws if a hook simulated a crash: a crashed client makes no further store call. */
+export function alive(ctx: CommitContext): void {
+  if (ctx.crashed !== undefined) throw ctx.crashed;
+}

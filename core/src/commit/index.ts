@@ -1,0 +1,49 @@
+import { CommitUnknownError, StoreError } from '../errors.js';
+import { AmbiguousOutcome } from '../row-update.js';
+import { commitPrimary } from './commit-point.js';
+import { alive, type CommitContext, step } from './context.js';
+import { Heartbeat } from './heartbeat.js';
+import { prewriteAll } from './prewrite.js';
+import { rollbackTransaction } from './rollback.js';
+import { commitSecondaries } from './secondaries.js';
+
+/**
+ * Two-phase commit (docs/protocol.md section 4), one step per file: prewrite every row,
+ * take a commit timestamp, commit the primary (the commit point), then commit the
+ * secondaries. A failure before the commit point rolls back.
+ */
+export { commitOnePhase } from './commit-point.js';
+export type { CommitContext, RowMutations } from './context.js';
+export { rowId } from './context.js';
+
+/** Runs the steps in order and returns the commit timestamp. */
+export async function commitTransaction(ctx: CommitContext): Promise<number> {
+  const commitTs = await reachCommitPoint(ctx);
+  await step(ctx, { step: 'afterCommitPrimary', commitTs });
+  await commitSecondaries(ctx, commitTs);
+  return commitTs;
+}
+
+/** Prewrites, the commit timestamp and the primary commit; rolls back on any failure before the commit point. */
+async function reachCommitPoint(ctx: CommitContext): Promise<number> {
+  const heartbeat = new Heartbeat(ctx);
+  try {
+    await step(ctx, { step: 'beforePrewrite' });
+    await prewriteAll(ctx, heartbeat);
+    const commitTs = await ctx.env.oracle.next();
+    await step(ctx, { step: 'beforeCommitPrimary', commitTs });
+    await heartbeat.stop();
+    return await commitPrimary(ctx, commitTs);
+  } catch (error) {
+    await heartbeat.stop();
+    alive(ctx);
+    if (error instanceof CommitUnknownError) throw error;
+    await rollbackTransaction(ctx);
+    if (error instanceof AmbiguousOutcome) {
+      throw new StoreError('a prewrite could not be verified; the transaction was rolled back', 'no', {
+        cause: error.cause,
+      });
+    }
+    throw error;
+  }
+}

@@ -1,0 +1,186 @@
+import { hasWriteAtOrAfter, inlineHistoryBytes } from '../cells.js';
+import { decodeRow } from '../codec.js';
+import { observedKey } from '../env.js';
+import { ConflictError, RowTooLargeError, SnapshotTooOldError } from '../errors.js';
+import { isLockExpired, resolveLock } from '../lock-resolver.js';
+import { cellOf, emptyRow, type RowState } from '../row-state.js';
+import { type RowUpdateResult, updateRow, updateRows } from '../row-update.js';
+import type { StoredRow } from '../store.js';
+import {
+  alive,
+  BlockedByLock,
+  type CommitContext,
+  isPrimaryRow,
+  type RowMutations,
+  rowId,
+  secondaryRows,
+  step,
+} from './context.js';
+import type { Heartbeat } from './heartbeat.js';
+
+/**
+ * Prewrite (docs/protocol.md section 4): in one CAS per row, check for conflicts, then
+ * store each written value and a lock. The first attempt for every row goes out as one
+ * batch; each row the batch did not settle goes on its own.
+ */
+
+/**
+ * The prewrite rule for one row, applied to `state` in place: fail on a newer write or a
+ * foreign lock, else store data and (with `lockAs: 'lock'`) a lock for each written cell.
+ * Returns false if every lock is ours already (an earlier ambiguous attempt landed).
+ */
+export function applyPrewrite(
+  ctx: CommitContext,
+  m: RowMutations,
+  state: RowState,
+  lockAs: 'lock' | 'none',
+): boolean {
+  const { env, startTs } = ctx;
+  let changed = false;
+  const now = env.clock();
+  const primaryRow = isPrimaryRow(ctx, m);
+  for (const [column, value] of m.cells) {
+    const cell = cellOf(state, column);
+    if (cell.lock?.startTs === startTs) continue;
+    if (cell.lock) throw new BlockedByLock(cell.lock);
+    if (startTs <= cell.prunedThrough) {
+      throw new SnapshotTooOldError(`history of ${m.table}/${column} was pruned past start ${startTs}`);
+    }
+    if (hasWriteAtOrAfter(cell, startTs)) {
+      throw new ConflictError(`write conflict on ${m.table}/${JSON.stringify(m.row)}/${column}`);
+    }
+    if (value) cell.data.set(startTs, value);
+    if (lockAs === 'lock') {
+      cell.lock = {
+        startTs,
+        primary: ctx.primary,
+        kind: value ? 'put' : 'delete',
+        ttlMs: env.lockTtlMs,
+        wallTimeMs: now,
+        // The primary lock names the other rows: its commit record keeps the list until GC
+        // has made sure none of them is still locked (section 7).
+        secondaries: primaryRow && column === ctx.primary.column ? secondaryRows(ctx) : undefined,
+      };
+    }
+    // Section 8: the notification is written before the commit point.
+    if (env.observed.has(observedKey(m.table, column))) cell.notifyTs = startTs;
+    changed = true;
+  }
+  // Weak notifications ride along in the same CAS, outside the conflict check.
+  if (changed) {
+    for (const column of m.notify ?? []) {
+      const cell = cellOf(state, column);
+      cell.notifyTs = Math.max(cell.notifyTs, startTs);
+    }
+  }
+  return changed;
+}
+
+/**
+ * Runs `attemptOnce` (one prewrite-style CAS loop); when a foreign lock blocks it, a live
+ * owner wins (the paper aborts the newcomer) and an abandoned lock is resolved first.
+ */
+export async function withLockResolution<T>(
+  ctx: CommitContext,
+  m: RowMutations,
+  attemptOnce: (attempt: number) => Promise<T>,
+): Promise<T> {
+  const { env } = ctx;
+  for (let attempt = 0; ; attempt++) {
+    alive(ctx);
+    try {
+      return await attemptOnce(attempt);
+    } catch (error) {
+      if (!(error instanceof BlockedByLock)) throw error;
+      const blocked = () =>
+        new ConflictError(
+          `${m.table}/${JSON.stringify(m.row)} is locked by transaction ${error.lock.startTs}`,
+        );
+      if (!isLockExpired(error.lock, env.clock())) throw blocked();
+      ctx.knownRows.delete(rowId(m.table, m.row));
+      if ((await resolveLock(env, m.table, m.row, error.lock)) === 'alive' || attempt >= 3) throw blocked();
+    }
+  }
+}
+
+/**
+ * A head row close to the store's limit with old values still inline: move them out
+ * first (a burst of big values can outrun the background tidy step). Cheap to test: only
+ * rows over half the limit are decoded.
+ */
+function underPressure(ctx: CommitContext, known: StoredRow | null | undefined): boolean {
+  const limit = ctx.env.store.capabilities.maxStateBytes;
+  if (!known || known.state.length <= limit / 2) return false;
+  let bytes = 0;
+  for (const cell of decodeRow(known.state).cells.values()) bytes += inlineHistoryBytes(cell);
+  return bytes > limit / 4;
+}
+
+async function relievePressure(ctx: CommitContext, m: RowMutations): Promise<void> {
+  alive(ctx);
+  ctx.knownRows.delete(rowId(m.table, m.row));
+  await ctx.env.tidier.tidyRow(m.table, m.row, undefined, { force: true });
+}
+
+/** Prewrite one row on its own: re-reads as needed, resolves abandoned locks, makes room. */
+function prewriteRow(
+  ctx: CommitContext,
+  m: RowMutations,
+  first: StoredRow | null | undefined,
+  ambiguous: boolean,
+): Promise<RowUpdateResult<undefined>> {
+  const decide = (state: RowState | undefined) => {
+    const next = state ?? emptyRow();
+    return applyPrewrite(ctx, m, next, 'lock') ? { write: next, result: undefined } : { done: undefined };
+  };
+  return withLockResolution(ctx, m, async (attempt) => {
+    const known = attempt === 0 ? first : ctx.knownRows.get(rowId(m.table, m.row));
+    try {
+      return await updateRow(ctx.env, m.table, m.row, known, decide, ambiguous);
+    } catch (error) {
+      if (!(error instanceof RowTooLargeError)) throw error;
+      await relievePressure(ctx, m);
+      return await updateRow(ctx.env, m.table, m.row, undefined, decide, ambiguous);
+    }
+  });
+}
+
+/** Prewrites every row: the first attempts in one batch where the store allows it. */
+export async function prewriteAll(ctx: CommitContext, heartbeat: Heartbeat): Promise<void> {
+  for (const m of ctx.rows) {
+    if (underPressure(ctx, ctx.knownRows.get(rowId(m.table, m.row)))) await relievePressure(ctx, m);
+  }
+  alive(ctx);
+  const settled = await updateRows(
+    ctx.env,
+    ctx.rows.map((m) => ({
+      table: m.table,
+      key: m.row,
+      known: ctx.knownRows.get(rowId(m.table, m.row)),
+      decide: (state: RowState | undefined) => {
+        const next = state ?? emptyRow();
+        return applyPrewrite(ctx, m, next, 'lock') ? { write: next, result: undefined } : { done: undefined };
+      },
+      single: (known: StoredRow | null | undefined, ambiguous: boolean) =>
+        prewriteRow(ctx, m, known, ambiguous),
+    })),
+    // A conflict fails the transaction: nothing is sent. A lock is resolved row by row.
+    { abortIf: (error) => !(error instanceof BlockedByLock) },
+  );
+  alive(ctx);
+  let failure: PromiseRejectedResult | undefined;
+  for (const [i, s] of settled.entries()) {
+    const m = ctx.rows[i]!;
+    if (s.status === 'rejected') {
+      failure ??= s;
+      continue;
+    }
+    if (s.value.stored !== undefined) ctx.knownRows.set(rowId(m.table, m.row), s.value.stored);
+  }
+  if (failure) throw failure.reason;
+  for (const m of ctx.rows) {
+    const isPrimary = isPrimaryRow(ctx, m);
+    if (isPrimary) heartbeat.start();
+    await step(ctx, { step: 'afterPrewrite', table: m.table, row: m.row, isPrimary });
+  }
+}

@@ -1,0 +1,39 @@
+import { addRecord, findRecord } from '../cells.js';
+import { rollBackCells } from '../lock-resolver.js';
+import { cellOf, emptyRow } from '../row-state.js';
+import { updateRows } from '../row-update.js';
+import { type CommitContext, isPrimaryRow } from './context.js';
+
+/**
+ * Before the commit point (docs/protocol.md section 4): remove our locks and leave a
+ * rollback record on the primary, so a late prewrite of this transaction fails. All rows
+ * in one batch where the store allows it. Best effort: readers do the same.
+ */
+export async function rollbackTransaction(ctx: CommitContext): Promise<void> {
+  const { env, startTs, primary } = ctx;
+  if (ctx.crashed !== undefined) return;
+  await updateRows(
+    env,
+    ctx.rows.map((m) => ({
+      table: m.table,
+      key: m.row,
+      known: undefined,
+      decide: (state) => {
+        const next = state ?? emptyRow();
+        const removed = rollBackCells(next, startTs);
+        if (!isPrimaryRow(ctx, m)) return removed ? { write: next, result: undefined } : { done: undefined };
+        const cell = cellOf(next, primary.column);
+        if (findRecord(cell, startTs))
+          return removed ? { write: next, result: undefined } : { done: undefined };
+        addRecord(cell, {
+          commitTs: startTs,
+          startTs,
+          kind: 'rollback',
+          wallTimeMs: env.clock(),
+          value: 'inline',
+        });
+        return { write: next, result: undefined };
+      },
+    })),
+  );
+}

@@ -1,0 +1,276 @@
+import { HELD_RECORDS_BATCH, heldRecords, markMoving, pruneCell, rowNeedsTidy } from './cells.js';
+import { decodeRow, encodeVersionRow } from './codec.js';
+import { rowId } from './commit/context.js';
+import type { ProtocolEnv } from './env.js';
+import { rollForwardCells } from './lock-resolver.js';
+import type { RowState } from './row-state.js';
+import { readRow, updateRow, updateRows } from './row-update.js';
+import type { CasRequest, CasResult, RowRef, StoredRow } from './store.js';
+import { versionKey, versionTable } from './versions.js';
+
+/**
+ * The tidy step (docs/protocol.md section 7): the work a head row asks for once a commit
+ * has marked it, done in the background after the commit, never on its critical path.
+ *
+ * 1. Create the version rows of `moving` values (create-only, one batch), delete the
+ *    version rows named in `garbage` (read, then delete, one batch each), and settle the
+ *    secondaries of held commit records (roll forward any lock they still hold, exactly as
+ *    a reader would).
+ * 2. One CAS on the head row: confirmed moves become `moved` and drop their inline copy,
+ *    confirmed deletions leave `garbage`, settled records drop their secondaries list (and
+ *    may then be pruned).
+ *
+ * The head row names a version row (as `moving`) before anyone creates it, and forgets it
+ * only once its deletion is confirmed, so a crash at any point leaves a name, never an
+ * orphan: the next commit on the row, or `gc`, picks the work up again.
+ */
+
+export interface TidyOptions {
+  /** Move every superseded inline value and settle every held record, not just past the thresholds. */
+  readonly force?: boolean;
+}
+
+export interface TidyReport {
+  /** Values moved to version rows. */
+  moved: number;
+  /** Bytes of those values. */
+  movedBytes: number;
+  /** Version rows deleted. */
+  deleted: number;
+  /** Commit records whose secondaries were settled. */
+  settled: number;
+}
+
+const ROUNDS = 4;
+
+function part(column: string, ts: number): string {
+  return `${column}\u0000${ts}`;
+}
+
+export class Tidier {
+  /** Rows being tidied by this client: a write meanwhile asks for another round. */
+  private readonly running = new Map<string, { again: boolean; known: StoredRow | undefined }>();
+
+  constructor(private readonly env: ProtocolEnv) {}
+
+  /** Called after every head-row write: schedules the tidy step if the row asks for it. */
+  afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void {
+    if (!state || !rowNeedsTidy(state, this.env.prune, this.env.clock())) return;
+    this.schedule(table, key, stored ?? undefined);
+  }
+
+  private schedule(table: string, key: string, known: StoredRow | undefined): void {
+    const id = rowId(table, key);
+    const running = this.running.get(id);
+    if (running) {
+      running.again = true;
+      running.known = known;
+      return;
+    }
+    const entry = { again: false, known };
+    this.running.set(id, entry);
+    const job = (async () => {
+      for (let round = 0; round < ROUNDS; round++) {
+        const from = entry.known;
+        entry.again = false;
+        entry.known = undefined;
+        // A failed round is left for the next commit on this row, or gc.
+        await this.tidyRow(table, key, from).catch(() => undefined);
+        if (!entry.again) break;
+      }
+    })().finally(() => this.running.delete(id));
+    const { background } = this.env;
+    background.add(job);
+    void job.finally(() => background.delete(job));
+  }
+
+  /** One tidy pass over one head row; `gc` and a writer under pressure call it directly. */
+  async tidyRow(
+    table: string,
+    key: string,
+    known?: StoredRow | null,
+    options: TidyOptions = {},
+  ): Promise<TidyReport> {
+    const { env } = this;
+    const report: TidyReport = { moved: 0, movedBytes: 0, deleted: 0, settled: 0 };
+    let stored: StoredRow | null | undefined = known === undefined ? await readRow(env, table, key) : known;
+    if (options.force) {
+      ({ stored } = await updateRow(env, table, key, stored, (state) => {
+        let changed = false;
+        for (const cell of state?.cells.values() ?? []) if (markMoving(cell, 'force')) changed = true;
+        return changed ? { write: state!, result: undefined } : { done: undefined };
+      }));
+    }
+    if (stored === undefined) stored = await readRow(env, table, key);
+    if (!stored) return report;
+    const state = decodeRow(stored.state);
+    const now = env.clock();
+    if (!options.force && !rowNeedsTidy(state, env.prune, now)) return report;
+
+    const vt = versionTable(table);
+    const creates: { id: string; bytes: number; request: CasRequest }[] = [];
+    const garbage: { id: string; ref: RowRef }[] = [];
+    const held: { id: string; startTs: number; commitTs: number; rows: readonly RowRef[] }[] = [];
+    for (const [column, cell] of state.cells) {
+      for (const rec of cell.writes) {
+        const value = cell.data.get(rec.startTs);
+        if (rec.value !== 'moving' || !value) continue;
+        creates.push({
+          id: part(column, rec.startTs),
+          bytes: value.length,
+          request: {
+            table: vt,
+            key: versionKey(key, column, rec.startTs),
+            expected: null,
+            state: encodeVersionRow(value),
+          },
+        });
+      }
+      for (const ts of cell.garbage)
+        garbage.push({ id: part(column, ts), ref: { table: vt, key: versionKey(key, column, ts) } });
+      const past = heldRecords(cell, env.prune, now);
+      if (past.length > 0 && (options.force || past.length >= HELD_RECORDS_BATCH)) {
+        for (const rec of past) {
+          const rows = (rec.secondaries ?? []).map((r) => ({ table: r.table, key: r.row }));
+          held.push({ id: part(column, rec.startTs), startTs: rec.startTs, commitTs: rec.commitTs, rows });
+        }
+      }
+    }
+    const [created, deleted, settled] = await Promise.all([
+      this.createVersions(creates),
+      this.deleteVersions(garbage),
+      this.settleSecondaries(held),
+    ]);
+    if (created.size + deleted.size + settled.size === 0) return report;
+    await updateRow(env, table, key, stored, (current) => {
+      if (!current) return { done: undefined };
+      let changed = false;
+      const at = env.clock();
+      for (const [column, cell] of current.cells) {
+        let cellChanged = false;
+        for (const rec of cell.writes) {
+          const id = part(column, rec.startTs);
+          if (rec.value === 'moving' && created.has(id)) {
+            rec.value = 'moved';
+            cell.data.delete(rec.startTs);
+            cellChanged = true;
+          }
+          if (rec.secondaries && settled.has(id)) {
+            rec.secondaries = undefined;
+            cellChanged = true;
+          }
+        }
+        const left = cell.garbage.filter((ts) => !deleted.has(part(column, ts)));
+        if (left.length !== cell.garbage.length) {
+          cell.garbage = left;
+          cellChanged = true;
+        }
+        if (cellChanged) {
+          // Records freed of their secondaries list may go now (their version rows become garbage).
+          pruneCell(cell, env.prune, at);
+          changed = true;
+        }
+      }
+      return changed ? { write: current, result: undefined } : { done: undefined };
+    });
+    report.moved = created.size;
+    for (const c of creates) if (created.has(c.id)) report.movedBytes += c.bytes;
+    report.deleted = deleted.size;
+    report.settled = settled.size;
+    return report;
+  }
+
+  /** Create-only writes: "already there" counts as done, since a version row's content is unique to its name. */
+  private async createVersions(
+    creates: readonly { id: string; request: CasRequest }[],
+  ): Promise<Set<string>> {
+    const done = new Set<string>();
+    if (creates.length === 0) return done;
+    const results = await this.casAll(creates.map((c) => c.request));
+    for (const [i, c] of creates.entries()) {
+      const r = results[i];
+      if (r && (r.ok || r.current !== null)) done.add(c.id);
+    }
+    return done;
+  }
+
+  /** Reads each named version row, then deletes it with its version; absent counts as done. */
+  private async deleteVersions(garbage: readonly { id: string; ref: RowRef }[]): Promise<Set<string>> {
+    const done = new Set<string>();
+    if (garbage.length === 0) return done;
+    const { env } = this;
+    const rows = await Promise.all(
+      garbage.map((g) => env.reader.read(g.ref.table, g.ref.key).catch(() => undefined)),
+    );
+    const deletes: { id: string; request: CasRequest }[] = [];
+    for (const [i, g] of garbage.entries()) {
+      const row = rows[i];
+      if (row === null) done.add(g.id);
+      else if (row) deletes.push({ id: g.id, request: { ...g.ref, expected: row.version, state: null } });
+    }
+    const results = await this.casAll(deletes.map((d) => d.request));
+    for (const [i, d] of deletes.entries()) if (results[i]?.ok) done.add(d.id);
+    return done;
+  }
+
+  /**
+   * Rolls forward, in each secondary row, any lock the held records' transactions still
+   * hold there: they are committed (their primary's record says so). Grouped by row, one
+   * batch. A record is settled once every one of its rows is.
+   */
+  private async settleSecondaries(
+    held: readonly { id: string; startTs: number; commitTs: number; rows: readonly RowRef[] }[],
+  ): Promise<Set<string>> {
+    const done = new Set<string>();
+    if (held.length === 0) return done;
+    const { env } = this;
+    const byRow = new Map<string, { ref: RowRef; fates: Map<number, number> }>();
+    for (const h of held) {
+      for (const ref of h.rows) {
+        const id = rowId(ref.table, ref.key);
+        let entry = byRow.get(id);
+        if (!entry) {
+          entry = { ref, fates: new Map() };
+          byRow.set(id, entry);
+        }
+        entry.fates.set(h.startTs, h.commitTs);
+      }
+    }
+    const rows = [...byRow.values()];
+    const results = await updateRows(
+      env,
+      rows.map(({ ref, fates }) => ({
+        table: ref.table,
+        key: ref.key,
+        known: undefined,
+        decide: (state: RowState | undefined) => {
+          let changed = false;
+          for (const [startTs, commitTs] of fates) {
+            if (state && rollForwardCells(env, state, startTs, commitTs)) changed = true;
+          }
+          return changed ? { write: state!, result: undefined } : { done: undefined };
+        },
+      })),
+    );
+    const failed = new Set<string>();
+    for (const [i, r] of results.entries()) {
+      if (r.status === 'rejected') failed.add(rowId(rows[i]!.ref.table, rows[i]!.ref.key));
+    }
+    for (const h of held) {
+      if (h.rows.every((ref) => !failed.has(rowId(ref.table, ref.key)))) done.add(h.id);
+    }
+    return done;
+  }
+
+  /** Independent CAS calls: one batch where the store allows it. `undefined` = unknown. */
+  private async casAll(requests: readonly CasRequest[]): Promise<(CasResult | undefined)[]> {
+    if (requests.length === 0) return [];
+    const { store } = this.env;
+    if (requests.length > 1 && store.capabilities.batchCheckAndSet && store.checkAndSetMany) {
+      const results = await store.checkAndSetMany(requests).catch(() => undefined);
+      if (results?.length === requests.length) return results;
+      return requests.map(() => undefined);
+    }
+    return Promise.all(requests.map((r) => store.checkAndSet(r).catch(() => undefined)));
+  }
+}
