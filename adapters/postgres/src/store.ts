@@ -13,8 +13,9 @@ import {
   StoreError,
   validateTable,
 } from '@percolator/core';
-import { redactUrl, resolvePostgresUrl } from './env.js';
+import { POSTGRES_URL_ENV, redactUrl, resolvePostgresUrl } from './env.js';
 import { connectError, isConnectionBroken, isTransientRollback, readError, writeError } from './errors.js';
+import { checkOptionKeys, type OptionKeys } from './options.js';
 import {
   createPgPool,
   type PgPool,
@@ -70,6 +71,15 @@ export interface PostgresStoreOptions {
 
 export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
 
+const OPTION_KEYS: OptionKeys<PostgresStoreOptions> = {
+  connectionString: true,
+  pool: true,
+  namespace: true,
+  createSchema: true,
+  maxConnections: true,
+  queryTimeoutMs: true,
+};
+
 export interface PostgresStore extends RowStore {
   readonly namespace: string;
   // Every optional capability except stampedCheckAndSet is implemented, so always present.
@@ -83,10 +93,18 @@ export interface PostgresStore extends RowStore {
 }
 
 export async function createPostgresStore(options: PostgresStoreOptions = {}): Promise<PostgresStore> {
+  checkOptionKeys('createPostgresStore', options, OPTION_KEYS);
   const names = postgresNames(validateNamespace(options.namespace));
   const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
   const ownsPool = options.pool === undefined;
   const url = options.connectionString ?? resolvePostgresUrl();
+  // Where the URL came from, so a failure names what to fix.
+  const source =
+    options.connectionString !== undefined
+      ? 'the connectionString option'
+      : process.env[POSTGRES_URL_ENV]?.trim()
+        ? `$${POSTGRES_URL_ENV}`
+        : `the default; pass connectionString or set ${POSTGRES_URL_ENV}`;
   const pool =
     options.pool ??
     createPgPool({
@@ -106,7 +124,7 @@ export async function createPostgresStore(options: PostgresStoreOptions = {}): P
   } catch (error) {
     await store.close();
     if (ownsPool) {
-      (error as Error).message += ` (connecting to ${redactUrl(url)})`;
+      (error as Error).message += ` (connecting to ${redactUrl(url)}, from ${source})`;
     }
     throw error;
   }

@@ -18,13 +18,17 @@ const NODE = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+)):(\d{1,5})$/;
 
 /**
  * "host:port,host:port" (an IPv6 address in brackets: "[::1]:7001") as ioredis wants it.
- * Anything else throws InvalidArgumentError naming PERCOLATOR_REDIS_CLUSTER_NODES, the usual
- * source of the list, rather than handing ioredis a NaN port.
+ * Anything else throws InvalidArgumentError naming `source`, where the list came from
+ * (default PERCOLATOR_REDIS_CLUSTER_NODES, the usual source; a CLI passes e.g. "--url"),
+ * rather than handing ioredis a NaN port.
  */
-export function parseNodes(list: string): { host: string; port: number }[] {
+export function parseNodes(
+  list: string,
+  source = 'PERCOLATOR_REDIS_CLUSTER_NODES',
+): { host: string; port: number }[] {
   const bad = (why: string) =>
     new InvalidArgumentError(
-      `Redis Cluster nodes (PERCOLATOR_REDIS_CLUSTER_NODES) must be "host:port,host:port" with IPv6 in brackets: ${why}`,
+      `Redis Cluster nodes (${source}) must be "host:port,host:port" with IPv6 in brackets: ${why}`,
     );
   if (typeof list !== 'string') throw bad(`got ${typeof list}`);
   const entries = list.split(',').map((s) => s.trim());

@@ -1,6 +1,7 @@
 import { InvalidArgumentError, StoreError } from '@percolator/core';
 import type { Cluster, Redis } from 'ioredis';
-import { createRedisClient, defaultRedisUrl } from './client.js';
+import { createRedisClient, DEFAULT_REDIS_URL, defaultRedisUrl } from './client.js';
+import { checkOptionKeys, type OptionKeys } from './options.js';
 import { CAS_SCRIPT, loadScripts } from './scripts.js';
 import { type RedisClient, RedisStore } from './store.js';
 
@@ -35,16 +36,24 @@ export interface RedisStoreOptions {
   commandTimeoutMs?: number;
 }
 
+const OPTION_KEYS: OptionKeys<RedisStoreOptions> = {
+  client: true,
+  url: true,
+  namespace: true,
+  commandTimeoutMs: true,
+};
+
 /** Connects (if needed), loads the scripts and resolves to a ready store. */
 export async function createRedisStore(options: RedisStoreOptions = {}): Promise<RedisStore> {
+  checkOptionKeys('createRedisStore', options, OPTION_KEYS);
   const namespace = options.namespace ?? DEFAULT_NAMESPACE;
   if (typeof namespace !== 'string' || !NAMESPACE.test(namespace)) {
     throw new InvalidArgumentError(
       `redis namespace must match ${NAMESPACE}, got ${JSON.stringify(namespace)}`,
     );
   }
-  if (options.client && options.url !== undefined) {
-    throw new InvalidArgumentError('give either client or url, not both');
+  if (options.client && (options.url !== undefined || options.commandTimeoutMs !== undefined)) {
+    throw new InvalidArgumentError('createRedisStore: give either client or url/commandTimeoutMs, not both');
   }
   let client: RedisClient;
   const owns = !options.client;
@@ -67,7 +76,7 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
     } catch (error) {
       client.disconnect();
       throw new StoreError(
-        `cannot connect to Redis at ${redact(url)} (set PERCOLATOR_REDIS_URL): ${(error as Error).message}`,
+        `cannot connect to Redis at ${redact(url)} (from ${urlSource(options.url)}): ${(error as Error).message}`,
         'no',
         { cause: error },
       );
@@ -110,6 +119,13 @@ async function whenReady(client: RedisClient): Promise<void> {
     client.on('ready', onReady);
     client.on('end', onEnd);
   });
+}
+
+/** Where the URL came from, so a failure names what to fix. */
+function urlSource(given: string | undefined): string {
+  if (given !== undefined) return 'the url option';
+  if (process.env.PERCOLATOR_REDIS_URL) return '$PERCOLATOR_REDIS_URL';
+  return `the default ${DEFAULT_REDIS_URL}; pass url or set PERCOLATOR_REDIS_URL`;
 }
 
 function redact(url: string): string {

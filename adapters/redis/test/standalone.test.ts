@@ -40,11 +40,11 @@ describe('standalone: a store that makes its own client', () => {
     await vi.waitFor(() => expect(store.client.status).toBe('end'));
   });
 
-  it('fails with StoreError "no" naming PERCOLATOR_REDIS_URL when Redis is unreachable', async () => {
+  it('fails with StoreError "no" naming the URL it was given when Redis is unreachable', async () => {
     const error = await createRedisStore({ url: 'redis://127.0.0.1:1', namespace: 'x' }).catch((e) => e);
     expect(error).toBeInstanceOf(StoreError);
     expect((error as StoreError).applied).toBe('no');
-    expect((error as Error).message).toContain('PERCOLATOR_REDIS_URL');
+    expect((error as Error).message).toContain('redis://127.0.0.1:1 (from the url option)');
   });
 
   it('accepts a lazy client that is not connected yet', async () => {

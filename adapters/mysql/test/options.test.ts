@@ -1,0 +1,38 @@
+// Option parsing needs no server: every case here fails before anything connects.
+import { InvalidArgumentError } from '@percolator/core';
+import { createMySqlStore, MYSQL_URL_ENV, type MySqlStoreOptions } from '@percolator/mysql';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+
+const reject = (options: unknown) => createMySqlStore(options as MySqlStoreOptions).catch((e) => e);
+
+describe('createMySqlStore options', () => {
+  afterEach(() => {
+    vi.unstubAllEnvs();
+  });
+
+  it('rejects a misspelt key, naming it, the likely one and every accepted key', async () => {
+    const error = await reject({ URI: 'mysql://root@127.0.0.1:1/test' });
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error.message).toContain('unknown option "URI"');
+    expect(error.message).toContain('did you mean "uri"?');
+    for (const key of ['uri', 'pool', 'namespace', 'createSchema', 'maxConnections', 'queryTimeoutMs'])
+      expect(error.message).toContain(key);
+  });
+
+  it('rejects keys of other adapters and non-object options', async () => {
+    const error = await reject({ connectionString: 'mysql://root@127.0.0.1:1/test' });
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error.message).toContain('unknown option "connectionString"');
+    expect(await reject(null)).toBeInstanceOf(InvalidArgumentError);
+    expect(await reject([])).toBeInstanceOf(InvalidArgumentError);
+  });
+
+  it('names the uri option, not the environment variable, when that server is unreachable', async () => {
+    vi.stubEnv(MYSQL_URL_ENV, 'mysql://root@127.0.0.1:2/elsewhere');
+    const error = await reject({ uri: 'mysql://root:secret@127.0.0.1:1/test' });
+    expect(error.message).toContain('127.0.0.1:1');
+    expect(error.message).toContain('the uri option');
+    expect(error.message).not.toContain(MYSQL_URL_ENV);
+    expect(error.message).not.toContain('secret');
+  });
+});

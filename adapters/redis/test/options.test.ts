@@ -1,0 +1,58 @@
+// Option parsing needs no server: every case here fails before anything connects.
+import { InvalidArgumentError, StoreError } from '@percolator/core';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createRedisClient, createRedisStore, parseNodes, type RedisStoreOptions } from '../src/index.js';
+
+const reject = (options: unknown) => createRedisStore(options as RedisStoreOptions).catch((e) => e);
+
+describe('createRedisStore options', () => {
+  afterEach(() => {
+    vi.unstubAllEnvs();
+  });
+
+  it('rejects a misspelt key, naming it and every accepted key', async () => {
+    const error = await reject({ uri: 'redis://127.0.0.1:1' });
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error.message).toContain('unknown option "uri"');
+    for (const key of ['client', 'url', 'namespace', 'commandTimeoutMs'])
+      expect(error.message).toContain(key);
+    const cased = await reject({ URL: 'redis://127.0.0.1:1' });
+    expect(cased.message).toContain('did you mean "url"?');
+    expect(await reject(null)).toBeInstanceOf(InvalidArgumentError);
+  });
+
+  it('rejects a client together with settings only a store-made client would use', async () => {
+    const client = createRedisClient('redis://127.0.0.1:1');
+    try {
+      const error = await reject({ client, commandTimeoutMs: 50 });
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error.message).toContain('not both');
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('names the url option, not PERCOLATOR_REDIS_URL, when the given URL is unreachable', async () => {
+    vi.stubEnv('PERCOLATOR_REDIS_URL', 'redis://127.0.0.1:2');
+    const error = await reject({ url: 'redis://:secret@127.0.0.1:1', namespace: 'x' });
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('no');
+    expect(error.message).toContain('127.0.0.1:1');
+    expect(error.message).toContain('the url option');
+    expect(error.message).not.toContain('PERCOLATOR_REDIS_URL');
+    expect(error.message).not.toContain('secret');
+  });
+
+  it('names PERCOLATOR_REDIS_URL when the URL came from it', async () => {
+    vi.stubEnv('PERCOLATOR_REDIS_URL', 'redis://127.0.0.1:1');
+    const error = await reject({ namespace: 'x' });
+    expect(error).toBeInstanceOf(StoreError);
+    expect(error.message).toContain('$PERCOLATOR_REDIS_URL');
+  });
+
+  it('parseNodes names where a bad node list came from', () => {
+    expect(() => parseNodes('nope', '--url')).toThrow(/\(--url\)/);
+    expect(() => parseNodes('nope', '--url')).not.toThrow(/PERCOLATOR_REDIS_CLUSTER_NODES/);
+    expect(() => parseNodes('nope')).toThrow(/PERCOLATOR_REDIS_CLUSTER_NODES/);
+  });
+});
