@@ -1,20 +1,22 @@
-#!/usr/bin/env node
 /**
- * pnpm conformance -- --backend memory|postgres|mysql|redis|redis-cluster|dynamodb [--url URL]
+ * percolator-conformance --backend memory|postgres|mysql|redis|redis-cluster|dynamodb [--url URL]
  *   [--parts store,protocol,history,faults,observers] [--scale N] [--seed N] [--grep TEXT]
  *   [--region R] [--table T] [--json]
  *
  * Runs the conformance suite against one backend, prints a pass/fail table per part, and
- * exits 1 if any case failed (2 on a usage or connection error).
+ * exits 1 if any case failed (2 on a usage or connection error). In this repository:
+ * `pnpm conformance -- --backend ...` (builds first).
  */
-import { pathToFileURL } from 'node:url';
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { BACKENDS, type Backend, type BackendName, DEFAULT_SCALES, openBackend } from './backends.js';
 import { defaultSeed } from './random.js';
 import { runConformance } from './runner.js';
 import { PARTS, type Part, type Report } from './types.js';
 
-const USAGE = `usage: pnpm conformance -- --backend <${BACKENDS.join('|')}> [options]
+const USAGE = `usage: percolator-conformance --backend <${BACKENDS.join('|')}> [options]
+       (in this repository: pnpm conformance -- --backend <name> [options])
   --url URL        connection URL (postgres://, mysql://, redis://; redis-cluster: host:port,host:port;
                    dynamodb: endpoint). Default: the adapter's env variable or local default
   --parts LIST     comma-separated parts: ${PARTS.join(',')} (default: all)
@@ -189,10 +191,33 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
   return report.ok ? 0 : 1;
 }
 
-const invokedDirectly =
-  process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href;
-if (invokedDirectly) {
-  const code = await runCli(process.argv.slice(2));
+/** Runs the CLI on this process's arguments and exits with its code. `bin.js` calls it. */
+export async function main(argv: readonly string[] = process.argv.slice(2)): Promise<never> {
+  let code: number;
+  try {
+    code = await runCli(argv);
+  } catch (error) {
+    process.stderr.write(`percolator-conformance: ${(error as Error).stack ?? String(error)}\n`);
+    code = 2;
+  }
   // Adapters may hold sockets (pools, clients) open; the verdict is in the exit code.
   process.exit(code);
 }
+
+/**
+ * Whether `file` (process.argv[1]) is this module. Both sides are real paths: an installed
+ * bin is a symlink (node_modules/.bin/percolator-conformance -> ../@percolator/conformance/
+ * dist/bin.js, and pnpm links the package itself), while import.meta.url is always the
+ * resolved file, so comparing the raw paths is false there and the CLI would do nothing.
+ */
+export function isMainModule(file: string | undefined, moduleUrl: string = import.meta.url): boolean {
+  if (file === undefined) return false;
+  try {
+    return realpathSync(file) === realpathSync(fileURLToPath(moduleUrl));
+  } catch {
+    return false;
+  }
+}
+
+// `node conformance/dist/cli.js ...` still works; the package's bin is dist/bin.js.
+if (isMainModule(process.argv[1])) await main();

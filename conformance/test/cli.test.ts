@@ -66,7 +66,7 @@ describe('conformance CLI', () => {
     ]) {
       const run = io();
       expect(await runCli(argv, run.io)).toBe(2);
-      expect(run.err.join('')).toContain('usage: pnpm conformance');
+      expect(run.err.join('')).toContain('usage: percolator-conformance --backend');
     }
   });
 
