@@ -24,6 +24,8 @@ export interface OpenBackend {
   readonly version?: string;
   /** The workloads it runs when the command line names none (slow backends keep the default short). */
   readonly defaultWorkloads?: readonly string[];
+  /** The history workload's cells of each kind, when --history-cells is not given (slow backends: fewer). */
+  readonly historyCells?: number;
   /** Drops everything the bench created and stops what it started. */
   close(): Promise<void>;
 }

@@ -16,10 +16,11 @@ import { RawEngine } from './engines/raw.js';
 import { withRatios } from './metrics.js';
 import type { BenchOptions } from './options.js';
 import { type Progress, silentProgress } from './progress.js';
+import { shellArgs } from './report/format.js';
 import { runCell } from './runner.js';
 import { SharedServices } from './services.js';
-import type { BenchReport, BenchResult, SkippedCell } from './types.js';
-import { type Workload, workloadByName } from './workloads.js';
+import type { BenchReport, BenchResult, HistoryRows, SkippedCell } from './types.js';
+import { type Prepared, type Workload, workloadByName } from './workloads.js';
 
 /** Why `engine` does not run `workload`, or undefined if it does. */
 function cellSkipReason(engine: Engine, workload: Workload, options: BenchOptions, concurrency: number) {
@@ -61,6 +62,11 @@ export interface BenchDeps {
   readonly open?: typeof openBackend;
   /** The command line, for the report. */
   readonly command?: string;
+  /**
+   * Aborting it stops the run: the cell running ends early, no further cell starts, and
+   * every backend opened is closed (its namespaces, schemas, tables and keys dropped).
+   */
+  readonly signal?: AbortSignal;
 }
 
 /** What a run collects as it goes. */
@@ -70,6 +76,7 @@ interface Collected {
   readonly notes: string[];
   readonly failures: string[];
   readonly versions: Record<string, string>;
+  readonly history: HistoryRows[];
 }
 
 const seconds = (since: number) => ((performance.now() - since) / 1000).toFixed(1);
@@ -120,6 +127,7 @@ async function runBackend(
   options: BenchOptions,
   collected: Collected,
   progress: Progress,
+  signal: AbortSignal | undefined,
 ): Promise<void> {
   const { name } = backend;
   collected.notes.push(...backend.notes);
@@ -137,7 +145,16 @@ async function runBackend(
   const loadStart = performance.now();
   await loadData(backend, options.shape, tables);
   progress.info(`== ${name}: loaded in ${seconds(loadStart)} s`);
+  const prepared = new Map<string, Prepared>();
+  for (const [workload] of cells) {
+    const prepare = workload.prepare;
+    if (!prepare || prepared.has(prepare.key) || signal?.aborted) continue;
+    const data = await prepare.run({ backend, options, signal, info: (line) => progress.info(line) });
+    prepared.set(prepare.key, data);
+    if (data.history) collected.history.push(data.history);
+  }
   for (const [i, [workload, concurrency, engine]] of cells.entries()) {
+    if (signal?.aborted) return;
     const where = `${name} ${workload.name} ${label(engine)} c=${concurrency}`;
     progress.cellStart(i + 1, cells.length, where);
     const result = await runCell({
@@ -150,7 +167,10 @@ async function runBackend(
       shape: options.shape,
       seed: options.seed,
       opsPerTxn: options.opsPerTxn,
+      prepared: workload.prepare ? prepared.get(workload.prepare.key) : undefined,
+      signal,
     });
+    if (signal?.aborted) return;
     collected.results.push(result);
     progress.cellDone(result);
     if (!result.check.ok)
@@ -175,7 +195,15 @@ export async function runBench(
   const open = deps.open ?? openBackend;
   const startedAt = new Date().toISOString();
   const runId = randomBytes(4).toString('hex');
-  const collected: Collected = { results: [], skipped: [], notes: [], failures: [], versions: {} };
+  const collected: Collected = {
+    results: [],
+    skipped: [],
+    notes: [],
+    failures: [],
+    versions: {},
+    history: [],
+  };
+  const { signal } = deps;
   const services = new SharedServices();
   const settings = {
     runId,
@@ -185,8 +213,9 @@ export async function runBench(
     services,
   };
   try {
-    if (options.warmupMs > 0) await warmUpProcess(options);
-    await runBackends(options, settings, open, collected, progress);
+    progress.info(`== run ${runId}: everything it creates is named bench_${runId}*`);
+    if (options.warmupMs > 0 && !signal?.aborted) await warmUpProcess(options);
+    await runBackends(options, settings, open, collected, progress, signal);
   } finally {
     try {
       await services.stop();
@@ -200,7 +229,7 @@ export async function runBench(
     runId,
     startedAt,
     finishedAt: new Date().toISOString(),
-    command: deps.command ?? process.argv.slice(2).join(' '),
+    command: deps.command ?? shellArgs(process.argv.slice(2)),
     host: {
       cpus: cpus().length,
       cpuModel: cpus()[0]?.model.trim() ?? 'unknown',
@@ -213,6 +242,8 @@ export async function runBench(
     skipped: collected.skipped,
     notes: collected.notes,
     failures: collected.failures,
+    ...(collected.history.length > 0 ? { history: collected.history } : {}),
+    ...(signal?.aborted ? { interrupted: String(signal.reason ?? 'interrupted') } : {}),
   };
 }
 
@@ -222,8 +253,10 @@ async function runBackends(
   open: typeof openBackend,
   collected: Collected,
   progress: Progress,
+  signal: AbortSignal | undefined,
 ): Promise<void> {
   for (const name of options.backends) {
+    if (signal?.aborted) return;
     const backendStart = performance.now();
     progress.info(`== ${name}: connecting`);
     let backend: OpenBackend;
@@ -239,7 +272,7 @@ async function runBackends(
       continue;
     }
     try {
-      await runBackend(backend, options, collected, progress);
+      await runBackend(backend, options, collected, progress, signal);
     } catch (error) {
       collected.failures.push(`${name}: ${error instanceof Error ? error.message : String(error)}`);
       progress.info(`!! ${name} failed: ${String(error)}`);

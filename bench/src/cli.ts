@@ -4,13 +4,16 @@
  *
  * Runs the benchmark, prints a table on stdout (progress goes to stderr), writes
  * results.json, results.md, summary.md (README-ready) and report.html, and exits 1 if any correctness check failed
- * or any cell had errors (2 on bad arguments).
+ * or any cell had errors (2 on bad arguments). SIGINT or SIGTERM stops the run, drops what
+ * it created and exits 130 or 143 without writing a report; a second signal exits at once.
  */
-import { pathToFileURL } from 'node:url';
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '@percolator/core';
 import { type BenchDeps, runBench } from './bench.js';
 import { parseOptions, USAGE } from './options.js';
 import { stderrProgress } from './progress.js';
+import { shellArgs } from './report/format.js';
 import { markdownReport, terminalTable } from './report/text.js';
 import { writeReports } from './report/write.js';
 
@@ -34,7 +37,15 @@ export async function main(argv: readonly string[], io: CliIo = {}): Promise<num
     stdout.write(`${USAGE}\n`);
     return 0;
   }
-  const report = await runBench(options, stderrProgress(stderr), { command: argv.join(' '), ...io });
+  const report = await runBench(options, stderrProgress(stderr), { command: shellArgs(argv), ...io });
+  if (report.interrupted) {
+    stderr.write(
+      `\n${report.interrupted}: stopped; dropped what run ${report.runId} created` +
+        `${report.failures.length > 0 ? ` (with ${report.failures.length} failure(s): ${report.failures.join('; ')})` : ''}` +
+        '; no report written\n',
+    );
+    return report.interrupted === 'SIGTERM' ? 143 : 130;
+  }
   stdout.write(`\n${terminalTable(report)}`);
   if (options.markdown) stdout.write(`\n${markdownReport(report)}`);
   const files = await writeReports(report, options.outDir);
@@ -50,16 +61,49 @@ export async function main(argv: readonly string[], io: CliIo = {}): Promise<num
   return 0;
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  main(process.argv.slice(2)).then(
-    (code) => {
-      process.exitCode = code;
-    },
-    (error: unknown) => {
-      process.stderr.write(
-        `bench crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-      );
-      process.exitCode = 1;
-    },
-  );
+/**
+ * Runs the CLI as this process: sets the exit code, and on SIGINT or SIGTERM stops the run
+ * and drops everything it created before exiting (a second signal exits at once).
+ */
+export async function runAsProcess(argv: readonly string[] = process.argv.slice(2)): Promise<void> {
+  const controller = new AbortController();
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (controller.signal.aborted) {
+      process.stderr.write(`\n${signal} again: exiting without cleaning up\n`);
+      process.exit(signal === 'SIGTERM' ? 143 : 130);
+    }
+    process.stderr.write(
+      `\n${signal}: stopping after the transactions in flight, then dropping what this run created ` +
+        '(send it again to exit at once)\n',
+    );
+    controller.abort(signal);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    process.exitCode = await main(argv, { signal: controller.signal });
+  } catch (error) {
+    process.stderr.write(
+      `bench crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
+    process.exitCode = 1;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
 }
+
+/**
+ * True when `moduleUrl` is the script node was started with, also through a symlink (an
+ * installed bin link): node runs the real file, while argv[1] names the link.
+ */
+export function isMainModule(moduleUrl: string, script: string | undefined = process.argv[1]): boolean {
+  if (!script) return false;
+  try {
+    return realpathSync(fileURLToPath(moduleUrl)) === realpathSync(script);
+  } catch {
+    return false;
+  }
+}
+
+if (isMainModule(import.meta.url)) await runAsProcess();

@@ -18,9 +18,45 @@ export type CallCounts = Record<
   | 'scan'
   | 'incrementCounter'
   | 'scanNotified'
-  | 'checkAndSetStamped',
+  | 'checkAndSetStamped'
+  /** Calls to methods this proxy does not know (a store method added after it was written). */
+  | 'other',
   number
 >;
+
+/**
+ * What went through the store, by direction. `reads` and `writes` are calls (round trips:
+ * a batch is one call where the store batches); rows and bytes count every row in them.
+ * Bytes are row state bytes (what the store keeps for a row), not keys or framing: read
+ * bytes are the rows the store returned (a failed check-and-set that returns the current
+ * row counts as read), written bytes the states sent in check-and-sets.
+ */
+export interface IoCounts {
+  /** read, readMany, scan and scanNotified calls. */
+  readonly reads: number;
+  /** checkAndSet, checkAndSetMany, checkAndSetStamped and incrementCounter calls. */
+  readonly writes: number;
+  readonly rowsRead: number;
+  readonly rowsWritten: number;
+  readonly bytesRead: number;
+  readonly bytesWritten: number;
+}
+
+export function zeroIo(): IoCounts {
+  return { reads: 0, writes: 0, rowsRead: 0, rowsWritten: 0, bytesRead: 0, bytesWritten: 0 };
+}
+
+/** `a + b` field by field (`sign` -1: `a - b`). */
+export function addIo(a: IoCounts, b: IoCounts, sign: 1 | -1 = 1): IoCounts {
+  return {
+    reads: a.reads + sign * b.reads,
+    writes: a.writes + sign * b.writes,
+    rowsRead: a.rowsRead + sign * b.rowsRead,
+    rowsWritten: a.rowsWritten + sign * b.rowsWritten,
+    bytesRead: a.bytesRead + sign * b.bytesRead,
+    bytesWritten: a.bytesWritten + sign * b.bytesWritten,
+  };
+}
 
 function zeroCounts(): CallCounts {
   return {
@@ -32,20 +68,57 @@ function zeroCounts(): CallCounts {
     incrementCounter: 0,
     scanNotified: 0,
     checkAndSetStamped: 0,
+    other: 0,
   };
 }
 
+/** The methods this proxy forwards and counts by name. */
+const KNOWN = new Set([
+  'constructor',
+  'name',
+  'capabilities',
+  'read',
+  'checkAndSet',
+  'readMany',
+  'checkAndSetMany',
+  'scan',
+  'incrementCounter',
+  'scanNotified',
+  'checkAndSetStamped',
+  'close',
+]);
+
+/** Every method name of `object` and its prototypes (Object.prototype excluded). */
+function methodNames(object: object): string[] {
+  const names = new Set<string>();
+  for (let o: object | null = object; o && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
+    for (const name of Object.getOwnPropertyNames(o)) {
+      const descriptor = Object.getOwnPropertyDescriptor(o, name);
+      if (descriptor && typeof descriptor.value === 'function') names.add(name);
+    }
+  }
+  return [...names];
+}
+
 /**
- * A RowStore that forwards every call to `inner` and counts it, so round trips per
- * transaction are measured rather than estimated. One call is one round trip for every
+ * A RowStore that forwards every call to `inner` and counts it, so round trips and bytes
+ * per transaction are measured rather than estimated. One call is one round trip for every
  * method the store declares as a capability (a batch method is one call however many rows
  * it carries). Optional methods exist only where `inner` has them, so the core sees the
- * same capabilities.
+ * same capabilities. Methods of `inner` this proxy does not know are forwarded too and
+ * counted as `other` calls (bytes unknown), so a store method added to the core later is
+ * neither hidden from it nor left out of the round trips.
  */
 export class CountingStore implements RowStore {
   readonly name: string;
   readonly capabilities: RowStore['capabilities'];
   readonly calls: CallCounts = zeroCounts();
+  private readonly counted = {
+    rowsRead: 0,
+    rowsWritten: 0,
+    bytesRead: 0,
+    bytesWritten: 0,
+  };
   readMany?: RowStore['readMany'];
   checkAndSetMany?: RowStore['checkAndSetMany'];
   scan?: RowStore['scan'];
@@ -57,22 +130,31 @@ export class CountingStore implements RowStore {
     this.name = inner.name;
     this.capabilities = inner.capabilities;
     if (inner.readMany) {
-      this.readMany = (rows: readonly RowRef[]): Promise<(StoredRow | null)[]> => {
+      this.readMany = async (rows: readonly RowRef[]): Promise<(StoredRow | null)[]> => {
         this.calls.readMany++;
-        return inner.readMany!(rows);
+        this.counted.rowsRead += rows.length;
+        const found = await inner.readMany!(rows);
+        for (const row of found) this.readBytes(row);
+        return found;
       };
     }
     if (inner.checkAndSetMany) {
-      this.checkAndSetMany = (requests: readonly CasRequest[]): Promise<CasResult[]> => {
+      this.checkAndSetMany = async (requests: readonly CasRequest[]): Promise<CasResult[]> => {
         // Without the capability the adapter sends one request per CAS (DynamoDB): count those.
         this.calls.checkAndSetMany += inner.capabilities.batchCheckAndSet ? 1 : requests.length;
-        return inner.checkAndSetMany!(requests);
+        for (const request of requests) this.written(request.state);
+        const results = await inner.checkAndSetMany!(requests);
+        for (const result of results) this.casResult(result);
+        return results;
       };
     }
     if (inner.scan) {
-      this.scan = (table: string, options: ScanOptions): Promise<ScannedStoredRow[]> => {
+      this.scan = async (table: string, options: ScanOptions): Promise<ScannedStoredRow[]> => {
         this.calls.scan++;
-        return inner.scan!(table, options);
+        const rows = await inner.scan!(table, options);
+        this.counted.rowsRead += rows.length;
+        for (const { row } of rows) this.readBytes(row);
+        return rows;
       };
     }
     if (inner.incrementCounter) {
@@ -88,21 +170,57 @@ export class CountingStore implements RowStore {
       };
     }
     if (inner.checkAndSetStamped) {
-      this.checkAndSetStamped = (request, counter, build) => {
+      this.checkAndSetStamped = async (request, counter, build) => {
         this.calls.checkAndSetStamped++;
-        return inner.checkAndSetStamped!(request, counter, build);
+        const result = await inner.checkAndSetStamped!(request, counter, (timestamp) => {
+          const state = build(timestamp);
+          this.written(state);
+          return state;
+        });
+        this.casResult(result);
+        return result;
       };
+    }
+    for (const method of methodNames(inner)) {
+      if (KNOWN.has(method) || method in this) continue;
+      const fn = (inner as unknown as Record<string, (...args: unknown[]) => unknown>)[method]!;
+      Object.defineProperty(this, method, {
+        value: (...args: unknown[]) => {
+          this.calls.other++;
+          return fn.apply(inner, args);
+        },
+        enumerable: false,
+      });
     }
   }
 
-  read(table: string, key: string): Promise<StoredRow | null> {
-    this.calls.read++;
-    return this.inner.read(table, key);
+  private readBytes(row: StoredRow | null | undefined): void {
+    if (row) this.counted.bytesRead += row.state.byteLength;
   }
 
-  checkAndSet(request: CasRequest): Promise<CasResult> {
+  private written(state: Uint8Array | null): void {
+    this.counted.rowsWritten++;
+    if (state) this.counted.bytesWritten += state.byteLength;
+  }
+
+  private casResult(result: CasResult): void {
+    if (!result.ok) this.readBytes(result.current);
+  }
+
+  async read(table: string, key: string): Promise<StoredRow | null> {
+    this.calls.read++;
+    this.counted.rowsRead++;
+    const row = await this.inner.read(table, key);
+    this.readBytes(row);
+    return row;
+  }
+
+  async checkAndSet(request: CasRequest): Promise<CasResult> {
     this.calls.checkAndSet++;
-    return this.inner.checkAndSet(request);
+    this.written(request.state);
+    const result = await this.inner.checkAndSet(request);
+    this.casResult(result);
+    return result;
   }
 
   /** All calls so far. */
@@ -110,6 +228,16 @@ export class CountingStore implements RowStore {
     let sum = 0;
     for (const n of Object.values(this.calls)) sum += n;
     return sum;
+  }
+
+  /** Calls, rows and bytes so far, by direction. */
+  get io(): IoCounts {
+    const c = this.calls;
+    return {
+      reads: c.read + c.readMany + c.scan + c.scanNotified,
+      writes: c.checkAndSet + c.checkAndSetMany + c.checkAndSetStamped + c.incrementCounter,
+      ...this.counted,
+    };
   }
 
   close(): Promise<void> {
@@ -134,5 +262,9 @@ export class CompositeCountingStore extends CountingStore {
     let sum = 0;
     for (const part of this.parts) sum += part.total;
     return sum;
+  }
+
+  override get io(): IoCounts {
+    return this.parts.reduce((sum, part) => addIo(sum, part.io), zeroIo());
   }
 }

@@ -17,6 +17,10 @@ export interface BenchOptions {
   readonly warmupMs: number;
   readonly shape: DatasetShape;
   readonly opsPerTxn: number;
+  /** history: cells of each kind (undefined: the backend's default, 8 on most). */
+  readonly historyCells?: number;
+  /** history: updates of each long-history cell. */
+  readonly historyVersions: number;
   readonly maxAttempts: number;
   readonly seed: number;
   readonly outDir: string;
@@ -33,6 +37,7 @@ export const DEFAULTS = {
   accounts: 256,
   valueBytes: 100,
   opsPerTxn: 4,
+  historyVersions: 1000,
   maxAttempts: 20,
   seed: 42,
   outDir: '.bench-out',
@@ -55,6 +60,10 @@ export const USAGE = `usage: pnpm bench -- [options]
   --accounts N        rows in the acct table (default ${DEFAULTS.accounts})
   --value-bytes N     bytes per value (default ${DEFAULTS.valueBytes})
   --ops N             keys per YCSB transaction (default ${DEFAULTS.opsPerTxn})
+  --history-cells N   history: fresh and long-history cells of each kind (default 8;
+                      dynamodb and mixed: 4)
+  --history-versions N
+                      history: updates of each long-history cell (default ${DEFAULTS.historyVersions})
   --max-attempts N    attempts per transaction before giving up (default ${DEFAULTS.maxAttempts})
   --seed N            seed for key choices (default ${DEFAULTS.seed})
   --out DIR           where results.json, results.md, summary.md and report.html go
@@ -139,6 +148,8 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
         accounts: { type: 'string' },
         'value-bytes': { type: 'string' },
         ops: { type: 'string' },
+        'history-cells': { type: 'string' },
+        'history-versions': { type: 'string' },
         'max-attempts': { type: 'string' },
         seed: { type: 'string' },
         out: { type: 'string' },
@@ -194,6 +205,16 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     warmupMs: parseDuration('warmup', str('warmup'), DEFAULTS.warmupMs),
     shape: { records, accounts, valueBytes },
     opsPerTxn,
+    ...(str('history-cells') === undefined
+      ? {}
+      : { historyCells: integer('history-cells', str('history-cells'), 8, 1, 1000) }),
+    historyVersions: integer(
+      'history-versions',
+      str('history-versions'),
+      DEFAULTS.historyVersions,
+      1,
+      100_000,
+    ),
     maxAttempts: integer('max-attempts', str('max-attempts'), DEFAULTS.maxAttempts, 1, 1000),
     seed: integer('seed', str('seed'), DEFAULTS.seed, 0, 2 ** 31 - 1),
     outDir: out,

@@ -1,9 +1,10 @@
+import { addIo } from './counting-store.js';
 import type { DatasetShape } from './dataset.js';
-import { type Engine, TxFailure } from './engines/engine.js';
+import { type Counters, type Engine, TxFailure } from './engines/engine.js';
 import { Ledger, verify } from './ledger.js';
 import { abortRate, CellStats, perSecond, perUnit, retryRate, round } from './metrics.js';
 import { seededRandom } from './random.js';
-import type { BenchResult, CheckOutcome, ObserverFigures } from './types.js';
+import type { BenchResult, CheckOutcome, IoFigures, ObserverFigures } from './types.js';
 import type { Step, Workload, WorkloadSession } from './workloads.js';
 
 export interface CellSpec {
@@ -16,17 +17,26 @@ export interface CellSpec {
   readonly shape: DatasetShape;
   readonly seed: number;
   readonly opsPerTxn: number;
+  /** What the workload's `prepare` made on this backend, if it has one. */
+  readonly prepared?: unknown;
+  /** Stops the cell early (the run was interrupted); the cell's figures are then partial. */
+  readonly signal?: AbortSignal;
 }
 
 /** A cell stops early after this many errors: the store is probably down. */
 const MAX_ERRORS = 200;
 
 /** Drives every worker until `until` (each finishes the transaction it is in). */
-async function drive(steps: readonly Step[], until: number, stats: CellStats): Promise<void> {
+async function drive(
+  steps: readonly Step[],
+  until: number,
+  stats: CellStats,
+  signal: AbortSignal | undefined,
+): Promise<void> {
   let stop = false;
   await Promise.all(
     steps.map(async (step) => {
-      while (!stop && performance.now() < until) {
+      while (!stop && !signal?.aborted && performance.now() < until) {
         const start = performance.now();
         try {
           const outcome = await step();
@@ -56,6 +66,7 @@ export async function runCell(spec: CellSpec): Promise<BenchResult> {
   const session = await spec.workload.session?.(spec.engine, {
     concurrency: spec.concurrency,
     shape: spec.shape,
+    prepared: spec.prepared,
   });
   try {
     return await measure(spec, session);
@@ -89,14 +100,14 @@ async function measure(spec: CellSpec, session: WorkloadSession | undefined): Pr
   );
 
   const warmup = new CellStats();
-  if (spec.warmupMs > 0) await drive(steps, performance.now() + spec.warmupMs, warmup);
+  if (spec.warmupMs > 0) await drive(steps, performance.now() + spec.warmupMs, warmup, spec.signal);
   await engine.settle?.();
 
   const stats = new CellStats();
   const start = engine.counters();
   const runsBefore = session?.observerRuns?.();
   const t0 = performance.now();
-  await drive(steps, t0 + spec.durationMs, stats);
+  await drive(steps, t0 + spec.durationMs, stats, spec.signal);
   const elapsedMs = performance.now() - t0;
   const runsAfter = session?.observerRuns?.();
   await engine.settle?.();
@@ -119,16 +130,22 @@ async function measure(spec: CellSpec, session: WorkloadSession | undefined): Pr
         ? { ok: false, detail: 'no transaction committed' }
         : await session!.verify()
       : verify(workload.check, ledger, committed, before, after);
-  return toResult(
-    spec,
-    stats,
-    warmup,
-    elapsedMs,
-    end.roundTrips - start.roundTrips,
-    end.commands - start.commands,
-    check,
-    observer,
-  );
+  return toResult(spec, stats, warmup, elapsedMs, start, end, check, observer);
+}
+
+/** Store traffic between two readings of an engine's counters, per committed transaction. */
+function ioPerTransaction(start: Counters, end: Counters, committed: number): IoFigures | undefined {
+  if (!start.io || !end.io) return undefined;
+  const d = addIo(end.io, start.io, -1);
+  const per = (n: number, digits = 2) => round(perUnit(n, committed), digits);
+  return {
+    reads: per(d.reads),
+    writes: per(d.writes),
+    rowsRead: per(d.rowsRead),
+    rowsWritten: per(d.rowsWritten),
+    bytesRead: per(d.bytesRead, 0),
+    bytesWritten: per(d.bytesWritten, 0),
+  };
 }
 
 /** The figures of one measured window (warm-up errors count as errors too). */
@@ -137,12 +154,16 @@ function toResult(
   stats: CellStats,
   warmup: CellStats,
   elapsedMs: number,
-  roundTrips: number,
-  commands: number,
+  start: Counters,
+  end: Counters,
   check: CheckOutcome,
   observer: ObserverFigures | undefined,
 ): BenchResult {
   const samples = [...warmup.errorSamples, ...stats.errorSamples].slice(0, 5);
+  const roundTrips = end.roundTrips - start.roundTrips;
+  const commands = end.commands - start.commands;
+  const io = ioPerTransaction(start, end, stats.committed);
+  const deadlocks = end.deadlocks === undefined ? undefined : end.deadlocks - (start.deadlocks ?? 0);
   return {
     backend: spec.backend,
     workload: spec.workload.name,
@@ -168,5 +189,7 @@ function toResult(
     check,
     ...(samples.length > 0 ? { errorSamples: samples } : {}),
     ...(observer ? { observer } : {}),
+    ...(io ? { io } : {}),
+    ...(deadlocks === undefined ? {} : { deadlocks }),
   };
 }

@@ -75,6 +75,57 @@ export interface BenchResult {
    * writer's commit resolved to the moment the observer's transaction committed.
    */
   readonly observer?: ObserverFigures;
+  /**
+   * Per committed transaction, what went through the counted RowStore (percolator and raw
+   * modes; aborted attempts and background work included, like `roundTrips`).
+   */
+  readonly io?: IoFigures;
+  /**
+   * Attempts the store aborted as deadlocks (native SQL modes), which are run again. A
+   * deadlock costs the wait until the server detects it (PostgreSQL: `deadlock_timeout`).
+   */
+  readonly deadlocks?: number;
+}
+
+/** Store traffic per committed transaction (see IoCounts in counting-store.ts). */
+export interface IoFigures {
+  /** Read calls (read, readMany, scan, scanNotified). */
+  readonly reads: number;
+  /** Write calls (check-and-sets, batched or stamped, and counter increments). */
+  readonly writes: number;
+  readonly rowsRead: number;
+  readonly rowsWritten: number;
+  /** Row state bytes the store returned. */
+  readonly bytesRead: number;
+  /** Row state bytes sent in check-and-sets. */
+  readonly bytesWritten: number;
+}
+
+/**
+ * The history workload's row figures on one backend: the size of the row every protocol
+ * step reads and check-and-sets (the head row, `store.read(table, row)`) for a cell
+ * written once, and for a cell updated `versions` times, with values of `valueBytes`.
+ */
+export interface HistoryRows {
+  readonly backend: string;
+  readonly valueBytes: number;
+  /** Updates of each long-history cell. */
+  readonly versions: number;
+  /** Cells of each kind (fresh, long history). */
+  readonly cells: number;
+  /** Largest head row of a cell written once. */
+  readonly freshRowBytes: number;
+  /** Largest head row of a cell updated `versions` times. */
+  readonly longRowBytes: number;
+  /** longRowBytes / freshRowBytes. */
+  readonly ratio: number;
+  /** The target: 1.5 × freshRowBytes + 512. */
+  readonly limitBytes: number;
+  readonly withinLimit: boolean;
+  /** Time taken to write the cells (not measured in any cell). */
+  readonly setupMs: number;
+  /** Committed single-row transactions per second while writing the long histories. */
+  readonly setupTxPerSecond: number;
 }
 
 export interface ObserverFigures {
@@ -115,4 +166,8 @@ export interface BenchReport {
   readonly notes: string[];
   /** Correctness failures and errors; non-empty means the run exits non-zero. */
   readonly failures: string[];
+  /** Head-row sizes per backend, where the history workload ran. */
+  readonly history?: HistoryRows[];
+  /** Set when the run was stopped by a signal before it finished (it then writes no report). */
+  readonly interrupted?: string;
 }

@@ -1,7 +1,10 @@
+import type { OpenBackend } from './backends.js';
 import { type DatasetShape, encodeValue, keyOf } from './dataset.js';
 import { type Engine, type KvTx, type LogicalTable, TxFailure, type TxHints } from './engines/engine.js';
+import { HISTORY_WORKLOADS } from './history.js';
 import { BadReadError, type CheckKind, type Ledger } from './ledger.js';
 import { observerPipeline } from './observers.js';
+import type { BenchOptions } from './options.js';
 import {
   distinctChoices,
   type KeyChooser,
@@ -10,7 +13,7 @@ import {
   scrambledZipfianChooser,
   uniformChooser,
 } from './random.js';
-import type { CheckOutcome, Mode } from './types.js';
+import type { CheckOutcome, HistoryRows, Mode } from './types.js';
 
 /** What a worker gets: its engine, the data set's shape, its own random source and the ledger. */
 export interface WorkerContext {
@@ -45,6 +48,28 @@ export interface WorkloadSession {
   close(): Promise<void>;
 }
 
+/** What a workload's `prepare` gets: the backend, once per run, before its cells. */
+export interface PrepareContext {
+  readonly backend: OpenBackend;
+  readonly options: BenchOptions;
+  /** Set when the run is interrupted: stop and throw. */
+  readonly signal?: AbortSignal;
+  /** A progress line. */
+  info(line: string): void;
+}
+
+/** What a `prepare` made; figures in it go into the report. */
+export interface Prepared {
+  readonly history?: HistoryRows;
+}
+
+/** Data some workloads share on one backend, made once (not measured) before their cells. */
+export interface WorkloadPrepare {
+  /** Workloads with the same key share one preparation. */
+  readonly key: string;
+  run(ctx: PrepareContext): Promise<Prepared>;
+}
+
 export interface Workload {
   readonly name: string;
   readonly description: string;
@@ -59,10 +84,17 @@ export interface Workload {
   /** Why this workload cannot run on `engine` with this shape, if it cannot. */
   unsupported?(engine: Engine, shape: DatasetShape, concurrency: number): string | undefined;
   worker(ctx: WorkerContext): Step;
+  /** Set for workloads that need data of their own, made once per backend before their cells. */
+  readonly prepare?: WorkloadPrepare;
   /** Set for workloads that run through a session instead of `worker`. */
   session?(
     engine: Engine,
-    cell: { readonly concurrency: number; readonly shape: DatasetShape },
+    cell: {
+      readonly concurrency: number;
+      readonly shape: DatasetShape;
+      /** What `prepare` made on this backend. */
+      readonly prepared?: unknown;
+    },
   ): Promise<WorkloadSession>;
 }
 
@@ -305,6 +337,7 @@ const FIXED: readonly Workload[] = [
   ycsb('b', 'zipf'),
   oracle,
   observerPipeline,
+  ...HISTORY_WORKLOADS,
 ];
 
 /** Named groups accepted by --workloads. */
@@ -312,6 +345,7 @@ export const WORKLOAD_GROUPS: Record<string, readonly string[]> = {
   ycsb: ['ycsb-a-uniform', 'ycsb-a-zipf', 'ycsb-b-uniform', 'ycsb-b-zipf'],
   rows: ROWS_SWEEP.map((n) => `rows-${n}`),
   contention: CONTENTION_SWEEP.map((n) => `contention-${n}`),
+  history: HISTORY_WORKLOADS.map((w) => w.name),
 };
 
 export const DEFAULT_WORKLOADS: readonly string[] = [
@@ -327,11 +361,12 @@ export const DEFAULT_WORKLOADS: readonly string[] = [
 ];
 
 export const ALL_WORKLOADS: readonly string[] = [
-  ...FIXED.filter((w) => w.name !== 'oracle' && w.name !== 'observers').map((w) => w.name),
+  ...FIXED.filter((w) => w.name !== 'oracle' && w.name !== 'observers' && !w.prepare).map((w) => w.name),
   ...WORKLOAD_GROUPS.rows!,
   ...WORKLOAD_GROUPS.contention!,
   'oracle',
   'observers',
+  ...WORKLOAD_GROUPS.history!,
 ];
 
 /** A workload by name: a fixed one, `rows-<n>` or `contention-<n>`; undefined if unknown. */

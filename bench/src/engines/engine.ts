@@ -1,3 +1,4 @@
+import type { IoCounts } from '../counting-store.js';
 import type { Mode } from '../types.js';
 
 /**
@@ -6,8 +7,11 @@ import type { Mode } from '../types.js';
  * transactions. Workloads are written once against this interface.
  */
 
-/** The logical tables every engine holds: `kv` (YCSB-style records) and `acct` (balances). */
-export type LogicalTable = 'kv' | 'acct';
+/**
+ * The logical tables: `kv` (YCSB-style records) and `acct` (balances), which every engine
+ * holds, and `hist` (the history workload's hot cells, Percolator and raw engines only).
+ */
+export type LogicalTable = 'kv' | 'acct' | 'hist';
 export const LOGICAL_TABLES: readonly LogicalTable[] = ['kv', 'acct'];
 
 export interface ReadOptions {
@@ -57,6 +61,10 @@ export interface Counters {
   readonly roundTrips: number;
   /** Commands sent (differs from round trips only where commands are pipelined). */
   readonly commands: number;
+  /** Calls, rows and bytes through the RowStore, by direction (engines on a counted RowStore). */
+  readonly io?: IoCounts;
+  /** Transactions the store aborted as deadlocks and that were run again (native SQL engines). */
+  readonly deadlocks?: number;
 }
 
 export interface Engine {

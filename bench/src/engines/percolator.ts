@@ -132,7 +132,7 @@ export class PercolatorEngine implements Engine {
 
   counters() {
     const total = this.store.total;
-    return { roundTrips: total, commands: total };
+    return { roundTrips: total, commands: total, io: this.store.io };
   }
 
   async close(): Promise<void> {

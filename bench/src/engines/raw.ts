@@ -152,7 +152,7 @@ export class RawEngine implements Engine {
 
   counters() {
     const total = this.store.total;
-    return { roundTrips: total, commands: total };
+    return { roundTrips: total, commands: total, io: this.store.io };
   }
 
   async close(): Promise<void> {}

@@ -53,6 +53,14 @@ export const COLUMNS = [
   'check',
 ] as const;
 
+/**
+ * " (2 deadlocks)" when the store aborted attempts as deadlocks: each waited out the
+ * server's deadlock timeout first, so the figure measures that wait too.
+ */
+export function deadlockNote(r: Pick<BenchResult, 'deadlocks'>): string {
+  return r.deadlocks ? ` (${r.deadlocks} deadlock${r.deadlocks === 1 ? '' : 's'})` : '';
+}
+
 /** One table row per result, as text cells in COLUMNS order. */
 export function resultRow(r: BenchResult): string[] {
   return [
@@ -64,9 +72,31 @@ export function resultRow(r: BenchResult): string[] {
     fmtMs(r.p50Ms),
     fmtMs(r.p95Ms),
     fmtMs(r.p99Ms),
-    fmtPercent(r.abortRate),
+    `${fmtPercent(r.abortRate)}${deadlockNote(r)}`,
     r.roundTrips.toFixed(2),
     r.observer ? `observer runs ${fmtNumber(r.observer.runsPerSecond)}/s` : fmtRatios(r.ratios),
     r.check.ok ? (r.errors > 0 ? `errors: ${r.errors}` : 'ok') : 'FAILED',
   ];
+}
+
+/** Arguments as a shell would need them typed: plain words as they are, anything else single-quoted. */
+export function shellArgs(args: readonly string[]): string {
+  return args
+    .filter((a) => a !== '--')
+    .map((a) => (/^[\w.,:=/@%+-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`))
+    .join(' ');
+}
+
+/**
+ * The command a report's `command` (its arguments) stands for, as one types it:
+ * `pnpm bench -- --backends memory`, or `pnpm bench` with none. A `--` that pnpm passed
+ * through (older reports kept it) is not an argument and is dropped.
+ */
+export function commandLine(command: string): string {
+  const args = command
+    .trim()
+    .split(/\s+/)
+    .filter((a) => a !== '' && a !== '--')
+    .join(' ');
+  return args ? `pnpm bench -- ${args}` : 'pnpm bench';
 }

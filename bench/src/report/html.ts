@@ -1,5 +1,6 @@
 import type { BenchReport, BenchResult } from '../types.js';
-import { COLUMNS, fmtMs, fmtNumber, modeLabel, resultRow } from './format.js';
+import { COLUMNS, commandLine, fmtMs, fmtNumber, modeLabel, resultRow } from './format.js';
+import { HISTORY_LEGEND, historyCellTable, historyRowTable, type Table } from './history.js';
 import { ratioTo, TABLE_LEGEND, transferLines } from './summary.js';
 import { type Bar, type BarGroup, barChart, esc, lineChart, type Series } from './svg.js';
 import { skippedLabel } from './text.js';
@@ -155,13 +156,55 @@ function paperChart(report: BenchReport): string {
   });
 }
 
+function htmlTable(t: Table): string {
+  const head = `<tr>${t.header.map((c) => `<th>${esc(c)}</th>`).join('')}</tr>`;
+  const rows = t.rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`);
+  return `<table>${head}${rows.join('')}</table>`;
+}
+
+/** Head-row bytes per backend (one update next to many), and the history cells' table. */
+function historySection(report: BenchReport): string {
+  const rows = historyRowTable(report);
+  const cells = historyCellTable(report);
+  if (!rows && !cells) return '';
+  const groups: BarGroup[] = (report.history ?? []).map((h) => ({
+    label: h.backend,
+    bars: [
+      {
+        name: '1 update',
+        value: h.freshRowBytes,
+        text: `${h.freshRowBytes.toLocaleString('en-US')} B`,
+        color: '#16a34a',
+      },
+      {
+        name: `${h.versions.toLocaleString('en-US')} updates`,
+        value: h.longRowBytes,
+        text:
+          `${h.longRowBytes.toLocaleString('en-US')} B (${h.ratio.toFixed(2)}x; limit ` +
+          `${h.limitBytes.toLocaleString('en-US')} B: ${h.withinLimit ? 'within' : 'over'})`,
+        color: h.withinLimit ? '#2563eb' : '#dc2626',
+      },
+    ],
+  }));
+  return [
+    '<h2>Long histories</h2>',
+    section(
+      'Head row bytes: a cell written once next to a cell updated many times (1 KB values; one scale)',
+      groups.length > 0 ? barChart(groups, { scale: 'shared' }) : '',
+    ),
+    rows ? htmlTable(rows) : '',
+    section('Transactions on those cells, next to raw store calls', cells ? htmlTable(cells) : ''),
+    `<p class="note">${esc(HISTORY_LEGEND)}</p>`,
+  ].join('\n');
+}
+
 /** A self-contained HTML page: summary, per-backend charts, the full table. */
 export function htmlReport(report: BenchReport): string {
   const backends = [...new Set(report.results.map((r) => r.backend))];
   const multiC = new Set(report.results.map((r) => r.concurrency)).size > 1;
   const parts: string[] = [
     `<h1>Percolator benchmark</h1>`,
-    `<p class="note">${esc(report.startedAt)} – ${esc(report.finishedAt)}; ${report.host.cpus} CPUs, Node ${esc(report.host.node)}, ${esc(report.host.platform)}. Command: <code>${esc(report.command || '(defaults)')}</code></p>`,
+    `<p class="note">${esc(report.startedAt)} – ${esc(report.finishedAt)}; ${report.host.cpus} CPUs, Node ${esc(report.host.node)}, ${esc(report.host.platform)}. Command: <code>${esc(commandLine(report.command))}</code></p>`,
   ];
   if (report.failures.length > 0) {
     parts.push(
@@ -181,6 +224,7 @@ export function htmlReport(report: BenchReport): string {
       paperChart(report),
     ),
   );
+  parts.push(historySection(report));
   for (const backend of backends) {
     const rows = report.results.filter((r) => r.backend === backend);
     const plain = rows.filter((r) => !/^(rows|contention)-/.test(r.workload));

@@ -1,6 +1,7 @@
 import { baselineName } from '../metrics.js';
 import type { BenchReport, BenchResult } from '../types.js';
-import { fmtMs, fmtNumber, shortBaseline } from './format.js';
+import { commandLine, deadlockNote, fmtMs, fmtNumber, shortBaseline } from './format.js';
+import { HISTORY_LEGEND, historyCellTable, historyRowTable, type Table } from './history.js';
 
 /**
  * The headline: per backend (and concurrency), the transfer workload's throughput through
@@ -77,7 +78,9 @@ export function transferTable(report: BenchReport): string {
   const rows = lines.map((l) => {
     const native =
       l.natives.length > 0
-        ? l.natives.map((n) => `${shortBaseline(baselineName(n))} ${fmtNumber(n.throughput)}`).join(', ')
+        ? l.natives
+            .map((n) => `${shortBaseline(baselineName(n))} ${fmtNumber(n.throughput)}${deadlockNote(n)}`)
+            .join(', ')
         : NONE;
     const vsNative =
       l.natives.length > 0
@@ -109,6 +112,25 @@ export function transferTable(report: BenchReport): string {
     ],
     rows,
   );
+}
+
+export function mdOf(table: Table): string {
+  return mdTable(table.header, table.rows);
+}
+
+/** The history workload's tables and legend in Markdown, if it ran. */
+export function historyMarkdown(report: BenchReport): string | undefined {
+  const rows = historyRowTable(report);
+  const cells = historyCellTable(report);
+  if (!rows && !cells) return undefined;
+  const out = [
+    'Long histories (`history`): the head row of a cell after one update of a 1 KB value and after many, ' +
+      'and transactions on such cells next to raw store calls.',
+  ];
+  if (rows) out.push('', mdOf(rows));
+  if (cells) out.push('', mdOf(cells));
+  out.push('', HISTORY_LEGEND);
+  return out.join('\n');
 }
 
 /** Notification latency and observer throughput per backend, if the run had the observer pipeline. */
@@ -143,9 +165,8 @@ export function summaryMarkdown(report: BenchReport): string {
   const versions = Object.entries(report.versions)
     .map(([backend, v]) => `${backend}: ${v}`)
     .join('; ');
-  const command = `pnpm bench${report.command.trim() ? ` -- ${report.command.replace(/^--\s*/, '').trim()}` : ''}`;
   const out = [
-    `Command: \`${command}\``,
+    `Command: \`${commandLine(report.command)}\``,
     '',
     `Machine: ${report.host.cpus} × ${report.host.cpuModel}, ${report.host.platform}, Node ${report.host.node}` +
       (versions ? `; ${versions}` : '') +
@@ -153,11 +174,8 @@ export function summaryMarkdown(report: BenchReport): string {
     '',
     `Date: ${report.startedAt.slice(0, 10)}; ${opts.durationMs} ms per cell after ${opts.warmupMs} ms ` +
       `warm-up, ${(opts.concurrency ?? []).join(', ')} concurrent clients.`,
-    '',
-    transferTable(report),
-    '',
-    TABLE_LEGEND,
   ];
+  if (transferLines(report).length > 0) out.push('', transferTable(report), '', TABLE_LEGEND);
   const missing = transferLines(report).filter((l) => l.nativeMissing);
   if (missing.length > 0) {
     out.push(
@@ -176,6 +194,8 @@ export function summaryMarkdown(report: BenchReport): string {
       observers,
     );
   }
+  const history = historyMarkdown(report);
+  if (history) out.push('', history);
   const unreached = report.skipped.filter((s) => !s.workload && !s.mode);
   if (unreached.length > 0)
     out.push('', `Skipped: ${unreached.map((s) => `${s.backend} (${s.reason})`).join('; ')}.`);

@@ -4,6 +4,25 @@ export function esc(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }
 
+/**
+ * A generous estimate of how wide `text` renders in a sans-serif font of `fontSize` px
+ * (there is no layout engine here): wide enough that text placed by it is never cut off.
+ */
+export function textWidth(text: string, fontSize: number): number {
+  let em = 0;
+  for (const ch of text) {
+    if (/[ilj.,:;'|!()[\]{}/\\ ]/.test(ch)) em += 0.36;
+    else if (/[mwMW%@×→÷—]/.test(ch)) em += 0.95;
+    else if (/[A-Z]/.test(ch)) em += 0.72;
+    else em += 0.6;
+  }
+  return Math.ceil(em * fontSize);
+}
+
+/** Font sizes of the chart text classes (the page's CSS: text.v 11px, text.l 12px). */
+const VALUE_FONT = 11;
+const LABEL_FONT = 12;
+
 export interface Bar {
   readonly name: string;
   readonly value: number;
@@ -37,12 +56,20 @@ export function barChart(
     scale: 'group',
   },
 ): string {
-  const width = options.width ?? 820;
-  const labelWidth = 150;
-  const textWidth = options.textWidth ?? 230;
+  // The plot keeps its nominal width; the label and text room grow to fit what they hold,
+  // so no label is cut off (the chart is then wider than `width`).
+  const nominalLabel = 150;
+  const nominalText = options.textWidth ?? 230;
+  const plot = (options.width ?? 820) - nominalLabel - nominalText;
+  const labelWidth = Math.max(nominalLabel, ...groups.map((g) => textWidth(g.label, LABEL_FONT) + 12));
+  const barText = Math.max(
+    nominalText,
+    ...groups.flatMap((g) => g.bars.map((b) => textWidth(`${b.name}: ${b.text}`, VALUE_FONT) + 10)),
+    ...(options.references ?? []).map((r) => textWidth(r.label, VALUE_FONT) + 10),
+  );
+  const width = labelWidth + plot + barText;
   const barHeight = 14;
   const gap = 10;
-  const plot = width - labelWidth - textWidth;
   const sharedMax = Math.max(
     1e-9,
     ...groups.flatMap((g) => g.bars.map((b) => b.value)),
@@ -91,24 +118,26 @@ export function lineChart(
   series: readonly Series[],
   options: { xLabel: string; yLabel: string; xLog?: boolean; yLog?: boolean; yMax?: number; width?: number },
 ): string {
-  const width = options.width ?? 580;
-  const height = 260;
-  const m = { left: 64, right: 200, top: 12, bottom: 40 };
-  const pw = width - m.left - m.right;
-  const ph = height - m.top - m.bottom;
   const all = series.flatMap((s) => s.points);
   if (all.length === 0) return '';
+  // The legend sits right of the plot: as wide as its longest name, one line per series.
+  const legend = Math.max(120, ...series.map((s) => textWidth(s.name, VALUE_FONT) + 34));
+  const m = { left: 64, right: legend, top: 12, bottom: 40 };
+  const width = Math.max(options.width ?? 580, m.left + 316 + legend);
+  const height = Math.max(260, m.top + m.bottom + series.length * 16 + 10);
+  const pw = width - m.left - m.right;
+  const ph = height - m.top - m.bottom;
   const tx = (v: number) => (options.xLog ? Math.log10(v) : v);
   const ty = (v: number) => (options.yLog ? Math.log10(Math.max(v, 1e-3)) : v);
   const xs = all.map(([x]) => tx(x));
-  const ys = all.map(([, y]) => ty(y));
   let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
-  let [y0, y1] = [
-    options.yLog ? Math.min(...ys) : 0,
-    options.yMax !== undefined ? ty(options.yMax) : Math.max(...ys),
-  ];
   if (x1 === x0) [x0, x1] = [x0 - 1, x1 + 1];
-  if (y1 === y0) [y0, y1] = [y0 - 1, y1 + 1];
+  const yValues = all.map(([, y]) => (options.yLog ? Math.max(y, 1e-3) : y));
+  const yTicks = options.yLog
+    ? logTicks(Math.min(...yValues), Math.max(...yValues))
+    : linearTicks(0, Math.max(options.yMax ?? 0, ...yValues));
+  const y0 = ty(yTicks[0]!);
+  const y1 = ty(yTicks[yTicks.length - 1]!);
   const px = (x: number) => m.left + ((tx(x) - x0) / (x1 - x0)) * pw;
   const py = (y: number) => m.top + ph - ((ty(y) - y0) / (y1 - y0)) * ph;
   const parts: string[] = [
@@ -120,13 +149,12 @@ export function lineChart(
       `<text x="${px(x).toFixed(1)}" y="${m.top + ph + 14}" text-anchor="middle" class="v">${esc(String(x))}</text>`,
     );
   }
-  for (let i = 0; i <= 4; i++) {
-    const v = y0 + ((y1 - y0) * i) / 4;
-    const value = options.yLog ? 10 ** v : v;
-    const y = m.top + ph - (ph * i) / 4;
+  const labels = tickLabels(yTicks);
+  for (const [i, value] of yTicks.entries()) {
+    const y = py(value).toFixed(1);
     parts.push(
       `<line x1="${m.left}" x2="${m.left + pw}" y1="${y}" y2="${y}" stroke="#eee"/>`,
-      `<text x="${m.left - 4}" y="${y + 4}" text-anchor="end" class="v">${esc(compact(value))}</text>`,
+      `<text x="${m.left - 4}" y="${Number(y) + 4}" text-anchor="end" class="v">${esc(labels[i]!)}</text>`,
     );
   }
   parts.push(
@@ -160,4 +188,67 @@ function compact(value: number): string {
   if (abs >= 10) return value.toFixed(0);
   if (abs >= 1) return value.toFixed(1);
   return value.toFixed(2);
+}
+
+/** 1, 2 or 5 times a power of ten: the smallest such step at least `raw`. */
+function niceStep(raw: number): number {
+  const p = 10 ** Math.floor(Math.log10(raw));
+  const f = raw / p;
+  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
+}
+
+/** Removes floating-point noise (0.30000000000000004 → 0.3). */
+const clean = (v: number) => Number(v.toPrecision(12));
+
+/**
+ * Ticks for a linear axis covering [min, max]: about five, a nice step apart (1, 2 or 5
+ * times a power of ten), the ends widened to whole steps. Ticks are distinct however
+ * narrow the range.
+ */
+export function linearTicks(min: number, max: number, target = 5): number[] {
+  if (!(max > min)) [min, max] = max === 0 ? [0, 1] : [min - Math.abs(min) * 0.1, max + Math.abs(max) * 0.1];
+  const step = niceStep((max - min) / (target - 1));
+  const lo = Math.floor(clean(min / step)) * step;
+  const hi = Math.ceil(clean(max / step)) * step;
+  const ticks: number[] = [];
+  for (let i = 0; lo + i * step <= hi + step / 2; i++) ticks.push(clean(lo + i * step));
+  return ticks;
+}
+
+/**
+ * Ticks for a log axis covering [min, max] (both > 0): 1-2-5 steps over a range of a
+ * decade or more (decades only over a wide range), else linear ticks within the range.
+ */
+export function logTicks(min: number, max: number): number[] {
+  if (max / min < 10) {
+    const ticks = linearTicks(min, max).filter((t) => t > 0);
+    return ticks.length >= 2 ? ticks : [min, max];
+  }
+  const decades = Math.log10(max / min);
+  const mantissas = decades > 4 ? [1] : [1, 2, 5];
+  const sequence: number[] = [];
+  for (let e = Math.floor(Math.log10(min)) - 1; e <= Math.ceil(Math.log10(max)) + 1; e++) {
+    for (const f of mantissas) sequence.push(clean(f * 10 ** e));
+  }
+  const lo = Math.max(...sequence.filter((t) => t <= min));
+  const hi = Math.min(...sequence.filter((t) => t >= max));
+  return sequence.filter((t) => t >= lo && t <= hi);
+}
+
+/**
+ * Labels for ticks: k or M for large values, with as many decimals as the closest two
+ * ticks need to differ (trailing zeros dropped), so no two labels read the same.
+ */
+export function tickLabels(ticks: readonly number[]): string[] {
+  const top = Math.max(...ticks.map(Math.abs));
+  const [unit, suffix] = top >= 1e6 ? [1e6, 'M'] : top >= 1e3 ? [1e3, 'k'] : [1, ''];
+  let gap = Number.POSITIVE_INFINITY;
+  for (let i = 1; i < ticks.length; i++) gap = Math.min(gap, Math.abs(ticks[i]! - ticks[i - 1]!));
+  const decimals = Number.isFinite(gap)
+    ? Math.min(6, Math.max(0, Math.ceil(-Math.log10(gap / unit) - 1e-9)))
+    : 0;
+  return ticks.map((t) => {
+    const text = (t / unit).toFixed(decimals);
+    return `${decimals > 0 ? text.replace(/\.?0+$/, '') : text}${t === 0 ? '' : suffix}`;
+  });
 }

@@ -1,6 +1,14 @@
 import type { BenchReport, BenchResult, SkippedCell } from '../types.js';
-import { COLUMNS, fmtNumber, fmtPercent, modeLabel, resultRow } from './format.js';
-import { mdTable, observerTable, TABLE_LEGEND, transferTable } from './summary.js';
+import { COLUMNS, deadlockNote, fmtNumber, fmtPercent, modeLabel, resultRow } from './format.js';
+import { historySummaryLines } from './history.js';
+import {
+  historyMarkdown,
+  mdTable,
+  observerTable,
+  TABLE_LEGEND,
+  transferLines,
+  transferTable,
+} from './summary.js';
 
 function pad(cells: readonly string[], widths: readonly number[]): string {
   return cells.map((c, i) => c.padEnd(widths[i]!)).join('  ');
@@ -29,7 +37,7 @@ export function skippedLabel(s: SkippedCell): string {
 }
 
 function trailer(report: BenchReport): string {
-  const out: string[] = [];
+  const out: string[] = [...historySummaryLines(report)];
   for (const s of report.skipped) out.push(`skipped ${skippedLabel(s)}: ${s.reason}`);
   for (const n of report.notes) out.push(`note: ${n}`);
   for (const f of report.failures) out.push(`FAILURE: ${f}`);
@@ -61,7 +69,7 @@ function sweepTable(results: readonly BenchResult[], kind: 'rows' | 'contention'
       ? '–'
       : kind === 'rows'
         ? `${fmtNumber(r.throughput)} (${r.roundTrips.toFixed(0)} rt)`
-        : `${fmtNumber(r.throughput)} (${fmtPercent(r.abortRate)})`;
+        : `${fmtNumber(r.throughput)} (${fmtPercent(r.abortRate)})${deadlockNote(r)}`;
   return mdTable(
     ['backend', 'mode', 'c', ...cols.map((c) => (kind === 'rows' ? `${c} rows` : `${c} hot`))],
     [...rows].map(([key, byPoint]) => [...key.split('\u0000'), ...cols.map((c) => cell(byPoint.get(c)))]),
@@ -71,20 +79,27 @@ function sweepTable(results: readonly BenchResult[], kind: 'rows' | 'contention'
 /** The summary and the full table in Markdown, for the README. */
 export function markdownReport(report: BenchReport): string {
   const opts = report.options as Record<string, unknown>;
-  const lines = [
-    'Transfer throughput per backend through Percolator, next to raw single-row CAS and the ' +
-      "store's own transactions, measured in the same run; Percolator's throughput as a fraction of each.",
-    '',
-    transferTable(report),
-    '',
-    TABLE_LEGEND,
-    '',
+  const lines: string[] = [];
+  if (transferLines(report).length > 0) {
+    lines.push(
+      'Transfer throughput per backend through Percolator, next to raw single-row CAS and the ' +
+        "store's own transactions, measured in the same run; Percolator's throughput as a fraction of each.",
+      '',
+      transferTable(report),
+      '',
+      TABLE_LEGEND,
+      '',
+    );
+  }
+  lines.push(
     `Host: ${report.host.cpus} × ${report.host.cpuModel}, Node ${report.host.node}; ${opts.durationMs} ms per cell after ` +
       `${opts.warmupMs} ms warm-up. rt/tx: store round trips per committed transaction (counted). ` +
       "Observer rows: p50/p95/p99 are notification latency, from the writer's commit to the observer's commit.",
-  ];
+  );
   const observers = observerTable(report);
   if (observers) lines.push('', observers);
+  const history = historyMarkdown(report);
+  if (history) lines.push('', history);
   const main = report.results.filter((r) => !SWEEP.test(r.workload));
   if (main.length > 0) lines.push('', mdTable(COLUMNS, main.map(resultRow)));
   const rows = sweepTable(report.results, 'rows');

@@ -1,0 +1,341 @@
+import { Percolator } from '@percolator/core';
+import type { CountingStore } from './counting-store.js';
+import { decodeValue, encodeValue } from './dataset.js';
+import { type Engine, type LogicalTable, nativeKey, TxFailure } from './engines/engine.js';
+import { COLUMN, PercolatorEngine } from './engines/percolator.js';
+import { RAW_TABLE, RawEngine } from './engines/raw.js';
+import { perSecond, round } from './metrics.js';
+import { randomInt, seededRandom } from './random.js';
+import type { CheckOutcome, HistoryRows } from './types.js';
+import type {
+  PrepareContext,
+  Prepared,
+  Step,
+  Workload,
+  WorkloadPrepare,
+  WorkloadSession,
+} from './workloads.js';
+
+/**
+ * The history workload: hot cells carrying long histories, next to cells written once.
+ *
+ * Before its cells run, each backend gets `cells` fresh cells (one write of a 1 KB value
+ * each) and `cells` long-history cells (`versions` single-row updates of 1 KB values each,
+ * written by up to 8 clients at once, one per cell). The head row of each, the row every
+ * protocol step reads and check-and-sets, is then read with `store.read(table, row)`: its
+ * size is the figure, whatever the core keeps elsewhere. Then, as cells of their own:
+ *
+ * - `history-read-fresh` / `history-read-long`: a read transaction at a current snapshot of
+ *   one fresh / long-history cell; raw: `store.read` of the same head row, no protocol.
+ * - `history-write-long`: a blind write transaction of a new 1 KB value to one
+ *   long-history cell (hot: a few cells, every client); raw: a check-and-set of a 1 KB
+ *   value to a plain row per cell (raw rows hold only the value, whatever their history).
+ *
+ * Everything goes through the public RowStore and Percolator APIs only, so the figures
+ * hold for any row layout.
+ */
+
+/** Values of the history cells: 1 KB, as in the issue's figures. */
+export const HISTORY_VALUE_BYTES = 1024;
+/** Clients writing the long histories (one cell each at a time). */
+export const HISTORY_SETUP_CONCURRENCY = 8;
+export const HISTORY_DEFAULT_CELLS = 8;
+export const HISTORY_DEFAULT_VERSIONS = 1000;
+/** The target: a long history's head row is at most 1.5 × a fresh one + 512 bytes. */
+export const HISTORY_LIMIT = { factor: 1.5, slackBytes: 512 } as const;
+
+const TABLE: LogicalTable = 'hist';
+
+export function freshKey(i: number): string {
+  return `fresh${String(i).padStart(4, '0')}`;
+}
+
+export function longKey(i: number): string {
+  return `long${String(i).padStart(4, '0')}`;
+}
+
+/** What the history cells hold, shared by the cells of one backend. */
+export interface HistoryData extends Prepared {
+  readonly fresh: readonly string[];
+  readonly long: readonly string[];
+  /** The committed value of every Percolator cell, kept current by the write cells' checks. */
+  readonly latest: Map<string, string>;
+  /** The committed value of every raw row (long cells), likewise. */
+  readonly rawLatest: Map<string, string>;
+  readonly history: HistoryRows;
+  /** The last number used in a written value (values are unique). */
+  seq: number;
+}
+
+/** Runs `task(i)` for i in [0, n) with at most `parallel` at once; stops early on `signal`. */
+async function pool(
+  n: number,
+  parallel: number,
+  signal: AbortSignal | undefined,
+  task: (i: number) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < n) {
+      if (signal?.aborted) throw new Error('interrupted');
+      await task(next++);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(parallel, n) }, worker));
+}
+
+async function headRowBytes(store: CountingStore, keys: readonly string[]): Promise<number[]> {
+  return Promise.all(
+    keys.map(async (key) => {
+      const row = await store.read(TABLE, key);
+      if (!row) throw new Error(`history: no head row for ${TABLE}/${key} after writing it`);
+      return row.state.byteLength;
+    }),
+  );
+}
+
+/** Writes the cells of one backend and measures their head rows (not timed as a cell). */
+async function prepareHistory(ctx: PrepareContext): Promise<HistoryData> {
+  const cells = ctx.options.historyCells ?? ctx.backend.historyCells ?? HISTORY_DEFAULT_CELLS;
+  const versions = ctx.options.historyVersions;
+  const percolator = ctx.backend.engines.find((e): e is PercolatorEngine => e instanceof PercolatorEngine);
+  const raw = ctx.backend.engines.find((e): e is RawEngine => e instanceof RawEngine);
+  const store = (percolator ?? raw)?.store;
+  if (!store) throw new Error('history: the backend has no Percolator or raw engine');
+  const fresh = Array.from({ length: cells }, (_, i) => freshKey(i));
+  const long = Array.from({ length: cells }, (_, i) => longKey(i));
+  const latest = new Map<string, string>();
+  ctx.info(
+    `== ${ctx.backend.name}: history: writing ${cells} fresh cells and ${cells} cells × ${versions} ` +
+      `versions of ${HISTORY_VALUE_BYTES} B (${Math.min(cells, HISTORY_SETUP_CONCURRENCY)} clients)`,
+  );
+  const start = performance.now();
+  // A client of its own, so its background work is finished (closed) before anything is measured.
+  const db = new Percolator({ store });
+  let transactions = 0;
+  try {
+    const write = async (key: string, n: number) => {
+      const value = encodeValue(n, HISTORY_VALUE_BYTES);
+      await db.transact(async (tx) => tx.set(TABLE, key, COLUMN, value), { maxAttempts: 50 });
+      latest.set(key, value);
+      transactions++;
+    };
+    await pool(cells, HISTORY_SETUP_CONCURRENCY, ctx.signal, (i) => write(fresh[i]!, 1));
+    // One client per cell at a time: a cell's updates are sequential (they would conflict).
+    await pool(cells, HISTORY_SETUP_CONCURRENCY, ctx.signal, async (i) => {
+      for (let v = 1; v <= versions; v++) {
+        if (ctx.signal?.aborted) throw new Error('interrupted');
+        await write(long[i]!, v);
+      }
+    });
+  } finally {
+    await db.close();
+  }
+  const setupMs = performance.now() - start;
+  const freshRowBytes = Math.max(...(await headRowBytes(store, fresh)));
+  const longRowBytes = Math.max(...(await headRowBytes(store, long)));
+  const limitBytes = Math.round(HISTORY_LIMIT.factor * freshRowBytes + HISTORY_LIMIT.slackBytes);
+  const rawLatest = new Map<string, string>();
+  if (raw) {
+    const rows = long.map((key) => [key, encodeValue(1, HISTORY_VALUE_BYTES)] as const);
+    await raw.load(TABLE, rows);
+    for (const [key, value] of rows) rawLatest.set(key, value);
+  }
+  const history: HistoryRows = {
+    backend: ctx.backend.name,
+    valueBytes: HISTORY_VALUE_BYTES,
+    versions,
+    cells,
+    freshRowBytes,
+    longRowBytes,
+    ratio: round(longRowBytes / freshRowBytes, 2),
+    limitBytes,
+    withinLimit: longRowBytes <= limitBytes,
+    setupMs: Math.round(setupMs),
+    setupTxPerSecond: round(perSecond(transactions, setupMs), 1),
+  };
+  ctx.info(
+    `== ${ctx.backend.name}: history: written in ${(setupMs / 1000).toFixed(1)} s ` +
+      `(${history.setupTxPerSecond} tx/s); head row ${freshRowBytes} B after 1 update, ` +
+      `${longRowBytes} B after ${versions} (${history.ratio}x; limit ${limitBytes} B: ` +
+      `${history.withinLimit ? 'within' : 'OVER'})`,
+  );
+  return { fresh, long, latest, rawLatest, history, seq: versions };
+}
+
+const HISTORY_PREPARE: WorkloadPrepare = { key: 'history', run: prepareHistory };
+
+function stepRandom(name: string, engine: Engine, index: number) {
+  let h = 2166136261;
+  for (const ch of `${name}/${engine.mode}/${index}`) h = Math.imul(h ^ ch.charCodeAt(0), 16777619);
+  return seededRandom(h >>> 0);
+}
+
+/** Reads of one kind of cell: Percolator read transactions, or raw reads of the same head rows. */
+class HistoryReadSession implements WorkloadSession {
+  private readonly bad: string[] = [];
+  private reads = 0;
+
+  constructor(
+    private readonly name: string,
+    private readonly engine: Engine,
+    private readonly data: HistoryData,
+    private readonly keys: readonly string[],
+  ) {}
+
+  step(index: number): Step {
+    const random = stepRandom(this.name, this.engine, index);
+    const { engine, keys } = this;
+    if (engine instanceof RawEngine) {
+      return async () => {
+        const key = keys[randomInt(random, keys.length)]!;
+        const row = await engine.store.read(TABLE, key);
+        this.reads++;
+        if (!row || row.state.byteLength < HISTORY_VALUE_BYTES)
+          this.note(`${key}: head row missing or short`);
+        return 1;
+      };
+    }
+    return async () => {
+      const key = keys[randomInt(random, keys.length)]!;
+      const { value, attempts } = await engine.transact((tx) => tx.read(TABLE, [key]), { readOnly: true });
+      this.reads++;
+      if (value[0] !== this.data.latest.get(key)) {
+        this.note(
+          `${key}: read ${describe(value[0])}, the last committed value is ${describe(this.data.latest.get(key))}`,
+        );
+      }
+      return attempts;
+    };
+  }
+
+  private note(text: string): void {
+    if (this.bad.length < 3) this.bad.push(text);
+  }
+
+  async verify(): Promise<CheckOutcome> {
+    if (this.bad.length > 0) return { ok: false, detail: `bad reads: ${this.bad.join('; ')}` };
+    const what =
+      this.engine instanceof RawEngine ? 'head rows read raw' : 'reads returned the last committed value';
+    return { ok: true, detail: `${this.reads} ${what}` };
+  }
+
+  async close(): Promise<void> {}
+}
+
+function describe(value: string | undefined): string {
+  if (value === undefined) return 'nothing';
+  const n = decodeValue(value);
+  return n === undefined ? JSON.stringify(value.slice(0, 20)) : `#${n} (${value.length} B)`;
+}
+
+/** Blind writes of new values to the long-history cells (raw: CAS to a plain row per cell). */
+class HistoryWriteSession implements WorkloadSession {
+  /** Per cell: values committed in this cell, and values whose commit outcome is unknown. */
+  private readonly committed = new Map<string, Set<string>>();
+  private readonly unknown = new Map<string, Set<string>>();
+
+  constructor(
+    private readonly name: string,
+    private readonly engine: Engine,
+    private readonly data: HistoryData,
+  ) {}
+
+  private get latest(): Map<string, string> {
+    return this.engine instanceof RawEngine ? this.data.rawLatest : this.data.latest;
+  }
+
+  step(index: number): Step {
+    const random = stepRandom(this.name, this.engine, index);
+    const keys = this.data.long;
+    return async () => {
+      const key = keys[randomInt(random, keys.length)]!;
+      const value = encodeValue(++this.data.seq, HISTORY_VALUE_BYTES);
+      try {
+        const { attempts } = await this.engine.transact(async (tx) => tx.write(TABLE, [[key, value]]));
+        add(this.committed, key, value);
+        return attempts;
+      } catch (error) {
+        if (error instanceof TxFailure && error.kind === 'unknown') add(this.unknown, key, value);
+        throw error;
+      }
+    };
+  }
+
+  /** Every cell holds a value committed to it here (or, if none was, its value before). */
+  async verify(): Promise<CheckOutcome> {
+    const keys = this.data.long;
+    const current = await this.readAll(keys);
+    let writes = 0;
+    for (const [i, key] of keys.entries()) {
+      const now = current[i];
+      const committed = this.committed.get(key) ?? new Set();
+      writes += committed.size;
+      const allowed = new Set([...committed, ...(this.unknown.get(key) ?? [])]);
+      if (committed.size === 0) allowed.add(this.latest.get(key)!);
+      if (now === undefined || !allowed.has(now)) {
+        return {
+          ok: false,
+          detail: `${key} holds ${describe(now)}, not one of the ${allowed.size} values committed to it`,
+        };
+      }
+      this.latest.set(key, now);
+    }
+    return { ok: true, detail: `${writes} writes; every cell holds one of the values committed to it` };
+  }
+
+  private async readAll(keys: readonly string[]): Promise<(string | undefined)[]> {
+    const { engine } = this;
+    if (engine instanceof RawEngine) {
+      const decoder = new TextDecoder();
+      return Promise.all(
+        keys.map(async (key) => {
+          const row = await engine.store.read(RAW_TABLE, nativeKey(TABLE, key));
+          return row ? decoder.decode(row.state) : undefined;
+        }),
+      );
+    }
+    return (await engine.transact((tx) => tx.read(TABLE, keys), { readOnly: true })).value;
+  }
+
+  async close(): Promise<void> {}
+}
+
+function add(map: Map<string, Set<string>>, key: string, value: string): void {
+  let set = map.get(key);
+  if (!set) map.set(key, (set = new Set()));
+  set.add(value);
+}
+
+function historyWorkload(kind: 'read-fresh' | 'read-long' | 'write-long'): Workload {
+  const name = `history-${kind}`;
+  const description = {
+    'read-fresh': 'read transaction of one cell written once (1 KB); raw: store.read of the same head row',
+    'read-long': `read transaction of one cell updated ${HISTORY_DEFAULT_VERSIONS} times (1 KB values); raw: store.read of the same head row`,
+    'write-long':
+      'blind write transaction of a 1 KB value to one hot cell with a long history; raw: CAS of a 1 KB value',
+  }[kind];
+  return {
+    name,
+    description,
+    modes: ['percolator', 'raw'],
+    check: 'session',
+    rowsPerTxn: () => 1,
+    prepare: HISTORY_PREPARE,
+    worker() {
+      throw new Error('the history workload runs through its session');
+    },
+    async session(engine, { prepared }) {
+      const data = prepared as HistoryData | undefined;
+      if (!data) throw new Error(`${name}: the history cells were not prepared`);
+      if (kind === 'write-long') return new HistoryWriteSession(name, engine, data);
+      return new HistoryReadSession(name, engine, data, kind === 'read-fresh' ? data.fresh : data.long);
+    },
+  };
+}
+
+export const HISTORY_WORKLOADS: readonly Workload[] = [
+  historyWorkload('read-fresh'),
+  historyWorkload('read-long'),
+  historyWorkload('write-long'),
+];
