@@ -127,6 +127,18 @@ export async function updateRows<T>(
   updates: readonly RowUpdate<T>[],
   options: UpdateRowsOptions = {},
 ): Promise<PromiseSettledResult<RowUpdateResult<T>>[]> {
+  return Promise.allSettled(await startRowUpdates(env, updates, options));
+}
+
+/**
+ * `updateRows`, one promise per row (in request order), for callers that act on each row
+ * as soon as it is settled. Rejects as a whole only when `abortIf` stopped the batch.
+ */
+export async function startRowUpdates<T>(
+  env: ProtocolEnv,
+  updates: readonly RowUpdate<T>[],
+  options: UpdateRowsOptions = {},
+): Promise<Promise<RowUpdateResult<T>>[]> {
   const single = (u: RowUpdate<T>, known: StoredRow | null | undefined, ambiguous: boolean) => {
     const p = u.single
       ? u.single(known, ambiguous)
@@ -137,7 +149,7 @@ export async function updateRows<T>(
   };
   const { store } = env;
   if (updates.length <= 1 || !store.capabilities.batchCheckAndSet || !store.checkAndSetMany) {
-    return Promise.allSettled(updates.map((u) => single(u, u.known, false)));
+    return updates.map((u) => single(u, u.known, false));
   }
   const known = await Promise.all(
     updates.map(
@@ -191,7 +203,7 @@ export async function updateRows<T>(
       settled[p.index] = single(u, undefined, true);
     }
   }
-  return Promise.allSettled(updates.map((u, i) => settled[i] ?? single(u, undefined, false)));
+  return updates.map((u, i) => settled[i] ?? single(u, undefined, false));
 }
 
 function casRequest(

@@ -441,8 +441,12 @@ export class Transaction {
   }
 
   private maxValueBytes(): number {
-    // Leave room in the row for the lock, the write record and older versions.
-    return Math.min(1024 * 1024, Math.max(0, this.env.store.capabilities.maxStateBytes - 4096));
+    // While a value is rewritten its head row holds two values (the current one and the
+    // pending one of the lock) plus records: a value that fits can always be rewritten.
+    return Math.min(
+      1024 * 1024,
+      Math.max(0, Math.floor((this.env.store.capabilities.maxStateBytes - 4096) / 2)),
+    );
   }
 
   private assertActive(): void {

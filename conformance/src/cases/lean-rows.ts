@@ -5,6 +5,8 @@
  * no orphan. Each case would fail on a layout that keeps every version in the head row.
  */
 import {
+  ClientCrash,
+  type CommitStepEvent,
   inspectHeadRow,
   namedVersionRows,
   Percolator,
@@ -19,7 +21,7 @@ import {
 } from '@percolator/core';
 import { FaultyStore } from '../faulty-store.js';
 import type { CaseContext, ConformanceCase } from '../types.js';
-import { check, errorText, sameBytes, show } from '../util.js';
+import { bytes, check, errorText, sameBytes, show } from '../util.js';
 import { client, DEFAULT_RANDOM_FAULTS, type FaultMode, faultSuffix, partFor } from './harness.js';
 import { noise, oracleOption } from './store-helpers.js';
 
@@ -328,7 +330,68 @@ function crashMidMove(kind: 'before' | 'after'): ConformanceCase {
   };
 }
 
+/**
+ * A primary's commit record is the only proof that its secondaries' locks must be rolled
+ * forward. Clients stop right after their commit points, leaving secondaries locked; the
+ * primary cell is then rewritten far past its version cap. GC must keep those records
+ * until it has settled the secondaries itself, so every secondary ends committed.
+ */
+const heldRecords: ConformanceCase = {
+  part: 'protocol',
+  name: 'GC keeps a commit record whose secondaries may be locked, settles them in a batch, then prunes it',
+  timeoutMs: 120_000,
+  async run(ctx) {
+    const store = await ctx.createStore();
+    const gc: Partial<PrunePolicy> = { maxVersionsPerCell: 2 };
+    const stopped = 10;
+    for (let i = 0; i < stopped; i++) {
+      const onCommitStep = (e: CommitStepEvent) => {
+        if (e.step === 'afterCommitPrimary') throw new ClientCrash('client stopped after its commit point');
+      };
+      const crasher = client(ctx, store, { gc, hooks: { onCommitStep } }).db;
+      const tx = await crasher.begin();
+      tx.set(TABLE, 'a', 'v', `a${i}`);
+      tx.set(TABLE, `s${i}`, 'v', `new${i}`);
+      const error = await tx.commit().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      check(
+        error instanceof ClientCrash,
+        `the client did not stop after its commit point: ${errorText(error)}`,
+      );
+    }
+    const writer = client(ctx, store, { gc }).db;
+    for (let i = 0; i < 20; i++) await write(writer, 'a', bytes(`later${i}`));
+    await writer.close();
+    // Every secondary is committed already (GC settled it), or its primary record is still kept.
+    const primary = inspectHeadRow(await headBytes(store, 'a'));
+    const listed = new Set(
+      primary.cells.flatMap((c) => c.writes.flatMap((w) => (w.secondaries ?? []).map((r) => r.row))),
+    );
+    let settledByGc = 0;
+    for (let i = 0; i < stopped; i++) {
+      const cell = inspectHeadRow(await headBytes(store, `s${i}`)).cells.find((c) => c.column === 'v')!;
+      const committed = cell.lock === undefined && cell.writes.some((w) => w.kind === 'put');
+      check(committed || listed.has(`s${i}`), `s${i} is still locked and its primary no longer lists it`);
+      if (committed) settledByGc++;
+    }
+    check(settledByGc >= 8, `GC settled only ${settledByGc} of ${stopped} stopped transactions' secondaries`);
+    const reader = client(ctx, store, { gc }).db;
+    for (let i = 0; i < stopped; i++) {
+      const got = await reader.transact((tx) => tx.getString(TABLE, `s${i}`, 'v'));
+      check(got === `new${i}`, `s${i} reads ${JSON.stringify(got)}: a committed secondary was lost`);
+    }
+    check(
+      primary.cells.every((c) => c.writes.length <= 2 + 8),
+      `the primary cell keeps ${primary.cells.map((c) => c.writes.length)} records`,
+    );
+    ctx.note(`${settledByGc} of ${stopped} stopped transactions settled by GC before any reader came`);
+  },
+};
+
 export const leanRowCases: ConformanceCase[] = [
+  heldRecords,
   leanHead('clean'),
   oldSnapshots('clean'),
   bigValues,

@@ -5,7 +5,7 @@ import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from 
 import { cellOf, emptyRow, rowHasNotification } from '../row-state.js';
 import { AmbiguousOutcome, encodeState, readRow, updateRow } from '../row-update.js';
 import { alive, type CommitContext, isPrimaryRow, rowId } from './context.js';
-import { applyPrewrite, withLockResolution } from './prewrite.js';
+import { applyPrewrite, relievePressure, withLockResolution } from './prewrite.js';
 
 /**
  * The commit point (docs/protocol.md section 4): the one CAS after which the transaction
@@ -81,12 +81,26 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
   const { env, startTs } = ctx;
   const m = ctx.rows[0]!;
   const id = rowId(m.table, m.row);
+  let relieved = false;
   return withLockResolution(ctx, m, async () => {
     let current = ctx.knownRows.get(id);
     let ambiguous = false;
     for (let attempt = 0; attempt < 64; attempt++) {
       alive(ctx);
-      if (current === undefined) current = await readRow(env, m.table, m.row);
+      if (current === undefined) {
+        try {
+          current = await readRow(env, m.table, m.row);
+        } catch (error) {
+          // After an ambiguous stamped CAS the transaction may be committed: never report
+          // a plain (retryable) failure then.
+          if (ambiguous) {
+            throw new CommitUnknownError('a one-phase commit could not be verified', startTs, {
+              cause: error,
+            });
+          }
+          throw error;
+        }
+      }
       const state = current ? decodeRow(current.state) : emptyRow();
       const primaryCell = cellOf(state, ctx.primary.column);
       const landed = findRecord(primaryCell, startTs);
@@ -128,7 +142,14 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
         }
         current = outcome.ok ? undefined : outcome.current;
       } catch (error) {
-        if (error instanceof RowTooLargeError) throw error;
+        if (error instanceof RowTooLargeError) {
+          // Old values still inline: move them out once, then try again (nothing was written).
+          if (relieved || ambiguous) throw error;
+          relieved = true;
+          await relievePressure(ctx, m);
+          current = undefined;
+          continue;
+        }
         if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
         current = undefined;
         await sleep(backoffMs(attempt));

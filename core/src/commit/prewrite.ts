@@ -4,7 +4,7 @@ import { observedKey } from '../env.js';
 import { ConflictError, RowTooLargeError, SnapshotTooOldError } from '../errors.js';
 import { isLockExpired, resolveLock } from '../lock-resolver.js';
 import { cellOf, emptyRow, type RowState } from '../row-state.js';
-import { type RowUpdateResult, updateRow, updateRows } from '../row-update.js';
+import { type RowUpdateResult, startRowUpdates, updateRow } from '../row-update.js';
 import type { StoredRow } from '../store.js';
 import {
   alive,
@@ -116,7 +116,7 @@ function underPressure(ctx: CommitContext, known: StoredRow | null | undefined):
   return bytes > limit / 4;
 }
 
-async function relievePressure(ctx: CommitContext, m: RowMutations): Promise<void> {
+export async function relievePressure(ctx: CommitContext, m: RowMutations): Promise<void> {
   alive(ctx);
   ctx.knownRows.delete(rowId(m.table, m.row));
   await ctx.env.tidier.tidyRow(m.table, m.row, undefined, { force: true });
@@ -151,7 +151,9 @@ export async function prewriteAll(ctx: CommitContext, heartbeat: Heartbeat): Pro
     if (underPressure(ctx, ctx.knownRows.get(rowId(m.table, m.row)))) await relievePressure(ctx, m);
   }
   alive(ctx);
-  const settled = await updateRows(
+  // From now on our primary lock may exist: keep it fresh (a beat finds nothing to do before it lands).
+  heartbeat.start();
+  const rows = await startRowUpdates(
     ctx.env,
     ctx.rows.map((m) => ({
       table: m.table,
@@ -164,23 +166,21 @@ export async function prewriteAll(ctx: CommitContext, heartbeat: Heartbeat): Pro
       single: (known: StoredRow | null | undefined, ambiguous: boolean) =>
         prewriteRow(ctx, m, known, ambiguous),
     })),
-    // A conflict fails the transaction: nothing is sent. A lock is resolved row by row.
-    { abortIf: (error) => !(error instanceof BlockedByLock) },
+    // A conflict fails the transaction: nothing is sent. A lock is resolved, and a row
+    // too large is made room for, row by row.
+    { abortIf: (error) => !(error instanceof BlockedByLock || error instanceof RowTooLargeError) },
+  );
+  // Each row's step fires as soon as that row is prewritten, so a client that stops
+  // "after the primary prewrite" may still have other prewrites in flight.
+  const settled = await Promise.allSettled(
+    rows.map(async (done, i) => {
+      const m = ctx.rows[i]!;
+      const { stored } = await done;
+      if (stored !== undefined) ctx.knownRows.set(rowId(m.table, m.row), stored);
+      await step(ctx, { step: 'afterPrewrite', table: m.table, row: m.row, isPrimary: isPrimaryRow(ctx, m) });
+    }),
   );
   alive(ctx);
-  let failure: PromiseRejectedResult | undefined;
-  for (const [i, s] of settled.entries()) {
-    const m = ctx.rows[i]!;
-    if (s.status === 'rejected') {
-      failure ??= s;
-      continue;
-    }
-    if (s.value.stored !== undefined) ctx.knownRows.set(rowId(m.table, m.row), s.value.stored);
-  }
-  if (failure) throw failure.reason;
-  for (const m of ctx.rows) {
-    const isPrimary = isPrimaryRow(ctx, m);
-    if (isPrimary) heartbeat.start();
-    await step(ctx, { step: 'afterPrewrite', table: m.table, row: m.row, isPrimary });
-  }
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) throw failed.reason;
 }
