@@ -213,6 +213,7 @@ function casRequest(
   expected: string | null,
   state: RowState | null,
 ): CasRequest {
+  if (state) env.tidier.beforeWrite(table, key, state);
   return {
     table,
     key,

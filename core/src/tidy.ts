@@ -47,16 +47,69 @@ function part(column: string, ts: number): string {
   return `${column}\u0000${ts}`;
 }
 
+/** Rows whose released commit records this client remembers at most (oldest forgotten first). */
+const MAX_RELEASED_ROWS = 10_000;
+
 export class Tidier {
   /** Rows being tidied by this client: a write meanwhile asks for another round. */
   private readonly running = new Map<string, { again: boolean; known: StoredRow | undefined }>();
+  /**
+   * Commit records of this client's own transactions whose secondaries it saw committed:
+   * row id -> column -> startTs. Their lists are dropped in the next write of that row this
+   * client makes anyway, so a committed transaction costs no extra write, and GC has
+   * fewer lists to check. Forgetting one is safe: GC then settles that record itself.
+   */
+  private readonly released = new Map<string, Map<string, Set<number>>>();
 
   constructor(private readonly env: ProtocolEnv) {}
 
-  /** Called after every head-row write: schedules the tidy step if the row asks for it. */
+  /** Every secondary of the transaction at `startTs` is committed: its primary record may drop its list. */
+  release(table: string, key: string, column: string, startTs: number): void {
+    const id = rowId(table, key);
+    let columns = this.released.get(id);
+    if (!columns) {
+      if (this.released.size >= MAX_RELEASED_ROWS) this.released.delete(this.released.keys().next().value!);
+      columns = new Map();
+      this.released.set(id, columns);
+    }
+    let stamps = columns.get(column);
+    if (!stamps) columns.set(column, (stamps = new Set()));
+    stamps.add(startTs);
+  }
+
+  /** Called on every head-row state about to be written: drops the lists this client released. */
+  beforeWrite(table: string, key: string, state: RowState): void {
+    if (this.released.size === 0) return;
+    const columns = this.released.get(rowId(table, key));
+    if (!columns) return;
+    for (const [column, stamps] of columns) {
+      const cell = state.cells.get(column);
+      if (!cell) continue;
+      for (const rec of cell.writes)
+        if (rec.secondaries && stamps.has(rec.startTs)) rec.secondaries = undefined;
+    }
+  }
+
+  /** Called after every head-row write: forgets applied releases, schedules the tidy step if the row asks for it. */
   afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void {
+    if (this.released.size > 0 && state) this.forgetApplied(table, key, state);
     if (!state || !rowNeedsTidy(state, this.env.prune, this.env.clock())) return;
     this.schedule(table, key, stored ?? undefined);
+  }
+
+  private forgetApplied(table: string, key: string, state: RowState): void {
+    const id = rowId(table, key);
+    const columns = this.released.get(id);
+    if (!columns) return;
+    for (const [column, stamps] of columns) {
+      const cell = state.cells.get(column);
+      for (const ts of stamps) {
+        const rec = cell?.writes.find((w) => w.startTs === ts);
+        if (!rec?.secondaries) stamps.delete(ts);
+      }
+      if (stamps.size === 0) columns.delete(column);
+    }
+    if (columns.size === 0) this.released.delete(id);
   }
 
   private schedule(table: string, key: string, known: StoredRow | undefined): void {
