@@ -274,8 +274,11 @@ async function runBackends(
     try {
       await runBackend(backend, options, collected, progress, signal);
     } catch (error) {
-      collected.failures.push(`${name}: ${error instanceof Error ? error.message : String(error)}`);
-      progress.info(`!! ${name} failed: ${String(error)}`);
+      // Stopped by the signal mid-way (loading, preparing): not a failure of the backend.
+      if (!signal?.aborted) {
+        collected.failures.push(`${name}: ${error instanceof Error ? error.message : String(error)}`);
+        progress.info(`!! ${name} failed: ${String(error)}`);
+      }
     } finally {
       try {
         await backend.close();

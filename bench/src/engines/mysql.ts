@@ -155,6 +155,8 @@ export class MySqlNativeEngine implements Engine {
   readonly singleRowOnly = false;
   readonly dataKey: string;
   private readonly counter = new CallCounter();
+  /** Attempts InnoDB aborted as deadlocks (1213; it detects them at once) or lock wait timeouts (1205). */
+  private deadlocks = 0;
 
   constructor(
     private readonly data: MySqlNativeData,
@@ -179,7 +181,12 @@ export class MySqlNativeEngine implements Engine {
     let broken = false;
     try {
       await this.prepare(conn);
-      return await retryTransaction(this.maxAttempts, retryable, async () => {
+      const retry = (error: unknown) => {
+        const errno = (error as { errno?: unknown } | null)?.errno;
+        if (errno === 1213 || errno === 1205) this.deadlocks++;
+        return retryable(error);
+      };
+      return await retryTransaction(this.maxAttempts, retry, async () => {
         const tx = new MySqlTx(conn, this.data.table, this.counter);
         this.counter.add(1);
         await conn.query('START TRANSACTION');
@@ -212,7 +219,11 @@ export class MySqlNativeEngine implements Engine {
   }
 
   counters() {
-    return { roundTrips: this.counter.roundTrips, commands: this.counter.commands };
+    return {
+      roundTrips: this.counter.roundTrips,
+      commands: this.counter.commands,
+      deadlocks: this.deadlocks,
+    };
   }
 
   async close(): Promise<void> {}

@@ -190,19 +190,19 @@ function compact(value: number): string {
   return value.toFixed(2);
 }
 
-/** 1, 2 or 5 times a power of ten: the smallest such step at least `raw`. */
+/** 1, 2, 2.5 or 5 times a power of ten: the smallest such step at least `raw`. */
 function niceStep(raw: number): number {
   const p = 10 ** Math.floor(Math.log10(raw));
   const f = raw / p;
-  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
+  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10) * p;
 }
 
 /** Removes floating-point noise (0.30000000000000004 → 0.3). */
 const clean = (v: number) => Number(v.toPrecision(12));
 
 /**
- * Ticks for a linear axis covering [min, max]: about five, a nice step apart (1, 2 or 5
- * times a power of ten), the ends widened to whole steps. Ticks are distinct however
+ * Ticks for a linear axis covering [min, max]: about five, a nice step apart (1, 2, 2.5
+ * or 5 times a power of ten), the ends widened to whole steps. Ticks are distinct however
  * narrow the range.
  */
 export function linearTicks(min: number, max: number, target = 5): number[] {
@@ -236,17 +236,20 @@ export function logTicks(min: number, max: number): number[] {
 }
 
 /**
- * Labels for ticks: k or M for large values, with as many decimals as the closest two
- * ticks need to differ (trailing zeros dropped), so no two labels read the same.
+ * Labels for ticks: k or M for large values, each with as many decimals as it takes to
+ * show it exactly (ticks are nice numbers; trailing zeros dropped), so no two distinct
+ * ticks read the same.
  */
 export function tickLabels(ticks: readonly number[]): string[] {
   const top = Math.max(...ticks.map(Math.abs));
   const [unit, suffix] = top >= 1e6 ? [1e6, 'M'] : top >= 1e3 ? [1e3, 'k'] : [1, ''];
-  let gap = Number.POSITIVE_INFINITY;
-  for (let i = 1; i < ticks.length; i++) gap = Math.min(gap, Math.abs(ticks[i]! - ticks[i - 1]!));
-  const decimals = Number.isFinite(gap)
-    ? Math.min(6, Math.max(0, Math.ceil(-Math.log10(gap / unit) - 1e-9)))
-    : 0;
+  const exact = (d: number) =>
+    ticks.every((t) => {
+      const scaled = (t / unit) * 10 ** d;
+      return Math.abs(Math.round(scaled) - scaled) < 1e-6;
+    });
+  let decimals = 0;
+  while (decimals < 6 && !exact(decimals)) decimals++;
   return ticks.map((t) => {
     const text = (t / unit).toFixed(decimals);
     return `${decimals > 0 ? text.replace(/\.?0+$/, '') : text}${t === 0 ? '' : suffix}`;

@@ -1,0 +1,156 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { main } from '../src/cli.js';
+import { HISTORY_VALUE_BYTES } from '../src/history.js';
+import type { BenchReport, BenchResult } from '../src/types.js';
+
+const CELLS = ['history-read-fresh', 'history-read-long', 'history-write-long'];
+
+/**
+ * The history workload, briefly, on the memory store: the figures are present and
+ * consistent with each other. No timing is asserted, and nothing about the row layout
+ * (the head row may or may not grow with history): only what any layout must give.
+ */
+describe('the history workload on the memory store', () => {
+  let dir: string;
+  let code: number;
+  let report: BenchReport;
+  let stderrText = '';
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'bench-history-'));
+    const stdout = new PassThrough();
+    stdout.resume();
+    const stderr = Object.assign(new PassThrough(), { isTTY: false }) as unknown as NodeJS.WriteStream;
+    stderr.on('data', (c: Buffer) => {
+      stderrText += c.toString();
+    });
+    code = await main(
+      [
+        '--backends',
+        'memory',
+        '--workloads',
+        'history',
+        '--history-cells',
+        '3',
+        '--history-versions',
+        '60',
+      ].concat(['--duration', '80ms', '--warmup', '20ms', '--concurrency', '2', '--out', dir]),
+      { stdout, stderr },
+    );
+    report = JSON.parse(await readFile(join(dir, 'results.json'), 'utf8')) as BenchReport;
+  });
+
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const cell = (workload: string, mode: string): BenchResult => {
+    const found = report.results.find((r) => r.workload === workload && r.mode === mode);
+    expect(found, `${workload} ${mode}`).toBeDefined();
+    return found!;
+  };
+
+  test('runs every history cell in percolator and raw mode, every check passing', () => {
+    expect(report.failures).toEqual([]);
+    expect(code).toBe(0);
+    expect(report.results.map((r) => `${r.workload}/${r.mode}`).sort()).toEqual(
+      CELLS.flatMap((w) => [`${w}/percolator`, `${w}/raw`]).sort(),
+    );
+    for (const r of report.results) {
+      expect(r.check.ok, `${r.workload} ${r.mode}: ${r.check.detail}`).toBe(true);
+      expect(r.transactions).toBeGreaterThan(0);
+      expect(r.errors).toBe(0);
+    }
+    expect(cell('history-read-long', 'percolator').check.detail).toMatch(
+      /reads returned the last committed value/,
+    );
+    expect(cell('history-write-long', 'percolator').check.detail).toMatch(
+      /one of the values committed to it/,
+    );
+  });
+
+  test('reports the head row after one update and after many, with the 1.5x + 512 B target', () => {
+    expect(report.history).toHaveLength(1);
+    const h = report.history![0]!;
+    expect(h).toMatchObject({ backend: 'memory', valueBytes: HISTORY_VALUE_BYTES, versions: 60, cells: 3 });
+    // Whatever the layout, the head row holds at least the current value.
+    expect(h.freshRowBytes).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
+    expect(h.longRowBytes).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
+    expect(h.ratio).toBeCloseTo(h.longRowBytes / h.freshRowBytes, 2);
+    expect(h.limitBytes).toBe(Math.round(1.5 * h.freshRowBytes + 512));
+    expect(h.withinLimit).toBe(h.longRowBytes <= h.limitBytes);
+    expect(h.setupMs).toBeGreaterThan(0);
+    expect(h.setupTxPerSecond).toBeGreaterThan(0);
+    expect(stderrText).toMatch(/memory: history: writing 3 fresh cells and 3 cells × 60 versions/);
+  });
+
+  test('counts bytes and store calls per transaction, by direction', () => {
+    for (const r of report.results) {
+      expect(r.io, `${r.workload} ${r.mode}`).toBeDefined();
+      for (const value of Object.values(r.io!)) {
+        expect(Number.isFinite(value)).toBe(true);
+        expect(value).toBeGreaterThanOrEqual(0);
+      }
+    }
+    const h = report.history![0]!;
+    // A raw read is one store.read of the head row, nothing else.
+    const rawFresh = cell('history-read-fresh', 'raw').io!;
+    expect(rawFresh).toMatchObject({ reads: 1, writes: 0, rowsRead: 1, rowsWritten: 0, bytesWritten: 0 });
+    // (Rows of one kind may differ by a few bytes, timestamps being of different lengths.)
+    expect(rawFresh.bytesRead).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
+    expect(rawFresh.bytesRead).toBeLessThanOrEqual(h.freshRowBytes);
+    const rawLong = cell('history-read-long', 'raw').io!;
+    expect(rawLong.bytesRead).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
+    expect(rawLong.bytesRead).toBeLessThanOrEqual(h.longRowBytes);
+    // A Percolator read moves at least the head row, and writes no row.
+    for (const workload of ['history-read-fresh', 'history-read-long']) {
+      const io = cell(workload, 'percolator').io!;
+      expect(io.bytesRead, workload).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
+      expect(io.rowsWritten, workload).toBe(0);
+    }
+    // A write transaction writes at least its 1 KB value in at least one write call.
+    const write = cell('history-write-long', 'percolator').io!;
+    expect(write.writes).toBeGreaterThanOrEqual(1);
+    expect(write.rowsWritten).toBeGreaterThanOrEqual(1);
+    expect(write.bytesWritten).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
+    const rawWrite = cell('history-write-long', 'raw').io!;
+    expect(rawWrite.writes).toBeGreaterThanOrEqual(1);
+    expect(rawWrite.bytesWritten).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
+    // Percolator results carry their ratio to raw, as every workload's do.
+    expect(cell('history-read-long', 'percolator').ratios.map((r) => r.baseline)).toEqual(['raw']);
+  });
+
+  test('summary.md, results.md and report.html show the history tables', async () => {
+    const summary = await readFile(join(dir, 'summary.md'), 'utf8');
+    const h = report.history![0]!;
+    const row = (...cells: string[]) => new RegExp(`\\| ${cells.join(' +\\| ')} +\\|`);
+    expect(summary).toMatch(
+      row('backend', 'head row: 1 update', '60 updates', 'ratio', 'within 1.5x \\+ 512 B'),
+    );
+    expect(summary).toMatch(
+      row(
+        'memory',
+        `${h.freshRowBytes.toLocaleString('en-US')} B`,
+        `${h.longRowBytes.toLocaleString('en-US')} B`,
+      ),
+    );
+    expect(summary).toMatch(
+      row('backend', 'transaction', 'Percolator tx/s', 'p50 ms', 'long ÷ fresh', 'raw tx/s'),
+    );
+    expect(summary).toMatch(
+      row('memory', 'read, long history', '[\\d,.]+', '[\\d.]+', '[\\d.]+x tx/s, [\\d.]+x p50'),
+    );
+    expect(summary).toMatch(row('memory', 'write, long history'));
+    // No transfer ran: no empty transfer table.
+    expect(summary).not.toContain('transfer tx/s');
+    const md = await readFile(join(dir, 'results.md'), 'utf8');
+    expect(md).toContain('Long histories (`history`)');
+    const html = await readFile(join(dir, 'report.html'), 'utf8');
+    expect(html).toContain('<h2>Long histories</h2>');
+    expect(html).toContain(`${h.longRowBytes.toLocaleString('en-US')} B (${h.ratio.toFixed(2)}x; limit`);
+  });
+});
