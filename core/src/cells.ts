@@ -48,6 +48,16 @@ export interface PrunePolicy {
  * per transaction.
  */
 export const HELD_RECORDS_BATCH = 8;
+/** Or once held records list this many rows in all (a wide transaction's list is worth settling early). */
+export const HELD_ROWS_BATCH = 64;
+
+/** Whether a cell's held records are worth a settling pass now. */
+export function heldWorthSettling(held: readonly WriteRecord[]): boolean {
+  if (held.length >= HELD_RECORDS_BATCH) return true;
+  let rows = 0;
+  for (const rec of held) rows += rec.secondaries?.length ?? 0;
+  return rows >= HELD_ROWS_BATCH;
+}
 
 /** The index of the newest record no snapshot after the safe point needs; -1 if none. */
 function safeIndexOf(writes: readonly WriteRecord[], policy: PrunePolicy, nowMs: number): number {
@@ -166,7 +176,7 @@ export function rowNeedsTidy(state: RowState, policy: PrunePolicy, nowMs: number
   for (const cell of state.cells.values()) {
     if (cell.garbage.length > 0) return true;
     if (cell.writes.some((rec) => rec.value === 'moving')) return true;
-    if (heldRecords(cell, policy, nowMs).length >= HELD_RECORDS_BATCH) return true;
+    if (heldWorthSettling(heldRecords(cell, policy, nowMs))) return true;
   }
   return false;
 }

@@ -93,10 +93,11 @@ class Reader {
     const z = this.uint();
     return z % 2 === 0 ? z / 2 : -(z + 1) / 2;
   }
+  /** A view into the row's bytes, not a copy: callers that hand a value out copy it. */
   bytes(): Uint8Array {
     const n = this.uint();
     if (this.pos + n > this.buf.length) throw new CorruptRowError('row state is truncated');
-    const out = this.buf.slice(this.pos, this.pos + n);
+    const out = this.buf.subarray(this.pos, this.pos + n);
     this.pos += n;
     return out;
   }
@@ -131,7 +132,13 @@ function readRows(r: Reader): RowKey[] | undefined {
 }
 
 export function encodeRow(row: RowState): Uint8Array {
-  const w = new Writer();
+  // Room for the values and about 32 bytes per record, lock and name: one allocation, usually.
+  let size = 64;
+  for (const cell of row.cells.values()) {
+    size += 64 + cell.writes.length * 32;
+    for (const value of cell.data.values()) size += value.length + 8;
+  }
+  const w = new Writer(size);
   w.uint(HEAD_FORMAT);
   w.uint(row.cells.size);
   for (const [name, cell] of row.cells) {

@@ -1,4 +1,4 @@
-import { HELD_RECORDS_BATCH, heldRecords, markMoving, pruneCell, rowNeedsTidy } from './cells.js';
+import { heldRecords, heldWorthSettling, markMoving, pruneCell, rowNeedsTidy } from './cells.js';
 import { decodeRow, encodeVersionRow } from './codec.js';
 import { rowId } from './commit/context.js';
 import type { ProtocolEnv } from './env.js';
@@ -182,7 +182,7 @@ export class Tidier {
       for (const ts of cell.garbage)
         garbage.push({ id: part(column, ts), ref: { table: vt, key: versionKey(key, column, ts) } });
       const past = heldRecords(cell, env.prune, now);
-      if (past.length > 0 && (options.force || past.length >= HELD_RECORDS_BATCH)) {
+      if (past.length > 0 && (options.force || heldWorthSettling(past))) {
         for (const rec of past) {
           const rows = (rec.secondaries ?? []).map((r) => ({ table: r.table, key: r.row }));
           held.push({ id: part(column, rec.startTs), startTs: rec.startTs, commitTs: rec.commitTs, rows });

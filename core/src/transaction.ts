@@ -86,7 +86,8 @@ export class Transaction {
     const buffered = this.mutations.get(rowId(table, row))?.cells;
     if (buffered?.has(column)) return buffered.get(column) ?? undefined;
     const [view] = await this.readCells(table, row, [column]);
-    return view!.value;
+    // Decoded values are views into the stored row: hand out a copy.
+    return view!.value?.slice();
   }
 
   /**
@@ -372,7 +373,7 @@ export class Transaction {
         }
         if (isReservedColumn(column)) continue;
         if ('moved' in view) moved.push({ column, view });
-        else if (view.value) columns.set(column, view.value);
+        else if (view.value) columns.set(column, view.value.slice());
       }
       if (blocking) {
         await this.settleLock(table, key, blocking, attempt, waitStart);
