@@ -63,7 +63,15 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
       // ioredis would prefix command keys but not SCAN patterns; use `namespace` instead.
       throw new InvalidArgumentError('the redis client must not have a keyPrefix; use the namespace option');
     }
-    await whenReady(client);
+    try {
+      await whenReady(client);
+    } catch (error) {
+      throw new StoreError(
+        `the redis client passed in (${describeClient(client)}) did not connect: ${(error as Error).message}`,
+        'no',
+        { cause: error },
+      );
+    }
   } else {
     const url = options.url ?? defaultRedisUrl();
     client = createRedisClient(url, options.commandTimeoutMs);
@@ -119,6 +127,19 @@ async function whenReady(client: RedisClient): Promise<void> {
     client.on('ready', onReady);
     client.on('end', onEnd);
   });
+}
+
+/** Where a caller's client connects, for messages (no passwords). */
+function describeClient(client: RedisClient): string {
+  const nodes = (client as { startupNodes?: unknown }).startupNodes;
+  if (Array.isArray(nodes)) {
+    const list = nodes.map((n) =>
+      typeof n === 'string' ? n : `${(n as { host?: string }).host}:${(n as { port?: number }).port}`,
+    );
+    return `Redis Cluster at ${list.join(',')}`;
+  }
+  const { host, port } = client.options as { host?: string; port?: number };
+  return `Redis at ${host}:${port}`;
 }
 
 /** Where the URL came from, so a failure names what to fix. */

@@ -1,7 +1,13 @@
 // Option parsing needs no server: every case here fails before anything connects.
 import { InvalidArgumentError, StoreError } from '@percolator/core';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { createRedisClient, createRedisStore, parseNodes, type RedisStoreOptions } from '../src/index.js';
+import {
+  createRedisClient,
+  createRedisClusterClient,
+  createRedisStore,
+  parseNodes,
+  type RedisStoreOptions,
+} from '../src/index.js';
 
 const reject = (options: unknown) => createRedisStore(options as RedisStoreOptions).catch((e) => e);
 
@@ -48,6 +54,18 @@ describe('createRedisStore options', () => {
     const error = await reject({ namespace: 'x' });
     expect(error).toBeInstanceOf(StoreError);
     expect(error.message).toContain('$PERCOLATOR_REDIS_URL');
+  });
+
+  it('names the nodes of a client passed in that cannot connect', async () => {
+    const cluster = createRedisClusterClient([{ host: '127.0.0.1', port: 1 }]);
+    cluster.on('error', () => {});
+    try {
+      const error = await reject({ client: cluster, namespace: 'x' });
+      expect(error).toBeInstanceOf(StoreError);
+      expect(error.message).toContain('Redis Cluster at 127.0.0.1:1');
+    } finally {
+      cluster.disconnect();
+    }
   });
 
   it('parseNodes names where a bad node list came from', () => {
