@@ -123,6 +123,7 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
           });
           tidyCell(cell, env.prune, now);
         }
+        env.tidier.beforeWrite(m.table, m.row, state);
         return encodeState(env, m.table, m.row, state);
       };
       try {

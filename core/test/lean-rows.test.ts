@@ -1,0 +1,149 @@
+import {
+  CompositeStore,
+  CorruptRowError,
+  InvalidArgumentError,
+  inspectHeadRow,
+  MemoryStore,
+  Percolator,
+  versionRowRef,
+  versionTable,
+} from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { InstrumentedStore } from './support.js';
+
+/** Lean rows (docs/protocol.md sections 2 and 7): what the conformance suite cannot see from outside. */
+describe('lean rows', () => {
+  it('a committing client drops its released secondaries lists in its next write of the row, with no write of its own', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '1');
+    });
+    await db.close();
+    const listed = inspectHeadRow((await store.read('t', 'a'))!.state).cells[0]!.writes[0]!;
+    expect(listed.secondaries).toEqual([{ table: 't', row: 'b' }]);
+    const writes = store.calls.checkAndSet;
+    const again = new Percolator({ store });
+    // A fresh client knows nothing of that transaction: its list stays.
+    await again.transact(async (tx) => tx.set('t', 'a', 'w', 'x'));
+    expect(
+      inspectHeadRow((await store.read('t', 'a'))!.state).cells[0]!.writes[0]!.secondaries,
+    ).toBeDefined();
+    await again.close();
+    // The client that committed it drops the list in its next write of that row.
+    const owner = new Percolator({ store });
+    await owner.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '2');
+      tx.set('t', 'c', 'v', '2');
+    });
+    const writesOf = () => store.calls.checkAndSet + store.calls.checkAndSetStamped;
+    const before = writesOf();
+    await owner.transact(async (tx) => tx.set('t', 'a', 'w', 'y'));
+    await owner.close();
+    const cell = inspectHeadRow((await store.read('t', 'a'))!.state).cells.find((c) => c.column === 'v')!;
+    expect(cell.writes[0]!.secondaries).toBeUndefined(); // released by its own client
+    expect(cell.writes[1]!.secondaries).toEqual([{ table: 't', row: 'b' }]); // left for GC
+    // The single-row transaction cost its usual write (one stamped CAS here), nothing more.
+    expect(writesOf() - before).toBe(1);
+    expect(writes).toBeGreaterThan(0);
+  });
+
+  it('on a store without stamped CAS the release rides on the next prewrite', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    const owner = new Percolator({ store });
+    await owner.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '1');
+    });
+    const before = store.calls.checkAndSet;
+    await owner.transact(async (tx) => tx.set('t', 'a', 'w', 'y'));
+    expect(store.calls.checkAndSet - before).toBe(2); // prewrite and commit, nothing more
+    const cell = inspectHeadRow((await store.read('t', 'a'))!.state).cells.find((c) => c.column === 'v')!;
+    expect(cell.writes[0]!.secondaries).toBeUndefined();
+    await owner.close();
+  });
+
+  it('a row in an unknown format is a CorruptRowError, never a misread', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    // Format 1 (the first version's layout) and a format from the future.
+    for (const [key, state] of [
+      ['old', Uint8Array.from([1, 0])],
+      ['future', Uint8Array.from([99, 0])],
+    ] as const) {
+      await store.checkAndSet({ table: 't', key, expected: null, state });
+      await expect(db.transact((tx) => tx.get('t', key, 'v'))).rejects.toBeInstanceOf(CorruptRowError);
+      await expect(db.transact(async (tx) => tx.set('t', key, 'v', 'x'))).rejects.toBeInstanceOf(
+        CorruptRowError,
+      );
+      expect((await store.read('t', key))!.state).toEqual(state);
+    }
+    await db.close();
+  });
+
+  it('a head row naming a version row that is gone is a CorruptRowError, never a wrong value', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store, gc: { inlineHistoryBytes: 0, maxVersionsPerCell: 100 } });
+    await db.transact(async (tx) => tx.set('t', 'r', 'v', 'first'));
+    const old = await db.begin();
+    await db.transact(async (tx) => tx.set('t', 'r', 'v', 'second'));
+    await db.close();
+    const view = inspectHeadRow((await store.read('t', 'r'))!.state);
+    const moved = view.cells[0]!.writes.find((w) => w.value === 'moved')!;
+    expect(moved).toBeDefined();
+    const ref = versionRowRef('t', 'r', 'v', moved.startTs);
+    expect(await old.getString('t', 'r', 'v')).toBe('first');
+    const stored = (await store.read(ref.table, ref.key))!;
+    await store.checkAndSet({ ...ref, expected: stored.version, state: null });
+    await expect(old.getString('t', 'r', 'v')).rejects.toBeInstanceOf(CorruptRowError);
+  });
+
+  it('table names starting with "__" are reserved', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const tx = await db.begin();
+    expect(() => tx.set('__v.t', 'r', 'v', 'x')).toThrow(InvalidArgumentError);
+    await expect(tx.get('__lease', 'r', 'v')).rejects.toBeInstanceOf(InvalidArgumentError);
+    expect(
+      () => new Percolator({ store: new MemoryStore(), observedColumns: [{ table: '__x', column: 'c' }] }),
+    ).toThrow(InvalidArgumentError);
+    await db.close();
+  });
+
+  it('version tables are valid store table names, one per user table, hashed past 60 characters', () => {
+    expect(versionTable('accounts')).toBe('__v.accounts');
+    const long = 'x'.repeat(64);
+    expect(versionTable(long)).toMatch(/^__h\.[0-9a-f]{60}$/);
+    expect(versionTable(long)).not.toBe(versionTable(`${'x'.repeat(63)}y`));
+    // Keys are injective across (row, column) splits, and stay within 1024 bytes.
+    expect(versionRowRef('t', 'a\u0000b', 'c', 5).key).not.toBe(versionRowRef('t', 'b', 'c\u0000a', 5).key);
+    expect(versionRowRef('t', 'ab', 'c', 5).key).not.toBe(versionRowRef('t', 'b', 'ca', 5).key);
+    const huge = versionRowRef('t', '\u{1F600}'.repeat(256), 'c'.repeat(256), 2 ** 50).key;
+    expect(Buffer.byteLength(huge)).toBeLessThanOrEqual(1024);
+  });
+
+  it('a composite store routes version rows with their table and leases to the default, with no route naming them', async () => {
+    const a = new MemoryStore();
+    const b = new MemoryStore();
+    const long = 'l'.repeat(64);
+    const store = new CompositeStore({
+      routes: [
+        { table: 'docs', store: b },
+        { table: long, store: b },
+      ],
+      default: a,
+      counterStore: a,
+    });
+    expect(store.storeFor(versionTable('docs'), 'k')).toBe(b);
+    expect(store.storeFor(versionTable(long), 'k')).toBe(b);
+    expect(store.storeFor(versionTable('other'), 'k')).toBe(a);
+    expect(store.storeFor('__lease', 'k')).toBe(a);
+    const noDefault = new CompositeStore({ routes: [{ table: 'docs', store: b }], counterStore: a });
+    expect(noDefault.storeFor('__lease', 'k')).toBe(b);
+    const db = new Percolator({ store, gc: { inlineHistoryBytes: 0 } });
+    for (let i = 0; i < 5; i++) await db.transact(async (tx) => tx.set('docs', 'd', 'v', `v${i}`));
+    await db.close();
+    expect((await b.scan(versionTable('docs'), { limit: 100 })).length).toBeGreaterThan(0);
+    expect(await a.scan(versionTable('docs'), { limit: 100 })).toEqual([]);
+  });
+});
