@@ -149,7 +149,7 @@ async function redisCluster(options: BackendOptions): Promise<Backend> {
   const create = factory<{ client: QuittableClient; namespace: string }>(module, 'createRedisStore', spec);
   const { createRedisClusterClient, parseNodes, defaultClusterNodes } = module as {
     createRedisClusterClient?: (nodes?: unknown) => QuittableClient;
-    parseNodes?: (list: string) => unknown;
+    parseNodes?: (list: string, source?: string) => unknown;
     defaultClusterNodes?: () => unknown;
   };
   if (!createRedisClusterClient || !parseNodes || !defaultClusterNodes) {
@@ -157,7 +157,7 @@ async function redisCluster(options: BackendOptions): Promise<Backend> {
   }
   // "redis://a:7001,b:7002" or "a:7001,b:7002"; default PERCOLATOR_REDIS_CLUSTER_NODES or the local cluster.
   const list = options.url?.replace(/^rediss?:\/\//, '');
-  const nodes = list ? parseNodes(list) : defaultClusterNodes();
+  const nodes = list ? parseNodes(list, '--url') : defaultClusterNodes();
   // Each store has its own Cluster client, like a separate process; the store does not
   // quit a client it was given, so destroyStore does.
   const clients = new WeakMap<RowStore, QuittableClient>();
