@@ -132,6 +132,7 @@ describe('axis ticks are distinct', () => {
     expect(narrow[0]).toBeLessThanOrEqual(2150);
     expect(narrow[narrow.length - 1]).toBeGreaterThanOrEqual(2260);
     expect(tickLabels(narrow)).toEqual(['2.15k', '2.2k', '2.25k', '2.3k']);
+    expect(tickLabels([0, 500, 1000, 1500])).toEqual(['0', '500', '1k', '1.5k']);
     expect(new Set(tickLabels(linearTicks(0.1, 0.13))).size).toBe(linearTicks(0.1, 0.13).length);
     expect(tickLabels([0, 0.25, 0.5, 0.75, 1])).toEqual(['0', '0.25', '0.5', '0.75', '1']);
     expect(linearTicks(5, 5).length).toBeGreaterThanOrEqual(2);
@@ -139,7 +140,7 @@ describe('axis ticks are distinct', () => {
 
   test('log ticks: 1-2-5 steps over decades, covering the range', () => {
     expect(logTicks(900, 12_000)).toEqual([500, 1000, 2000, 5000, 10_000, 20_000]);
-    expect(tickLabels(logTicks(900, 12_000))).toEqual(['0.5k', '1k', '2k', '5k', '10k', '20k']);
+    expect(tickLabels(logTicks(900, 12_000))).toEqual(['500', '1k', '2k', '5k', '10k', '20k']);
     const wide = logTicks(0.5, 2_000_000);
     expect(wide[0]).toBeLessThanOrEqual(0.5);
     expect(wide[wide.length - 1]).toBeGreaterThanOrEqual(2_000_000);
@@ -223,4 +224,15 @@ test('deadlocks a native baseline waited out are noted next to its figure', () =
   ];
   expect(summaryMarkdown(report('', rows))).toContain('RR 50.0 (3 deadlocks)');
   expect(htmlReport(report('', rows))).toContain('0.0% (3 deadlocks)');
+});
+
+test('sweep lines of one mode at several concurrencies are told apart by their dash', () => {
+  const rows = [1, 4].flatMap((c) =>
+    [1, 16].map((n) => result({ workload: `rows-${n}`, concurrency: c, throughput: 100 * c + n })),
+  );
+  const html = htmlReport(report('', rows));
+  const legend = [...html.matchAll(/<line [^>]*stroke-width="3"([^>]*)\/>\s*<text[^>]*>(percolator c=\d)</g)];
+  const dashes = new Map(legend.map((m) => [m[2], /stroke-dasharray="([^"]+)"/.exec(m[1]!)?.[1] ?? 'solid']));
+  expect(dashes.get('percolator c=1')).toBe('solid');
+  expect(dashes.get('percolator c=4')).toBe('6 3');
 });

@@ -62,6 +62,9 @@ function latencyChart(results: readonly BenchResult[], multiC: boolean): string 
   return barChart(groups, { scale: 'group' });
 }
 
+/** Solid for the lowest concurrency, then dashed, dotted, dash-dotted. */
+const DASHES: readonly (string | undefined)[] = [undefined, '6 3', '2 3', '8 3 2 3'];
+
 /** Lines over a sweep (`rows-<n>` or `contention-<n>`), one per mode and concurrency. */
 function sweepChart(
   results: readonly BenchResult[],
@@ -73,11 +76,14 @@ function sweepChart(
   yMax?: number,
 ): string {
   const series = new Map<string, Series>();
+  const concurrencies = [...new Set(results.map((r) => r.concurrency))].sort((a, b) => a - b);
   for (const r of results) {
     const m = new RegExp(`^${prefix}-(\\d+)$`).exec(r.workload);
     if (!m) continue;
     const name = `${modeLabel(r)} c=${r.concurrency}`;
-    const s = series.get(name) ?? { name, color: color(modeLabel(r)), points: [] };
+    // One color per mode; each concurrency its own dash, so the legend tells them apart.
+    const dash = DASHES[concurrencies.indexOf(r.concurrency) % DASHES.length];
+    const s = series.get(name) ?? { name, color: color(modeLabel(r)), points: [], ...(dash ? { dash } : {}) };
     (s.points as [number, number][]).push([Number(m[1]), pick(r)]);
     series.set(name, s);
   }

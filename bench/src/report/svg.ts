@@ -110,6 +110,8 @@ export function barChart(
 export interface Series {
   readonly name: string;
   readonly color: string;
+  /** A stroke-dasharray, to tell apart series of one color (e.g. one mode at several concurrencies). */
+  readonly dash?: string;
   readonly points: ReadonlyArray<readonly [number, number]>;
 }
 
@@ -166,7 +168,8 @@ export function lineChart(
     const d = pts
       .map(([x, y], j) => `${j === 0 ? 'M' : 'L'}${px(x).toFixed(1)},${py(y).toFixed(1)}`)
       .join('');
-    parts.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"/>`);
+    const dash = s.dash ? ` stroke-dasharray="${s.dash}"` : '';
+    parts.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"${dash}/>`);
     for (const [x, y] of pts) {
       parts.push(
         `<circle cx="${px(x).toFixed(1)}" cy="${py(y).toFixed(1)}" r="3" fill="${s.color}"><title>${esc(`${s.name}: ${x} → ${compact(y)}`)}</title></circle>`,
@@ -174,7 +177,7 @@ export function lineChart(
     }
     const ly = m.top + 10 + i * 16;
     parts.push(
-      `<rect x="${m.left + pw + 10}" y="${ly - 8}" width="10" height="10" fill="${s.color}"/>`,
+      `<line x1="${m.left + pw + 6}" x2="${m.left + pw + 20}" y1="${ly - 3}" y2="${ly - 3}" stroke="${s.color}" stroke-width="3"${dash}/>`,
       `<text x="${m.left + pw + 24}" y="${ly + 1}" class="v">${esc(s.name)}</text>`,
     );
   });
@@ -236,22 +239,16 @@ export function logTicks(min: number, max: number): number[] {
 }
 
 /**
- * Labels for ticks: k or M for large values, each with as many decimals as it takes to
- * show it exactly (ticks are nice numbers; trailing zeros dropped), so no two distinct
- * ticks read the same.
+ * Labels for ticks: each in k or M when that large, with as many decimals as it takes to
+ * show it exactly (ticks are nice numbers), so no two distinct ticks read the same.
  */
 export function tickLabels(ticks: readonly number[]): string[] {
-  const top = Math.max(...ticks.map(Math.abs));
-  const [unit, suffix] = top >= 1e6 ? [1e6, 'M'] : top >= 1e3 ? [1e3, 'k'] : [1, ''];
-  const exact = (d: number) =>
-    ticks.every((t) => {
-      const scaled = (t / unit) * 10 ** d;
-      return Math.abs(Math.round(scaled) - scaled) < 1e-6;
-    });
-  let decimals = 0;
-  while (decimals < 6 && !exact(decimals)) decimals++;
   return ticks.map((t) => {
-    const text = (t / unit).toFixed(decimals);
-    return `${decimals > 0 ? text.replace(/\.?0+$/, '') : text}${t === 0 ? '' : suffix}`;
+    const abs = Math.abs(t);
+    const [unit, suffix] = abs >= 1e6 ? [1e6, 'M'] : abs >= 1e3 ? [1e3, 'k'] : [1, ''];
+    const v = t / unit;
+    let decimals = 0;
+    while (decimals < 6 && Math.abs(Math.round(v * 10 ** decimals) - v * 10 ** decimals) > 1e-6) decimals++;
+    return `${v.toFixed(decimals)}${suffix}`;
   });
 }
