@@ -170,13 +170,10 @@ export class CountingStore implements RowStore {
       };
     }
     if (inner.checkAndSetStamped) {
-      this.checkAndSetStamped = async (request, counter, build) => {
+      this.checkAndSetStamped = async (request, counter) => {
         this.calls.checkAndSetStamped++;
-        const result = await inner.checkAndSetStamped!(request, counter, (timestamp) => {
-          const state = build(timestamp);
-          this.written(state);
-          return state;
-        });
+        this.written(request.state);
+        const result = await inner.checkAndSetStamped!(request, counter);
         this.casResult(result);
         return result;
       };

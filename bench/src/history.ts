@@ -44,23 +44,25 @@ export const HISTORY_DEFAULT_VERSIONS = 1000;
 /** The target: a long history's head row is at most 1.5 × a fresh one + 512 bytes. */
 export const HISTORY_LIMIT = { factor: 1.5, slackBytes: 512 } as const;
 
-const TABLE: LogicalTable = 'hist';
+/**
+ * Fresh and long-history cell i have the same row key in two tables, so a store that
+ * places rows by key (a sharded CompositeStore) puts each pair on the same store, and the
+ * two kinds are read from the same stores.
+ */
+export const FRESH_TABLE: LogicalTable = 'hist_fresh';
+export const LONG_TABLE: LogicalTable = 'hist_long';
 
-export function freshKey(i: number): string {
-  return `fresh${String(i).padStart(4, '0')}`;
-}
-
-export function longKey(i: number): string {
-  return `long${String(i).padStart(4, '0')}`;
+export function cellKey(i: number): string {
+  return `cell${String(i).padStart(4, '0')}`;
 }
 
 /** What the history cells hold, shared by the cells of one backend. */
 export interface HistoryData extends Prepared {
-  readonly fresh: readonly string[];
-  readonly long: readonly string[];
-  /** The committed value of every Percolator cell, kept current by the write cells' checks. */
+  /** Row keys, the same in FRESH_TABLE and LONG_TABLE. */
+  readonly keys: readonly string[];
+  /** The committed value of every Percolator cell (by `table/key`), kept current by the write cells' checks. */
   readonly latest: Map<string, string>;
-  /** The committed value of every raw row (long cells), likewise. */
+  /** The committed value of every raw row (long cells, by `table/key`), likewise. */
   readonly rawLatest: Map<string, string>;
   readonly history: HistoryRows;
   /** The last number used in a written value (values are unique). */
@@ -84,11 +86,15 @@ async function pool(
   await Promise.all(Array.from({ length: Math.min(parallel, n) }, worker));
 }
 
-async function headRowBytes(store: CountingStore, keys: readonly string[]): Promise<number[]> {
+async function headRowBytes(
+  store: CountingStore,
+  table: LogicalTable,
+  keys: readonly string[],
+): Promise<number[]> {
   return Promise.all(
     keys.map(async (key) => {
-      const row = await store.read(TABLE, key);
-      if (!row) throw new Error(`history: no head row for ${TABLE}/${key} after writing it`);
+      const row = await store.read(table, key);
+      if (!row) throw new Error(`history: no head row for ${table}/${key} after writing it`);
       return row.state.byteLength;
     }),
   );
@@ -102,8 +108,7 @@ async function prepareHistory(ctx: PrepareContext): Promise<HistoryData> {
   const raw = ctx.backend.engines.find((e): e is RawEngine => e instanceof RawEngine);
   const store = (percolator ?? raw)?.store;
   if (!store) throw new Error('history: the backend has no Percolator or raw engine');
-  const fresh = Array.from({ length: cells }, (_, i) => freshKey(i));
-  const long = Array.from({ length: cells }, (_, i) => longKey(i));
+  const keys = Array.from({ length: cells }, (_, i) => cellKey(i));
   const latest = new Map<string, string>();
   ctx.info(
     `== ${ctx.backend.name}: history: writing ${cells} fresh cells and ${cells} cells × ${versions} ` +
@@ -114,32 +119,32 @@ async function prepareHistory(ctx: PrepareContext): Promise<HistoryData> {
   const db = new Percolator({ store });
   let transactions = 0;
   try {
-    const write = async (key: string, n: number) => {
+    const write = async (table: LogicalTable, key: string, n: number) => {
       const value = encodeValue(n, HISTORY_VALUE_BYTES);
-      await db.transact(async (tx) => tx.set(TABLE, key, COLUMN, value), { maxAttempts: 50 });
-      latest.set(key, value);
+      await db.transact(async (tx) => tx.set(table, key, COLUMN, value), { maxAttempts: 50 });
+      latest.set(`${table}/${key}`, value);
       transactions++;
     };
-    await pool(cells, HISTORY_SETUP_CONCURRENCY, ctx.signal, (i) => write(fresh[i]!, 1));
+    await pool(cells, HISTORY_SETUP_CONCURRENCY, ctx.signal, (i) => write(FRESH_TABLE, keys[i]!, 1));
     // One client per cell at a time: a cell's updates are sequential (they would conflict).
     await pool(cells, HISTORY_SETUP_CONCURRENCY, ctx.signal, async (i) => {
       for (let v = 1; v <= versions; v++) {
         if (ctx.signal?.aborted) throw new Error('interrupted');
-        await write(long[i]!, v);
+        await write(LONG_TABLE, keys[i]!, v);
       }
     });
   } finally {
     await db.close();
   }
   const setupMs = performance.now() - start;
-  const freshRowBytes = Math.max(...(await headRowBytes(store, fresh)));
-  const longRowBytes = Math.max(...(await headRowBytes(store, long)));
+  const freshRowBytes = Math.max(...(await headRowBytes(store, FRESH_TABLE, keys)));
+  const longRowBytes = Math.max(...(await headRowBytes(store, LONG_TABLE, keys)));
   const limitBytes = Math.round(HISTORY_LIMIT.factor * freshRowBytes + HISTORY_LIMIT.slackBytes);
   const rawLatest = new Map<string, string>();
   if (raw) {
-    const rows = long.map((key) => [key, encodeValue(1, HISTORY_VALUE_BYTES)] as const);
-    await raw.load(TABLE, rows);
-    for (const [key, value] of rows) rawLatest.set(key, value);
+    const rows = keys.map((key) => [key, encodeValue(1, HISTORY_VALUE_BYTES)] as const);
+    await raw.load(LONG_TABLE, rows);
+    for (const [key, value] of rows) rawLatest.set(`${LONG_TABLE}/${key}`, value);
   }
   const history: HistoryRows = {
     backend: ctx.backend.name,
@@ -160,7 +165,7 @@ async function prepareHistory(ctx: PrepareContext): Promise<HistoryData> {
       `${longRowBytes} B after ${versions} (${history.ratio}x; limit ${limitBytes} B: ` +
       `${history.withinLimit ? 'within' : 'OVER'})`,
   );
-  return { fresh, long, latest, rawLatest, history, seq: versions };
+  return { keys, latest, rawLatest, history, seq: versions };
 }
 
 const HISTORY_PREPARE: WorkloadPrepare = { key: 'history', run: prepareHistory };
@@ -180,16 +185,17 @@ class HistoryReadSession implements WorkloadSession {
     private readonly name: string,
     private readonly engine: Engine,
     private readonly data: HistoryData,
-    private readonly keys: readonly string[],
+    private readonly table: LogicalTable,
   ) {}
 
   step(index: number): Step {
     const random = stepRandom(this.name, this.engine, index);
-    const { engine, keys } = this;
+    const { engine, table } = this;
+    const keys = this.data.keys;
     if (engine instanceof RawEngine) {
       return async () => {
         const key = keys[randomInt(random, keys.length)]!;
-        const row = await engine.store.read(TABLE, key);
+        const row = await engine.store.read(table, key);
         this.reads++;
         if (!row || row.state.byteLength < HISTORY_VALUE_BYTES)
           this.note(`${key}: head row missing or short`);
@@ -198,11 +204,12 @@ class HistoryReadSession implements WorkloadSession {
     }
     return async () => {
       const key = keys[randomInt(random, keys.length)]!;
-      const { value, attempts } = await engine.transact((tx) => tx.read(TABLE, [key]), { readOnly: true });
+      const { value, attempts } = await engine.transact((tx) => tx.read(table, [key]), { readOnly: true });
       this.reads++;
-      if (value[0] !== this.data.latest.get(key)) {
+      const latest = this.data.latest.get(`${table}/${key}`);
+      if (value[0] !== latest) {
         this.note(
-          `${key}: read ${describe(value[0])}, the last committed value is ${describe(this.data.latest.get(key))}`,
+          `${table}/${key}: read ${describe(value[0])}, the last committed value is ${describe(latest)}`,
         );
       }
       return attempts;
@@ -247,12 +254,12 @@ class HistoryWriteSession implements WorkloadSession {
 
   step(index: number): Step {
     const random = stepRandom(this.name, this.engine, index);
-    const keys = this.data.long;
+    const keys = this.data.keys;
     return async () => {
       const key = keys[randomInt(random, keys.length)]!;
       const value = encodeValue(++this.data.seq, HISTORY_VALUE_BYTES);
       try {
-        const { attempts } = await this.engine.transact(async (tx) => tx.write(TABLE, [[key, value]]));
+        const { attempts } = await this.engine.transact(async (tx) => tx.write(LONG_TABLE, [[key, value]]));
         add(this.committed, key, value);
         return attempts;
       } catch (error) {
@@ -264,7 +271,7 @@ class HistoryWriteSession implements WorkloadSession {
 
   /** Every cell holds a value committed to it here (or, if none was, its value before). */
   async verify(): Promise<CheckOutcome> {
-    const keys = this.data.long;
+    const keys = this.data.keys;
     const current = await this.readAll(keys);
     let writes = 0;
     for (const [i, key] of keys.entries()) {
@@ -272,14 +279,14 @@ class HistoryWriteSession implements WorkloadSession {
       const committed = this.committed.get(key) ?? new Set();
       writes += committed.size;
       const allowed = new Set([...committed, ...(this.unknown.get(key) ?? [])]);
-      if (committed.size === 0) allowed.add(this.latest.get(key)!);
+      if (committed.size === 0) allowed.add(this.latest.get(`${LONG_TABLE}/${key}`)!);
       if (now === undefined || !allowed.has(now)) {
         return {
           ok: false,
           detail: `${key} holds ${describe(now)}, not one of the ${allowed.size} values committed to it`,
         };
       }
-      this.latest.set(key, now);
+      this.latest.set(`${LONG_TABLE}/${key}`, now);
     }
     return { ok: true, detail: `${writes} writes; every cell holds one of the values committed to it` };
   }
@@ -290,12 +297,12 @@ class HistoryWriteSession implements WorkloadSession {
       const decoder = new TextDecoder();
       return Promise.all(
         keys.map(async (key) => {
-          const row = await engine.store.read(RAW_TABLE, nativeKey(TABLE, key));
+          const row = await engine.store.read(RAW_TABLE, nativeKey(LONG_TABLE, key));
           return row ? decoder.decode(row.state) : undefined;
         }),
       );
     }
-    return (await engine.transact((tx) => tx.read(TABLE, keys), { readOnly: true })).value;
+    return (await engine.transact((tx) => tx.read(LONG_TABLE, keys), { readOnly: true })).value;
   }
 
   async close(): Promise<void> {}
@@ -329,7 +336,7 @@ function historyWorkload(kind: 'read-fresh' | 'read-long' | 'write-long'): Workl
       const data = prepared as HistoryData | undefined;
       if (!data) throw new Error(`${name}: the history cells were not prepared`);
       if (kind === 'write-long') return new HistoryWriteSession(name, engine, data);
-      return new HistoryReadSession(name, engine, data, kind === 'read-fresh' ? data.fresh : data.long);
+      return new HistoryReadSession(name, engine, data, kind === 'read-fresh' ? FRESH_TABLE : LONG_TABLE);
     },
   };
 }

@@ -9,9 +9,9 @@ import type { Mode } from '../types.js';
 
 /**
  * The logical tables: `kv` (YCSB-style records) and `acct` (balances), which every engine
- * holds, and `hist` (the history workload's hot cells, Percolator and raw engines only).
+ * holds, and the history workload's cells (Percolator and raw engines only).
  */
-export type LogicalTable = 'kv' | 'acct' | 'hist';
+export type LogicalTable = 'kv' | 'acct' | 'hist_fresh' | 'hist_long';
 export const LOGICAL_TABLES: readonly LogicalTable[] = ['kv', 'acct'];
 
 export interface ReadOptions {
