@@ -84,6 +84,66 @@ WHERE r.kind = 'ensureAbsent' AND NOT EXISTS (SELECT 1 FROM ${n.rows} t WHERE t.
     increment: `INSERT INTO ${n.counters} (name, value) VALUES ($1, $2::bigint)
 ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
 RETURNING value::text AS value`,
+
+    /*
+     * Stamped check-and-set (capability stampedCheckAndSet): ONE statement, so one round
+     * trip and, in autocommit, one transaction. CTE `c` adds 1 to the counter exactly as
+     * `increment` does (same table, same upsert); `w` applies the CAS with the drawn value
+     * written over bytes 2..9 (1-based; STAMP_OFFSET = 1) of the state as a big-endian
+     * int8 (`int8send`). Both commit together or not at all.
+     *
+     * Why a later counter value implies the write is visible (READ COMMITTED, the default):
+     * the upsert in `c` leaves the counter row locked until this statement's transaction
+     * commits. Any other draw from that counter (`increment` or another stamped statement)
+     * is an upsert of the same row, so it waits for that lock and only then adds to the
+     * value this transaction committed. PostgreSQL marks a transaction committed (clog,
+     * then ProcArray) before it releases its locks, so by the time a later value exists,
+     * this write is committed and every snapshot taken afterwards (the reader's next
+     * statement) contains it. If this transaction aborts, its value is never handed out
+     * as a success: the next draw reuses it.
+     *
+     * Lock order: every stamped statement takes the counter row first and a rows-table row
+     * second, and nothing that holds a rows-table row ever waits for the counter, so the
+     * counter can never be part of a deadlock cycle.
+     *
+     * The counter advances only when the statement's snapshot shows the CAS can apply
+     * (the row absent for a create, at the expected version for an update). A CAS that
+     * then loses a race (a concurrent writer committed first; the write re-checks the
+     * newest row) still advances the counter: a gap, which timestamps allow.
+     *
+     * $1 tbl, $2 key, $3 counter name, $4 state template, $5 notified, [$6 expected].
+     */
+    stampedCreate: `WITH c AS (
+  INSERT INTO ${n.counters} (name, value)
+  SELECT $3::bytea, 1::bigint
+  WHERE NOT EXISTS (SELECT 1 FROM ${n.rows} WHERE tbl = $1::bytea AND key = $2::bytea)
+  ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
+  RETURNING value
+),
+w AS (
+  INSERT INTO ${n.rows} (tbl, key, version, state, notified)
+  SELECT $1::bytea, $2::bytea, ${nextVersion}, overlay($4::bytea PLACING int8send(c.value) FROM 2 FOR 8), $5::boolean
+  FROM c
+  ON CONFLICT (tbl, key) DO NOTHING
+  RETURNING version
+)
+SELECT w.version::text AS version, c.value::text AS ts FROM w CROSS JOIN c`,
+
+    stampedUpdate: `WITH c AS (
+  INSERT INTO ${n.counters} (name, value)
+  SELECT $3::bytea, 1::bigint
+  WHERE EXISTS (SELECT 1 FROM ${n.rows} WHERE tbl = $1::bytea AND key = $2::bytea AND version = $6::bigint)
+  ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
+  RETURNING value
+),
+w AS (
+  UPDATE ${n.rows} t
+  SET version = ${nextVersion}, state = overlay($4::bytea PLACING int8send(c.value) FROM 2 FOR 8), notified = $5::boolean
+  FROM c
+  WHERE t.tbl = $1::bytea AND t.key = $2::bytea AND t.version = $6::bigint
+  RETURNING t.version, c.value
+)
+SELECT version::text AS version, value::text AS ts FROM w`,
   };
 }
 

@@ -8,6 +8,7 @@ import {
   type RowStore,
   type ScannedStoredRow,
   type ScanOptions,
+  STAMP_OFFSET,
   type StoreCapabilities,
   type StoredRow,
   StoreError,
@@ -47,8 +48,8 @@ import { type PostgresStatements, postgresStatements } from './statements.js';
 /** bytea travels as hex text in results; 64 MiB keeps one row's message well under 1 GiB. */
 export const POSTGRES_MAX_STATE_BYTES = 64 * 1024 * 1024;
 
-/** A deadlock rolls a whole multi-row statement back, so it is safe to send it again. */
-const BATCH_ATTEMPTS = 4;
+/** A deadlock or serialization failure rolls a whole statement back, so it is safe to send it again. */
+const TRANSIENT_ATTEMPTS = 4;
 
 export interface PostgresStoreOptions {
   /** Used when no `pool` is given. Default: $PERCOLATOR_POSTGRES_URL or postgres://postgres@127.0.0.1:5432/test. */
@@ -82,12 +83,16 @@ const OPTION_KEYS: OptionKeys<PostgresStoreOptions> = {
 
 export interface PostgresStore extends RowStore {
   readonly namespace: string;
-  // Every optional capability except stampedCheckAndSet is implemented, so always present.
+  // Every optional capability is implemented, so always present.
   readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
   checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]>;
   scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]>;
   incrementCounter(name: string, delta: number): Promise<number>;
   scanNotified(table: string, options: NotificationScanOptions): Promise<string[]>;
+  checkAndSetStamped(
+    request: CasRequest & { readonly state: Uint8Array },
+    counter: string,
+  ): Promise<CasResult & { timestamp?: number }>;
   /** Drops this namespace's tables and sequence: all of its data. The store is unusable afterwards. */
   dropNamespace(): Promise<void>;
 }
@@ -139,7 +144,7 @@ class PostgresRowStore implements PostgresStore {
     orderedScan: true,
     atomicCounter: true,
     notificationIndex: true,
-    stampedCheckAndSet: false,
+    stampedCheckAndSet: true,
     maxStateBytes: POSTGRES_MAX_STATE_BYTES,
   };
   readonly namespace: string;
@@ -259,6 +264,40 @@ class PostgresRowStore implements PostgresStore {
     return toSafeCounter(String(result.rows[0]!.value), name);
   }
 
+  /**
+   * One statement (statements.ts: stampedCreate / stampedUpdate) draws counter + 1 and
+   * applies the CAS with that value written big-endian at STAMP_OFFSET, in one transaction
+   * and one round trip; see the comment there for why a later draw sees the write. The
+   * counter advances when the statement's snapshot shows the CAS can apply, even if the
+   * CAS then loses a race; it never advances for a request refused before sending.
+   */
+  async checkAndSetStamped(
+    request: CasRequest & { readonly state: Uint8Array },
+    counter: string,
+  ): Promise<CasResult & { timestamp?: number }> {
+    const name = encodeCounterName(counter);
+    if (typeof request === 'object' && request !== null && !(request.state instanceof Uint8Array)) {
+      throw new InvalidArgumentError('a stamped check-and-set needs a state (a Uint8Array), never null');
+    }
+    // Validates table, key, expected and notified, and the size (RowTooLargeError), before sending.
+    const plan = planCas(request, this.capabilities.maxStateBytes);
+    if (plan.kind === 'unmatchable') return this.failure(request);
+    if (plan.kind !== 'create' && plan.kind !== 'update') throw new Error(`unexpected plan ${plan.kind}`);
+    if (plan.state.byteLength < STAMP_OFFSET + 8) {
+      throw new InvalidArgumentError(
+        `a stamped state needs at least ${STAMP_OFFSET + 8} bytes (the stamp slot), got ${plan.state.byteLength}`,
+      );
+    }
+    const values: unknown[] = [plan.tbl, plan.key, name, plan.state, plan.notified];
+    if (plan.kind === 'update') values.push(plan.expected);
+    const statement = plan.kind === 'create' ? 'stampedCreate' : 'stampedUpdate';
+    const result = await this.withTransientRetry(() => this.query(statement, 'write', values));
+    const row = result.rows[0];
+    if (row === undefined) return this.failure(request);
+    // Applied; a stamp beyond 2^53 cannot be a JS number, so that throws (not a plain failure).
+    return { ok: true, version: String(row.version), timestamp: toSafeCounter(String(row.ts), counter) };
+  }
+
   async createSchema(): Promise<void> {
     await this.underSchemaLock(postgresSchemaStatements(this.namespace));
   }
@@ -332,13 +371,23 @@ class PostgresRowStore implements PostgresStore {
       plans.map((p) => ('notified' in p ? p.notified : false)),
       plans.map((p) => p.kind),
     ];
+    const result = await this.withTransientRetry(() => this.query('casMany', 'write', values));
+    return new Map(result.rows.map((row) => [Number(row.i), String(row.version)]));
+  }
+
+  /**
+   * Sends a statement again after a deadlock or serialization failure (40P01, 40001): the
+   * server rolled the whole statement back, so it certainly did not apply. Under READ
+   * COMMITTED a stamped statement never gets 40001; under REPEATABLE READ or SERIALIZABLE
+   * (a pool configured so) a concurrent counter draw makes it fail that way.
+   */
+  private async withTransientRetry(send: () => Promise<PgQueryResult>): Promise<PgQueryResult> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const result = await this.query('casMany', 'write', values);
-        return new Map(result.rows.map((row) => [Number(row.i), String(row.version)]));
+        return await send();
       } catch (error) {
         const cause = (error as Error).cause;
-        if (attempt < BATCH_ATTEMPTS && isTransientRollback(cause)) continue;
+        if (attempt < TRANSIENT_ATTEMPTS && isTransientRollback(cause)) continue;
         throw error;
       }
     }
