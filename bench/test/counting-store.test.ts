@@ -52,13 +52,12 @@ describe('CountingStore counts bytes and calls by direction', () => {
     expect(store.io.bytesRead).toBe(current ? 64 : 0);
   });
 
-  test('the stamped check-and-set counts the state its build made', async () => {
+  test('the stamped check-and-set counts the state it sends', async () => {
     const store = new CountingStore(new MemoryStore());
     if (!store.checkAndSetStamped) return; // only where the store has it
     const result = await store.checkAndSetStamped(
-      { table: 't', key: 's', expected: null },
+      { table: 't', key: 's', expected: null, state: bytes(42) },
       'ts',
-      (timestamp) => bytes(40 + (timestamp > 0 ? 2 : 0)),
     );
     expect(result.ok).toBe(true);
     expect(store.io).toMatchObject({ writes: 1, rowsWritten: 1, bytesWritten: 42 });

@@ -321,20 +321,14 @@ export class FaultyStore implements RowStore {
   }
 
   checkAndSetStamped(
-    request: Omit<CasRequest, 'state'>,
+    request: CasRequest & { readonly state: Uint8Array },
     counter: string,
-    build: (timestamp: number) => Uint8Array,
   ): Promise<CasResult & { timestamp?: number }> {
     const inner = this.inner;
     if (inner.checkAndSetStamped === undefined) return Promise.reject(unsupported('checkAndSetStamped'));
     return this.call(
-      {
-        operation: 'checkAndSetStamped',
-        table: request.table,
-        key: request.key,
-        request: { ...request, state: null },
-      },
-      () => inner.checkAndSetStamped!(request, counter, build),
+      { operation: 'checkAndSetStamped', table: request.table, key: request.key, request },
+      () => inner.checkAndSetStamped!(request, counter),
     );
   }
 

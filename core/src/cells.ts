@@ -1,3 +1,4 @@
+import { STAMP } from './codec.js';
 import type { Cell, RowState, WriteRecord } from './row-state.js';
 
 /** Pure rules on one cell, shared by reads, prewrite, commit, pruning and the tidy step. */
@@ -70,7 +71,9 @@ function safeIndexOf(writes: readonly WriteRecord[], policy: PrunePolicy, nowMs:
       break;
     }
   }
-  return safeIndex;
+  // A record still waiting for its stamp has no commitTs to be a safe point yet.
+  while (safeIndex >= 0 && writes[safeIndex]?.commitTs === STAMP) safeIndex++;
+  return safeIndex < writes.length ? safeIndex : -1;
 }
 
 /**

@@ -7,19 +7,27 @@ import type { Cell, Lock, RecordKind, RowKey, RowState, ValuePlace, WriteRecord 
  * are unsigned LEB128 varints (they hold any safe integer); signed ones are zigzagged.
  *
  * Head row, format 2:
- *   format=2, n cells, per cell: name, flags(bit0 lock, bit1 notify, bit2 garbage), prunedThrough,
- *   n data {startTs, bytes},
+ *   format=2, stamp (8 bytes, big endian, at STAMP_OFFSET), n cells, per cell: name,
+ *   flags(bit0 lock, bit1 notify, bit2 garbage), prunedThrough, n data {startTs, bytes},
  *   [lock {startTs, table, row, column, kind, ttlMs, wallTimeMs, n secondaries {table, row}}],
- *   n writes, newest first, each {commitTs (the first absolute, then the gap to the newer
- *     one), commitTs - startTs, bits (kind | place<<2 | hasSecondaries<<4), wallTimeMs
- *     (the first absolute, then zigzag of the newer one's minus this), [n secondaries]},
+ *   n writes, newest first, each {bits (kind | place<<2 | hasSecondaries<<4 | stamped<<5),
+ *     unstamped: zigzag(commitTs - base), commitTs - startTs; stamped: startTs;
+ *     wallTimeMs (the first absolute, then zigzag of the newer one's minus this),
+ *     [n secondaries]}, where base is the newer record's commitTs (its startTs if stamped),
+ *     0 for the first;
  *   [notifyTs], n acks {name, ts}, [n garbage {startTs}].
+ * A stamped record's commitTs is the row's stamp: a store with `stampedCheckAndSet` writes
+ * it into the 8-byte slot in the same atomic step as the write, so a one-phase commit (or a
+ * primary commit) needs no round trip for its commit timestamp. In memory such a record
+ * carries commitTs STAMP until then; every later write re-encodes it with its real value.
  * Version row, format 16: format=16, then the value's bytes.
  *
  * A row in any other format (format 1 was the first version's single-blob layout) is a
  * CorruptRowError: never guessed at.
  */
 export const HEAD_FORMAT = 2;
+/** The commitTs of a record whose timestamp the store will stamp (sorts newest). */
+export const STAMP = Number.MAX_SAFE_INTEGER;
 export const VERSION_FORMAT = 16;
 const KINDS: RecordKind[] = ['put', 'delete', 'rollback'];
 const PLACES: ValuePlace[] = ['inline', 'moving', 'moved'];
@@ -51,6 +59,15 @@ class Writer {
   }
   int(value: number): void {
     this.uint(value >= 0 ? value * 2 : -value * 2 - 1);
+  }
+  /** 8 bytes, big endian (the stamp slot). */
+  fixed64(value: number): void {
+    this.ensure(8);
+    const high = Math.floor(value / 2 ** 32);
+    const low = value >>> 0;
+    for (let i = 0; i < 4; i++) this.buf[this.pos + i] = (high >>> (24 - 8 * i)) & 0xff;
+    for (let i = 0; i < 4; i++) this.buf[this.pos + 4 + i] = (low >>> (24 - 8 * i)) & 0xff;
+    this.pos += 8;
   }
   raw(value: Uint8Array): void {
     this.ensure(value.length);
@@ -92,6 +109,17 @@ class Reader {
   int(): number {
     const z = this.uint();
     return z % 2 === 0 ? z / 2 : -(z + 1) / 2;
+  }
+  fixed64(): number {
+    if (this.pos + 8 > this.buf.length) throw new CorruptRowError('row state is truncated');
+    let high = 0;
+    let low = 0;
+    for (let i = 0; i < 4; i++) high = high * 256 + this.buf[this.pos + i]!;
+    for (let i = 0; i < 4; i++) low = low * 256 + this.buf[this.pos + 4 + i]!;
+    this.pos += 8;
+    const value = high * 2 ** 32 + low;
+    if (!Number.isSafeInteger(value)) throw new CorruptRowError('row stamp is past the safe integer range');
+    return value;
   }
   /** A view into the row's bytes, not a copy: callers that hand a value out copy it. */
   bytes(): Uint8Array {
@@ -140,6 +168,7 @@ export function encodeRow(row: RowState): Uint8Array {
   }
   const w = new Writer(size);
   w.uint(HEAD_FORMAT);
+  w.fixed64(0); // the stamp slot: filled by the store, or unused
   w.uint(row.cells.size);
   for (const [name, cell] of row.cells) {
     w.string(name);
@@ -162,17 +191,28 @@ export function encodeRow(row: RowState): Uint8Array {
       writeRows(w, l.secondaries);
     }
     w.uint(cell.writes.length);
-    let newerCommit = 0;
+    let base = 0;
     let newerWall = 0;
     for (const [i, rec] of cell.writes.entries()) {
-      w.uint(i === 0 ? rec.commitTs : newerCommit - rec.commitTs);
-      w.uint(rec.commitTs - rec.startTs);
+      const stamped = rec.commitTs === STAMP;
       const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
-      w.uint(KINDS.indexOf(rec.kind) | (PLACES.indexOf(rec.value) << 2) | (hasSecondaries ? 16 : 0));
+      w.uint(
+        KINDS.indexOf(rec.kind) |
+          (PLACES.indexOf(rec.value) << 2) |
+          (hasSecondaries ? 16 : 0) |
+          (stamped ? 32 : 0),
+      );
+      if (stamped) {
+        w.uint(rec.startTs);
+        base = rec.startTs;
+      } else {
+        w.int(rec.commitTs - base);
+        w.uint(rec.commitTs - rec.startTs);
+        base = rec.commitTs;
+      }
       if (i === 0) w.uint(rec.wallTimeMs);
       else w.int(newerWall - rec.wallTimeMs);
       if (hasSecondaries) writeRows(w, rec.secondaries);
-      newerCommit = rec.commitTs;
       newerWall = rec.wallTimeMs;
     }
     if (cell.notifyTs > 0) w.uint(cell.notifyTs);
@@ -204,6 +244,7 @@ export function decodeRow(bytes: Uint8Array): RowState {
         : `row is in format ${format}, which this version of percolator does not know (it reads head rows in format ${HEAD_FORMAT})`,
     );
   }
+  const stamp = r.fixed64();
   const cells = new Map<string, Cell>();
   const n = r.uint();
   for (let i = 0; i < n; i++) {
@@ -227,15 +268,26 @@ export function decodeRow(bytes: Uint8Array): RowState {
     }
     const writes: WriteRecord[] = [];
     const nWrites = r.uint();
-    let commitTs = 0;
+    let base = 0;
     let wallTimeMs = 0;
     for (let j = 0; j < nWrites; j++) {
-      commitTs = j === 0 ? r.uint() : commitTs - r.uint();
-      const startTs = commitTs - r.uint();
       const bits = r.uint();
       const kind = KINDS[bits & 3];
       const value = PLACES[(bits >> 2) & 3];
-      if (!kind || !value) throw new CorruptRowError('row state has an unknown write record kind');
+      if (!kind || !value || bits >= 64)
+        throw new CorruptRowError('row state has an unknown write record kind');
+      let commitTs: number;
+      let startTs: number;
+      if (bits & 32) {
+        if (stamp === 0) throw new CorruptRowError('row state has a stamped record but no stamp');
+        commitTs = stamp;
+        startTs = r.uint();
+        base = startTs;
+      } else {
+        commitTs = base + r.int();
+        startTs = commitTs - r.uint();
+        base = commitTs;
+      }
       wallTimeMs = j === 0 ? r.uint() : wallTimeMs - r.int();
       const secondaries = bits & 16 ? readRows(r) : undefined;
       writes.push({ commitTs, startTs, kind, value, wallTimeMs, secondaries });

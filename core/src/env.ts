@@ -41,8 +41,11 @@ export interface ProtocolEnv {
   readonly lockWaitMs: number;
   readonly prune: PrunePolicy;
   readonly hooks: PercolatorHooks;
-  /** True when single-row transactions may commit in one stamped CAS. */
-  readonly onePhaseCounter: string | undefined;
+  /**
+   * The oracle's counter, when the store can stamp a CAS from it: single-row transactions
+   * then commit in one CAS, and primary commits draw their commitTs in the same step.
+   */
+  readonly stampCounter: string | undefined;
   /** (table, column) pairs that carry observers: writes to them set a notification. */
   readonly observed: ReadonlySet<string>;
   /** Work that outlives a commit (the tidy step); awaited by close(). */

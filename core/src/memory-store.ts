@@ -11,6 +11,7 @@ import type {
   StoreCapabilities,
   StoredRow,
 } from './store.js';
+import { writeStamp } from './store.js';
 
 interface MemoryRow {
   version: string;
@@ -151,22 +152,21 @@ export class MemoryStore implements RowStore {
   }
 
   checkAndSetStamped(
-    request: Omit<CasRequest, 'state'>,
+    request: CasRequest & { readonly state: Uint8Array },
     counter: string,
-    build: (timestamp: number) => Uint8Array,
   ): Promise<CasResult & { timestamp?: number }> {
-    return later(() => this.casStampedNow(request, counter, build));
+    return later(() => this.casStampedNow(request, counter));
   }
 
   private casStampedNow(
-    request: Omit<CasRequest, 'state'>,
+    request: CasRequest & { readonly state: Uint8Array },
     counter: string,
-    build: (timestamp: number) => Uint8Array,
   ): CasResult & { timestamp?: number } {
     const current = this.readNow(request.table, request.key);
     if ((current?.version ?? null) !== request.expected) return { ok: false, current };
+    if (request.state.length > this.capabilities.maxStateBytes) return this.casNow(request); // throws RowTooLargeError
     const timestamp = this.incrementNow(counter, 1);
-    const result = this.casNow({ ...request, state: build(timestamp) });
+    const result = this.casNow({ ...request, state: writeStamp(request.state, timestamp) });
     return result.ok ? { ...result, timestamp } : result;
   }
 

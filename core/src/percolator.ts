@@ -97,9 +97,9 @@ export class Percolator {
       lockWaitMs: options.lockWaitMs ?? 2 * lockTtlMs,
       prune,
       hooks: options.hooks ?? {},
-      // One-CAS commits need the write and the commit timestamp drawn in one atomic step
+      // Stamped commits need the write and the commit timestamp drawn in one atomic step
       // from the same counter the oracle uses: only possible with the default oracle.
-      onePhaseCounter:
+      stampCounter:
         defaultOracle && store.capabilities.stampedCheckAndSet && store.checkAndSetStamped
           ? defaultOracle.counterName
           : undefined,

@@ -3,7 +3,7 @@ import { decodeRow, encodeRow } from './codec.js';
 import type { ProtocolEnv } from './env.js';
 import { RowTooLargeError, StoreError } from './errors.js';
 import { isCellEmpty, type RowState, rowHasNotification } from './row-state.js';
-import type { CasRequest, CasResult, StoredRow } from './store.js';
+import { type CasRequest, type CasResult, type StoredRow, writeStamp } from './store.js';
 
 /**
  * The read-modify-CAS loops every protocol step uses on head rows: `updateRow` for one
@@ -44,6 +44,8 @@ export interface RowUpdateResult<T> {
   readonly result: T;
   /** The row as this loop last saw or wrote it (undefined if unknown). */
   readonly stored: StoredRow | null | undefined;
+  /** With `stampCounter`: the timestamp the store drew for a write this loop applied. */
+  readonly timestamp?: number;
 }
 
 export async function updateRow<T>(
@@ -53,6 +55,11 @@ export async function updateRow<T>(
   known: StoredRow | null | undefined,
   decide: Decide<T>,
   startAmbiguous = false,
+  /**
+   * Send writes as stamped CAS drawing from this counter (a decision's records with
+   * commitTs STAMP get the drawn value). Only for stores with `stampedCheckAndSet`.
+   */
+  stampCounter?: string,
 ): Promise<RowUpdateResult<T>> {
   let current = known;
   let ambiguous = startAmbiguous;
@@ -71,6 +78,21 @@ export async function updateRow<T>(
     if (!('write' in decision)) return { result: decision.done, stored: current };
     const request = casRequest(env, table, key, current?.version ?? null, decision.write);
     try {
+      if (stampCounter !== undefined && request.state) {
+        const outcome = await env.store.checkAndSetStamped!(
+          { ...request, state: request.state },
+          stampCounter,
+        );
+        if (outcome.ok && outcome.timestamp !== undefined) {
+          const stored = { version: outcome.version, state: writeStamp(request.state, outcome.timestamp) };
+          env.tidier.afterWrite(table, key, decision.write, stored);
+          return { result: decision.result, stored, timestamp: outcome.timestamp };
+        }
+        // Applied without a timestamp breaks the contract: re-read, and the decision finds out.
+        current = outcome.ok ? undefined : outcome.current;
+        if (outcome.ok) ambiguous = true;
+        continue;
+      }
       const outcome = await env.store.checkAndSet(request);
       if (outcome.ok) {
         const stored = request.state ? { version: outcome.version, state: request.state } : null;

@@ -86,9 +86,11 @@ export interface StoreCapabilities {
   /** `scanNotified`: an index of rows whose `notified` flag is set. */
   readonly notificationIndex: boolean;
   /**
-   * `checkAndSetStamped`: a CAS that draws a timestamp from the same counter the default
-   * oracle uses, in the same atomic step as the write. Lets single-row transactions commit
-   * in one CAS. Only an in-process store can usually offer this.
+   * `checkAndSetStamped`: a CAS whose state carries a timestamp the store draws from the
+   * default oracle's counter in the same atomic step as the write (see `checkAndSetStamped`).
+   * Lets a single-row transaction commit in one CAS, and a primary commit without a
+   * separate round trip for its commit timestamp. Needs the counter and the row in one
+   * server that can run the step next to the data (a Lua script, one SQL transaction).
    */
   readonly stampedCheckAndSet: boolean;
   /** Largest state (bytes) one row may hold. */
@@ -118,14 +120,35 @@ export interface RowStore {
    * that set it has returned.
    */
   scanNotified?(table: string, options: NotificationScanOptions): Promise<string[]>;
-  /** capability `stampedCheckAndSet`. `build` runs synchronously inside the atomic step. */
+  /**
+   * capability `stampedCheckAndSet`. In one atomic step: add 1 to counter `counter` (the
+   * counter `incrementCounter` serves), write the new value into `request.state` at
+   * `STAMP_OFFSET` as an unsigned 64-bit big-endian integer (overwriting the 8 placeholder
+   * bytes there), and apply the CAS with that state. Resolves to the CAS result and, when
+   * applied, `timestamp` (the value drawn). Atomic means: whoever draws a later value from
+   * the counter (by `incrementCounter` or another stamped CAS) and then reads the row sees
+   * this write. The counter may also be advanced when the CAS does not apply. `state` is
+   * never null. Lost replies follow the usual rules (StoreError 'unknown').
+   */
   checkAndSetStamped?(
-    request: Omit<CasRequest, 'state'>,
+    request: CasRequest & { readonly state: Uint8Array },
     counter: string,
-    build: (timestamp: number) => Uint8Array,
   ): Promise<CasResult & { timestamp?: number }>;
 
   close(): Promise<void>;
+}
+
+/**
+ * Where a stamped state holds its timestamp: bytes [STAMP_OFFSET, STAMP_OFFSET + 8), big
+ * endian. The core's head-row format keeps that slot right after its format byte.
+ */
+export const STAMP_OFFSET = 1;
+
+/** Writes `timestamp` into a stamped state's slot (what a store does inside its atomic step). */
+export function writeStamp(state: Uint8Array, timestamp: number): Uint8Array {
+  const out = state.slice();
+  new DataView(out.buffer, out.byteOffset, out.byteLength).setBigUint64(STAMP_OFFSET, BigInt(timestamp));
+  return out;
 }
 
 /** The counter name the default oracle draws timestamps from. */

@@ -324,8 +324,8 @@ export class Transaction {
       knownRows: this.knownRows,
       crashed: undefined,
     };
-    if (rows.length === 1 && this.env.onePhaseCounter !== undefined)
-      return commitOnePhase(ctx, this.env.onePhaseCounter);
+    if (rows.length === 1 && this.env.stampCounter !== undefined)
+      return commitOnePhase(ctx, this.env.stampCounter);
     return commitTransaction(ctx);
   }
 

@@ -9,6 +9,8 @@ import {
   versionTable,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
+import { decodeRow, encodeRow, STAMP } from '../src/codec.js';
+import { writeStamp } from '../src/store.js';
 import { InstrumentedStore } from './support.js';
 
 /** Lean rows (docs/protocol.md sections 2 and 7): what the conformance suite cannot see from outside. */
@@ -62,6 +64,38 @@ describe('lean rows', () => {
     const cell = inspectHeadRow((await store.read('t', 'a'))!.state).cells.find((c) => c.column === 'v')!;
     expect(cell.writes[0]!.secondaries).toBeUndefined();
     await owner.close();
+  });
+
+  it('a stamped record takes its commitTs from the slot the store fills, and keeps it when re-encoded', () => {
+    const cell = (commitTs: number) => ({
+      data: new Map([[90, Uint8Array.from([1, 2])]]),
+      lock: undefined,
+      writes: [
+        { commitTs, startTs: 90, kind: 'put' as const, value: 'inline' as const, wallTimeMs: 5 },
+        { commitTs: 80, startTs: 70, kind: 'put' as const, value: 'moved' as const, wallTimeMs: 4 },
+        { commitTs: 75, startTs: 75, kind: 'rollback' as const, value: 'inline' as const, wallTimeMs: 4 },
+      ],
+      prunedThrough: 0,
+      notifyTs: 0,
+      acks: new Map<string, number>(),
+      garbage: [],
+    });
+    const template = encodeRow({
+      cells: new Map([
+        ['a', cell(STAMP)],
+        ['b', cell(STAMP)],
+      ]),
+    });
+    expect(() => decodeRow(template)).toThrow(CorruptRowError); // a stamped record with no stamp
+    const stamp = 2 ** 45 + 7;
+    const decoded = decodeRow(writeStamp(template, stamp));
+    expect(decoded).toEqual({
+      cells: new Map([
+        ['a', cell(stamp)],
+        ['b', cell(stamp)],
+      ]),
+    });
+    expect(decodeRow(encodeRow(decoded))).toEqual(decoded);
   });
 
   it('a row in an unknown format is a CorruptRowError, never a misread', async () => {

@@ -71,12 +71,21 @@ export class InstrumentedStore implements RowStore {
   }
 
   async checkAndSetStamped(
-    request: Omit<CasRequest, 'state'>,
+    request: CasRequest & { readonly state: Uint8Array },
     counter: string,
-    build: (ts: number) => Uint8Array,
   ): Promise<CasResult & { timestamp?: number }> {
     this.calls.checkAndSetStamped++;
-    return this.inner.checkAndSetStamped(request, counter, build);
+    const gate = this.gates.get(`${request.table}/${request.key}`);
+    if (gate) {
+      this.gates.delete(`${request.table}/${request.key}`);
+      await gate;
+    }
+    const fault = this.casFault(request);
+    if (fault === 'fail-before')
+      throw new StoreError('injected: connection lost before the write', 'unknown');
+    const result = await this.inner.checkAndSetStamped(request, counter);
+    if (fault === 'fail-after') throw new StoreError('injected: reply lost after the write', 'unknown');
+    return result;
   }
 
   async incrementCounter(name: string, delta: number): Promise<number> {

@@ -301,6 +301,27 @@ describe('transactions on the memory store', () => {
     expect(store.calls.checkAndSet - before2.checkAndSet).toBe(2); // prewrite + commit primary
   });
 
+  it('a multi-row commit on a store that can stamp draws its commit timestamp inside the primary commit', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'x', 'v', '0');
+      tx.set('t', 'y', 'v', '0');
+    });
+    const tx = await db.begin();
+    tx.set('t', 'x', 'v', '1');
+    tx.set('t', 'y', 'v', '1');
+    const before = { ...store.calls };
+    const { commitTs } = await tx.commit();
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(0); // no oracle round trip
+    expect(store.calls.checkAndSetStamped - before.checkAndSetStamped).toBe(1); // the commit point
+    expect(commitTs).toBeGreaterThan(tx.startTs);
+    const later = await db.begin();
+    expect(later.startTs).toBeGreaterThan(commitTs);
+    expect([await later.getString('t', 'x', 'v'), await later.getString('t', 'y', 'v')]).toEqual(['1', '1']);
+    await db.close();
+  });
+
   it('scans rows in key order at the snapshot, with its own writes merged', async () => {
     const db = new Percolator({ store: new MemoryStore() });
     const keys = ['b', 'a', '\u{1F600}', '\uFFFD', 'a\u0000z', 'c'];

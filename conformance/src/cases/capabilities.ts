@@ -3,10 +3,10 @@
  * ordered scans, the atomic counter, the notification index, the stamped CAS). A case
  * runs only when its capability is declared, and is reported 'not declared' otherwise.
  */
-import { compareKeys, ORACLE_COUNTER } from '@percolator/core';
+import { compareKeys, ORACLE_COUNTER, writeStamp } from '@percolator/core';
 import type { ConformanceCase } from '../types.js';
 import { bytes, check, checkEqual, format, pool, sameBytes, show, text } from '../util.js';
-import { create, expectRow, mustRead, OTHER, T, TRICKY_KEYS } from './store-helpers.js';
+import { ALL_BYTES, create, expectRow, mustRead, OTHER, T, TRICKY_KEYS } from './store-helpers.js';
 
 export const capabilityCases: ConformanceCase[] = [
   {
@@ -294,7 +294,7 @@ export const capabilityCases: ConformanceCase[] = [
   },
   {
     part: 'store',
-    name: 'checkAndSetStamped draws a timestamp from the counter in the same atomic step',
+    name: 'checkAndSetStamped draws a timestamp from the counter in the same atomic step, written into the state at STAMP_OFFSET',
     requires: 'stampedCheckAndSet',
     async run(ctx) {
       const store = await ctx.createStore();
@@ -303,36 +303,64 @@ export const capabilityCases: ConformanceCase[] = [
       const counter = 'conf.stamped';
       const inc = store.incrementCounter?.bind(store);
       const before = inc ? await inc(counter, 1) : 0;
-      const built: number[] = [];
-      const r = await stamped({ table: T, key: 's', expected: null }, counter, (ts) => {
-        built.push(ts);
-        return bytes(`ts=${ts}`);
-      });
+      // A template: a byte, the 8-byte slot, then bytes every value of which must survive.
+      const template = (tail: Uint8Array) => Uint8Array.from([7, 0, 0, 0, 0, 0, 0, 0, 0, ...tail]);
+      const tail = Uint8Array.from([...ALL_BYTES, 0, 0, 0]);
+      const r = await stamped({ table: T, key: 's', expected: null, state: template(tail) }, counter);
       check(r.ok, 'a stamped create of an absent row must succeed');
       const ts = r.timestamp;
       check(typeof ts === 'number', `a successful stamped CAS must return the timestamp, got ${format(ts)}`);
       check(ts > before, `stamped timestamp ${ts} must be above the counter's earlier value ${before}`);
-      checkEqual(built.at(-1), ts, 'the timestamp passed to build');
-      await expectRow(store, T, 's', r.version, bytes(`ts=${ts}`));
+      await expectRow(store, T, 's', r.version, writeStamp(template(tail), ts));
       if (inc)
         check((await inc(counter, 1)) > ts, 'the counter after a stamped CAS must be above its timestamp');
 
-      const stale = await stamped({ table: T, key: 's', expected: 'bogus-version' }, counter, (t) =>
-        bytes(`x${t}`),
+      const stale = await stamped(
+        { table: T, key: 's', expected: 'bogus-version', state: template(bytes('x')) },
+        counter,
       );
       check(!stale.ok, 'a stamped CAS with a wrong version must fail');
-      await expectRow(store, T, 's', r.version, bytes(`ts=${ts}`));
+      await expectRow(store, T, 's', r.version, writeStamp(template(tail), ts));
 
       const racers = 8;
       const results = await Promise.all(
         Array.from({ length: racers }, (_, i) =>
-          stamped({ table: T, key: 's', expected: r.version }, counter, (t) => bytes(`w${i}@${t}`)),
+          stamped({ table: T, key: 's', expected: r.version, state: template(bytes(`w${i}`)) }, counter),
         ),
       );
       const winners = results.flatMap((x, i) => (x.ok ? [i] : []));
       checkEqual(winners.length, 1, 'winners among concurrent stamped CAS');
       const win = results[winners[0]!]! as { version: string; timestamp?: number };
-      await expectRow(store, T, 's', win.version, bytes(`w${winners[0]}@${win.timestamp}`));
+      check(typeof win.timestamp === 'number' && win.timestamp > ts, 'the winner draws a later timestamp');
+      await expectRow(
+        store,
+        T,
+        's',
+        win.version,
+        writeStamp(template(bytes(`w${winners[0]}`)), win.timestamp!),
+      );
+
+      // Stamps are unique and increasing across rows, and a large timestamp keeps all 8 bytes.
+      const a = await stamped({ table: T, key: 'a', expected: null, state: template(bytes('a')) }, counter);
+      const b = await stamped({ table: T, key: 'b', expected: null, state: template(bytes('b')) }, counter);
+      check(a.ok && b.ok && b.timestamp! > a.timestamp!, 'stamps on two rows must increase');
+      if (inc) {
+        const big = 2 ** 40 + 3;
+        const now = await inc(counter, 1);
+        await inc(counter, big - now);
+        const c = await stamped({ table: T, key: 'c', expected: null, state: template(bytes('c')) }, counter);
+        check(
+          c.ok && c.timestamp === big + 1,
+          `after the counter reached ${big} the stamp must be ${big + 1}, got ${format(c.timestamp)}`,
+        );
+        await expectRow(
+          store,
+          T,
+          'c',
+          (c as { version: string }).version,
+          writeStamp(template(bytes('c')), big + 1),
+        );
+      }
     },
   },
 ];

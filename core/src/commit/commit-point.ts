@@ -1,9 +1,10 @@
 import { backoffMs, sleep } from '../backoff.js';
 import { addRecord, findRecord, tidyCell } from '../cells.js';
-import { decodeRow } from '../codec.js';
+import { decodeRow, STAMP } from '../codec.js';
 import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from '../errors.js';
 import { cellOf, emptyRow, rowHasNotification } from '../row-state.js';
 import { AmbiguousOutcome, encodeState, readRow, updateRow } from '../row-update.js';
+import { writeStamp } from '../store.js';
 import { alive, type CommitContext, isPrimaryRow, rowId } from './context.js';
 import { applyPrewrite, relievePressure, withLockResolution } from './prewrite.js';
 
@@ -15,14 +16,16 @@ import { applyPrewrite, relievePressure, withLockResolution } from './prewrite.j
 /**
  * In one CAS on the primary row, replace our locks with write records. If our lock is
  * gone, a commit record for our startTs means an earlier ambiguous attempt succeeded;
- * otherwise another client rolled us back.
+ * otherwise another client rolled us back. With `commitTs` STAMP the store draws the
+ * commit timestamp in the same atomic step (stores with `stampedCheckAndSet`): no round
+ * trip to the oracle first.
  */
 export async function commitPrimary(ctx: CommitContext, commitTs: number): Promise<number> {
   const { env, startTs, primary } = ctx;
   const m = ctx.rows.find((r) => isPrimaryRow(ctx, r))!;
   alive(ctx);
   try {
-    const { result } = await updateRow<number>(
+    const { result, timestamp } = await updateRow<number>(
       env,
       primary.table,
       primary.row,
@@ -60,8 +63,10 @@ export async function commitPrimary(ctx: CommitContext, commitTs: number): Promi
           `transaction ${startTs} was rolled back by another client before its commit point`,
         );
       },
+      false,
+      commitTs === STAMP ? env.stampCounter : undefined,
     );
-    return result;
+    return timestamp ?? result;
   } catch (error) {
     if (error instanceof AmbiguousOutcome) {
       throw new CommitUnknownError(`commit of transaction ${startTs} could not be verified`, startTs, {
@@ -110,47 +115,52 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
         throw new CommitUnknownError('a one-phase commit could not be verified', startTs);
       }
       applyPrewrite(ctx, m, state, 'none');
-      const build = (commitTs: number) => {
-        const now = env.clock();
-        for (const [column, value] of m.cells) {
-          const cell = cellOf(state, column);
-          addRecord(cell, {
-            commitTs,
-            startTs,
-            kind: value ? 'put' : 'delete',
-            wallTimeMs: now,
-            value: 'inline',
-          });
-          tidyCell(cell, env.prune, now);
-        }
-        env.tidier.beforeWrite(m.table, m.row, state);
-        return encodeState(env, m.table, m.row, state);
-      };
+      const now = env.clock();
+      for (const [column, value] of m.cells) {
+        const cell = cellOf(state, column);
+        addRecord(cell, {
+          commitTs: STAMP,
+          startTs,
+          kind: value ? 'put' : 'delete',
+          wallTimeMs: now,
+          value: 'inline',
+        });
+        tidyCell(cell, env.prune, now);
+      }
+      env.tidier.beforeWrite(m.table, m.row, state);
+      let bytes: Uint8Array;
+      try {
+        bytes = encodeState(env, m.table, m.row, state);
+      } catch (error) {
+        // Old values still inline: move them out once, then try again (nothing was sent).
+        if (!(error instanceof RowTooLargeError) || relieved) throw error;
+        relieved = true;
+        await relievePressure(ctx, m);
+        current = undefined;
+        continue;
+      }
       try {
         const outcome = await env.store.checkAndSetStamped!(
           {
             table: m.table,
             key: m.row,
             expected: current?.version ?? null,
+            state: bytes,
             notified: rowHasNotification(state),
           },
           counter,
-          build,
         );
         if (outcome.ok && outcome.timestamp !== undefined) {
-          env.tidier.afterWrite(m.table, m.row, state, undefined);
+          env.tidier.afterWrite(m.table, m.row, state, {
+            version: outcome.version,
+            state: writeStamp(bytes, outcome.timestamp),
+          });
           return outcome.timestamp;
         }
+        if (outcome.ok) ambiguous = true; // applied without a timestamp: re-read to find it
         current = outcome.ok ? undefined : outcome.current;
       } catch (error) {
-        if (error instanceof RowTooLargeError) {
-          // Old values still inline: move them out once, then try again (nothing was written).
-          if (relieved || ambiguous) throw error;
-          relieved = true;
-          await relievePressure(ctx, m);
-          current = undefined;
-          continue;
-        }
+        if (error instanceof RowTooLargeError) throw error;
         if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
         current = undefined;
         await sleep(backoffMs(attempt));

@@ -1,3 +1,4 @@
+import { STAMP } from '../codec.js';
 import { CommitUnknownError, StoreError } from '../errors.js';
 import { AmbiguousOutcome } from '../row-update.js';
 import { commitPrimary } from './commit-point.js';
@@ -9,8 +10,8 @@ import { commitSecondaries } from './secondaries.js';
 
 /**
  * Two-phase commit (docs/protocol.md section 4), one step per file: prewrite every row,
- * take a commit timestamp, commit the primary (the commit point), then commit the
- * secondaries. A failure before the commit point rolls back.
+ * take a commit timestamp (or let the store stamp the commit CAS), commit the primary (the
+ * commit point), then commit the secondaries. A failure before the commit point rolls back.
  */
 export { commitOnePhase } from './commit-point.js';
 export type { CommitContext, RowMutations } from './context.js';
@@ -30,8 +31,9 @@ async function reachCommitPoint(ctx: CommitContext): Promise<number> {
   try {
     await step(ctx, { step: 'beforePrewrite' });
     await prewriteAll(ctx, heartbeat);
-    const commitTs = await ctx.env.oracle.next();
-    await step(ctx, { step: 'beforeCommitPrimary', commitTs });
+    // Where the store can stamp the commit CAS, the commit timestamp is drawn inside it.
+    const commitTs = ctx.env.stampCounter !== undefined ? STAMP : await ctx.env.oracle.next();
+    await step(ctx, { step: 'beforeCommitPrimary', ...(commitTs === STAMP ? {} : { commitTs }) });
     await heartbeat.stop();
     return await commitPrimary(ctx, commitTs);
   } catch (error) {
