@@ -2,8 +2,10 @@ import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 
 /**
- * Lua scripts. Each touches exactly one key, passed in KEYS[1], so it runs unchanged on
- * Redis Cluster. User text only ever arrives in KEYS and ARGV, never in the source.
+ * Lua scripts. A plain CAS touches exactly one key, passed in KEYS[1], so it runs unchanged
+ * on Redis Cluster. A stamped CAS also touches the oracle's counter key (KEYS[2]), which is
+ * in another hash slot, so only a standalone Redis runs it. User text only ever arrives in
+ * KEYS and ARGV, never in the source.
  *
  * A row is a hash:  v = version token, s = state bytes,
  *                   x = token of the row's scan-index entry (set when the row is created),
@@ -11,28 +13,49 @@ import type { Cluster, Redis } from 'ioredis';
  */
 
 /**
- * Check-and-set.
+ * Check-and-set, plain or stamped (one script, so both share every line of the CAS logic).
+ * KEYS[1]                         the row
+ * KEYS[2]                         the counter to stamp from (stamped CAS only; absent = plain)
  * ARGV[1] 'absent' | 'version'   what the row must be
  * ARGV[2] expected version        (when ARGV[1] = 'version')
  * ARGV[3] 'put' | 'del'
  * ARGV[4] new version token       (unique; see versions.ts)
  * ARGV[5] new state               (when put)
  * ARGV[6] '1' | '0'               notified after this write (when put)
+ * ARGV[7] stamp offset            (stamped only: STAMP_OFFSET, passed so no number is spliced in)
  *
  * Replies:
  *   {1, version, oldX, oldN}   applied. oldX = scan-index token of a deleted row, oldN = the
  *                              notification-index token the row carried before ('' if none);
  *                              the client removes those entries after the reply.
+ *   {1, version, oldX, oldN, stamp}
+ *                              a stamped put applied; stamp = the 8 big-endian bytes written.
  *   {0}                        not applied, row absent
  *   {0, version, state}        not applied, row's current version and state
+ *   {2}                        stamped only: the counter passed 2^53 - 1 (a timestamp the
+ *                              client could not hold exactly); the row was not written
  * A put whose new token is already the row's version was applied by an earlier send of this
- * very request (tokens never repeat), so it reports success again without writing.
+ * very request (tokens never repeat), so it reports success again without writing (a stamped
+ * one reports the stamp that send wrote, read back from the row, and draws nothing).
+ *
+ * Stamped: the counter (the very key INCRBY serves for incrementCounter) is incremented only
+ * once the version check has passed, so a CAS that does not apply leaves the counter alone.
+ * Redis runs a script atomically, so whoever draws a later value from the counter, by
+ * INCRBY or by another stamped CAS, runs after this script and sees its write. INCR
+ * returns an integer that Lua holds as a double, exact up to 2^53; the 8 bytes are built
+ * from it with % 256 and exact division (both exact on integers below 2^53), and values
+ * from 2^53 on are refused before anything is written.
  */
 export const CAS_LUA = `
 local row = KEYS[1]
+local counter = KEYS[2]
 local cur = redis.call('HMGET', row, 'v', 'x', 'n')
 local v = cur[1]
 if ARGV[3] == 'put' and v == ARGV[4] then
+  if counter then
+    local at = tonumber(ARGV[7])
+    return {1, v, '', '', string.sub(redis.call('HGET', row, 's'), at + 1, at + 8)}
+  end
   return {1, v, '', ''}
 end
 local matches
@@ -46,14 +69,29 @@ if ARGV[3] == 'del' then
   redis.call('DEL', row)
   return {1, ARGV[4], cur[2] or '', oldN}
 end
+local state = ARGV[5]
+local stamp
+if counter then
+  local ts = redis.call('INCR', counter)
+  if ts > 9007199254740991 then return {2} end
+  local b = {}
+  for i = 8, 1, -1 do
+    b[i] = ts % 256
+    ts = (ts - b[i]) / 256
+  end
+  stamp = string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
+  local at = tonumber(ARGV[7])
+  state = string.sub(state, 1, at) .. stamp .. string.sub(state, at + 9)
+end
 local x = cur[2]
 if v == false then x = ARGV[4] end
 if ARGV[6] == '1' then
-  redis.call('HSET', row, 'v', ARGV[4], 's', ARGV[5], 'x', x, 'n', ARGV[4])
+  redis.call('HSET', row, 'v', ARGV[4], 's', state, 'x', x, 'n', ARGV[4])
 else
-  redis.call('HSET', row, 'v', ARGV[4], 's', ARGV[5], 'x', x)
+  redis.call('HSET', row, 'v', ARGV[4], 's', state, 'x', x)
   if oldN ~= '' then redis.call('HDEL', row, 'n') end
 end
+if stamp then return {1, ARGV[4], '', oldN, stamp} end
 return {1, ARGV[4], '', oldN}
 `;
 

@@ -9,6 +9,7 @@ import {
   RowTooLargeError,
   type ScannedStoredRow,
   type ScanOptions,
+  STAMP_OFFSET,
   type StoreCapabilities,
   type StoredRow,
   StoreError,
@@ -45,9 +46,19 @@ interface PreparedCas {
   readonly token: string;
   /** Index entries added BEFORE the CAS is sent (see "Indexes" below). */
   readonly added: IndexEntry[];
+  /** The counter key a stamped CAS draws its timestamp from. */
+  readonly counterKey?: string;
 }
 
-type CasReply = [number, Buffer?, Buffer?, Buffer?];
+type StampedResult = CasResult & { timestamp?: number };
+
+/** See CAS_LUA for the replies. */
+type CasReply = [number, Buffer?, Buffer?, Buffer?, Buffer?];
+
+type StampedCas = (
+  request: CasRequest & { readonly state: Uint8Array },
+  counter: string,
+) => Promise<StampedResult>;
 
 /**
  * A RowStore on Redis or Redis Cluster: one hash per row, CAS as a Lua script on that one
@@ -64,18 +75,19 @@ type CasReply = [number, Buffer?, Buffer?, Buffer?];
  * between CAS and cleanup, or the CAS outcome was unknown) only cost a wasted read; scans
  * skip rows that no longer exist, and `scanNotified` may return such keys (the contract
  * allows false positives).
+ *
+ * Stamped CAS (standalone only). `checkAndSetStamped` runs the same CAS script with the
+ * oracle's counter key as a second key: the script increments the counter, writes the value
+ * into the state's stamp slot and applies the CAS, atomically and in one round trip. On a
+ * Cluster the counter key and a row key hash to different slots (every row has a slot of
+ * its own, see keys.ts), and a script may only touch keys of one slot, so a Cluster store
+ * declares `stampedCheckAndSet: false` and has no `checkAndSetStamped` at all.
  */
 export class RedisStore implements RowStore {
   readonly name: string;
-  readonly capabilities: StoreCapabilities = {
-    batchRead: true,
-    batchCheckAndSet: true,
-    orderedScan: true,
-    atomicCounter: true,
-    notificationIndex: true,
-    stampedCheckAndSet: false,
-    maxStateBytes: REDIS_MAX_STATE_BYTES,
-  };
+  readonly capabilities: StoreCapabilities;
+  /** Present only on a standalone Redis (capability `stampedCheckAndSet`). */
+  declare readonly checkAndSetStamped?: StampedCas;
   private readonly tokens = new VersionTokens();
   private closed = false;
 
@@ -85,6 +97,17 @@ export class RedisStore implements RowStore {
     private readonly ownsClient: boolean,
   ) {
     this.name = client.isCluster ? 'redis-cluster' : 'redis';
+    const stamped = !client.isCluster;
+    this.capabilities = {
+      batchRead: true,
+      batchCheckAndSet: true,
+      orderedScan: true,
+      atomicCounter: true,
+      notificationIndex: true,
+      stampedCheckAndSet: stamped,
+      maxStateBytes: REDIS_MAX_STATE_BYTES,
+    };
+    if (stamped) this.checkAndSetStamped = this.stampedCas.bind(this);
   }
 
   async read(table: string, key: string): Promise<StoredRow | null> {
@@ -104,6 +127,30 @@ export class RedisStore implements RowStore {
   async checkAndSet(request: CasRequest): Promise<CasResult> {
     this.checkOpen();
     const [result] = await this.casBatch([request]);
+    return result!;
+  }
+
+  /**
+   * `checkAndSetStamped` on a standalone Redis (see the class comment and CAS_LUA). The
+   * counter is advanced only when the CAS applies.
+   */
+  private async stampedCas(
+    request: CasRequest & { readonly state: Uint8Array },
+    counter: string,
+  ): Promise<StampedResult> {
+    this.checkOpen();
+    checkCounterName(counter);
+    if (request === null || typeof request !== 'object')
+      throw new InvalidArgumentError('CAS request must be an object');
+    if (!(request.state instanceof Uint8Array)) {
+      throw new InvalidArgumentError('a stamped CAS needs a state (Uint8Array)');
+    }
+    if (request.state.length < STAMP_OFFSET + 8) {
+      throw new InvalidArgumentError(
+        `a stamped state needs at least ${STAMP_OFFSET + 8} bytes (the stamp slot), got ${request.state.length}`,
+      );
+    }
+    const [result] = await this.casBatch([request], counterKeyName(this.namespace, counter));
     return result!;
   }
 
@@ -154,9 +201,7 @@ export class RedisStore implements RowStore {
 
   async incrementCounter(name: string, delta: number): Promise<number> {
     this.checkOpen();
-    if (typeof name !== 'string' || !name.isWellFormed()) {
-      throw new InvalidArgumentError('counter name must be a well-formed string');
-    }
+    checkCounterName(name);
     if (!Number.isSafeInteger(delta) || delta < 1) {
       throw new InvalidArgumentError(`counter delta must be a safe integer >= 1, got ${String(delta)}`);
     }
@@ -218,9 +263,10 @@ export class RedisStore implements RowStore {
    * 1. add the index entries the writes may need (before: a superset never misses a row),
    * 2. run every CAS script,
    * 3. remove the entries the applied writes made useless, and those of refused writes.
+   * With `counterKey`, every CAS is stamped from that counter (see CAS_LUA).
    */
-  private async casBatch(requests: readonly CasRequest[]): Promise<CasResult[]> {
-    const prepared = requests.map((r) => this.prepare(r));
+  private async casBatch(requests: readonly CasRequest[], counterKey?: string): Promise<StampedResult[]> {
+    const prepared = requests.map((r) => this.prepare(r, counterKey));
     const toAdd = prepared.flatMap((p) => p.added);
     if (toAdd.length > 0) {
       try {
@@ -233,7 +279,7 @@ export class RedisStore implements RowStore {
     }
     const settled = await Promise.allSettled(prepared.map((p) => this.runCas(p)));
     const cleanup: IndexEntry[] = [];
-    const results: CasResult[] = [];
+    const results: StampedResult[] = [];
     let firstError: unknown;
     let anyMaybeApplied = false;
     settled.forEach((s, i) => {
@@ -264,7 +310,7 @@ export class RedisStore implements RowStore {
     return results;
   }
 
-  private prepare(request: CasRequest): PreparedCas {
+  private prepare(request: CasRequest, counterKey?: string): PreparedCas {
     if (request === null || typeof request !== 'object')
       throw new InvalidArgumentError('CAS request must be an object');
     const { table, key, expected, state, notified } = request;
@@ -291,10 +337,10 @@ export class RedisStore implements RowStore {
       if (notified)
         added.push({ index: notifyIndexName(this.namespace, table), member: indexMember(key, token) });
     }
-    return { request, key, token, added };
+    return { request, key, token, added, counterKey };
   }
 
-  private async runCas(p: PreparedCas): Promise<{ result: CasResult; useless: IndexEntry[] }> {
+  private async runCas(p: PreparedCas): Promise<{ result: StampedResult; useless: IndexEntry[] }> {
     const { table, key, expected, state, notified } = p.request;
     const args = [
       expected === null ? 'absent' : 'version',
@@ -304,16 +350,21 @@ export class RedisStore implements RowStore {
       state === null ? '' : Buffer.from(state.buffer, state.byteOffset, state.byteLength),
       notified ? '1' : '0',
     ];
+    const keys = [rowKeyName(this.namespace, table, key)];
+    if (p.counterKey !== undefined) {
+      keys.push(p.counterKey);
+      args.push(String(STAMP_OFFSET));
+    }
+    const what = p.counterKey === undefined ? 'check-and-set' : 'stamped check-and-set';
     let reply: CasReply;
     try {
-      reply = (await runScript(
-        this.client,
-        CAS_SCRIPT,
-        [rowKeyName(this.namespace, table, key)],
-        args,
-      )) as CasReply;
+      reply = (await runScript(this.client, CAS_SCRIPT, keys, args)) as CasReply;
     } catch (error) {
-      throw toStoreError(error, 'check-and-set', 'write');
+      throw toStoreError(error, what, 'write');
+    }
+    if (reply[0] === 2) {
+      // The script stopped after INCR, before touching the row.
+      throw new StoreError(`redis ${what} failed: the counter passed 2^53 - 1`, 'no');
     }
     if (reply[0] !== 1) {
       const [, version, current] = reply;
@@ -331,13 +382,25 @@ export class RedisStore implements RowStore {
         member: indexMember(key, oldNotifyToken),
       });
     }
-    return { result: { ok: true, version: p.token }, useless };
+    if (p.counterKey === undefined) return { result: { ok: true, version: p.token }, useless };
+    const stamp = reply[4];
+    if (stamp?.length !== 8) {
+      throw new StoreError(`redis ${what}: the reply carries no 8-byte stamp`, 'unknown');
+    }
+    const timestamp = Number(stamp!.readBigUInt64BE(0));
+    return { result: { ok: true, version: p.token, timestamp }, useless };
   }
 }
 
 function checkRef(table: unknown, key: unknown): void {
   validateTable(table);
   validateRowKey(key);
+}
+
+function checkCounterName(name: unknown): void {
+  if (typeof name !== 'string' || !name.isWellFormed()) {
+    throw new InvalidArgumentError('counter name must be a well-formed string');
+  }
 }
 
 function checkLimit(limit: unknown): number {

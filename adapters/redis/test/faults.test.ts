@@ -1,4 +1,4 @@
-import { StoreError } from '@percolator/core';
+import { ORACLE_COUNTER, STAMP_OFFSET, StoreError } from '@percolator/core';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createRedisStore } from '../src/index.js';
@@ -98,6 +98,34 @@ describe('standalone faults (private redis-server)', () => {
       timeout: 5000,
       interval: 100,
     });
+  });
+
+  it('a stamped CAS: recovers from NOSCRIPT, and a timeout is "unknown" while the stamped write still lands', async () => {
+    const s = await open(300);
+    const state = (tag: number) => Uint8Array.from([9, ...new Array(8).fill(0), tag]);
+    const stamp = (data: Uint8Array) => Number(Buffer.from(data).readBigUInt64BE(STAMP_OFFSET));
+    await server.admin.script('FLUSH');
+    const created = await s.checkAndSetStamped!(
+      { table: 't', key: 'k', expected: null, state: state(1) },
+      ORACLE_COUNTER,
+    );
+    expect(created).toMatchObject({ ok: true, timestamp: 1 });
+    expect(await commandCalls(server.admin)).toMatchObject({ eval: 1 });
+
+    await server.admin.client('PAUSE', 1500, 'WRITE');
+    const error = await s.checkAndSetStamped!(
+      { table: 't', key: 'k', expected: (created as { version: string }).version, state: state(2) },
+      ORACLE_COUNTER,
+    ).catch((e) => e);
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('unknown');
+    // After the pause the server runs it: the row then carries the stamp it drew (2).
+    await vi.waitFor(async () => expect((await s.read('t', 'k'))!.state[STAMP_OFFSET + 8]).toBe(2), {
+      timeout: 5000,
+      interval: 100,
+    });
+    expect(stamp((await s.read('t', 'k'))!.state)).toBe(2);
+    expect(await s.incrementCounter(ORACLE_COUNTER, 1)).toBe(3);
   });
 
   it('reports StoreError "no" when the index step before a create times out (the CAS is not sent)', async () => {
