@@ -80,7 +80,8 @@ describe('native baselines and cleanup on the real stores', () => {
     }
     // Raw: two legs of read + CAS, each counted at the store it went to.
     expect(transfer('raw').roundTrips).toBeGreaterThanOrEqual(4);
-    expect(transfer('percolator').roundTrips).toBeGreaterThanOrEqual(8);
+    // A start timestamp, reads, prewrites, the primary's and the secondary's commits at least.
+    expect(transfer('percolator').roundTrips).toBeGreaterThanOrEqual(5);
     expect(transfer('percolator').ratios.map((r) => r.baseline)).toEqual(['raw']);
   });
 

@@ -100,8 +100,13 @@ describe('a tiny end-to-end run on the memory store', () => {
     // One timestamp (a counter increment) and one row read.
     expect(percRead.roundTrips).toBe(2);
     const transfer = report.results.find((r) => r.workload === 'transfer' && r.concurrency === 1)!;
-    // 2 reads, 2 timestamps, 2 prewrites, primary + secondary commit, the primary's release.
-    expect(transfer.roundTrips).toBeGreaterThanOrEqual(8);
+    // At least: a start timestamp, the reads, the prewrites, the primary's commit and the
+    // secondary's (reads and prewrites may be batched, the commit timestamp drawn in the
+    // primary's commit where the store can stamp).
+    expect(transfer.roundTrips).toBeGreaterThanOrEqual(5);
+    // Counted store traffic: at least both rows read and written.
+    expect(transfer.io!.rowsRead).toBeGreaterThanOrEqual(2);
+    expect(transfer.io!.rowsWritten).toBeGreaterThanOrEqual(2);
   });
 
   test('Percolator results carry ratios to the raw baseline of the same cell', () => {
