@@ -170,25 +170,13 @@ export class CountingStore implements RowStore {
       };
     }
     if (inner.checkAndSetStamped) {
-      // Arguments are passed through as they come: the state is counted where the request
-      // carries it, or where a builder function (an earlier form of this method) makes it.
-      const stamped = inner.checkAndSetStamped.bind(inner) as unknown as (
-        ...args: unknown[]
-      ) => Promise<CasResult & { timestamp?: number }>;
-      this.checkAndSetStamped = (async (...args: unknown[]) => {
+      this.checkAndSetStamped = async (request, counter) => {
         this.calls.checkAndSetStamped++;
-        const build = args[2];
-        if (typeof build === 'function') {
-          args[2] = (timestamp: number) => {
-            const state = (build as (timestamp: number) => Uint8Array)(timestamp);
-            this.written(state);
-            return state;
-          };
-        } else this.written((args[0] as { state?: Uint8Array | null }).state ?? null);
-        const result = await stamped(...args);
+        this.written(request.state);
+        const result = await inner.checkAndSetStamped!(request, counter);
         this.casResult(result);
         return result;
-      }) as unknown as RowStore['checkAndSetStamped'];
+      };
     }
     for (const method of methodNames(inner)) {
       if (KNOWN.has(method) || method in this) continue;
