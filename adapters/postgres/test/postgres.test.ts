@@ -267,10 +267,11 @@ describe('postgres store: optional capabilities', () => {
       orderedScan: true,
       atomicCounter: true,
       notificationIndex: true,
-      stampedCheckAndSet: false,
+      stampedCheckAndSet: true,
     });
     expect(store.capabilities.maxStateBytes).toBe(64 * 1024 * 1024);
-    expect(store.checkAndSetStamped).toBeUndefined();
+    // test/stamped.test.ts covers checkAndSetStamped.
+    expect(typeof store.checkAndSetStamped).toBe('function');
   });
 
   it('readMany returns rows in request order, null for missing, across tables', async () => {

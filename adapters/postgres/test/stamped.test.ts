@@ -1,0 +1,573 @@
+import { randomBytes } from 'node:crypto';
+import net from 'node:net';
+import {
+  type CasRequest,
+  type CasResult,
+  InvalidArgumentError,
+  RowTooLargeError,
+  STAMP_OFFSET,
+  StoreError,
+  writeStamp,
+} from '@percolator/core';
+import {
+  createPostgresStore,
+  type PgPoolClient,
+  type PostgresStore,
+  postgresNames,
+} from '@percolator/postgres';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { postgresStatements } from '../src/statements.js';
+import { ensurePostgres, type TestServer } from '../src/testing.js';
+
+/*
+ * checkAndSetStamped (capability stampedCheckAndSet) against a real server: the stamp, the
+ * CAS rules, failure mapping, no text spliced into SQL, and the property the core relies on:
+ * whoever draws a later counter value and then reads the row sees the stamped write.
+ */
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+const uniqueNamespace = () => `s_${randomBytes(6).toString('hex')}`;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A format byte, the 8-byte stamp slot (zeros), then `tail`. */
+const template = (tail: Uint8Array | string) =>
+  Uint8Array.from([2, 0, 0, 0, 0, 0, 0, 0, 0, ...(typeof tail === 'string' ? bytes(tail) : tail)]);
+const stampOf = (state: Uint8Array) =>
+  Number(new DataView(state.buffer, state.byteOffset, state.byteLength).getBigUint64(STAMP_OFFSET));
+
+type Stamped = (
+  request: CasRequest & { readonly state: Uint8Array },
+  counter: string,
+) => Promise<CasResult & { timestamp?: number }>;
+
+let server: TestServer | undefined;
+let url: string;
+let admin: pg.Pool;
+let store: PostgresStore;
+const opened: PostgresStore[] = [];
+
+async function openStore(options: Parameters<typeof createPostgresStore>[0] = {}): Promise<PostgresStore> {
+  const s = await createPostgresStore({ connectionString: url, ...options });
+  opened.push(s);
+  return s;
+}
+
+function applied(result: CasResult & { timestamp?: number }): { version: string; timestamp: number } {
+  if (!result.ok || result.timestamp === undefined) {
+    throw new Error(`expected the stamped CAS to apply: ${JSON.stringify(result)}`);
+  }
+  return { version: result.version, timestamp: result.timestamp };
+}
+
+async function errorOf(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+}
+
+beforeAll(async () => {
+  server = await ensurePostgres();
+  url = server.url;
+  admin = new pg.Pool({ connectionString: url, max: 4 });
+  admin.on('error', () => {});
+  store = await openStore({ namespace: uniqueNamespace() });
+});
+
+afterAll(async () => {
+  for (const s of opened) {
+    await s.dropNamespace().catch(() => {});
+    await s.close();
+  }
+  await admin?.end();
+  await server?.stop();
+});
+
+describe('postgres checkAndSetStamped: the step', () => {
+  it('draws the next value of the counter incrementCounter serves and writes it big-endian at STAMP_OFFSET', async () => {
+    expect(store.capabilities.stampedCheckAndSet).toBe(true);
+    const counter = 'st.basic';
+    expect(await store.incrementCounter(counter, 5)).toBe(5);
+    const tail = Uint8Array.from({ length: 256 }, (_, i) => i);
+    const created = applied(
+      await store.checkAndSetStamped(
+        { table: 'st', key: 'k', expected: null, state: template(tail) },
+        counter,
+      ),
+    );
+    expect(created.timestamp).toBe(6);
+    expect(await store.read('st', 'k')).toEqual({
+      version: created.version,
+      state: writeStamp(template(tail), 6),
+    });
+    expect(await store.incrementCounter(counter, 1)).toBe(7);
+
+    const updated = applied(
+      await store.checkAndSetStamped(
+        { table: 'st', key: 'k', expected: created.version, state: template('two') },
+        counter,
+      ),
+    );
+    expect(updated.timestamp).toBe(8);
+    expect(updated.version).not.toBe(created.version);
+    expect(await store.read('st', 'k')).toEqual({
+      version: updated.version,
+      state: writeStamp(template('two'), 8),
+    });
+
+    // A counter that does not exist yet is created, as incrementCounter would: it starts at 0.
+    const fresh = applied(
+      await store.checkAndSetStamped(
+        { table: 'st', key: 'k2', expected: null, state: template('') },
+        'st.new',
+      ),
+    );
+    expect(fresh.timestamp).toBe(1);
+    expect(await store.incrementCounter('st.new', 1)).toBe(2);
+  });
+
+  it('follows checkAndSet: stale version, existing row, unknown token all fail with the current row', async () => {
+    const counter = 'st.fail';
+    const v = applied(
+      await store.checkAndSetStamped(
+        { table: 'sf', key: 'k', expected: null, state: template('a') },
+        counter,
+      ),
+    );
+    const current = { version: v.version, state: writeStamp(template('a'), v.timestamp) };
+    const drawnBefore = await store.incrementCounter(counter, 1);
+    for (const expected of [null, String(BigInt(v.version) - 1n), 'not-a-version', '00123']) {
+      const r = await store.checkAndSetStamped(
+        { table: 'sf', key: 'k', expected, state: template('b') },
+        counter,
+      );
+      expect(r).toEqual({ ok: false, current });
+    }
+    // Refused by the statement's snapshot or before sending: the counter did not move.
+    expect(await store.incrementCounter(counter, 1)).toBe(drawnBefore + 1);
+    // A missing row with a version expected: fails, current null.
+    expect(
+      await store.checkAndSetStamped(
+        { table: 'sf', key: 'none', expected: v.version, state: template('c') },
+        counter,
+      ),
+    ).toEqual({ ok: false, current: null });
+  });
+
+  it('sets and clears the notified flag like checkAndSet', async () => {
+    const a = applied(
+      await store.checkAndSetStamped(
+        { table: 'sn', key: 'a', expected: null, state: template('a'), notified: true },
+        'st.n',
+      ),
+    );
+    await store.checkAndSetStamped({ table: 'sn', key: 'b', expected: null, state: template('b') }, 'st.n');
+    expect(await store.scanNotified('sn', { limit: 10 })).toEqual(['a']);
+    await store.checkAndSetStamped(
+      { table: 'sn', key: 'a', expected: a.version, state: template('a2') },
+      'st.n',
+    );
+    expect(await store.scanNotified('sn', { limit: 10 })).toEqual([]);
+  });
+
+  it('writes a stamp above 2^40, and one near 2^53, exactly', async () => {
+    const counter = 'st.big';
+    for (const target of [2 ** 40 + 0x0102_0304, Number.MAX_SAFE_INTEGER - 1]) {
+      const now = await store.incrementCounter(counter, 1);
+      await store.incrementCounter(counter, target - now);
+      const key = `big${target}`;
+      const r = applied(
+        await store.checkAndSetStamped(
+          { table: 'sb', key, expected: null, state: template('tail') },
+          counter,
+        ),
+      );
+      expect(r.timestamp).toBe(target + 1);
+      const row = await store.read('sb', key);
+      expect(row?.state).toEqual(writeStamp(template('tail'), target + 1));
+      expect(stampOf(row!.state)).toBe(target + 1);
+      // The same 8 bytes as the server's own big-endian encoding of the counter.
+      const check = await admin.query(
+        `SELECT substring(r.state FROM 2 FOR 8) = int8send(c.value) AS same
+         FROM "${store.namespace}_rows" r, "${store.namespace}_counters" c
+         WHERE r.tbl = $1 AND r.key = $2 AND c.name = $3`,
+        [Buffer.from('sb'), Buffer.from(key), Buffer.from(counter)],
+      );
+      expect(check.rows).toEqual([{ same: true }]);
+    }
+  });
+
+  it('rejects bad input and oversized states before sending anything', async () => {
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    pool.on('error', () => {});
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    try {
+      let acquired = 0;
+      pool.on('acquire', () => acquired++);
+      const ok = { table: 'bad', key: 'k', expected: null, state: template('x') };
+      const invalid = [
+        () => s.checkAndSetStamped({ ...ok, state: new Uint8Array(8) }, 'c'),
+        () => s.checkAndSetStamped({ ...ok, state: null as unknown as Uint8Array }, 'c'),
+        () => s.checkAndSetStamped({ ...ok, state: 'text' as unknown as Uint8Array }, 'c'),
+        () => s.checkAndSetStamped({ ...ok, key: '' }, 'c'),
+        () => s.checkAndSetStamped({ ...ok, table: 'a b' }, 'c'),
+        () => s.checkAndSetStamped({ ...ok, notified: 'yes' as unknown as boolean }, 'c'),
+        () => s.checkAndSetStamped(ok, ''),
+        () => s.checkAndSetStamped(ok, '\ud800'),
+      ];
+      for (const call of invalid) await expect(call()).rejects.toBeInstanceOf(InvalidArgumentError);
+      const huge = new Uint8Array(s.capabilities.maxStateBytes + 1);
+      await expect(s.checkAndSetStamped({ ...ok, state: huge }, 'c')).rejects.toBeInstanceOf(
+        RowTooLargeError,
+      );
+      expect(acquired).toBe(0);
+      expect(await s.read('bad', 'k')).toBeNull();
+      // A 9-byte state (just the slot) is fine.
+      applied(await s.checkAndSetStamped({ ...ok, state: new Uint8Array(9) }, 'c'));
+    } finally {
+      await s.close();
+      await pool.end();
+    }
+  });
+
+  it('lets exactly one of many concurrent stamped CAS on one row win', async () => {
+    const v = applied(
+      await store.checkAndSetStamped(
+        { table: 'sr', key: 'k', expected: null, state: template('0') },
+        'st.race',
+      ),
+    );
+    const results = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        store.checkAndSetStamped(
+          { table: 'sr', key: 'k', expected: v.version, state: template(`w${i}`) },
+          'st.race',
+        ),
+      ),
+    );
+    const winners = results.flatMap((r, i) => (r.ok ? [i] : []));
+    expect(winners).toHaveLength(1);
+    const win = applied(results[winners[0]!]!);
+    expect(await store.read('sr', 'k')).toEqual({
+      version: win.version,
+      state: writeStamp(template(`w${winners[0]}`), win.timestamp),
+    });
+  });
+});
+
+describe('postgres checkAndSetStamped: SQL text', () => {
+  it('sends one fixed statement per kind: no table, key, counter or state text is spliced in', async () => {
+    const texts: string[] = [];
+    const values: unknown[][] = [];
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    pool.on('error', () => {});
+    // Record what the store sends: every query goes through a client from pool.connect().
+    const connect = pool.connect.bind(pool) as () => Promise<PgPoolClient>;
+    const wrapped = new WeakSet<PgPoolClient>();
+    (pool as unknown as { connect: () => Promise<PgPoolClient> }).connect = async () => {
+      const client = await connect();
+      if (wrapped.has(client)) return client;
+      wrapped.add(client);
+      const query = client.query.bind(client) as (config: unknown) => Promise<unknown>;
+      (client as unknown as { query: (config: unknown) => Promise<unknown> }).query = (config: unknown) => {
+        const c = config as { text?: string; values?: unknown[] };
+        texts.push(c.text ?? String(config));
+        values.push(c.values ?? []);
+        return query(config);
+      };
+      return client;
+    };
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    try {
+      const hostile = [
+        { table: 'x.y-z_1', key: `'); DROP TABLE "${s.namespace}_rows"; --`, counter: `c'); SELECT 1; --` },
+        { table: 'Zq9.Tbl-X', key: '$1 $2 \u0000 "q" \\ 😀', counter: '$$ \u0000 😀' },
+      ];
+      const sent: string[] = [];
+      for (const { table, key, counter } of hostile) {
+        texts.length = 0;
+        values.length = 0;
+        const a = applied(
+          await s.checkAndSetStamped({ table, key, expected: null, state: template(`'; --${key}`) }, counter),
+        );
+        await s.checkAndSetStamped({ table, key, expected: a.version, state: template(key) }, counter);
+        expect(texts).toHaveLength(2);
+        for (const t of texts) {
+          for (const fragment of [table, key, counter, "'); DROP", '😀', '\u0000']) {
+            expect(t).not.toContain(fragment);
+          }
+        }
+        // Everything from the request travels as a bound parameter.
+        expect(values[0]).toContainEqual(Buffer.from(table));
+        expect(values[0]).toContainEqual(Buffer.from(key));
+        expect(values[0]).toContainEqual(Buffer.from(counter));
+        sent.push(...texts);
+        const row = await s.read(table, key);
+        expect(row?.state).toEqual(writeStamp(template(key), stampOf(row!.state)));
+      }
+      // The text does not depend on the request at all.
+      expect(sent[0]).toBe(sent[2]);
+      expect(sent[1]).toBe(sent[3]);
+      // The namespace appears only in the adapter's fixed, quoted identifiers.
+      const names = postgresNames(s.namespace);
+      for (const t of sent) {
+        const stripped = t
+          .replaceAll(names.rows, '')
+          .replaceAll(names.counters, '')
+          .replaceAll(`'${names.versionSeq}'`, '');
+        expect(stripped).not.toContain(s.namespace);
+        expect(stripped).not.toContain("'");
+      }
+    } finally {
+      await s.close();
+      await pool.end();
+    }
+  });
+});
+
+describe('postgres checkAndSetStamped: failures', () => {
+  /** Holds the counter row's lock from another connection, so a stamped statement waits on it. */
+  async function holdCounter(s: PostgresStore, counter: string): Promise<PgPoolClient> {
+    await s.incrementCounter(counter, 1);
+    const blocker = await admin.connect();
+    await blocker.query('BEGIN');
+    await blocker.query(`SELECT 1 FROM "${s.namespace}_counters" WHERE name = $1 FOR UPDATE`, [
+      Buffer.from(counter),
+    ]);
+    return blocker;
+  }
+
+  it('reports a connection killed mid-statement as StoreError applied=unknown', async () => {
+    const s = await openStore({ namespace: uniqueNamespace() });
+    const blocker = await holdCounter(s, 'st.kill');
+    try {
+      const pending = s.checkAndSetStamped(
+        { table: 'sk', key: 'k', expected: null, state: template('x') },
+        'st.kill',
+      );
+      pending.catch(() => {});
+      let killed = false;
+      for (let i = 0; i < 100 && !killed; i++) {
+        const r = await admin.query(
+          `SELECT pg_terminate_backend(pid) AS done FROM pg_stat_activity
+           WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+          [`percolator:${s.namespace}`],
+        );
+        killed = r.rows.some((row) => row.done === true);
+        if (!killed) await sleep(50);
+      }
+      expect(killed).toBe(true);
+      const error = await errorOf(pending);
+      expect(error).toBeInstanceOf(StoreError);
+      expect((error as StoreError).applied).toBe('unknown');
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    // Killed before it ran: nothing applied, and the store works again.
+    expect(await s.read('sk', 'k')).toBeNull();
+    applied(
+      await s.checkAndSetStamped({ table: 'sk', key: 'k', expected: null, state: template('y') }, 'st.kill'),
+    );
+  });
+
+  it('gives up after queryTimeoutMs with StoreError applied=unknown', async () => {
+    const s = await openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 300 });
+    const blocker = await holdCounter(s, 'st.slow');
+    let error: unknown;
+    try {
+      error = await errorOf(
+        s.checkAndSetStamped({ table: 'ss', key: 'k', expected: null, state: template('x') }, 'st.slow'),
+      );
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('unknown');
+    expect((error as StoreError).message).toMatch(/timeout/i);
+  });
+
+  it('reports a refused connection as StoreError applied=no', async () => {
+    // A TCP proxy in front of the server; closing it makes new connections refused.
+    const target = new URL(url);
+    const sockets = new Set<net.Socket>();
+    const proxy = net.createServer((client) => {
+      const upstream = net.connect(Number(target.port || 5432), target.hostname);
+      sockets.add(client).add(upstream);
+      client.pipe(upstream).pipe(client);
+      const drop = () => {
+        client.destroy();
+        upstream.destroy();
+      };
+      client.on('error', drop).on('close', drop);
+      upstream.on('error', drop).on('close', drop);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const port = (proxy.address() as net.AddressInfo).port;
+    const proxied = new URL(url);
+    proxied.hostname = '127.0.0.1';
+    proxied.port = String(port);
+    // The schema is made directly (and dropped at the end); the proxied store only uses it.
+    const direct = await openStore({ namespace: uniqueNamespace() });
+    const s = await createPostgresStore({
+      connectionString: proxied.toString(),
+      namespace: direct.namespace,
+      createSchema: false,
+    });
+    try {
+      applied(
+        await s.checkAndSetStamped({ table: 'sc', key: 'a', expected: null, state: template('a') }, 'st.c'),
+      );
+      await new Promise<void>((resolve) => {
+        proxy.close(() => resolve());
+        for (const socket of sockets) socket.destroy();
+      });
+      await sleep(100); // let the pool notice its idle connection died
+      const error = await errorOf(
+        s.checkAndSetStamped({ table: 'sc', key: 'b', expected: null, state: template('b') }, 'st.c'),
+      );
+      expect(error).toBeInstanceOf(StoreError);
+      expect((error as StoreError).applied).toBe('no');
+      expect((error as StoreError).message).toMatch(/ECONNREFUSED/);
+    } finally {
+      await s.close();
+    }
+    // Nothing was written, and the counter did not move.
+    expect(await direct.read('sc', 'b')).toBeNull();
+    expect(await direct.incrementCounter('st.c', 1)).toBe(2);
+  });
+});
+
+describe('postgres checkAndSetStamped: a later counter value sees the write', () => {
+  it('holds the counter until the row write commits: a later draw waits, then the read sees the row', async () => {
+    // The store's own statement text, run inside an explicit transaction we keep open.
+    const sql = postgresStatements(postgresNames(store.namespace));
+    const counter = 'st.hold';
+    const before = await store.incrementCounter(counter, 1);
+    const writer = await admin.connect();
+    try {
+      await writer.query('BEGIN');
+      const r = await writer.query(sql.stampedCreate, [
+        Buffer.from('sh'),
+        Buffer.from('k'),
+        Buffer.from(counter),
+        Buffer.from(template('held')),
+        false,
+      ]);
+      expect(r.rows).toEqual([{ version: expect.any(String), ts: String(before + 1) }]);
+      let drawn: number | undefined;
+      const later = store.incrementCounter(counter, 1).then((value) => {
+        drawn = value;
+        return value;
+      });
+      await sleep(300);
+      expect(drawn).toBeUndefined(); // waiting on the counter row's lock
+      expect(await store.read('sh', 'k')).toBeNull(); // not committed, so not visible
+      await writer.query('COMMIT');
+      expect(await later).toBe(before + 2);
+      expect(await store.read('sh', 'k')).toEqual({
+        version: r.rows[0].version,
+        state: writeStamp(template('held'), before + 1),
+      });
+    } finally {
+      await writer.query('ROLLBACK').catch(() => {});
+      writer.release();
+    }
+  });
+
+  /**
+   * Stamped writes (creates, then updates, of distinct rows) from one store race readers on
+   * other connections (another store on the same namespace) that draw a value from the
+   * counter (incrementCounter, or a stamped CAS of a private row) and then read every row.
+   * Returns the reads that break the rule: drawn value > a write's stamp, yet the read row
+   * is missing or carries an older stamp.
+   */
+  const ROUNDS = 4;
+
+  async function race(stamped: Stamped, namespace: string): Promise<string[]> {
+    const readerStore = await openStore({ namespace, maxConnections: 6, createSchema: false });
+    const counter = 'st.race.order';
+    const table = 'order';
+    const keys = Array.from({ length: 60 }, (_, i) => `r${i}`);
+    const writes: { key: string; ts: number }[] = [];
+    const samples: { drawn: number; stamps: (number | null)[] }[] = [];
+    let writing = true;
+
+    const writer = async (mine: string[]) => {
+      for (const key of mine) {
+        let expected: string | null = null;
+        for (let round = 0; round < ROUNDS; round++) {
+          const r = await stamped({ table, key, expected, state: template(`${key}.${round}`) }, counter);
+          const { version, timestamp } = applied(r);
+          writes.push({ key, ts: timestamp });
+          expected = version;
+        }
+      }
+    };
+    const reader = async (id: number) => {
+      let n = 0;
+      while (writing) {
+        let drawn: number;
+        if (n++ % 2 === 0) drawn = await readerStore.incrementCounter(counter, 1);
+        else {
+          const key = `reader${id}.${n}`;
+          drawn = applied(
+            await readerStore.checkAndSetStamped(
+              { table: 'draws', key, expected: null, state: template('') },
+              counter,
+            ),
+          ).timestamp;
+        }
+        const rows = await readerStore.readMany(keys.map((key) => ({ table, key })));
+        samples.push({ drawn, stamps: rows.map((row) => (row === null ? null : stampOf(row.state))) });
+      }
+    };
+    const writers = Array.from({ length: 5 }, (_, w) => writer(keys.filter((_, i) => i % 5 === w)));
+    const readers = Array.from({ length: 5 }, (_, id) => reader(id));
+    await Promise.all(writers).finally(() => {
+      writing = false;
+    });
+    await Promise.all(readers);
+    expect(writes).toHaveLength(keys.length * ROUNDS);
+    expect(samples.length).toBeGreaterThan(100);
+    // Enough reads landed while writes were still coming for the check to mean something.
+    const lastStamp = Math.max(...writes.map((w) => w.ts));
+    expect(samples.filter((x) => x.drawn < lastStamp).length).toBeGreaterThan(50);
+
+    const violations: string[] = [];
+    const index = new Map(keys.map((key, i) => [key, i]));
+    for (const { drawn, stamps } of samples) {
+      for (const { key, ts } of writes) {
+        if (drawn <= ts) continue;
+        const seen = stamps[index.get(key)!]!;
+        if (seen === null || seen < ts) {
+          violations.push(`drew ${drawn} > stamp ${ts} of ${key}, then read ${seen ?? 'nothing'}`);
+        }
+      }
+    }
+    return violations;
+  }
+
+  it('every read after a later draw sees the stamped write (concurrent stamped CAS vs draws + reads)', async () => {
+    const namespace = uniqueNamespace();
+    const s = await openStore({ namespace });
+    const violations = await race((request, counter) => s.checkAndSetStamped(request, counter), namespace);
+    expect(violations).toEqual([]);
+  });
+
+  it('the same check catches a stamp drawn apart from its write (proof the race test can fail)', async () => {
+    const namespace = uniqueNamespace();
+    const s = await openStore({ namespace });
+    // Not atomic: draw, then write in a second statement a moment later.
+    const twoSteps: Stamped = async (request, counter) => {
+      const timestamp = await s.incrementCounter(counter, 1);
+      await sleep(3);
+      const r = await s.checkAndSet({ ...request, state: writeStamp(request.state, timestamp) });
+      return r.ok ? { ...r, timestamp } : r;
+    };
+    const violations = await race(twoSteps, namespace);
+    expect(violations.length).toBeGreaterThan(0);
+  });
+});
