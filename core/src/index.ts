@@ -27,6 +27,7 @@ export {
   validateUserTable,
 } from './names.js';
 export * from './observers/index.js';
+export { checkOptionKeys, type OptionKeys } from './options.js';
 export { CounterOracle, LocalOracle, type TimestampOracle } from './oracle.js';
 export {
   DEFAULT_PRUNE_POLICY,

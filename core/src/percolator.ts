@@ -5,6 +5,7 @@ import { ClosedError, InvalidArgumentError, isRetryable } from './errors.js';
 import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
+import { checkOptionKeys, type OptionKeys } from './options.js';
 import { CounterOracle, type TimestampOracle } from './oracle.js';
 import { RowReader } from './row-reader.js';
 import { readRow } from './row-update.js';
@@ -43,6 +44,22 @@ export interface TransactOptions {
   readonly maxAttempts?: number;
 }
 
+const CLIENT_OPTIONS: OptionKeys<PercolatorOptions> = {
+  store: true,
+  oracle: true,
+  lockTtlMs: true,
+  lockWaitMs: true,
+  clock: true,
+  gc: true,
+  observedColumns: true,
+  hooks: true,
+};
+const GC_OPTIONS: OptionKeys<PrunePolicy> = {
+  retentionMs: true,
+  maxVersionsPerCell: true,
+  inlineHistoryBytes: true,
+};
+
 export const DEFAULT_PRUNE_POLICY: PrunePolicy = {
   retentionMs: 60_000,
   maxVersionsPerCell: 32,
@@ -59,9 +76,11 @@ export class Percolator {
   private closed = false;
 
   constructor(options: PercolatorOptions) {
-    if (!options || typeof options.store !== 'object' || options.store === null) {
+    checkOptionKeys<PercolatorOptions>('Percolator', options, CLIENT_OPTIONS);
+    if (typeof options.store !== 'object' || options.store === null) {
       throw new InvalidArgumentError('Percolator needs a store');
     }
+    if (options.gc !== undefined) checkOptionKeys<PrunePolicy>('Percolator gc', options.gc, GC_OPTIONS);
     const store = options.store;
     const lockTtlMs = options.lockTtlMs ?? 5000;
     if (!Number.isInteger(lockTtlMs) || lockTtlMs < 1)
@@ -123,6 +142,7 @@ export class Percolator {
    * is rethrown unchanged; a CommitUnknownError is never retried.
    */
   async transact<T>(fn: (tx: Transaction) => Promise<T>, options: TransactOptions = {}): Promise<T> {
+    checkOptionKeys<TransactOptions>('transact', options, { maxAttempts: true });
     const maxAttempts = options.maxAttempts ?? 10;
     if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
       throw new InvalidArgumentError('maxAttempts must be a positive integer');

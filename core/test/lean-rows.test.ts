@@ -181,3 +181,19 @@ describe('lean rows', () => {
     expect(await a.scan(versionTable('docs'), { limit: 100 })).toEqual([]);
   });
 });
+
+describe('options', () => {
+  it('a misspelt client, gc or transact option is an InvalidArgumentError naming it, never silently ignored', async () => {
+    const store = new MemoryStore();
+    expect(() => new Percolator({ store, lockTTLMs: 10 } as never)).toThrow(
+      /unknown option "lockTTLMs" \(did you mean "lockTtlMs"\?\)/,
+    );
+    expect(() => new Percolator({ store, gc: { maxVersions: 3 } } as never)).toThrow(InvalidArgumentError);
+    expect(() => new Percolator(undefined as never)).toThrow(InvalidArgumentError);
+    const db = new Percolator({ store });
+    await expect(db.transact(async () => 1, { attempts: 3 } as never)).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    await db.close();
+  });
+});
