@@ -7,6 +7,7 @@ import { StoreError } from '@percolator/core';
 const AMBIGUOUS_SERVER_ERRNOS = new Set([
   1053, // ER_SERVER_SHUTDOWN
   1152, // ER_ABORTING_CONNECTION
+  1180, // ER_ERROR_DURING_COMMIT (also what the stamped CAS procedure raises after COMMIT)
   1317, // ER_QUERY_INTERRUPTED (KILL QUERY)
   1927, // ER_CONNECTION_KILLED (MariaDB, KILL)
   4031, // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)

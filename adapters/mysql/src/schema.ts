@@ -8,6 +8,7 @@ import { validateNamespace } from './requests.js';
  *                        Rows are never deleted, so ids are never handed out twice,
  *                        even on servers that recompute AUTO_INCREMENT from MAX(id);
  *                        ids start at the clock, so not after re-creation either.
+ *   <ns>_stamped_cas_v1  stored procedure: the stamped check-and-set (see below).
  * Identifiers are built only from the validated namespace and fixed suffixes.
  */
 export interface MySqlNames {
@@ -15,7 +16,17 @@ export interface MySqlNames {
   readonly rows: string;
   readonly counters: string;
   readonly versionBlocks: string;
+  /** The stamped CAS procedure, quoted. */
+  readonly stampedCas: string;
+  /** Its bare name (a bound value when looking it up in information_schema). */
+  readonly stampedCasRoutine: string;
 }
+
+/**
+ * The procedure's name carries a version: `CREATE PROCEDURE IF NOT EXISTS` never replaces
+ * an existing body, so a changed body must get a new name (and the old one stays harmless).
+ */
+const STAMPED_CAS_SUFFIX = 'stamped_cas_v1';
 
 export function mysqlNames(namespace?: string): MySqlNames {
   const ns = validateNamespace(namespace);
@@ -24,13 +35,16 @@ export function mysqlNames(namespace?: string): MySqlNames {
     rows: `\`${ns}_rows\``,
     counters: `\`${ns}_counters\``,
     versionBlocks: `\`${ns}_version_blocks\``,
+    stampedCas: `\`${ns}_${STAMPED_CAS_SUFFIX}\``,
+    stampedCasRoutine: `${ns}_${STAMPED_CAS_SUFFIX}`,
   };
 }
 
 /**
  * The schema, one statement per entry; every statement is idempotent. `createMySqlStore`
  * runs them under GET_LOCK so that many processes starting at once queue up.
- * Plain MySQL 8 / MariaDB syntax only (no RETURNING, no sequences).
+ * Plain MariaDB / MySQL 8.0.29+ syntax only (no RETURNING, no sequences; the procedure
+ * needs CREATE PROCEDURE IF NOT EXISTS).
  */
 export function mysqlSchemaStatements(namespace?: string): string[] {
   const n = mysqlNames(namespace);
@@ -64,7 +78,112 @@ export function mysqlSchemaStatements(namespace?: string): string[] {
     `INSERT INTO ${n.versionBlocks} (id)
 SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS UNSIGNED) FROM DUAL
 WHERE NOT EXISTS (SELECT 1 FROM ${n.versionBlocks})`,
+    stampedCasProcedure(n),
   ];
+}
+
+/*
+ * The stamped check-and-set (capability stampedCheckAndSet), one CALL = one statement = one
+ * round trip. Everything arrives as a parameter (table, key, versions, state, counter name,
+ * where the stamp goes); the body names only this namespace's tables.
+ *
+ * Why a stored procedure. MariaDB has no UPDATE ... RETURNING and neither server can draw
+ * from a counter inside the statement that writes the row, so the step needs several
+ * statements in one transaction, sent at once. The alternative, a multi-statement query
+ * (START TRANSACTION; ...; COMMIT), needs `multipleStatements` on the connection (a user's
+ * pool may lack it), cannot branch (it would advance the counter for a CAS that fails), and
+ * on an error stops at the failing statement with the transaction still open on a pooled
+ * connection, without saying which statement failed. The procedure has the flow control,
+ * and its handler rolls back before the error leaves it, so a server error answer means
+ * "nothing committed" exactly as for one autocommit statement (errors.ts), and the
+ * connection never goes back to the pool inside a transaction. SQL SECURITY INVOKER: it
+ * runs with the caller's privileges on the tables, and keeps working if its creator's
+ * account is dropped.
+ *
+ * Steps, in one InnoDB transaction:
+ *   1. Lock the row: INSERT it (expected NULL; a duplicate key = the row exists = the CAS
+ *      fails) or SELECT ... FOR UPDATE it at the expected version.
+ *   2. Only if that matched: add 1 to the counter with the very statement `increment` uses
+ *      (same table, same row, LAST_INSERT_ID), so the counter row stays X-locked until
+ *      COMMIT; then write the row once more with the stamp (the value, 8 bytes big endian
+ *      from HEX/LPAD/UNHEX) over bytes p_stamp_at+1 .. p_stamp_at+8 (1-based) of the state.
+ *   3. COMMIT, then answer (applied, ts). A CAS that does not match answers (0, current
+ *      row) read under the lock of step 1 and rolls back: the counter did not move.
+ *
+ * Why whoever draws a later counter value and then reads sees this write: a later draw
+ * (incrementCounter, or this procedure for another row) updates the same counter row, so
+ * it waits for the X lock taken in step 2, which InnoDB holds until this transaction
+ * commits. InnoDB commits in memory (the transaction leaves the set that new read views
+ * treat as active: trx_t::commit_in_memory, deregister_rw) BEFORE it releases its locks,
+ * so when any later value is handed out this write is already visible to every read view
+ * opened afterwards, i.e. to the drawer's next read. A rolled-back transaction also rolls
+ * the counter back, so its value was never handed out by anyone.
+ *
+ * Lock order: the row first, the counter second; whoever holds the counter (this
+ * procedure after step 2, `increment`) waits for no other row, so the counter is never in
+ * a deadlock cycle, and a stamped CAS waiting for a busy row does not hold up the oracle.
+ * Step 2's write may change the `notified` index entry: only a locking scan of that index
+ * (nothing in this library runs one) could make it wait while holding the counter.
+ *
+ * Errors after COMMIT was issued (in practice none) are resignalled as
+ * ER_ERROR_DURING_COMMIT (1180), which errors.ts reports as 'unknown'.
+ */
+function stampedCasProcedure(n: MySqlNames): string {
+  return `CREATE PROCEDURE IF NOT EXISTS ${n.stampedCas}(
+  IN p_tbl VARBINARY(64),
+  IN p_key VARBINARY(1024),
+  IN p_expected BIGINT UNSIGNED,
+  IN p_version BIGINT UNSIGNED,
+  IN p_state LONGBLOB,
+  IN p_notified BOOLEAN,
+  IN p_counter VARBINARY(1024),
+  IN p_stamp_at INT UNSIGNED
+)
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'percolator stamped check-and-set, see @percolator/mysql README'
+BEGIN
+  DECLARE v_ok INT DEFAULT 0;
+  DECLARE v_ts BIGINT UNSIGNED;
+  DECLARE v_committing BOOLEAN DEFAULT FALSE;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+  BEGIN
+    ROLLBACK;
+    IF v_committing THEN
+      RESIGNAL SET MYSQL_ERRNO = 1180;
+    END IF;
+    RESIGNAL;
+  END;
+  START TRANSACTION;
+  IF p_expected IS NULL THEN
+    SET v_ok = 1;
+    BEGIN
+      DECLARE CONTINUE HANDLER FOR 1062 SET v_ok = 0;
+      INSERT INTO ${n.rows} (tbl, row_key, version, state, notified)
+      VALUES (p_tbl, p_key, p_version, p_state, p_notified);
+    END;
+  ELSE
+    SELECT COUNT(*) INTO v_ok FROM ${n.rows}
+    WHERE tbl = p_tbl AND row_key = p_key AND version = p_expected FOR UPDATE;
+  END IF;
+  IF v_ok = 1 THEN
+    INSERT INTO ${n.counters} (name, value) VALUES (p_counter, LAST_INSERT_ID(1))
+    ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + 1);
+    SET v_ts = LAST_INSERT_ID();
+    UPDATE ${n.rows}
+    SET version = p_version,
+      state = INSERT(p_state, p_stamp_at + 1, 8, UNHEX(LPAD(HEX(v_ts), 16, '0'))),
+      notified = p_notified
+    WHERE tbl = p_tbl AND row_key = p_key;
+    SET v_committing = TRUE;
+    COMMIT;
+    SELECT 1 AS applied, CAST(v_ts AS CHAR) AS ts, NULL AS version, NULL AS state;
+  ELSE
+    SELECT 0 AS applied, NULL AS ts, CAST(version AS CHAR) AS version, state
+    FROM ${n.rows} WHERE tbl = p_tbl AND row_key = p_key;
+    ROLLBACK;
+  END IF;
+END`;
 }
 
 /** The schema as one SQL script, for users who manage schemas themselves. */
@@ -74,7 +193,10 @@ export function mysqlSchemaSql(namespace?: string): string {
 
 export function mysqlDropStatements(namespace?: string): string[] {
   const n = mysqlNames(namespace);
-  return [`DROP TABLE IF EXISTS ${n.rows}, ${n.counters}, ${n.versionBlocks}`];
+  return [
+    `DROP PROCEDURE IF EXISTS ${n.stampedCas}`,
+    `DROP TABLE IF EXISTS ${n.rows}, ${n.counters}, ${n.versionBlocks}`,
+  ];
 }
 
 /** GET_LOCK name (bound as a value) that serializes DDL of one namespace. */

@@ -49,6 +49,17 @@ WHERE tbl = ? AND row_key = ? AND version = CAST(? AS UNSIGNED)`,
 ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + ?)`,
 
     reserveVersionBlock: `INSERT INTO ${n.versionBlocks} () VALUES ()`,
+
+    // The stamped CAS: one CALL of the procedure in schema.ts (see there for why it is
+    // atomic). tbl, key, expected (NULL = create), new version, state, notified, counter
+    // name, stamp offset. Answers one row (applied, ts, version, state).
+    stampedCas: `CALL ${n.stampedCas}(?, ?, CAST(? AS UNSIGNED), CAST(? AS UNSIGNED), ?, ?, ?, ?)`,
+
+    // At startup: the packet limit, and whether the stamped CAS procedure exists (it does
+    // unless the schema was made by hand from an older script): stampedCheckAndSet.
+    settings: `SELECT @@max_allowed_packet AS p,
+  (SELECT COUNT(*) FROM information_schema.ROUTINES
+   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped`,
   };
 }
 

@@ -8,6 +8,7 @@ import {
   type RowStore,
   type ScannedStoredRow,
   type ScanOptions,
+  STAMP_OFFSET,
   type StoreCapabilities,
   type StoredRow,
   StoreError,
@@ -88,12 +89,17 @@ const OPTION_KEYS: OptionKeys<MySqlStoreOptions> = {
 
 export interface MySqlStore extends RowStore {
   readonly namespace: string;
-  // Every optional capability except stampedCheckAndSet is implemented, so always present.
+  // Every optional capability is implemented, so always present. stampedCheckAndSet is
+  // declared only when the namespace has the stamped CAS procedure (createSchema makes it).
   readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
   checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]>;
   scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]>;
   incrementCounter(name: string, delta: number): Promise<number>;
   scanNotified(table: string, options: NotificationScanOptions): Promise<string[]>;
+  checkAndSetStamped(
+    request: CasRequest & { readonly state: Uint8Array },
+    counter: string,
+  ): Promise<CasResult & { timestamp?: number }>;
   /** Drops this namespace's tables: all of its data. The store is unusable afterwards. */
   dropNamespace(): Promise<void>;
 }
@@ -127,9 +133,19 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
   try {
     if (options.createSchema !== false)
       await underSchemaLock(connector, mysqlSchemaStatements(names.namespace));
-    const packet = await connector.run('read max_allowed_packet', 'read', 'SELECT @@max_allowed_packet AS p');
-    const maxAllowedPacket = Number((packet as { p: unknown }[])[0]!.p);
-    const store = new MySqlRowStore(connector, ownsPool, names, maxAllowedPacket, multipleStatements);
+    const settings = (await connector.run('read server settings', 'read', mysqlStatements(names).settings, [
+      names.stampedCasRoutine,
+    ])) as { p: unknown; stamped: unknown }[];
+    const maxAllowedPacket = Number(settings[0]!.p);
+    const stamped = Number(settings[0]!.stamped) > 0;
+    const store = new MySqlRowStore(
+      connector,
+      ownsPool,
+      names,
+      maxAllowedPacket,
+      multipleStatements,
+      stamped,
+    );
     await store.prepare();
     return store;
   } catch (error) {
@@ -265,6 +281,7 @@ class MySqlRowStore implements MySqlStore {
     names: MySqlNames,
     maxAllowedPacket: number,
     private readonly multipleStatements: boolean,
+    stamped: boolean,
   ) {
     this.namespace = names.namespace;
     this.sql = mysqlStatements(names);
@@ -275,7 +292,7 @@ class MySqlRowStore implements MySqlStore {
       orderedScan: true,
       atomicCounter: true,
       notificationIndex: true,
-      stampedCheckAndSet: false,
+      stampedCheckAndSet: stamped,
       maxStateBytes: maxStateBytesFor(maxAllowedPacket),
     };
     this.versions = new VersionAllocator(async () => {
@@ -452,6 +469,50 @@ class MySqlRowStore implements MySqlStore {
       delta,
     ])) as ResultHeader;
     return toSafeCounter(String(header.insertId), name);
+  }
+
+  /**
+   * One CALL of the namespace's stamped CAS procedure (schema.ts explains the steps, why a
+   * later counter value implies this write is visible, and why a procedure): one round trip,
+   * one InnoDB transaction. The counter advances only when the CAS applies (a failed CAS
+   * rolls back before drawing). Same inputs, limits, versions and failure mapping as
+   * `checkAndSet`: RowTooLargeError before sending, a lost or timed-out reply is 'unknown',
+   * a server error answer is 'no' (the procedure rolled back before answering).
+   */
+  async checkAndSetStamped(
+    request: CasRequest & { readonly state: Uint8Array },
+    counter: string,
+  ): Promise<CasResult & { timestamp?: number }> {
+    const name = encodeCounterName(counter);
+    if (typeof request === 'object' && request !== null && !(request.state instanceof Uint8Array)) {
+      throw new InvalidArgumentError('a stamped check-and-set needs a state (a Uint8Array), never null');
+    }
+    // Validates table, key, expected, notified and the size (RowTooLargeError) before sending.
+    const plan = planCas(request, this.capabilities.maxStateBytes);
+    if (plan.kind !== 'create' && plan.kind !== 'update') return this.failure(request); // unmatchable
+    if (plan.state.byteLength < STAMP_OFFSET + 8) {
+      throw new InvalidArgumentError(
+        `a stamped state needs at least ${STAMP_OFFSET + 8} bytes (the stamp slot), got ${plan.state.byteLength}`,
+      );
+    }
+    const version = await this.newVersion();
+    const expected = plan.kind === 'update' ? plan.expected : null;
+    const results = (await this.connector.run('checkAndSetStamped', 'write', this.sql.stampedCas, [
+      plan.tbl,
+      plan.key,
+      expected,
+      version,
+      plan.state,
+      plan.notified,
+      name,
+      STAMP_OFFSET,
+    ])) as unknown[];
+    // A CALL answers its SELECT's rows, then the CALL's own OK packet.
+    const row = (results[0] as Row[])[0];
+    if (row === undefined) return { ok: false, current: null }; // CAS failed, row absent
+    if (Number(row.applied) !== 1) return { ok: false, current: toStoredRow(row) };
+    // Applied; a stamp beyond 2^53 cannot be a JS number, so that throws (never a plain failure).
+    return { ok: true, version, timestamp: toSafeCounter(String(row.ts), counter) };
   }
 
   async dropNamespace(): Promise<void> {
