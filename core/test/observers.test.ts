@@ -1,5 +1,6 @@
 import {
   ClientCrash,
+  CompositeStore,
   InvalidArgumentError,
   MemoryStore,
   measureObserverLatency,
@@ -50,6 +51,27 @@ function copier(calls: string[], extra: Partial<Observer> = {}): Observer {
     ...extra,
   };
 }
+
+describe('observers on a CompositeStore routed as docs/multi-store.md shows', () => {
+  test('workers run with routes that name only user tables: leases and version rows route themselves', async () => {
+    const docsStore = new MemoryStore();
+    const counter = new MemoryStore();
+    const store = new CompositeStore({
+      routes: [{ table: 'docs', store: docsStore }],
+      counterStore: counter,
+    });
+    const db = client(store, { gc: { inlineHistoryBytes: 0 } });
+    const calls: string[] = [];
+    const errors: unknown[] = [];
+    const worker = db.worker({ observers: [copier(calls)], onError: (e) => errors.push(e) });
+    for (const body of ['one', 'two', 'three'])
+      await db.transact(async (tx) => tx.set('docs', 'a', 'body', body));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(errors).toEqual([]);
+    expect(await read(db, 'docs', 'a', 'copy')).toBe('three');
+    expect(calls.at(-1)).toBe('a=three');
+  });
+});
 
 describe('observers: strong notifications', () => {
   test('a committed write runs the observer once, writes its ack and clears the notification', async () => {

@@ -2,8 +2,10 @@ import {
   ClosedError,
   CommitUnknownError,
   ConflictError,
+  InvalidArgumentError,
   MemoryStore,
   Percolator,
+  StoreError,
   type Transaction,
   UnsupportedOperationError,
 } from '@percolator/core';
@@ -299,6 +301,36 @@ describe('transactions on the memory store', () => {
     await twoPhase.transact(async (t) => t.set('t', 'r', 'a', '3'));
     expect(store.calls.checkAndSetStamped - before2.checkAndSetStamped).toBe(0);
     expect(store.calls.checkAndSet - before2.checkAndSet).toBe(2); // prewrite + commit primary
+  });
+
+  it('retries a transaction whose start timestamp could not be fetched (a briefly unreachable oracle)', async () => {
+    const store = new InstrumentedStore();
+    let failures = 2;
+    const oracle = {
+      next: async () => {
+        if (failures-- > 0) throw new StoreError('timestamp store unreachable', 'no');
+        return store.inner.incrementCounter('percolator.oracle', 1);
+      },
+    };
+    const db = new Percolator({ store, oracle });
+    let runs = 0;
+    await db.transact(async (tx) => {
+      runs++;
+      tx.set('t', 'r', 'v', 'x');
+    });
+    expect(runs).toBe(1);
+    expect(failures).toBe(-1);
+    // A failure that is not retryable is not retried.
+    const broken = new Percolator({
+      store,
+      oracle: {
+        next: async () => {
+          throw new InvalidArgumentError('bad oracle');
+        },
+      },
+    });
+    await expect(broken.transact(async () => undefined)).rejects.toBeInstanceOf(InvalidArgumentError);
+    await db.close();
   });
 
   it('a multi-row commit on a store that can stamp draws its commit timestamp inside the primary commit', async () => {
