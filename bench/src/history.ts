@@ -4,6 +4,7 @@ import { decodeValue, encodeValue } from './dataset.js';
 import { type Engine, type LogicalTable, nativeKey, TxFailure } from './engines/engine.js';
 import { COLUMN, PercolatorEngine } from './engines/percolator.js';
 import { RAW_TABLE, RawEngine } from './engines/raw.js';
+import { LatencyHistogram } from './histogram.js';
 import { perSecond, round } from './metrics.js';
 import { randomInt, seededRandom } from './random.js';
 import type { CheckOutcome, HistoryRows } from './types.js';
@@ -43,6 +44,10 @@ export const HISTORY_DEFAULT_CELLS = 8;
 export const HISTORY_DEFAULT_VERSIONS = 1000;
 /** The target: a long history's head row is at most 1.5 × a fresh one + 512 bytes. */
 export const HISTORY_LIMIT = { factor: 1.5, slackBytes: 512 } as const;
+/** The target for reads: a long history's read at most 1.5 × a fresh cell's time. */
+export const HISTORY_READ_LIMIT = 1.5;
+/** Paired reads after the setup: at most this many pairs, for at most this long. */
+export const HISTORY_PAIRS = { pairs: 400, warmup: 20, maxMs: 3000 } as const;
 
 /**
  * Fresh and long-history cell i have the same row key in two tables, so a store that
@@ -84,6 +89,48 @@ async function pool(
     }
   };
   await Promise.all(Array.from({ length: Math.min(parallel, n) }, worker));
+}
+
+const mean = (values: readonly number[]) => values.reduce((a, b) => a + b, 0) / values.length;
+
+/**
+ * Read latency of fresh and long-history cells measured in pairs: one client alternates a
+ * read of fresh cell i and of long cell i (which goes first swaps every pair), so load
+ * that comes and goes on a shared machine weighs on both alike, which separate cells
+ * measured seconds apart cannot promise. Each read must return the last committed value.
+ */
+async function pairedReads(
+  engine: PercolatorEngine,
+  keys: readonly string[],
+  latest: ReadonlyMap<string, string>,
+  signal: AbortSignal | undefined,
+): Promise<{ pairs: number; freshP50Ms: number; longP50Ms: number }> {
+  const histograms = new Map([
+    [FRESH_TABLE, new LatencyHistogram()],
+    [LONG_TABLE, new LatencyHistogram()],
+  ]);
+  const deadline = performance.now() + HISTORY_PAIRS.maxMs;
+  let pairs = 0;
+  for (let n = 0; n < HISTORY_PAIRS.warmup + HISTORY_PAIRS.pairs; n++) {
+    if (signal?.aborted) throw new Error('interrupted');
+    if (n >= HISTORY_PAIRS.warmup && performance.now() > deadline) break;
+    const key = keys[n % keys.length]!;
+    for (const table of n % 2 === 0 ? [FRESH_TABLE, LONG_TABLE] : [LONG_TABLE, FRESH_TABLE]) {
+      const t0 = performance.now();
+      const { value } = await engine.transact((tx) => tx.read(table, [key]), { readOnly: true });
+      const ms = performance.now() - t0;
+      if (value[0] !== latest.get(`${table}/${key}`)) {
+        throw new Error(`history: ${table}/${key} read ${describe(value[0])}, not its last committed value`);
+      }
+      if (n >= HISTORY_PAIRS.warmup) histograms.get(table)!.record(ms);
+    }
+    if (n >= HISTORY_PAIRS.warmup) pairs++;
+  }
+  return {
+    pairs,
+    freshP50Ms: histograms.get(FRESH_TABLE)!.percentileMs(50),
+    longP50Ms: histograms.get(LONG_TABLE)!.percentileMs(50),
+  };
 }
 
 async function headRowBytes(
@@ -137,8 +184,11 @@ async function prepareHistory(ctx: PrepareContext): Promise<HistoryData> {
     await db.close();
   }
   const setupMs = performance.now() - start;
-  const freshRowBytes = Math.max(...(await headRowBytes(store, FRESH_TABLE, keys)));
-  const longRowBytes = Math.max(...(await headRowBytes(store, LONG_TABLE, keys)));
+  const freshRows = await headRowBytes(store, FRESH_TABLE, keys);
+  const longRows = await headRowBytes(store, LONG_TABLE, keys);
+  const freshRowBytes = Math.max(...freshRows);
+  const longRowBytes = Math.max(...longRows);
+  const reads = percolator ? await pairedReads(percolator, keys, latest, ctx.signal) : undefined;
   const limitBytes = Math.round(HISTORY_LIMIT.factor * freshRowBytes + HISTORY_LIMIT.slackBytes);
   const rawLatest = new Map<string, string>();
   if (raw) {
@@ -153,9 +203,22 @@ async function prepareHistory(ctx: PrepareContext): Promise<HistoryData> {
     cells,
     freshRowBytes,
     longRowBytes,
+    freshRowMeanBytes: Math.round(mean(freshRows)),
+    longRowMeanBytes: Math.round(mean(longRows)),
     ratio: round(longRowBytes / freshRowBytes, 2),
     limitBytes,
     withinLimit: longRowBytes <= limitBytes,
+    ...(reads && reads.freshP50Ms > 0
+      ? {
+          reads: {
+            pairs: reads.pairs,
+            freshP50Ms: round(reads.freshP50Ms),
+            longP50Ms: round(reads.longP50Ms),
+            ratio: round(reads.longP50Ms / reads.freshP50Ms, 2),
+            withinLimit: reads.longP50Ms <= HISTORY_READ_LIMIT * reads.freshP50Ms,
+          },
+        }
+      : {}),
     setupMs: Math.round(setupMs),
     setupTxPerSecond: round(perSecond(transactions, setupMs), 1),
   };
@@ -163,7 +226,11 @@ async function prepareHistory(ctx: PrepareContext): Promise<HistoryData> {
     `== ${ctx.backend.name}: history: written in ${(setupMs / 1000).toFixed(1)} s ` +
       `(${history.setupTxPerSecond} tx/s); head row ${freshRowBytes} B after 1 update, ` +
       `${longRowBytes} B after ${versions} (${history.ratio}x; limit ${limitBytes} B: ` +
-      `${history.withinLimit ? 'within' : 'OVER'})`,
+      `${history.withinLimit ? 'within' : 'OVER'})` +
+      (history.reads
+        ? `; paired reads p50 ${history.reads.freshP50Ms} ms fresh, ${history.reads.longP50Ms} ms long ` +
+          `(${history.reads.ratio}x; ${history.reads.withinLimit ? 'within' : 'OVER'} 1.5x)`
+        : ''),
   );
   return { keys, latest, rawLatest, history, seq: versions };
 }

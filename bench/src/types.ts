@@ -117,11 +117,27 @@ export interface HistoryRows {
   readonly freshRowBytes: number;
   /** Largest head row of a cell updated `versions` times. */
   readonly longRowBytes: number;
+  /** Mean head row of the fresh cells, and of the long-history cells. */
+  readonly freshRowMeanBytes: number;
+  readonly longRowMeanBytes: number;
   /** longRowBytes / freshRowBytes. */
   readonly ratio: number;
   /** The target: 1.5 × freshRowBytes + 512. */
   readonly limitBytes: number;
   readonly withinLimit: boolean;
+  /**
+   * Read transactions at a current snapshot, measured in pairs by one client (a fresh
+   * cell, then a long one, the order swapped every pair) so the ratio does not depend on
+   * load that comes and goes; the target is long ≤ 1.5 × fresh. Absent without Percolator.
+   */
+  readonly reads?: {
+    readonly pairs: number;
+    readonly freshP50Ms: number;
+    readonly longP50Ms: number;
+    /** longP50Ms / freshP50Ms. */
+    readonly ratio: number;
+    readonly withinLimit: boolean;
+  };
   /** Time taken to write the cells (not measured in any cell). */
   readonly setupMs: number;
   /** Committed single-row transactions per second while writing the long histories. */

@@ -83,6 +83,17 @@ describe('the history workload on the memory store', () => {
     expect(h.ratio).toBeCloseTo(h.longRowBytes / h.freshRowBytes, 2);
     expect(h.limitBytes).toBe(Math.round(1.5 * h.freshRowBytes + 512));
     expect(h.withinLimit).toBe(h.longRowBytes <= h.limitBytes);
+    expect(h.freshRowMeanBytes).toBeLessThanOrEqual(h.freshRowBytes);
+    expect(h.longRowMeanBytes).toBeLessThanOrEqual(h.longRowBytes);
+    expect(h.longRowMeanBytes).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
+    // Reads of both kinds measured in pairs by one client, and their ratio.
+    expect(h.reads).toBeDefined();
+    const reads = h.reads!;
+    expect(reads.pairs).toBeGreaterThan(0);
+    expect(reads.freshP50Ms).toBeGreaterThan(0);
+    expect(reads.longP50Ms).toBeGreaterThan(0);
+    expect(reads.ratio).toBeCloseTo(reads.longP50Ms / reads.freshP50Ms, 1);
+    expect(reads.withinLimit).toBe(reads.longP50Ms <= 1.5 * reads.freshP50Ms);
     expect(h.setupMs).toBeGreaterThan(0);
     expect(h.setupTxPerSecond).toBeGreaterThan(0);
     expect(stderrText).toMatch(/memory: history: writing 3 fresh cells and 3 cells × 60 versions/);
@@ -131,12 +142,12 @@ describe('the history workload on the memory store', () => {
     expect(summary).toMatch(
       row('backend', 'head row: 1 update', '60 updates', 'ratio', 'within 1.5x \\+ 512 B'),
     );
+    const size = (max: number) => `${max.toLocaleString('en-US')} B( \\(mean [\\d,]+ B\\))?`;
     expect(summary).toMatch(
-      row(
-        'memory',
-        `${h.freshRowBytes.toLocaleString('en-US')} B`,
-        `${h.longRowBytes.toLocaleString('en-US')} B`,
-      ),
+      row('memory', size(h.freshRowBytes), size(h.longRowBytes), `${h.ratio.toFixed(2)}x`),
+    );
+    expect(summary).toMatch(
+      row('memory', '.*', '.*', '.*', '.*', '[\\d.]+, [\\d.]+', '[\\d.]+x \\((within|OVER) 1.5x\\)'),
     );
     expect(summary).toMatch(
       row('backend', 'transaction', 'Percolator tx/s', 'p50 ms', 'long ÷ fresh', 'raw tx/s'),
