@@ -335,7 +335,7 @@ async function openDynamoDb(
     engines,
     notes: target.local ? ['dynamodb: DynamoDB Local (in-memory, started for this run)'] : [],
     version: target.local ? 'DynamoDB Local' : undefined,
-    // About 160 single-row transactions/s here: 4 × 1,000 versions take ~25 s, not a minute.
+    // 120-160 single-row transactions/s here: 4 × 1,000 versions take 25-35 s, not minutes.
     historyCells: 4,
     close: () =>
       closeAll([...engines.map((e) => () => e.close()), () => store.dropNamespace(), () => store.close()]),

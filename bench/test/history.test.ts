@@ -162,6 +162,8 @@ describe('the history workload on the memory store', () => {
     expect(md).toContain('Long histories (`history`)');
     const html = await readFile(join(dir, 'report.html'), 'utf8');
     expect(html).toContain('<h2>Long histories</h2>');
+    // No transfer ran: no transfer legend.
+    expect(html).not.toContain('a transfer is two one-row legs');
     expect(html).toContain(`${h.longRowBytes.toLocaleString('en-US')} B (${h.ratio.toFixed(2)}x; limit`);
   });
 });

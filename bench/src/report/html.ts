@@ -223,7 +223,7 @@ export function htmlReport(report: BenchReport): string {
       transferChart(report),
     ),
   );
-  parts.push(`<div class="note">${esc(TABLE_LEGEND)}</div>`);
+  if (transferLines(report).length > 0) parts.push(`<div class="note">${esc(TABLE_LEGEND)}</div>`);
   parts.push(
     section(
       'Percolator / raw throughput (the paper: reads 0.94, one-cell write transactions 0.23)',
