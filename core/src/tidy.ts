@@ -41,7 +41,8 @@ export interface TidyReport {
   settled: number;
 }
 
-const ROUNDS = 4;
+/** Failed rounds in a row after which a row's tidy step is left for the next write, or gc. */
+const MAX_FAILED_ROUNDS = 3;
 
 function part(column: string, ts: number): string {
   return `${column}\u0000${ts}`;
@@ -123,13 +124,20 @@ export class Tidier {
     const entry = { again: false, known };
     this.running.set(id, entry);
     const job = (async () => {
-      for (let round = 0; round < ROUNDS; round++) {
+      // Round after round while writes keep asking: a round that stopped early would leave
+      // the last write's marks for a write that may never come. A store that keeps failing
+      // ends the loop; the marks stay in the row for the next write, or gc.
+      let failed = 0;
+      for (;;) {
         const from = entry.known;
         entry.again = false;
         entry.known = undefined;
-        // A failed round is left for the next commit on this row, or gc.
-        await this.tidyRow(table, key, from).catch(() => undefined);
-        if (!entry.again) break;
+        const ok = await this.tidyRow(table, key, from).then(
+          () => true,
+          () => false,
+        );
+        failed = ok ? 0 : failed + 1;
+        if (!entry.again || failed >= MAX_FAILED_ROUNDS) break;
       }
     })().finally(() => this.running.delete(id));
     const { background } = this.env;

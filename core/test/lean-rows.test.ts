@@ -98,6 +98,26 @@ describe('lean rows', () => {
     expect(decodeRow(encodeRow(decoded))).toEqual(decoded);
   });
 
+  it('after a burst of writes, close() leaves no unfinished move: the tidy step follows the burst to its last write', async () => {
+    const store = new MemoryStore();
+    const big = 'x'.repeat(1024);
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, c) => {
+        const db = new Percolator({ store });
+        for (let i = 0; i < 300; i++)
+          await db.transact(async (tx) => tx.set('t', `cell${c}`, 'v', `${i}${big}`));
+        await db.close();
+      }),
+    );
+    for (let c = 0; c < 8; c++) {
+      const view = inspectHeadRow((await store.read('t', `cell${c}`))!.state);
+      expect(view.cells[0]!.writes.filter((w) => w.value !== 'moved').map((w) => w.value)).toEqual([
+        'inline',
+      ]);
+      expect(view.cells[0]!.garbage).toEqual([]);
+    }
+  });
+
   it('a row in an unknown format is a CorruptRowError, never a misread', async () => {
     const store = new MemoryStore();
     const db = new Percolator({ store });
