@@ -34,6 +34,12 @@ export function stopAt(point: StopPoint, options: { once?: boolean } = {}): (e: 
 export class CrashPlans {
   private readonly plans = new Map<number, StopPoint>();
 
+  /**
+   * Called whenever a planned stop fires. A stop among the secondaries fires after
+   * commit() resolved (they are committed in the background), so count stops here.
+   */
+  constructor(private readonly onStop?: (point: StopPoint) => void) {}
+
   set(startTs: number, point: StopPoint): void {
     this.plans.set(startTs, point);
   }
@@ -43,6 +49,7 @@ export class CrashPlans {
     const plan = this.plans.get(e.startTs);
     if (plan === undefined || !matches(plan, e)) return;
     this.plans.delete(e.startTs);
+    this.onStop?.(plan);
     throw new ClientCrash(`planned stop at ${e.step}`);
   };
 }

@@ -207,10 +207,19 @@ export class Percolator {
     return this.env.tidier.tidyRow(table, row, undefined, options);
   }
 
+  /**
+   * Resolves once the work this client runs in the background after its commits is done:
+   * secondary commits and tidy steps (docs/protocol.md sections 4 and 7). Commits are
+   * complete without it; this is for tests, measurements and orderly shutdowns.
+   */
+  async flush(): Promise<void> {
+    while (this.env.background.size > 0) await Promise.all([...this.env.background]);
+  }
+
   /** Stops this client's observer workers, waits for background work. Does not close the store: its creator owns it. */
   async close(): Promise<void> {
     await Promise.all([...this.workers].map((w) => w.stop()));
     this.closed = true;
-    await Promise.all([...this.env.background]);
+    await this.flush();
   }
 }

@@ -333,6 +333,41 @@ describe('transactions on the memory store', () => {
     await db.close();
   });
 
+  it('commit() resolves at the commit point; the secondaries are committed in the background and close() waits for them', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { batchCheckAndSet: false });
+    let release: (() => void) | undefined;
+    const db = new Percolator({
+      store,
+      // From the commit point on, hold the secondary's commit.
+      hooks: {
+        onCommitStep: (e) => void (e.step === 'afterCommitPrimary' && (release = store.gate('t', 'q'))),
+      },
+    });
+    const tx = await db.begin();
+    tx.set('t', 'p', 'v', '1'); // the primary: first in key order
+    tx.set('t', 'q', 'v', '1');
+    const { commitTs } = await tx.commit(); // resolves although the secondary's commit is held
+    expect(commitTs).toBeGreaterThan(tx.startTs);
+    expect(release).toBeDefined();
+    // A reader meeting the secondary's lock rolls it forward through the committed primary.
+    const reader = new Percolator({ store });
+    expect(
+      await reader.transact(async (t) => [
+        await t.getString('t', 'p', 'v'),
+        await t.getString('t', 'q', 'v'),
+      ]),
+    ).toEqual(['1', '1']);
+    let closed = false;
+    const closing = db.close().then(() => {
+      closed = true;
+    });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(closed).toBe(false); // close() waits for the held secondary commit
+    release!();
+    await closing;
+    await reader.close();
+  });
+
   it('a multi-row commit on a store that can stamp draws its commit timestamp inside the primary commit', async () => {
     const store = new InstrumentedStore();
     const db = new Percolator({ store });

@@ -50,7 +50,12 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   const plans = new Map<Percolator, CrashPlans>();
   const faultyStores: FaultyStore[] = [];
   const clients = Array.from({ length: 3 }, () => {
-    const crashPlans = new CrashPlans();
+    // A stop counts when it fires: a stop among the background secondaries fires after
+    // commit() resolved. Locks of a stopped client expire for everyone at once.
+    const crashPlans = new CrashPlans((point) => {
+      fired.set(stopLabel(point), (fired.get(stopLabel(point)) ?? 0) + 1);
+      clock.advance(lockTtlMs + 1);
+    });
     const { db, faulty } = client(ctx, store, {
       lockTtlMs,
       faults,
@@ -89,11 +94,6 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
             // Every such transaction while some step has not fired yet, then every third.
             crashAt: (_random: Random, writtenRows: number) =>
               writtenRows >= 2 && (unfired() || eligible++ % CRASH_EVERY === 0) ? nextStop() : undefined,
-            onCrash: (point: StopPoint) => {
-              fired.set(stopLabel(point), (fired.get(stopLabel(point)) ?? 0) + 1);
-              // Locks of a stopped client expire for everyone at once.
-              clock.advance(lockTtlMs + 1);
-            },
           }
         : {}),
     },
@@ -122,10 +122,6 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
         outcomeOf,
         crashAt: (_random: Random, writtenRows: number) =>
           writtenRows >= 2 && unfired() ? nextStop() : undefined,
-        onCrash: (point: StopPoint) => {
-          fired.set(stopLabel(point), (fired.get(stopLabel(point)) ?? 0) + 1);
-          clock.advance(lockTtlMs + 1);
-        },
       },
       (db) => plans.get(db),
     );
@@ -186,7 +182,8 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     // An ambiguous commit point either stays unknown (info) or is settled by the re-read; a
     // stamped commit (one CAS that also draws commitTs) is usually settled that way.
     const settledStamps = faultyStores.reduce(
-      (n, s) => n + s.log.filter((e) => e.kind === 'after' && e.call.operation === 'checkAndSetStamped').length,
+      (n, s) =>
+        n + s.log.filter((e) => e.kind === 'after' && e.call.operation === 'checkAndSetStamped').length,
       0,
     );
     check(

@@ -17,11 +17,22 @@ export { commitOnePhase } from './commit-point.js';
 export type { CommitContext, RowMutations } from './context.js';
 export { rowId } from './context.js';
 
-/** Runs the steps in order and returns the commit timestamp. */
+/**
+ * Runs the steps in order and returns the commit timestamp as soon as the commit point is
+ * passed: the transaction is committed then, whatever happens next. The secondaries are
+ * committed in the background, as in the paper and TiKV (a reader that meets one of their
+ * locks first rolls it forward through the primary); `db.close()` waits for them, and their
+ * failures never turn a committed transaction into a failed one.
+ */
 export async function commitTransaction(ctx: CommitContext): Promise<number> {
   const commitTs = await reachCommitPoint(ctx);
   await step(ctx, { step: 'afterCommitPrimary', commitTs });
-  await commitSecondaries(ctx, commitTs);
+  if (ctx.rows.length > 1) {
+    const { background } = ctx.env;
+    const job = commitSecondaries(ctx, commitTs).catch(() => undefined);
+    background.add(job);
+    void job.finally(() => background.delete(job));
+  }
   return commitTs;
 }
 
