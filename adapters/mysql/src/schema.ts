@@ -94,11 +94,13 @@ WHERE NOT EXISTS (SELECT 1 FROM ${n.versionBlocks})`,
  * pool may lack it), cannot branch (it would advance the counter for a CAS that fails), and
  * on an error stops at the failing statement with the transaction still open on a pooled
  * connection, without saying which statement failed. The procedure has the flow control,
- * and its handler rolls back before the error leaves it, so a server error answer means
- * "nothing committed" exactly as for one autocommit statement (errors.ts), and the
- * connection never goes back to the pool inside a transaction. SQL SECURITY INVOKER: it
- * runs with the caller's privileges on the tables, and keeps working if its creator's
- * account is dropped.
+ * and a call that fails never commits: its handler rolls back, and after the errors
+ * MariaDB deems fatal, which skip handlers and leave the transaction open (a lock wait
+ * timeout or a deadlock inside a row write), the store rolls the connection back itself
+ * (MySqlRowStore.callStamped). So a server error answer means "nothing committed" exactly
+ * as for one autocommit statement (errors.ts), and no connection goes back to the pool
+ * inside a transaction. SQL SECURITY INVOKER: it runs with the caller's privileges on the
+ * tables, and keeps working if its creator's account is dropped.
  *
  * Steps, in one InnoDB transaction:
  *   1. Lock the row: INSERT it (expected NULL; a duplicate key = the row exists = the CAS

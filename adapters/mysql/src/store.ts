@@ -497,7 +497,7 @@ class MySqlRowStore implements MySqlStore {
     }
     const version = await this.newVersion();
     const expected = plan.kind === 'update' ? plan.expected : null;
-    const results = (await this.connector.run('checkAndSetStamped', 'write', this.sql.stampedCas, [
+    const results = (await this.callStamped([
       plan.tbl,
       plan.key,
       expected,
@@ -513,6 +513,45 @@ class MySqlRowStore implements MySqlStore {
     if (Number(row.applied) !== 1) return { ok: false, current: toStoredRow(row) };
     // Applied; a stamp beyond 2^53 cannot be a JS number, so that throws (never a plain failure).
     return { ok: true, version, timestamp: toSafeCounter(String(row.ts), counter) };
+  }
+
+  /**
+   * The CALL, on a connection of its own. MariaDB skips a procedure's handlers for errors
+   * it deems fatal (e.g. a lock wait timeout or deadlock inside a row write): the CALL then
+   * fails with its transaction still open on this connection, possibly holding the counter
+   * increment or a half-done row write. That transaction must never commit (a later
+   * START TRANSACTION would commit it implicitly), so after a server error answer the
+   * connection is rolled back before it is reused, or destroyed (the server then rolls
+   * back) if that fails. Either way the answer 'no' stays true: nothing was committed.
+   */
+  private async callStamped(values: unknown[]): Promise<unknown> {
+    const connection = await this.connector.connect();
+    const timeout = this.connector.queryTimeoutMs;
+    let reusable = false;
+    try {
+      const result = await query(
+        connection,
+        'checkAndSetStamped',
+        'write',
+        this.sql.stampedCas,
+        values,
+        1,
+        timeout,
+      );
+      reusable = true;
+      return result;
+    } catch (error) {
+      if (error instanceof StoreError && !isConnectionBroken(error.cause)) {
+        reusable = await connection.query({ sql: 'ROLLBACK', timeout }).then(
+          () => true,
+          () => false,
+        );
+      }
+      throw error;
+    } finally {
+      if (reusable) connection.release();
+      else connection.destroy();
+    }
   }
 
   async dropNamespace(): Promise<void> {

@@ -1,0 +1,702 @@
+/**
+ * The stamped check-and-set (capability stampedCheckAndSet) on a real server: layout of the
+ * stamp, the shared counter, failure mapping, and the guarantee that makes it usable as a
+ * commit point: whoever draws a later counter value and then reads sees the write.
+ */
+import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import {
+  type CasResult,
+  InvalidArgumentError,
+  RowTooLargeError,
+  STAMP_OFFSET,
+  StoreError,
+  writeStamp,
+} from '@percolator/core';
+import { createMySqlStore, type MySqlStore, mysqlSchemaStatements } from '@percolator/mysql';
+import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { ensureMySql, type TestServer } from '../src/testing.js';
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+const uniqueNamespace = () => `s_${randomBytes(6).toString('hex')}`;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A stamped state: a format byte, the 8-byte slot (placeholder), then `tail`. */
+const template = (tail: Uint8Array | string) =>
+  Uint8Array.from([9, 0, 0, 0, 0, 0, 0, 0, 0, ...(typeof tail === 'string' ? bytes(tail) : tail)]);
+const stampOf = (state: Uint8Array) =>
+  Number(new DataView(state.buffer, state.byteOffset, state.byteLength).getBigUint64(STAMP_OFFSET));
+
+let server: TestServer | undefined;
+let url: string;
+let admin: Pool;
+let store: MySqlStore;
+const opened: MySqlStore[] = [];
+const pools: Pool[] = [];
+
+async function openStore(options: Parameters<typeof createMySqlStore>[0] = {}): Promise<MySqlStore> {
+  const s = await createMySqlStore({ uri: url, ...options });
+  opened.push(s);
+  return s;
+}
+
+function userPool(options: Parameters<typeof createPool>[0] & object = {}): Pool {
+  const pool = createPool({ uri: url, connectionLimit: 4, ...options });
+  pools.push(pool);
+  return pool;
+}
+
+function applied(result: CasResult & { timestamp?: number }): { version: string; timestamp: number } {
+  if (!result.ok || result.timestamp === undefined) {
+    throw new Error(`expected the stamped CAS to apply: ${JSON.stringify(result)}`);
+  }
+  return { version: result.version, timestamp: result.timestamp };
+}
+
+async function errorOf(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+}
+
+/** InnoDB transactions of `namespace`'s store connections that wait for a lock. */
+async function lockWaiters(): Promise<{ thread: number; query: string }[]> {
+  const [rows] = await admin.query<RowDataPacket[]>(
+    `SELECT trx_mysql_thread_id AS thread, COALESCE(trx_query, '') AS query
+     FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'`,
+  );
+  return rows.map((r) => ({ thread: Number(r.thread), query: String(r.query) }));
+}
+
+/**
+ * A statement inside the procedure, as INNODB_TRX shows it while it waits (the server
+ * shows parameters as NAME_CONST('p_tbl', _binary'<table>' ...)), for one table.
+ */
+const waitingIn = (namespace: string, statement: 'SELECT COUNT' | 'UPDATE', table: string) => {
+  const start =
+    statement === 'UPDATE'
+      ? new RegExp(`^UPDATE \`${namespace}_rows\``)
+      : new RegExp(`^SELECT COUNT\\(\\*\\) INTO v_ok FROM \`${namespace}_rows\``);
+  return { test: (query: string) => start.test(query) && query.includes(`_binary'${table}'`) };
+};
+
+async function untilLockWait(what: {
+  test(query: string): boolean;
+}): Promise<{ thread: number; query: string }> {
+  let found: { thread: number; query: string } | undefined;
+  await vi.waitFor(
+    async () => {
+      found = (await lockWaiters()).find((w) => what.test(w.query));
+      expect(found).toBeDefined();
+    },
+    // INNODB_TRX is a cache that InnoDB refreshes only when nobody has read it for 100 ms.
+    { timeout: 10_000, interval: 250 },
+  );
+  return found!;
+}
+
+/** Resolves to 'pending' if `promise` has not settled within `ms`. */
+async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | 'pending'> {
+  return Promise.race([promise, sleep(ms).then(() => 'pending' as const)]);
+}
+
+beforeAll(async () => {
+  server = await ensureMySql();
+  url = server.url;
+  admin = createPool({ uri: url, connectionLimit: 4 });
+  store = await openStore({ namespace: uniqueNamespace() });
+});
+
+afterAll(async () => {
+  for (const s of opened) {
+    await s.dropNamespace().catch(() => {});
+    await s.close();
+  }
+  for (const pool of pools) await pool.end();
+  await admin?.end();
+  await server?.stop();
+});
+
+describe('mysql stamped check-and-set: the step', () => {
+  it('creates and updates with the next counter value written big-endian at STAMP_OFFSET', async () => {
+    const counter = 'st.basic';
+    const before = await store.incrementCounter(counter, 5);
+    const created = applied(
+      await store.checkAndSetStamped(
+        { table: 't', key: 'k', expected: null, state: template('one') },
+        counter,
+      ),
+    );
+    expect(created.timestamp).toBe(before + 1);
+    expect(await store.read('t', 'k')).toEqual({
+      version: created.version,
+      state: writeStamp(template('one'), before + 1),
+    });
+    // The very counter incrementCounter serves.
+    expect(await store.incrementCounter(counter, 1)).toBe(before + 2);
+    const updated = applied(
+      await store.checkAndSetStamped(
+        { table: 't', key: 'k', expected: created.version, state: template('two') },
+        counter,
+      ),
+    );
+    expect(updated.timestamp).toBe(before + 3);
+    expect(BigInt(updated.version)).toBeGreaterThan(BigInt(created.version));
+    expect(await store.read('t', 'k')).toEqual({
+      version: updated.version,
+      state: writeStamp(template('two'), before + 3),
+    });
+    // A counter that does not exist yet is created, as incrementCounter does.
+    const fresh = applied(
+      await store.checkAndSetStamped(
+        { table: 't', key: 'k2', expected: null, state: template('') },
+        'st.new',
+      ),
+    );
+    expect(fresh.timestamp).toBe(1);
+    expect(await store.incrementCounter('st.new', 1)).toBe(2);
+  });
+
+  it('fails like checkAndSet, answers the current row, and does not advance the counter', async () => {
+    const counter = 'st.fail';
+    const v = applied(
+      await store.checkAndSetStamped({ table: 'f', key: 'k', expected: null, state: template('a') }, counter),
+    );
+    const current = { version: v.version, state: writeStamp(template('a'), v.timestamp) };
+    // Create over an existing row, stale version, a version this store never issues.
+    expect(
+      await store.checkAndSetStamped({ table: 'f', key: 'k', expected: null, state: template('b') }, counter),
+    ).toEqual({ ok: false, current });
+    const stale = await store.checkAndSetStamped(
+      { table: 'f', key: 'k', expected: String(BigInt(v.version) - 1n), state: template('b') },
+      counter,
+    );
+    expect(stale).toEqual({ ok: false, current });
+    expect(
+      await store.checkAndSetStamped(
+        { table: 'f', key: 'k', expected: 'bogus', state: template('b') },
+        counter,
+      ),
+    ).toEqual({ ok: false, current });
+    // An update of an absent row.
+    expect(
+      await store.checkAndSetStamped(
+        { table: 'f', key: 'gone', expected: v.version, state: template('b') },
+        counter,
+      ),
+    ).toEqual({ ok: false, current: null });
+    expect(await store.read('f', 'k')).toEqual(current);
+    // None of the failures drew from the counter.
+    expect(await store.incrementCounter(counter, 1)).toBe(v.timestamp + 1);
+  });
+
+  it('writes a stamp above 2^40 (and up to 2^53 - 1) exactly, keeping every other byte', async () => {
+    const counter = 'st.big';
+    const tail = Uint8Array.from({ length: 256 }, (_, i) => i);
+    for (const target of [2 ** 40 + 7, 2 ** 48 + 2 ** 40 + 255, Number.MAX_SAFE_INTEGER]) {
+      const now = await store.incrementCounter(counter, 1);
+      if (target - 1 > now) await store.incrementCounter(counter, target - 1 - now);
+      const key = `big${target}`;
+      const r = applied(
+        await store.checkAndSetStamped({ table: 'b', key, expected: null, state: template(tail) }, counter),
+      );
+      expect(r.timestamp).toBe(target);
+      const row = await store.read('b', key);
+      expect(row?.state).toEqual(writeStamp(template(tail), target));
+      expect(stampOf(row!.state)).toBe(target);
+    }
+    // Beyond 2^53 the write applies but the value is no JS number: an error, never ok: false.
+    const error = await errorOf(
+      store.checkAndSetStamped({ table: 'b', key: 'over', expected: null, state: template('x') }, counter),
+    );
+    expect(error).toBeInstanceOf(RangeError);
+    expect(stampOf((await store.read('b', 'over'))!.state)).toBe(2 ** 53);
+  });
+
+  it('keeps the notified index like checkAndSet', async () => {
+    const counter = 'st.notified';
+    const a = applied(
+      await store.checkAndSetStamped(
+        { table: 'n', key: 'a', expected: null, state: template('a'), notified: true },
+        counter,
+      ),
+    );
+    await store.checkAndSetStamped({ table: 'n', key: 'b', expected: null, state: template('b') }, counter);
+    expect(await store.scanNotified('n', { limit: 10 })).toEqual(['a']);
+    const b = await store.read('n', 'b');
+    await store.checkAndSetStamped(
+      { table: 'n', key: 'b', expected: b!.version, state: template('b2'), notified: true },
+      counter,
+    );
+    await store.checkAndSetStamped(
+      { table: 'n', key: 'a', expected: a.version, state: template('a2') },
+      counter,
+    );
+    expect(await store.scanNotified('n', { limit: 10 })).toEqual(['b']);
+  });
+
+  it('never splices table, key or counter text into SQL', async () => {
+    const nasty = [
+      "'); DROP TABLE x; --",
+      "\\' OR 1=1 -- ",
+      '`; SELECT 1; `',
+      'nul\u0000byte',
+      '😀 emoji',
+      '?',
+      '%s $1 :name @v',
+    ];
+    for (const [i, text] of nasty.entries()) {
+      const table = `t.${i}_-`;
+      const r = applied(
+        await store.checkAndSetStamped({ table, key: text, expected: null, state: template(text) }, text),
+      );
+      expect(r.timestamp).toBe(1);
+      expect(await store.read(table, text)).toEqual({
+        version: r.version,
+        state: writeStamp(template(text), 1),
+      });
+      expect(await store.incrementCounter(text, 1)).toBe(2);
+    }
+    const [counters] = await admin.query<RowDataPacket[]>(
+      `SELECT COUNT(*) AS n FROM \`${store.namespace}_counters\` WHERE name IN (?)`,
+      [nasty.map((t) => Buffer.from(t, 'utf8'))],
+    );
+    expect(Number(counters[0]!.n)).toBe(nasty.length);
+  });
+
+  it('rejects bad input and oversized states before sending anything', async () => {
+    const pool = userPool({ connectionLimit: 1 });
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    let acquired = 0;
+    pool.on('acquire', () => acquired++);
+    const call = (request: object, counter = 'st.bad') =>
+      errorOf(s.checkAndSetStamped(request as Parameters<MySqlStore['checkAndSetStamped']>[0], counter));
+    const ok = { table: 'bad', key: 'k', expected: null, state: template('x') };
+    expect(await call({ ...ok, state: null })).toBeInstanceOf(InvalidArgumentError);
+    expect(await call({ ...ok, state: new Uint8Array(STAMP_OFFSET + 7) })).toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    expect(await call({ ...ok, key: '' })).toBeInstanceOf(InvalidArgumentError);
+    expect(await call({ ...ok, table: '' })).toBeInstanceOf(InvalidArgumentError);
+    expect(await call({ ...ok, notified: 'yes' })).toBeInstanceOf(InvalidArgumentError);
+    expect(await call(ok, '')).toBeInstanceOf(InvalidArgumentError);
+    expect(await call(ok, 'x'.repeat(1025))).toBeInstanceOf(InvalidArgumentError);
+    const huge = new Uint8Array(s.capabilities.maxStateBytes + 1);
+    expect(await call({ ...ok, state: huge })).toBeInstanceOf(RowTooLargeError);
+    expect(acquired).toBe(0);
+    // Exactly 9 bytes (just the slot) is fine, and so is exactly maxStateBytes.
+    applied(await s.checkAndSetStamped({ ...ok, state: new Uint8Array(STAMP_OFFSET + 8) }, 'st.bad'));
+    const max = new Uint8Array(s.capabilities.maxStateBytes).fill(0xcd);
+    const r = applied(await s.checkAndSetStamped({ ...ok, key: 'max', state: max }, 'st.bad'));
+    // Buffer.compare: toEqual on 8 MB arrays takes many seconds.
+    expect(Buffer.compare((await s.read('bad', 'max'))!.state, writeStamp(max, r.timestamp))).toBe(0);
+  });
+
+  it('works on a user pool without CLIENT_FOUND_ROWS and without multipleStatements', async () => {
+    const pool = userPool({ flags: ['-FOUND_ROWS'] });
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    expect(s.capabilities.stampedCheckAndSet).toBe(true);
+    const counter = 'st.flags';
+    const v1 = applied(
+      await s.checkAndSetStamped({ table: 'fr', key: 'k', expected: null, state: template('a') }, counter),
+    );
+    // Same state again: only the version (and the stamp) change.
+    const v2 = applied(
+      await s.checkAndSetStamped(
+        { table: 'fr', key: 'k', expected: v1.version, state: template('a') },
+        counter,
+      ),
+    );
+    expect(v2.timestamp).toBe(v1.timestamp + 1);
+    expect(
+      await s.checkAndSetStamped(
+        { table: 'fr', key: 'k', expected: v1.version, state: template('b') },
+        counter,
+      ),
+    ).toEqual({
+      ok: false,
+      current: { version: v2.version, state: writeStamp(template('a'), v2.timestamp) },
+    });
+    expect(
+      await s.checkAndSetStamped({ table: 'fr', key: 'k', expected: null, state: template('c') }, counter),
+    ).toMatchObject({ ok: false });
+    expect(await s.incrementCounter(counter, 1)).toBe(v2.timestamp + 1);
+  });
+
+  it('lets exactly one of many concurrent stamped CAS win, and never deadlocks on hot rows', async () => {
+    const counter = 'st.hot';
+    const other = await openStore({ namespace: store.namespace, createSchema: false, maxConnections: 6 });
+    for (const key of ['h0', 'h1']) {
+      await store.checkAndSetStamped({ table: 'hot', key, expected: null, state: template('0') }, counter);
+    }
+    const wins = new Map<string, number[]>();
+    const worker = async (id: number) => {
+      const s = id % 2 === 0 ? store : other;
+      const key = `h${id % 2}`;
+      for (let i = 0; i < 15; i++) {
+        const row = (await s.read('hot', key))!;
+        const r = await s.checkAndSetStamped(
+          { table: 'hot', key, expected: row.version, state: template(`${id}.${i}`), notified: i % 2 === 0 },
+          counter,
+        );
+        if (r.ok) wins.set(key, [...(wins.get(key) ?? []), r.timestamp!]);
+        if (i % 3 === 0) await s.incrementCounter(counter, 1);
+      }
+    };
+    // Any StoreError (a deadlock, a lock wait timeout) fails this.
+    await Promise.all(Array.from({ length: 8 }, (_, id) => worker(id)));
+    for (const key of ['h0', 'h1']) {
+      const stamps = wins.get(key) ?? [];
+      expect(stamps.length).toBeGreaterThan(0);
+      expect(new Set(stamps).size).toBe(stamps.length);
+      expect(stampOf((await store.read('hot', key))!.state)).toBe(Math.max(...stamps));
+    }
+  });
+});
+
+/**
+ * A race between writers (stamped CAS on distinct rows, or `stamp` given) and readers that
+ * draw a counter value and then read every row. Atomicity demands: every read made after
+ * drawing c sees every write whose stamp is below c.
+ */
+async function race(options: {
+  writes: number;
+  writers: number;
+  readers: number;
+  write: (key: string) => Promise<number>;
+  draw: (reader: number) => Promise<number>;
+  readAll: () => Promise<Map<string, number>>;
+}) {
+  const done: { key: string; ts: number; repliedAt: number }[] = [];
+  let next = 0;
+  let writing = true;
+  const writer = async () => {
+    while (next < options.writes) {
+      const key = `w${String(next++).padStart(5, '0')}`;
+      const ts = await options.write(key);
+      done.push({ key, ts, repliedAt: performance.now() });
+    }
+  };
+  const observations: { c: number; drawnAt: number; seen: Map<string, number> }[] = [];
+  const reader = async (id: number) => {
+    while (writing) {
+      const c = await options.draw(id);
+      const drawnAt = performance.now();
+      observations.push({ c, drawnAt, seen: await options.readAll() });
+    }
+  };
+  const readers = Array.from({ length: options.readers }, (_, id) => reader(id));
+  await Promise.all(Array.from({ length: options.writers }, () => writer()));
+  writing = false;
+  await Promise.all(readers);
+
+  const violations: string[] = [];
+  // Pairs where the reader drew a later value before the writer even had its reply: the
+  // cases only the server's atomicity can get right.
+  let contested = 0;
+  for (const o of observations) {
+    for (const w of done) {
+      if (w.ts >= o.c) continue;
+      if (w.repliedAt > o.drawnAt) contested++;
+      const seen = o.seen.get(w.key);
+      if (seen !== w.ts) {
+        violations.push(`drew ${o.c}, then read ${w.key} as ${seen ?? 'absent'}, but it was stamped ${w.ts}`);
+      }
+    }
+  }
+  return { violations, contested, observations: observations.length, writes: done.length };
+}
+
+describe('mysql stamped check-and-set: a later counter value implies the write is visible', () => {
+  it('holds for many stamped CAS racing incrementCounter + read and stamped CAS + read', async () => {
+    const namespace = uniqueNamespace();
+    const writerStore = await openStore({ namespace, maxConnections: 6 });
+    const readerStore = await openStore({ namespace, createSchema: false, maxConnections: 8 });
+    const counter = 'race.oracle';
+    const probes = new Map<number, string | null>();
+    const result = await race({
+      writes: 600,
+      writers: 6,
+      readers: 8,
+      write: async (key) =>
+        applied(
+          await writerStore.checkAndSetStamped(
+            { table: 'race', key, expected: null, state: template(key) },
+            counter,
+          ),
+        ).timestamp,
+      // Half the readers draw with incrementCounter, half with a stamped CAS of their own row.
+      draw: async (reader) => {
+        if (reader % 2 === 0) return readerStore.incrementCounter(counter, 1);
+        const r = applied(
+          await readerStore.checkAndSetStamped(
+            { table: 'probe', key: `p${reader}`, expected: probes.get(reader) ?? null, state: template('p') },
+            counter,
+          ),
+        );
+        probes.set(reader, r.version);
+        return r.timestamp;
+      },
+      readAll: async () => {
+        const rows = await readerStore.scan('race', { limit: 10_000 });
+        return new Map(rows.map(({ key, row }) => [key, stampOf(row.state)]));
+      },
+    });
+    expect(result.writes).toBe(600);
+    expect(result.violations.slice(0, 5)).toEqual([]);
+    // The race was real: readers drew later values before writers had their replies.
+    expect(result.observations).toBeGreaterThan(50);
+    expect(result.contested).toBeGreaterThan(0);
+  });
+
+  it('the same check catches a stamp drawn in a separate step before the write', async () => {
+    const namespace = uniqueNamespace();
+    const s = await openStore({ namespace, maxConnections: 8 });
+    const counter = 'race.broken';
+    const result = await race({
+      writes: 40,
+      writers: 2,
+      readers: 3,
+      // Not atomic: increment, then (a moment later) write the row with that stamp.
+      write: async (key) => {
+        const ts = await s.incrementCounter(counter, 1);
+        await sleep(10);
+        applied({
+          ...(await s.checkAndSet({
+            table: 'race',
+            key,
+            expected: null,
+            state: writeStamp(template(key), ts),
+          })),
+          timestamp: ts,
+        });
+        return ts;
+      },
+      draw: () => s.incrementCounter(counter, 1),
+      readAll: async () => {
+        const rows = await s.scan('race', { limit: 10_000 });
+        return new Map(rows.map(({ key, row }) => [key, stampOf(row.state)]));
+      },
+    });
+    expect(result.violations.length).toBeGreaterThan(0);
+  });
+
+  it('makes a later incrementCounter wait until the stamped write has committed', async () => {
+    // White box: the stamped transaction holds the counter row from its increment to its
+    // COMMIT. Hold it there by making its final row write wait: a locking scan of the
+    // `notified` index (another session) blocks the new index entry notified = TRUE.
+    const counter = 'st.wait';
+    const base = await store.incrementCounter(counter, 1);
+    const v = (await store.checkAndSet({ table: 'wait', key: 'k', expected: null, state: template('old') }))!;
+    if (!v.ok) throw new Error('setup failed');
+    const other = await openStore({ namespace: store.namespace, createSchema: false });
+    const blocker = await admin.getConnection();
+    try {
+      await blocker.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `SELECT row_key FROM \`${store.namespace}_rows\` FORCE INDEX (\`${store.namespace}_rows_notified\`)
+         WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
+        [Buffer.from('wait')],
+      );
+      const stamped = store.checkAndSetStamped(
+        { table: 'wait', key: 'k', expected: v.version, state: template('new'), notified: true },
+        counter,
+      );
+      stamped.catch(() => {});
+      await untilLockWait(waitingIn(store.namespace, 'UPDATE', 'wait'));
+      // The stamped transaction has drawn base + 1 and holds the counter: a later draw waits.
+      const later = other.incrementCounter(counter, 1);
+      later.catch(() => {});
+      expect(await settledWithin(later, 500)).toBe('pending');
+      // Nothing of it is visible yet: neither the row nor the counter value.
+      expect(await other.read('wait', 'k')).toEqual({ version: v.version, state: template('old') });
+      const [values] = await admin.query<RowDataPacket[]>(
+        `SELECT CAST(value AS CHAR) AS value FROM \`${store.namespace}_counters\` WHERE name = ?`,
+        [Buffer.from(counter)],
+      );
+      expect(Number(values[0]!.value)).toBe(base);
+      await blocker.query('ROLLBACK');
+      const r = applied(await stamped);
+      expect(r.timestamp).toBe(base + 1);
+      expect(await later).toBe(base + 2);
+      // Drawn later, so the read that follows sees the write.
+      expect(await other.read('wait', 'k')).toEqual({
+        version: r.version,
+        state: writeStamp(template('new'), base + 1),
+      });
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+  });
+
+  it('a stamped CAS waiting for a busy row does not hold up the counter', async () => {
+    const counter = 'st.busy';
+    const v = (await store.checkAndSet({ table: 'busy', key: 'k', expected: null, state: template('old') }))!;
+    if (!v.ok) throw new Error('setup failed');
+    const blocker = await admin.getConnection();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE`,
+        [Buffer.from('busy'), Buffer.from('k')],
+      );
+      const stamped = store.checkAndSetStamped(
+        { table: 'busy', key: 'k', expected: v.version, state: template('new') },
+        counter,
+      );
+      stamped.catch(() => {});
+      await untilLockWait(waitingIn(store.namespace, 'SELECT COUNT', 'busy'));
+      const drawn = await settledWithin(store.incrementCounter(counter, 1), 2_000);
+      expect(typeof drawn).toBe('number');
+      await blocker.query('ROLLBACK');
+      expect(applied(await stamped).timestamp).toBe((drawn as number) + 1);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+  });
+});
+
+describe('mysql stamped check-and-set: failures', () => {
+  it('reports a connection killed mid-call as StoreError unknown; nothing was committed', async () => {
+    const counter = 'st.kill';
+    const v = (await store.checkAndSet({ table: 'kill', key: 'k', expected: null, state: template('0') }))!;
+    if (!v.ok) throw new Error('setup failed');
+    const before = await store.incrementCounter(counter, 1);
+    const blocker = await admin.getConnection();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE`,
+        [Buffer.from('kill'), Buffer.from('k')],
+      );
+      const pending = store.checkAndSetStamped(
+        { table: 'kill', key: 'k', expected: v.version, state: template('1') },
+        counter,
+      );
+      pending.catch(() => {});
+      const waiter = await untilLockWait(waitingIn(store.namespace, 'SELECT COUNT', 'kill'));
+      await admin.query('KILL ?', [waiter.thread]);
+      const error = await errorOf(pending);
+      expect(error).toBeInstanceOf(StoreError);
+      expect((error as StoreError).applied).toBe('unknown');
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    // Killed before it drew: the row and the counter are as they were.
+    expect(await store.read('kill', 'k')).toEqual({ version: v.version, state: template('0') });
+    expect(await store.incrementCounter(counter, 1)).toBe(before + 1);
+  });
+
+  it('an error after the increment rolls everything back and is StoreError no', async () => {
+    // A lock wait timeout of 1 s on the store's one connection, and the final row write held
+    // up (as in the white-box test above) after the counter was drawn. MariaDB deems that
+    // error fatal and skips the procedure's handler: the store must roll back itself.
+    const pool = userPool({ connectionLimit: 1 });
+    pool.on('connection', (connection) => {
+      connection.query('SET SESSION innodb_lock_wait_timeout = 1');
+    });
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    const counter = 'st.timeout';
+    const v = (await s.checkAndSet({ table: 'lwt', key: 'k', expected: null, state: template('0') }))!;
+    if (!v.ok) throw new Error('setup failed');
+    const before = await s.incrementCounter(counter, 1);
+    const blocker = await admin.getConnection();
+    try {
+      await blocker.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `SELECT row_key FROM \`${s.namespace}_rows\` FORCE INDEX (\`${s.namespace}_rows_notified\`)
+         WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
+        [Buffer.from('lwt')],
+      );
+      const error = await errorOf(
+        s.checkAndSetStamped(
+          { table: 'lwt', key: 'k', expected: v.version, state: template('1'), notified: true },
+          counter,
+        ),
+      );
+      expect(error).toBeInstanceOf(StoreError);
+      expect((error as StoreError).applied).toBe('no');
+      expect((error as StoreError).message).toMatch(/lock wait timeout/i);
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    expect(await s.read('lwt', 'k')).toEqual({ version: v.version, state: template('0') });
+    // The value it drew was rolled back with the write: the next draw (on the same
+    // connection) gets it, and that connection is in no transaction.
+    expect(await s.incrementCounter(counter, 1)).toBe(before + 1);
+    const [state] = await pool.query<RowDataPacket[]>('SELECT @@in_transaction AS open');
+    expect(Number(state[0]!.open)).toBe(0);
+  });
+
+  it('gives up after queryTimeoutMs: StoreError unknown (the call may still commit)', async () => {
+    const s = await openStore({ namespace: store.namespace, createSchema: false, queryTimeoutMs: 300 });
+    const counter = 'st.slow';
+    const v = (await s.checkAndSet({ table: 'slow', key: 'k', expected: null, state: template('0') }))!;
+    if (!v.ok) throw new Error('setup failed');
+    const blocker = await admin.getConnection();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM \`${s.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE`, [
+        Buffer.from('slow'),
+        Buffer.from('k'),
+      ]);
+      const error = await errorOf(
+        s.checkAndSetStamped({ table: 'slow', key: 'k', expected: v.version, state: template('1') }, counter),
+      );
+      expect(error).toBeInstanceOf(StoreError);
+      expect((error as StoreError).applied).toBe('unknown');
+      expect((error as StoreError).message).toMatch(/timeout/i);
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    // The abandoned call still runs once the lock is free: wait until the server is done.
+    await vi.waitFor(
+      async () => {
+        const [rows] = await admin.query<RowDataPacket[]>(
+          'SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> CONNECTION_ID()' +
+            " AND LOCATE(?, COALESCE(trx_query, '')) > 0",
+          [`\`${s.namespace}_`],
+        );
+        expect(Number(rows[0]!.n)).toBe(0);
+      },
+      { timeout: 10_000, interval: 250 },
+    );
+    const row = (await s.read('slow', 'k'))!;
+    if (row.version === v.version) expect(row.state).toEqual(template('0'));
+    else expect(row.state).toEqual(writeStamp(template('1'), stampOf(row.state)));
+  });
+
+  it('a dropped namespace is StoreError no; a hand-made schema without the procedure declares no stamped CAS', async () => {
+    const namespace = uniqueNamespace();
+    const s = await openStore({ namespace });
+    await s.dropNamespace();
+    const error = await errorOf(
+      s.checkAndSetStamped({ table: 't', key: 'k', expected: null, state: template('x') }, 'c'),
+    );
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('no');
+
+    // An older script: the tables without the procedure.
+    const statements = mysqlSchemaStatements(namespace);
+    const procedure = statements.filter((sql) => sql.startsWith('CREATE PROCEDURE'));
+    expect(procedure).toHaveLength(1);
+    for (const sql of statements.filter((sql) => !sql.startsWith('CREATE PROCEDURE'))) await admin.query(sql);
+    const old = await openStore({ namespace, createSchema: false });
+    expect(old.capabilities.stampedCheckAndSet).toBe(false);
+    await admin.query(procedure[0]!);
+    const upgraded = await openStore({ namespace, createSchema: false });
+    expect(upgraded.capabilities.stampedCheckAndSet).toBe(true);
+    applied(
+      await upgraded.checkAndSetStamped({ table: 't', key: 'k', expected: null, state: template('x') }, 'c'),
+    );
+  });
+});
