@@ -91,13 +91,22 @@ export class ClosedError extends PercolatorError {
  * not apply it (for example the connection was refused before sending); `'unknown'`
  * means it may have (timeout, connection lost after sending). The core treats any other
  * exception from a write as `'unknown'`.
+ *
+ * `retryable` defaults to `applied === 'no'`: a call that certainly did not apply may work
+ * when the transaction runs again. Adapters pass `retryable: false` for failures that
+ * running again cannot fix, such as a wrong password or missing privileges. It can only
+ * turn retrying off: an error that may have been applied is never retryable.
  */
 export class StoreError extends PercolatorError {
   readonly applied: 'no' | 'unknown';
-  constructor(message: string, applied: 'no' | 'unknown', options?: { cause?: unknown }) {
+  constructor(
+    message: string,
+    applied: 'no' | 'unknown',
+    options?: { readonly cause?: unknown; readonly retryable?: boolean },
+  ) {
     super(applied === 'no' ? 'STORE_UNAVAILABLE' : 'STORE_AMBIGUOUS', message, {
-      ...options,
-      retryable: applied === 'no',
+      cause: options?.cause,
+      retryable: applied === 'no' && options?.retryable !== false,
     });
     this.applied = applied;
   }
