@@ -1,5 +1,5 @@
 import { StoreError } from '@percolator/core';
-import { messageOf } from './errors.js';
+import { isAuthFailure, messageOf } from './errors.js';
 import { createPgPool } from './pg.js';
 
 export const POSTGRES_URL_ENV = 'PERCOLATOR_POSTGRES_URL';
@@ -42,7 +42,7 @@ export async function assertPostgresReachable(url: string = resolvePostgresUrl()
       `PostgreSQL is not reachable at ${redactUrl(url)}: ${messageOf(error)}. ` +
         `Start a server or set ${POSTGRES_URL_ENV} (default ${DEFAULT_POSTGRES_URL}).`,
       'no',
-      { cause: error },
+      { cause: error, retryable: !isAuthFailure(error) },
     );
   } finally {
     await pool.end();

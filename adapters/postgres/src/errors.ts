@@ -19,6 +19,17 @@ export function messageOf(error: unknown): string {
   return typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text;
 }
 
+/**
+ * SQLSTATEs of authentication and authorization failures: class 28 (invalid authorization
+ * specification: 28000, e.g. a role that does not exist or may not log in; 28P01, a wrong
+ * password) and 42501 (insufficient privilege). Running the transaction again cannot fix
+ * them, so they are not retryable.
+ */
+export function isAuthFailure(error: unknown): boolean {
+  const { code } = fields(error);
+  return typeof code === 'string' && (code.startsWith('28') || code === '42501');
+}
+
 export function isTransientRollback(error: unknown): boolean {
   const { code } = fields(error);
   return typeof code === 'string' && TRANSIENT_ROLLBACK.has(code);
@@ -49,15 +60,22 @@ export function writeError(what: string, error: unknown): StoreError {
   const outcome = applied === 'no' ? 'it was not applied' : 'it may or may not have been applied';
   return new StoreError(`postgres: ${what} failed (${outcome}): ${messageOf(error)}`, applied, {
     cause: error,
+    retryable: !isAuthFailure(error),
   });
 }
 
 /** Reads change nothing, so a failed read is always `no`. */
 export function readError(what: string, error: unknown): StoreError {
-  return new StoreError(`postgres: ${what} failed: ${messageOf(error)}`, 'no', { cause: error });
+  return new StoreError(`postgres: ${what} failed: ${messageOf(error)}`, 'no', {
+    cause: error,
+    retryable: !isAuthFailure(error),
+  });
 }
 
 /** No connection could be had, so nothing was sent. */
 export function connectError(error: unknown): StoreError {
-  return new StoreError(`postgres: could not get a connection: ${messageOf(error)}`, 'no', { cause: error });
+  return new StoreError(`postgres: could not get a connection: ${messageOf(error)}`, 'no', {
+    cause: error,
+    retryable: !isAuthFailure(error),
+  });
 }
