@@ -3,8 +3,9 @@ import type { Cluster, Redis } from 'ioredis';
 
 /**
  * Lua scripts. A plain CAS touches exactly one key, passed in KEYS[1], so it runs unchanged
- * on Redis Cluster. A stamped CAS also touches the oracle's counter key (KEYS[2]), which is
- * in another hash slot, so only a standalone Redis runs it. User text only ever arrives in
+ * on Redis Cluster. A stamped CAS also touches the oracle's counter key (KEYS[2]), and a
+ * stamped read touches the counter and every row it reads; those keys are in different hash
+ * slots, so only a standalone Redis runs these two. User text only ever arrives in
  * KEYS and ARGV, never in the source.
  *
  * A row is a hash:  v = version token, s = state bytes,
@@ -95,6 +96,36 @@ if stamp then return {1, ARGV[4], '', oldN, stamp} end
 return {1, ARGV[4], '', oldN}
 `;
 
+/**
+ * Stamped read (standalone only): a start timestamp and a batch of reads in one step.
+ * KEYS[1]      the counter (the very key INCRBY serves for incrementCounter)
+ * KEYS[2..n]   the rows to read, in request order (may repeat)
+ * No ARGV.
+ *
+ * Replies:
+ *   {ts, v1, s1, v2, s2, ...}   ts = the value INCR drew; then per row its version and
+ *                               state (both nil when the row is absent), in KEYS order
+ *   {nil}                       the counter passed 2^53 - 1 (a timestamp the client could
+ *                               not hold exactly); nothing was read
+ *
+ * The INCR comes first and the reads follow in the same script. Redis runs a script
+ * atomically, so the reads see every write that ran before the INCR (in particular every
+ * stamped CAS that drew a smaller value from this counter), and nothing runs between the
+ * INCR and the reads. A Lua `false` (an absent field) stays in the table and becomes a nil
+ * reply, so the reply has exactly 1 + 2 * (number of rows) entries.
+ */
+export const READ_STAMPED_LUA = `
+local ts = redis.call('INCR', KEYS[1])
+if ts > 9007199254740991 then return {false} end
+local out = {ts}
+for i = 2, #KEYS do
+  local row = redis.call('HMGET', KEYS[i], 'v', 's')
+  out[2 * i - 2] = row[1]
+  out[2 * i - 1] = row[2]
+end
+return out
+`;
+
 export interface LuaScript {
   readonly source: string;
   readonly sha: string;
@@ -105,6 +136,7 @@ export function script(source: string): LuaScript {
 }
 
 export const CAS_SCRIPT = script(CAS_LUA);
+export const READ_STAMPED_SCRIPT = script(READ_STAMPED_LUA);
 
 type Client = Redis | Cluster;
 type Arg = string | Buffer | number;

@@ -27,7 +27,7 @@ import {
   rowKeyName,
   scanIndexName,
 } from './keys.js';
-import { CAS_SCRIPT, runScript } from './scripts.js';
+import { CAS_SCRIPT, READ_STAMPED_SCRIPT, runScript } from './scripts.js';
 import { VersionTokens } from './versions.js';
 
 export type RedisClient = Redis | Cluster;
@@ -60,6 +60,11 @@ type StampedCas = (
   counter: string,
 ) => Promise<StampedResult>;
 
+type StampedRead = (
+  rows: readonly RowRef[],
+  counter: string,
+) => Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
+
 /**
  * A RowStore on Redis or Redis Cluster: one hash per row, CAS as a Lua script on that one
  * key (see scripts.ts), versions as unique tokens (see versions.ts).
@@ -82,12 +87,19 @@ type StampedCas = (
  * Cluster the counter key and a row key hash to different slots (every row has a slot of
  * its own, see keys.ts), and a script may only touch keys of one slot, so a Cluster store
  * declares `stampedCheckAndSet: false` and has no `checkAndSetStamped` at all.
+ *
+ * Stamped read (standalone only). `readStamped` runs one script (READ_STAMPED_LUA) that
+ * increments the oracle's counter and then reads the rows, atomically and in one round trip.
+ * On a Cluster the counter and the rows are in different slots, as above, so a Cluster store
+ * declares `stampedRead: false` and has no `readStamped`.
  */
 export class RedisStore implements RowStore {
   readonly name: string;
   readonly capabilities: StoreCapabilities;
   /** Present only on a standalone Redis (capability `stampedCheckAndSet`). */
   declare readonly checkAndSetStamped?: StampedCas;
+  /** Present only on a standalone Redis (capability `stampedRead`). */
+  declare readonly readStamped?: StampedRead;
   private readonly tokens = new VersionTokens();
   private closed = false;
 
@@ -105,9 +117,13 @@ export class RedisStore implements RowStore {
       atomicCounter: true,
       notificationIndex: true,
       stampedCheckAndSet: stamped,
+      stampedRead: stamped,
       maxStateBytes: REDIS_MAX_STATE_BYTES,
     };
-    if (stamped) this.checkAndSetStamped = this.stampedCas.bind(this);
+    if (stamped) {
+      this.checkAndSetStamped = this.stampedCas.bind(this);
+      this.readStamped = this.stampedRead.bind(this);
+    }
   }
 
   async read(table: string, key: string): Promise<StoredRow | null> {
@@ -152,6 +168,52 @@ export class RedisStore implements RowStore {
     }
     const [result] = await this.casBatch([request], counterKeyName(this.namespace, counter));
     return result!;
+  }
+
+  /**
+   * `readStamped` on a standalone Redis: INCR the counter, then read the rows, in one script
+   * (READ_STAMPED_LUA), so the reads see every write that ran before the increment. Fails
+   * like a read (StoreError 'no', retryable): nothing was written but the counter, which
+   * may have advanced; an oracle allows the gap.
+   */
+  private async stampedRead(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    this.checkOpen();
+    checkCounterName(counter);
+    if (!Array.isArray(rows))
+      throw new InvalidArgumentError('readStamped expects an array of { table, key }');
+    for (const r of rows) checkRef(r?.table, r?.key);
+    const keys = [
+      counterKeyName(this.namespace, counter),
+      ...rows.map((r) => rowKeyName(this.namespace, r.table, r.key)),
+    ];
+    let reply: unknown;
+    try {
+      reply = await runScript(this.client, READ_STAMPED_SCRIPT, keys, []);
+    } catch (error) {
+      throw toStoreError(error, 'stamped read', 'read');
+    }
+    if (!Array.isArray(reply)) throw new StoreError('redis stamped read: malformed reply', 'no');
+    const timestamp = reply[0] as unknown;
+    if (timestamp === null) {
+      throw new StoreError(
+        `redis stamped read failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`,
+        'no',
+      );
+    }
+    if (
+      !Number.isSafeInteger(timestamp) ||
+      (timestamp as number) < 1 ||
+      reply.length !== 1 + 2 * rows.length
+    ) {
+      throw new StoreError('redis stamped read: malformed reply', 'no');
+    }
+    return {
+      timestamp: timestamp as number,
+      rows: rows.map((_, i) => decodeRow(reply[1 + 2 * i] ?? null, reply[2 + 2 * i] ?? null)),
+    };
   }
 
   async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
@@ -253,9 +315,7 @@ export class RedisStore implements RowStore {
     } catch (error) {
       throw toStoreError(error, 'read', 'read');
     }
-    const [version, state] = reply;
-    if (!version) return null;
-    return { version: version.toString('latin1'), state: state ?? Buffer.alloc(0) };
+    return decodeRow(reply[0] ?? null, reply[1] ?? null);
   }
 
   /**
@@ -390,6 +450,12 @@ export class RedisStore implements RowStore {
     const timestamp = Number(stamp!.readBigUInt64BE(0));
     return { result: { ok: true, version: p.token, timestamp }, useless };
   }
+}
+
+/** A row from HMGET v s (both null when absent), as `read`, `readMany` and `readStamped` return it. */
+function decodeRow(version: Buffer | null, state: Buffer | null): StoredRow | null {
+  if (!version) return null;
+  return { version: version.toString('latin1'), state: state ?? Buffer.alloc(0) };
 }
 
 function checkRef(table: unknown, key: unknown): void {

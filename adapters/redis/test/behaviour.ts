@@ -494,13 +494,18 @@ export function describeStoreBehaviour(label: string, setup: BehaviourSetup): vo
       });
       if (setup.client().isCluster) {
         // The oracle's counter key and a row key are in different hash slots, so no script
-        // can touch both: no stamped CAS on a Cluster.
+        // can touch both: no stamped CAS and no stamped read on a Cluster.
         expect(s.capabilities.stampedCheckAndSet).toBe(false);
         expect((s as RowStore).checkAndSetStamped).toBeUndefined();
         expect('checkAndSetStamped' in s).toBe(false);
+        expect(s.capabilities.stampedRead).toBe(false);
+        expect((s as RowStore).readStamped).toBeUndefined();
+        expect('readStamped' in s).toBe(false);
       } else {
         expect(s.capabilities.stampedCheckAndSet).toBe(true);
         expect(typeof (s as RowStore).checkAndSetStamped).toBe('function');
+        expect(s.capabilities.stampedRead).toBe(true);
+        expect(typeof (s as RowStore).readStamped).toBe('function');
       }
       await s.close();
       await expect(s.read(T, 'k')).rejects.toBeInstanceOf(ClosedError);

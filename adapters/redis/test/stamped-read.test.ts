@@ -1,0 +1,390 @@
+import {
+  ClosedError,
+  InvalidArgumentError,
+  ORACLE_COUNTER,
+  type RowRef,
+  STAMP_OFFSET,
+  type StoredRow,
+  StoreError,
+} from '@percolator/core';
+import type { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createRedisClient, createRedisStore, defaultRedisUrl } from '../src/index.js';
+import { counterKeyName } from '../src/keys.js';
+import { READ_STAMPED_LUA, READ_STAMPED_SCRIPT } from '../src/scripts.js';
+import type { RedisStore } from '../src/store.js';
+import { bytes, namespaceKeys, standaloneStore, text, uniqueNamespace } from './helpers.js';
+
+/**
+ * The stamped read on a standalone Redis (Redis at PERCOLATOR_REDIS_URL): one script draws
+ * from the oracle's counter and then reads the rows, so a read sees every write stamped
+ * below its timestamp.
+ */
+
+const T = 'tbl';
+
+/** A format byte, the 8-byte stamp slot (placeholder 0xEE), then `tail`. */
+function template(tail: Uint8Array = bytes('tail')): Uint8Array {
+  const out = new Uint8Array(STAMP_OFFSET + 8 + tail.length);
+  out.fill(0x42, 0, STAMP_OFFSET);
+  out.fill(0xee, STAMP_OFFSET, STAMP_OFFSET + 8);
+  out.set(tail, STAMP_OFFSET + 8);
+  return out;
+}
+
+/** The stamp in a stored state (0 for a state without one). */
+function stampOf(state: Uint8Array): number {
+  if (state.length < STAMP_OFFSET + 8) return 0;
+  return Number(Buffer.from(state).readBigUInt64BE(STAMP_OFFSET));
+}
+
+type ReadStamped = (
+  rows: readonly RowRef[],
+  counter: string,
+) => Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
+
+function stampedRead(s: RedisStore): ReadStamped {
+  const method = s.readStamped;
+  if (!method) throw new Error('readStamped is missing');
+  return method;
+}
+
+function stampedCas(s: RedisStore) {
+  const method = s.checkAndSetStamped;
+  if (!method) throw new Error('checkAndSetStamped is missing');
+  return method;
+}
+
+/** Rows as plain data, so version and state bytes compare exactly. */
+function plain(rows: readonly (StoredRow | null)[]) {
+  return rows.map((r) => (r ? { version: r.version, state: Buffer.from(r.state).toString('hex') } : null));
+}
+
+let client: Redis;
+
+beforeAll(async () => {
+  client = createRedisClient();
+  client.on('error', () => {});
+  try {
+    await client.connect();
+  } catch (error) {
+    throw new Error(
+      `Redis is not reachable at ${defaultRedisUrl()}: set PERCOLATOR_REDIS_URL to a running Redis (${(error as Error).message})`,
+    );
+  }
+});
+
+afterAll(async () => {
+  await client?.quit();
+});
+
+describe('standalone: stamped read', () => {
+  const stores: RedisStore[] = [];
+  async function store(namespace = uniqueNamespace('sr')): Promise<RedisStore> {
+    const s = await createRedisStore({ client, namespace });
+    stores.push(s);
+    return s;
+  }
+  /** A store with a connection of its own (another client process, as far as Redis can tell). */
+  async function ownStore(namespace: string): Promise<RedisStore> {
+    const s = await standaloneStore(namespace);
+    stores.push(s);
+    return s;
+  }
+  afterEach(async () => {
+    for (const s of stores.splice(0)) {
+      await s.dropNamespace().catch(() => {});
+      await s.close();
+    }
+  });
+
+  it('returns the rows exactly as readMany does (versions, bytes, absence), in request order', async () => {
+    const s = await store();
+    const keys = ['a', 'k\u0000😀{tag}', "']] .. redis.call('FLUSHALL') --", 'é', 'empty', 'big', 'gone'];
+    const versions = new Map<string, string>();
+    for (const key of keys) {
+      const state =
+        key === 'empty'
+          ? new Uint8Array(0)
+          : key === 'big'
+            ? new Uint8Array(1024 * 1024).map((_, i) => (i * 31) & 0xff)
+            : Uint8Array.from([0, 1, 255, 0, ...bytes(key)]);
+      const r = await s.checkAndSet({ table: T, key, expected: null, state, notified: key === 'a' });
+      versions.set(key, (r as { version: string }).version);
+    }
+    // A stamped write, a plain update, a delete, and a row of another table.
+    await stampedCas(s)({ table: T, key: 'stamped', expected: null, state: template() }, ORACLE_COUNTER);
+    await s.checkAndSet({ table: T, key: 'a', expected: versions.get('a')!, state: bytes('a2') });
+    await s.checkAndSet({ table: T, key: 'gone', expected: versions.get('gone')!, state: null });
+    await s.checkAndSet({ table: 'other', key: 'a', expected: null, state: bytes('other table') });
+
+    const refs: RowRef[] = [
+      ...keys.map((key) => ({ table: T, key })),
+      { table: T, key: 'stamped' },
+      { table: T, key: 'never' },
+      { table: 'other', key: 'a' },
+      { table: 'other', key: 'b' },
+      { table: T, key: 'a' }, // twice in one batch
+      { table: T, key: 'never' },
+    ];
+    const many = await s.readMany(refs);
+    const { timestamp, rows } = await stampedRead(s)(refs, ORACLE_COUNTER);
+    expect(rows).toHaveLength(refs.length);
+    expect(plain(rows)).toEqual(plain(many));
+    expect(rows.map((r) => (r ? null : 'absent'))).toEqual([
+      null,
+      null,
+      null,
+      null,
+      null,
+      null,
+      'absent',
+      null,
+      'absent',
+      null,
+      'absent',
+      null,
+      'absent',
+    ]);
+    expect(text(rows[0]!.state)).toBe('a2');
+    expect(rows[4]!.state.length).toBe(0);
+    expect(rows[5]!.state.length).toBe(1024 * 1024);
+    expect(text(rows[9]!.state)).toBe('other table');
+    // The same decoding as `read`: Buffers, versions as the tokens the CAS returned.
+    for (const row of rows) if (row) expect(Buffer.isBuffer(row.state)).toBe(true);
+    expect(rows[1]!.version).toBe(versions.get(keys[1]!));
+    expect(stampOf(rows[7]!.state)).toBe(1);
+    // The stamped CAS drew 1, so this read drew 2.
+    expect(timestamp).toBe(2);
+
+    // No rows: just a timestamp.
+    expect(await stampedRead(s)([], ORACLE_COUNTER)).toEqual({ timestamp: 3, rows: [] });
+  });
+
+  it('writes nothing but the counter', async () => {
+    const s = await store();
+    const { timestamp, rows } = await stampedRead(s)(
+      [
+        { table: T, key: 'x' },
+        { table: T, key: 'y' },
+      ],
+      'only.counter',
+    );
+    expect(timestamp).toBe(1);
+    expect(rows).toEqual([null, null]);
+    expect(await namespaceKeys(client, s.namespace)).toEqual([counterKeyName(s.namespace, 'only.counter')]);
+  });
+
+  it('draws from the counter incrementCounter and checkAndSetStamped use, and no other', async () => {
+    const s = await store();
+    const c = ORACLE_COUNTER;
+    const ref = [{ table: T, key: 'k' }];
+    expect(await s.incrementCounter(c, 1)).toBe(1);
+    expect((await stampedRead(s)(ref, c)).timestamp).toBe(2);
+    const created = await stampedCas(s)({ table: T, key: 'k', expected: null, state: template() }, c);
+    expect(created).toMatchObject({ ok: true, timestamp: 3 });
+    const read = await stampedRead(s)(ref, c);
+    expect(read.timestamp).toBe(4);
+    expect(stampOf(read.rows[0]!.state)).toBe(3);
+    expect(await s.incrementCounter(c, 10)).toBe(14);
+    expect((await stampedRead(s)(ref, c)).timestamp).toBe(15);
+    // Another counter (or namespace) counts on its own.
+    expect((await stampedRead(s)(ref, 'other')).timestamp).toBe(1);
+    expect((await stampedRead(await store())(ref, c)).timestamp).toBe(1);
+    expect(await s.incrementCounter(c, 1)).toBe(16);
+  });
+
+  it('hands out unique, increasing values shared with incrementCounter and stamped CAS under concurrency', async () => {
+    const ns = uniqueNamespace('sr');
+    const peers = [await ownStore(ns), await ownStore(ns), await ownStore(ns)];
+    const workers = 6;
+    const rounds = 60;
+    const drawn: number[][] = await Promise.all(
+      Array.from({ length: workers }, async (_, w) => {
+        const s = peers[w % peers.length]!;
+        const seen: number[] = [];
+        let last: { key: string; stamp: number } | undefined;
+        for (let i = 0; i < rounds; i++) {
+          const kind = (i + w) % 3;
+          if (kind === 0) {
+            seen.push(await s.incrementCounter(ORACLE_COUNTER, 1));
+          } else if (kind === 1) {
+            const key = `w${w}.${i}`;
+            const r = await stampedCas(s)(
+              { table: T, key, expected: null, state: template() },
+              ORACLE_COUNTER,
+            );
+            expect(r.ok).toBe(true);
+            seen.push(r.timestamp!);
+            last = { key, stamp: r.timestamp! };
+          } else {
+            const r = await stampedRead(s)([{ table: T, key: last?.key ?? 'none' }], ORACLE_COUNTER);
+            // It sees this worker's own latest stamped write.
+            if (last) expect(stampOf(r.rows[0]!.state)).toBe(last.stamp);
+            else expect(r.rows).toEqual([null]);
+            seen.push(r.timestamp);
+          }
+        }
+        return seen;
+      }),
+    );
+    for (const seen of drawn) {
+      for (let i = 1; i < seen.length; i++) expect(seen[i]!).toBeGreaterThan(seen[i - 1]!);
+    }
+    const all = drawn.flat().sort((a, b) => a - b);
+    expect(all).toEqual(Array.from({ length: workers * rounds }, (_, i) => i + 1));
+    expect(await peers[0]!.incrementCounter(ORACLE_COUNTER, 1)).toBe(all.length + 1);
+  });
+
+  it('sees every write stamped below its timestamp, while writers race on their own rows', async () => {
+    const ns = uniqueNamespace('sr');
+    const writers = [await ownStore(ns), await ownStore(ns), await ownStore(ns)];
+    const readers = [await ownStore(ns), await ownStore(ns)];
+    const result = await visibilityRace(
+      writers,
+      readers.map((s) => stampedRead(s)),
+    );
+    expect(result.writes).toBeGreaterThan(600);
+    expect(result.observations).toBeGreaterThan(500);
+    // Some reads drew their timestamp after a write had drawn its stamp but before the
+    // writer had its reply (the window a torn read would fall into).
+    expect(result.inFlight).toBeGreaterThan(0);
+    expect(result.stale).toEqual([]);
+    expect(result.future).toEqual([]);
+  });
+
+  it('refuses a counter past 2^53 - 1 (StoreError "no") and reads nothing', async () => {
+    const s = await store();
+    await s.incrementCounter('full', Number.MAX_SAFE_INTEGER - 1);
+    expect((await stampedRead(s)([{ table: T, key: 'k' }], 'full')).timestamp).toBe(Number.MAX_SAFE_INTEGER);
+    const error = await stampedRead(s)([{ table: T, key: 'k' }], 'full').catch((e) => e);
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('no');
+    expect((error as Error).message).toContain('2^53');
+    // Set past 2^53 by hand (Lua numbers are doubles): refused too.
+    await client.set(counterKeyName(s.namespace, 'beyond'), '9223372036854775806');
+    const beyond = await stampedRead(s)([], 'beyond').catch((e) => e);
+    expect(beyond).toBeInstanceOf(StoreError);
+    expect((beyond as StoreError).applied).toBe('no');
+    // A counter key that holds no integer fails like a read: 'no', retryable.
+    await client.set(counterKeyName(s.namespace, 'junk'), 'not a number');
+    const junk = await stampedRead(s)([], 'junk').catch((e) => e);
+    expect(junk).toBeInstanceOf(StoreError);
+    expect((junk as StoreError).applied).toBe('no');
+    expect((junk as StoreError).retryable).toBe(true);
+  });
+
+  it('rejects bad input before sending anything, and refuses use after close', async () => {
+    const s = await store();
+    const bad: [unknown, unknown][] = [
+      ['not an array', 'c'],
+      [[{ table: 'bad table', key: 'k' }], 'c'],
+      [[{ table: T, key: '' }], 'c'],
+      [[{ table: T, key: '\ud800' }], 'c'],
+      [[{ table: T, key: 'ok' }, null], 'c'],
+      [[{ table: T, key: 'x'.repeat(1025) }], 'c'],
+      [[{ table: T, key: 'k' }], '\ud800'],
+      [[{ table: T, key: 'k' }], 42],
+    ];
+    for (const [rows, counter] of bad) {
+      await expect(stampedRead(s)(rows as never, counter as never)).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
+    }
+    // Nothing was sent: not even the counter exists.
+    expect(await namespaceKeys(client, s.namespace)).toEqual([]);
+    const method = stampedRead(s);
+    await s.close();
+    await expect(method([{ table: T, key: 'k' }], 'c')).rejects.toBeInstanceOf(ClosedError);
+  });
+
+  it('passes user text only as KEYS: Lua-looking keys and counter names are plain data', async () => {
+    const s = await store();
+    const nasty = "']] .. redis.call('FLUSHALL') .. [['\n--\u0000😀{x}";
+    await s.checkAndSet({ table: T, key: nasty, expected: null, state: bytes(nasty) });
+    const { timestamp, rows } = await stampedRead(s)([{ table: T, key: nasty }], nasty);
+    expect(timestamp).toBe(1);
+    expect(text(rows[0]!.state)).toBe(nasty);
+    expect(await s.incrementCounter(nasty, 1)).toBe(2);
+    // The script source is a constant: nothing is ever interpolated into it.
+    expect(READ_STAMPED_SCRIPT.source).toBe(READ_STAMPED_LUA);
+  });
+});
+
+/**
+ * Writers each own some rows and update them with stamped CAS (so each row's stamps grow);
+ * readers read every row with `read` until the writers stop. For each observation of a row
+ * at timestamp ts, the row must show exactly the newest write stamped below ts: older is a
+ * stale read (a write that drew its stamp before ts is missing), newer is a read from the
+ * future. Every write is recorded only after its reply and checked at the end, so a write
+ * whose reply was still on its way when a reader drew a larger timestamp counts too.
+ */
+async function visibilityRace(
+  writers: readonly RedisStore[],
+  readers: readonly ReadStamped[],
+  { rowsPerWriter = 4, writesPerWriter = 300 } = {},
+) {
+  const c = ORACLE_COUNTER;
+  const refs: RowRef[] = [];
+  /** Per row, its writes in stamp order, with when each reply arrived. */
+  const writes = new Map<string, { stamp: number; replied: number }[]>();
+  const versions = new Map<string, string>();
+  for (const [w, s] of writers.entries()) {
+    for (let j = 0; j < rowsPerWriter; j++) {
+      const key = `w${w}.r${j}`;
+      const r = await stampedCas(s)({ table: T, key, expected: null, state: template() }, c);
+      refs.push({ table: T, key });
+      writes.set(key, [{ stamp: r.timestamp!, replied: performance.now() }]);
+      versions.set(key, (r as { version: string }).version);
+    }
+  }
+  let running = true;
+  const observed: { ts: number; sent: number; key: string; stamp: number }[] = [];
+  const writing = writers.map(async (s, w) => {
+    for (let i = 0; i < writesPerWriter; i++) {
+      const key = `w${w}.r${i % rowsPerWriter}`;
+      const r = await stampedCas(s)(
+        { table: T, key, expected: versions.get(key)!, state: template(bytes(`${w}.${i}`)) },
+        c,
+      );
+      if (!r.ok) throw new Error(`writer ${w} lost its own row ${key}`);
+      versions.set(key, r.version);
+      writes.get(key)!.push({ stamp: r.timestamp!, replied: performance.now() });
+    }
+  });
+  const reading = readers.map(async (read) => {
+    while (running) {
+      const sent = performance.now();
+      const { timestamp, rows } = await read(refs, c);
+      rows.forEach((row, i) => {
+        observed.push({ ts: timestamp, sent, key: refs[i]!.key, stamp: stampOf(row!.state) });
+      });
+    }
+  });
+  try {
+    await Promise.all(writing);
+  } finally {
+    running = false;
+    await Promise.all(reading);
+  }
+  const stale: string[] = [];
+  const future: string[] = [];
+  let inFlight = 0;
+  for (const { ts, sent, key, stamp } of observed) {
+    const below = writes.get(key)!.filter((x) => x.stamp < ts);
+    const newest = below.at(-1)!;
+    if (stamp < newest.stamp) {
+      stale.push(`${key} read at ${ts}: saw the write stamped ${stamp}, missed ${newest.stamp}`);
+    }
+    if (stamp >= ts) future.push(`${key} read at ${ts}: saw the write stamped ${stamp}`);
+    // The read was sent before the writer had the reply of a write stamped below it.
+    if (below.some((x) => x.replied > sent)) inFlight++;
+  }
+  return {
+    writes: writers.length * writesPerWriter,
+    observations: observed.length,
+    inFlight,
+    stale: stale.slice(0, 10),
+    future: future.slice(0, 10),
+  };
+}
