@@ -2,6 +2,7 @@ import { ORACLE_COUNTER, STAMP_OFFSET, StoreError } from '@percolator/core';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createRedisStore } from '../src/index.js';
+import { counterKeyName } from '../src/keys.js';
 import type { RedisStore } from '../src/store.js';
 import { bytes, type PrivateRedis, sleep, startPrivateRedis, text, uniqueNamespace } from './helpers.js';
 
@@ -128,6 +129,47 @@ describe('standalone faults (private redis-server)', () => {
     expect(await s.incrementCounter(ORACLE_COUNTER, 1)).toBe(3);
   });
 
+  it('a stamped read: recovers from NOSCRIPT, fails like a read ("no", retryable) on a timeout or a dropped connection', async () => {
+    const s = await open(300);
+    const ref = [{ table: 't', key: 'k' }];
+    await s.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('x') });
+    await server.admin.script('FLUSH');
+    await server.admin.config('RESETSTAT');
+    const first = await s.readStamped!(ref, ORACLE_COUNTER);
+    expect(first.timestamp).toBe(1);
+    expect(text(first.rows[0]!.state)).toBe('x');
+    // One EVALSHA answered NOSCRIPT, one EVAL ran (and cached) it; the next goes by hash.
+    expect(await commandCalls(server.admin)).toEqual({ evalsha: 1, eval: 1 });
+    expect((await s.readStamped!(ref, ORACLE_COUNTER)).timestamp).toBe(2);
+    expect(await commandCalls(server.admin)).toEqual({ evalsha: 2, eval: 1 });
+
+    // A timeout: 'no' and retryable, though the server runs the script after the pause. The
+    // counter then has advanced without anyone getting the value: a gap, which is harmless.
+    await server.admin.client('PAUSE', 1000, 'WRITE');
+    const timedOut = await s.readStamped!(ref, ORACLE_COUNTER).catch((e) => e);
+    expect(timedOut).toBeInstanceOf(StoreError);
+    expect((timedOut as StoreError).applied).toBe('no');
+    expect((timedOut as StoreError).retryable).toBe(true);
+    expect((timedOut as Error).message).toContain('timed out');
+    await vi.waitFor(async () => expect(await server.admin.get(counterKey(s))).toBe('3'), {
+      timeout: 5000,
+      interval: 100,
+    });
+    expect((await s.readStamped!(ref, ORACLE_COUNTER)).timestamp).toBe(4);
+
+    // The connection dropped while the script was in flight: 'no' as well.
+    const id = await storeConnectionId(server.admin);
+    await server.admin.client('PAUSE', 5000, 'WRITE');
+    const pending = s.readStamped!(ref, ORACLE_COUNTER).catch((e) => e);
+    await sleep(100);
+    await server.admin.client('KILL', 'ID', id);
+    const dropped = await pending;
+    expect(dropped).toBeInstanceOf(StoreError);
+    expect((dropped as StoreError).applied).toBe('no');
+    expect((dropped as StoreError).retryable).toBe(true);
+    await server.admin.client('UNPAUSE');
+  });
+
   it('reports StoreError "no" when the index step before a create times out (the CAS is not sent)', async () => {
     const s = await open(300);
     await server.admin.client('PAUSE', 1000, 'WRITE');
@@ -154,6 +196,11 @@ describe('standalone faults (private redis-server)', () => {
     expect((error as StoreError).retryable).toBe(true);
     const readError = await s.read('t', 'k').catch((e) => e);
     expect(readError).toBeInstanceOf(StoreError);
+    // A stamped read that was never sent: 'no', retryable.
+    const stampedError = await s.readStamped!([{ table: 't', key: 'k' }], ORACLE_COUNTER).catch((e) => e);
+    expect(stampedError).toBeInstanceOf(StoreError);
+    expect((stampedError as StoreError).applied).toBe('no');
+    expect((stampedError as StoreError).retryable).toBe(true);
     // Restart on the same port for afterEach's bookkeeping.
     server = await startPrivateRedis();
   });
@@ -171,4 +218,8 @@ async function storeConnectionId(admin: Redis): Promise<string> {
   const line = list.split('\n').find((l) => / name=percolator /.test(l));
   if (!line) throw new Error(`store connection not found in CLIENT LIST:\n${list}`);
   return /\bid=(\d+)/.exec(line)![1]!;
+}
+
+function counterKey(s: RedisStore): string {
+  return counterKeyName(s.namespace, ORACLE_COUNTER);
 }
