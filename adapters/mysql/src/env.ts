@@ -1,6 +1,6 @@
 import { StoreError } from '@percolator/core';
 import { type Connection, createConnection } from 'mysql2/promise';
-import { messageOf } from './errors.js';
+import { isAuthFailure, messageOf } from './errors.js';
 
 export const MYSQL_URL_ENV = 'PERCOLATOR_MYSQL_URL';
 export const DEFAULT_MYSQL_URL = 'mysql://root@127.0.0.1:3306/test';
@@ -37,7 +37,7 @@ export async function assertMySqlReachable(url: string = resolveMySqlUrl()): Pro
       `MySQL/MariaDB is not reachable at ${redactUrl(url)}: ${messageOf(error)}. ` +
         `Start a server or set ${MYSQL_URL_ENV} (default ${DEFAULT_MYSQL_URL}).`,
       'no',
-      { cause: error },
+      { cause: error, retryable: !isAuthFailure(error) },
     );
   } finally {
     await connection?.end().catch(() => {});

@@ -15,6 +15,21 @@ const AMBIGUOUS_SERVER_ERRNOS = new Set([
 
 export const ER_DUP_ENTRY = 1062;
 
+/**
+ * Authentication and authorization failures: running the transaction again cannot fix
+ * them, so they are not retryable.
+ */
+const AUTH_ERRNOS = new Set([
+  1044, // ER_DBACCESS_DENIED_ERROR: no access to the database
+  1045, // ER_ACCESS_DENIED_ERROR: unknown user or wrong password
+  1142, // ER_TABLEACCESS_DENIED_ERROR
+  1143, // ER_COLUMNACCESS_DENIED_ERROR
+  1227, // ER_SPECIFIC_ACCESS_DENIED_ERROR
+  1370, // ER_PROCACCESS_DENIED_ERROR (EXECUTE on the stamped CAS procedure)
+  1698, // ER_ACCESS_DENIED_NO_PASSWORD_ERROR (MariaDB answers an unknown user with it)
+  1862, // ER_MUST_CHANGE_PASSWORD_LOGIN
+]);
+
 interface MySqlErrorFields {
   readonly errno?: unknown;
   readonly code?: unknown;
@@ -36,6 +51,12 @@ export function messageOf(error: unknown): string {
   const { code, message } = fields(error);
   const text = typeof message === 'string' ? message : String(error);
   return typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text;
+}
+
+/** Also SQLSTATE 28000 (invalid authorization specification), whatever the errno. */
+export function isAuthFailure(error: unknown): boolean {
+  const errno = errnoOf(error);
+  return (errno !== undefined && AUTH_ERRNOS.has(errno)) || fields(error).sqlState === '28000';
 }
 
 /** mysql2 refuses to send on a connection it already knows is closed. */
@@ -71,15 +92,24 @@ export function isConnectionBroken(error: unknown): boolean {
 export function writeError(what: string, error: unknown, statements = 1): StoreError {
   const applied = statements === 1 && certainlyRolledBack(error) ? 'no' : 'unknown';
   const outcome = applied === 'no' ? 'it was not applied' : 'it may or may not have been applied';
-  return new StoreError(`mysql: ${what} failed (${outcome}): ${messageOf(error)}`, applied, { cause: error });
+  return new StoreError(`mysql: ${what} failed (${outcome}): ${messageOf(error)}`, applied, {
+    cause: error,
+    retryable: !isAuthFailure(error),
+  });
 }
 
 /** Reads change nothing, so a failed read is always `no`. */
 export function readError(what: string, error: unknown): StoreError {
-  return new StoreError(`mysql: ${what} failed: ${messageOf(error)}`, 'no', { cause: error });
+  return new StoreError(`mysql: ${what} failed: ${messageOf(error)}`, 'no', {
+    cause: error,
+    retryable: !isAuthFailure(error),
+  });
 }
 
 /** No connection could be had, so nothing was sent. */
 export function connectError(error: unknown): StoreError {
-  return new StoreError(`mysql: could not get a connection: ${messageOf(error)}`, 'no', { cause: error });
+  return new StoreError(`mysql: could not get a connection: ${messageOf(error)}`, 'no', {
+    cause: error,
+    retryable: !isAuthFailure(error),
+  });
 }
