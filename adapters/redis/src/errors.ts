@@ -8,9 +8,22 @@ const NEVER_SENT = [
 ];
 
 /**
+ * Replies that mean the client is not authenticated (NOAUTH), its credentials are wrong
+ * (WRONGPASS) or its ACL user may not run the command or touch the key (NOPERM). Running
+ * the transaction again cannot fix them, so they are not retryable.
+ */
+const AUTH_REPLY = /^(NOAUTH|WRONGPASS|NOPERM)\b/;
+
+/** Whether `error` is a Redis authentication or authorization failure. */
+export function isAuthFailure(error: unknown): boolean {
+  return error instanceof ReplyError && AUTH_REPLY.test((error as Error).message);
+}
+
+/**
  * Maps an ioredis failure to a StoreError.
  *
- * - Reads change nothing, so any failed read is 'no' (retryable).
+ * - Reads change nothing, so any failed read is 'no' (retryable, except authentication and
+ *   authorization failures: NOAUTH, WRONGPASS, NOPERM).
  * - A write is 'no' only when the command certainly did not run: ioredis refused it before
  *   sending, or the server answered with an error reply that rejects a command before it
  *   runs (NOSCRIPT, OOM, CLUSTERDOWN, READONLY, LOADING, BUSY, WRONGTYPE on our first read,
@@ -25,12 +38,16 @@ export function toStoreError(error: unknown, what: string, effect: 'read' | 'wri
   if (error instanceof PercolatorError) return error;
   const message = error instanceof Error ? error.message : String(error);
   const text = `redis ${what} failed: ${message}`;
-  if (effect === 'read') return new StoreError(text, 'no', { cause: error });
+  if (effect === 'read')
+    return new StoreError(text, 'no', { cause: error, retryable: !isAuthFailure(error) });
   if (NEVER_SENT.includes(message)) return new StoreError(text, 'no', { cause: error });
   if (error instanceof ReplyError) {
     const raisedInsideScript =
       !message.startsWith('NOSCRIPT') && !message.startsWith('BUSY') && /script/i.test(message);
-    return new StoreError(text, raisedInsideScript ? 'unknown' : 'no', { cause: error });
+    return new StoreError(text, raisedInsideScript ? 'unknown' : 'no', {
+      cause: error,
+      retryable: !isAuthFailure(error),
+    });
   }
   return new StoreError(text, 'unknown', { cause: error });
 }

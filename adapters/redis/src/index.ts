@@ -1,6 +1,7 @@
 import { InvalidArgumentError, StoreError } from '@percolator/core';
 import type { Cluster, Redis } from 'ioredis';
 import { createRedisClient, DEFAULT_REDIS_URL, defaultRedisUrl } from './client.js';
+import { isAuthFailure } from './errors.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
 import { CAS_SCRIPT, loadScripts } from './scripts.js';
 import { type RedisClient, RedisStore } from './store.js';
@@ -69,24 +70,29 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
       throw new StoreError(
         `the redis client passed in (${describeClient(client)}) did not connect: ${(error as Error).message}`,
         'no',
-        { cause: error },
+        { cause: error, retryable: (error as { retryable?: unknown }).retryable !== false },
       );
     }
   } else {
     const url = options.url ?? defaultRedisUrl();
     client = createRedisClient(url, options.commandTimeoutMs);
-    client.on('error', () => {
+    // A refused AUTH (WRONGPASS) arrives only as an 'error' event; connect() then fails
+    // with a bare "Connection is closed.", so the last event is kept to say why.
+    let authFailure: unknown;
+    client.on('error', (error) => {
       // Connection errors also reach the caller through the failed command; without a
       // listener ioredis would print every reconnect attempt.
+      if (isAuthFailure(error)) authFailure = error;
     });
     try {
       await client.connect();
     } catch (error) {
       client.disconnect();
+      const cause = authFailure ?? error;
       throw new StoreError(
-        `cannot connect to Redis at ${redact(url)} (from ${urlSource(options.url)}): ${(error as Error).message}`,
+        `cannot connect to Redis at ${redact(url)} (from ${urlSource(options.url)}): ${(cause as Error).message}`,
         'no',
-        { cause: error },
+        { cause, retryable: !isAuthFailure(cause) },
       );
     }
   }
@@ -94,7 +100,10 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
     await loadScripts(client, [CAS_SCRIPT]);
   } catch (error) {
     if (owns) client.disconnect();
-    throw new StoreError(`redis SCRIPT LOAD failed: ${(error as Error).message}`, 'no', { cause: error });
+    throw new StoreError(`redis SCRIPT LOAD failed: ${(error as Error).message}`, 'no', {
+      cause: error,
+      retryable: !isAuthFailure(error),
+    });
   }
   return new RedisStore(client, namespace, owns);
 }
@@ -104,7 +113,19 @@ const READY_TIMEOUT_MS = 15_000;
 async function whenReady(client: RedisClient): Promise<void> {
   if (client.status === 'ready') return;
   if (client.status === 'wait') {
-    await client.connect();
+    let authFailure: unknown;
+    const onError = (error: unknown) => {
+      if (isAuthFailure(error)) authFailure = error;
+    };
+    client.on('error', onError);
+    try {
+      await client.connect();
+    } catch (error) {
+      if (authFailure === undefined) throw error;
+      throw notAuthenticated(authFailure);
+    } finally {
+      client.off('error', onError);
+    }
     return;
   }
   if (client.status === 'end' || client.status === 'close') {
@@ -117,15 +138,28 @@ async function whenReady(client: RedisClient): Promise<void> {
     );
     const onReady = () => done();
     const onEnd = () => done(new StoreError('the redis client ended before it was ready', 'no'));
+    // A refused AUTH will not be fixed by the client's reconnects: fail now, not after the wait.
+    const onError = (error: unknown) => {
+      if (isAuthFailure(error)) done(notAuthenticated(error));
+    };
     function done(error?: Error) {
       clearTimeout(timer);
       client.off('ready', onReady);
       client.off('end', onEnd);
+      client.off('error', onError);
       if (error) reject(error);
       else resolve();
     }
     client.on('ready', onReady);
     client.on('end', onEnd);
+    client.on('error', onError);
+  });
+}
+
+function notAuthenticated(error: unknown): StoreError {
+  return new StoreError(`the redis client could not authenticate: ${(error as Error).message}`, 'no', {
+    cause: error,
+    retryable: false,
   });
 }
 
