@@ -8,6 +8,15 @@ import type {
   ScanOptions,
   StoredRow,
 } from '@percolator/core';
+import { trackCall } from './critical-path.js';
+
+/** `readStamped` (a timestamp and reads in one round trip), where a store has it. */
+interface StampedReader {
+  readStamped(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
+}
 
 /** Calls per RowStore method, as counted by a CountingStore. */
 export type CallCounts = Record<
@@ -19,6 +28,7 @@ export type CallCounts = Record<
   | 'incrementCounter'
   | 'scanNotified'
   | 'checkAndSetStamped'
+  | 'readStamped'
   /** Calls to methods this proxy does not know (a store method added after it was written). */
   | 'other',
   number
@@ -32,7 +42,7 @@ export type CallCounts = Record<
  * row counts as read), written bytes the states sent in check-and-sets.
  */
 export interface IoCounts {
-  /** read, readMany, scan and scanNotified calls. */
+  /** read, readMany, readStamped, scan and scanNotified calls. */
   readonly reads: number;
   /** checkAndSet, checkAndSetMany, checkAndSetStamped and incrementCounter calls. */
   readonly writes: number;
@@ -68,6 +78,7 @@ function zeroCounts(): CallCounts {
     incrementCounter: 0,
     scanNotified: 0,
     checkAndSetStamped: 0,
+    readStamped: 0,
     other: 0,
   };
 }
@@ -85,6 +96,7 @@ const KNOWN = new Set([
   'incrementCounter',
   'scanNotified',
   'checkAndSetStamped',
+  'readStamped',
   'close',
 ]);
 
@@ -107,7 +119,8 @@ function methodNames(object: object): string[] {
  * it carries). Optional methods exist only where `inner` has them, so the core sees the
  * same capabilities. Methods of `inner` this proxy does not know are forwarded too and
  * counted as `other` calls (bytes unknown), so a store method added to the core later is
- * neither hidden from it nor left out of the round trips.
+ * neither hidden from it nor left out of the round trips. Every call is also recorded as a
+ * round trip of the traced transaction running it, if any (critical-path.ts).
  */
 export class CountingStore implements RowStore {
   readonly name: string;
@@ -133,7 +146,7 @@ export class CountingStore implements RowStore {
       this.readMany = async (rows: readonly RowRef[]): Promise<(StoredRow | null)[]> => {
         this.calls.readMany++;
         this.counted.rowsRead += rows.length;
-        const found = await inner.readMany!(rows);
+        const found = await trackCall(() => inner.readMany!(rows));
         for (const row of found) this.readBytes(row);
         return found;
       };
@@ -143,7 +156,7 @@ export class CountingStore implements RowStore {
         // Without the capability the adapter sends one request per CAS (DynamoDB): count those.
         this.calls.checkAndSetMany += inner.capabilities.batchCheckAndSet ? 1 : requests.length;
         for (const request of requests) this.written(request.state);
-        const results = await inner.checkAndSetMany!(requests);
+        const results = await trackCall(() => inner.checkAndSetMany!(requests));
         for (const result of results) this.casResult(result);
         return results;
       };
@@ -151,7 +164,7 @@ export class CountingStore implements RowStore {
     if (inner.scan) {
       this.scan = async (table: string, options: ScanOptions): Promise<ScannedStoredRow[]> => {
         this.calls.scan++;
-        const rows = await inner.scan!(table, options);
+        const rows = await trackCall(() => inner.scan!(table, options));
         this.counted.rowsRead += rows.length;
         for (const { row } of rows) this.readBytes(row);
         return rows;
@@ -160,23 +173,37 @@ export class CountingStore implements RowStore {
     if (inner.incrementCounter) {
       this.incrementCounter = (name: string, delta: number): Promise<number> => {
         this.calls.incrementCounter++;
-        return inner.incrementCounter!(name, delta);
+        return trackCall(() => inner.incrementCounter!(name, delta));
       };
     }
     if (inner.scanNotified) {
       this.scanNotified = (table: string, options: NotificationScanOptions): Promise<string[]> => {
         this.calls.scanNotified++;
-        return inner.scanNotified!(table, options);
+        return trackCall(() => inner.scanNotified!(table, options));
       };
     }
     if (inner.checkAndSetStamped) {
       this.checkAndSetStamped = async (request, counter) => {
         this.calls.checkAndSetStamped++;
         this.written(request.state);
-        const result = await inner.checkAndSetStamped!(request, counter);
+        const result = await trackCall(() => inner.checkAndSetStamped!(request, counter));
         this.casResult(result);
         return result;
       };
+    }
+    const stampedRead = (inner as Partial<StampedReader>).readStamped;
+    if (stampedRead) {
+      // A start timestamp and a batch of reads in one round trip (a read call).
+      Object.defineProperty(this, 'readStamped', {
+        value: async (rows: readonly RowRef[], counter: string) => {
+          this.calls.readStamped++;
+          this.counted.rowsRead += rows.length;
+          const out = await trackCall(() => stampedRead.call(inner, rows, counter));
+          for (const row of out.rows) this.readBytes(row);
+          return out;
+        },
+        enumerable: false,
+      });
     }
     for (const method of methodNames(inner)) {
       if (KNOWN.has(method) || method in this) continue;
@@ -184,7 +211,7 @@ export class CountingStore implements RowStore {
       Object.defineProperty(this, method, {
         value: (...args: unknown[]) => {
           this.calls.other++;
-          return fn.apply(inner, args);
+          return trackCall(() => fn.apply(inner, args));
         },
         enumerable: false,
       });
@@ -207,7 +234,7 @@ export class CountingStore implements RowStore {
   async read(table: string, key: string): Promise<StoredRow | null> {
     this.calls.read++;
     this.counted.rowsRead++;
-    const row = await this.inner.read(table, key);
+    const row = await trackCall(() => this.inner.read(table, key));
     this.readBytes(row);
     return row;
   }
@@ -215,7 +242,7 @@ export class CountingStore implements RowStore {
   async checkAndSet(request: CasRequest): Promise<CasResult> {
     this.calls.checkAndSet++;
     this.written(request.state);
-    const result = await this.inner.checkAndSet(request);
+    const result = await trackCall(() => this.inner.checkAndSet(request));
     this.casResult(result);
     return result;
   }
@@ -231,7 +258,7 @@ export class CountingStore implements RowStore {
   get io(): IoCounts {
     const c = this.calls;
     return {
-      reads: c.read + c.readMany + c.scan + c.scanNotified,
+      reads: c.read + c.readMany + c.scan + c.scanNotified + c.readStamped,
       writes: c.checkAndSet + c.checkAndSetMany + c.checkAndSetStamped + c.incrementCounter,
       ...this.counted,
     };

@@ -29,6 +29,9 @@ export interface BenchOptions {
   readonly help: boolean;
 }
 
+/** Enough waiters to find the timestamp oracle's ceiling (the oracle workload at 4,096). */
+export const MAX_CONCURRENCY = 8192;
+
 export const DEFAULTS = {
   durationMs: 300,
   warmupMs: 100,
@@ -55,7 +58,7 @@ export const USAGE = `usage: pnpm bench -- [options]
   --modes LIST        ${MODES.join(',')} (default: all)
   --duration TIME     measured time per cell, e.g. 400ms, 2s (default ${DEFAULTS.durationMs}ms)
   --warmup TIME       unmeasured warm-up per cell (default ${DEFAULTS.warmupMs}ms)
-  --concurrency LIST  concurrent clients, e.g. 1,8,32 (default ${DEFAULTS.concurrency.join(',')})
+  --concurrency LIST  concurrent clients, e.g. 1,8,32, up to ${MAX_CONCURRENCY} (default ${DEFAULTS.concurrency.join(',')})
   --records N         rows in the kv table (default ${DEFAULTS.records})
   --accounts N        rows in the acct table (default ${DEFAULTS.accounts})
   --value-bytes N     bytes per value (default ${DEFAULTS.valueBytes})
@@ -184,7 +187,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
   const concurrency =
     str('concurrency') === undefined
       ? [...DEFAULTS.concurrency]
-      : list(str('concurrency')!).map((c) => integer('concurrency', c, 1, 1, 256));
+      : list(str('concurrency')!).map((c) => integer('concurrency', c, 1, 1, MAX_CONCURRENCY));
   if (concurrency.length === 0) throw new InvalidArgumentError('--concurrency is empty');
 
   const records = integer('records', str('records'), DEFAULTS.records, 2, 1_000_000);

@@ -1,10 +1,11 @@
 import { addIo } from './counting-store.js';
+import { type CallTrace, traced } from './critical-path.js';
 import type { DatasetShape } from './dataset.js';
 import { type Counters, type Engine, TxFailure } from './engines/engine.js';
 import { Ledger, verify } from './ledger.js';
 import { abortRate, CellStats, perSecond, perUnit, retryRate, round } from './metrics.js';
 import { seededRandom } from './random.js';
-import type { BenchResult, CheckOutcome, IoFigures, ObserverFigures } from './types.js';
+import type { BenchResult, CheckOutcome, CriticalPathFigures, IoFigures, ObserverFigures } from './types.js';
 import type { Step, Workload, WorkloadSession } from './workloads.js';
 
 export interface CellSpec {
@@ -21,7 +22,12 @@ export interface CellSpec {
   readonly prepared?: unknown;
   /** Stops the cell early (the run was interrupted); the cell's figures are then partial. */
   readonly signal?: AbortSignal;
+  /** Transactions run alone after the window to count sequential round trips (default PROBES). */
+  readonly probes?: number;
 }
+
+/** Transactions traced one at a time after each cell (critical-path.ts). */
+export const PROBES = 10;
 
 /** A cell stops early after this many errors: the store is probably down. */
 const MAX_ERRORS = 200;
@@ -121,16 +127,57 @@ async function measure(spec: CellSpec, session: WorkloadSession | undefined): Pr
           samples: stats.committed,
         };
 
+  const probed = session ? undefined : await probe(steps[0]!, engine, spec.probes ?? PROBES, spec.signal);
+
   const after = table ? await engine.snapshot(table) : undefined;
-  // Warm-up transactions count for the check (they changed the data) but not the figures.
-  const committed = stats.committed + warmup.committed;
+  // Warm-up and probe transactions count for the check (they changed the data) but not the figures.
+  const committed = stats.committed + warmup.committed + (probed?.committed ?? 0);
   const check: CheckOutcome =
     workload.check === 'session'
       ? committed === 0
         ? { ok: false, detail: 'no transaction committed' }
         : await session!.verify()
       : verify(workload.check, ledger, committed, before, after);
-  return toResult(spec, stats, warmup, elapsedMs, start, end, check, observer);
+  return toResult(spec, stats, warmup, elapsedMs, start, end, check, observer, probed?.figures);
+}
+
+/**
+ * Runs `count` transactions of the workload one at a time, nothing else running, each
+ * traced: its store calls in its own async context, split into the critical path (calls
+ * it waited for) and background work (what it left running, waited for before the next).
+ * Alone, no other transaction shares its timestamp fetch or read batch, so the counts
+ * are the transaction's own. Failed probes are left out.
+ */
+async function probe(
+  step: Step,
+  engine: Engine,
+  count: number,
+  signal: AbortSignal | undefined,
+): Promise<{ figures: CriticalPathFigures | undefined; committed: number }> {
+  const traces: CallTrace[] = [];
+  for (let i = 0; i < count && !signal?.aborted; i++) {
+    try {
+      const { trace } = await traced(step);
+      traces.push(trace);
+    } catch {
+      // Not a figure: the measured window reports errors.
+    }
+    await engine.settle?.();
+  }
+  if (traces.length === 0) return { figures: undefined, committed: 0 };
+  const all = traces.map((t) => t.figures());
+  const mean = (pick: (f: (typeof all)[number]) => number) =>
+    round(all.reduce((sum, f) => sum + pick(f), 0) / all.length, 2);
+  return {
+    committed: traces.length,
+    figures: {
+      roundTrips: mean((f) => f.sequential),
+      maxRoundTrips: Math.max(...all.map((f) => f.sequential)),
+      criticalCalls: mean((f) => f.criticalCalls),
+      backgroundCalls: mean((f) => f.backgroundCalls),
+      transactions: traces.length,
+    },
+  };
 }
 
 /** Store traffic between two readings of an engine's counters, per committed transaction. */
@@ -158,6 +205,7 @@ function toResult(
   end: Counters,
   check: CheckOutcome,
   observer: ObserverFigures | undefined,
+  criticalPath: CriticalPathFigures | undefined,
 ): BenchResult {
   const samples = [...warmup.errorSamples, ...stats.errorSamples].slice(0, 5);
   const roundTrips = end.roundTrips - start.roundTrips;
@@ -190,6 +238,7 @@ function toResult(
     ...(samples.length > 0 ? { errorSamples: samples } : {}),
     ...(observer ? { observer } : {}),
     ...(io ? { io } : {}),
+    ...(criticalPath ? { criticalPath } : {}),
     ...(deadlocks === undefined ? {} : { deadlocks }),
   };
 }

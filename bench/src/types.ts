@@ -81,10 +81,34 @@ export interface BenchResult {
    */
   readonly io?: IoFigures;
   /**
+   * Sequential round trips: transactions of this cell run one at a time after the measured
+   * window, each traced (the store calls made in its async context). Absent for workloads
+   * run through a session (observers, history).
+   */
+  readonly criticalPath?: CriticalPathFigures;
+  /**
    * Attempts the store aborted as deadlocks (native SQL modes), which are run again. A
    * deadlock costs the wait until the server detects it (PostgreSQL: `deadlock_timeout`).
    */
   readonly deadlocks?: number;
+}
+
+/**
+ * A transaction's waits on its store, counted alone (critical-path.ts): calls that overlap
+ * are one wait. `roundTrips` is what a network round trip multiplies; `BenchResult.roundTrips`
+ * counts every call, background and overlapping ones included, under load.
+ */
+export interface CriticalPathFigures {
+  /** Mean sequential round trips per transaction: stretches with a call in flight that it waited for. */
+  readonly roundTrips: number;
+  /** The most any traced transaction made. */
+  readonly maxRoundTrips: number;
+  /** Mean store calls per transaction on its critical path (overlapping ones each counted). */
+  readonly criticalCalls: number;
+  /** Mean store calls per transaction left to the background (secondary commits, the tidy step). */
+  readonly backgroundCalls: number;
+  /** Transactions traced. */
+  readonly transactions: number;
 }
 
 /** Store traffic per committed transaction (see IoCounts in counting-store.ts). */

@@ -1,3 +1,4 @@
+import { trackCall } from '../critical-path.js';
 import { loadDriver } from '../drivers.js';
 import {
   CallCounter,
@@ -68,12 +69,14 @@ class DynamoTx implements KvTx {
       throw new Error('more than 100 items in one DynamoDB transaction');
     const { sdk, client, tableName } = this.engine;
     this.counter.add(1);
-    const out = await client.send(
-      new sdk.TransactGetItemsCommand({
-        TransactItems: keys.map((k) => ({
-          Get: { TableName: tableName, Key: { pk: { S: nativeKey(table, k) } } },
-        })),
-      }),
+    const out = await trackCall(() =>
+      client.send(
+        new sdk.TransactGetItemsCommand({
+          TransactItems: keys.map((k) => ({
+            Get: { TableName: tableName, Key: { pk: { S: nativeKey(table, k) } } },
+          })),
+        }),
+      ),
     );
     return keys.map((k, i) => {
       const item: Item | undefined = out.Responses?.[i]?.Item;
@@ -122,7 +125,7 @@ class DynamoTx implements KvTx {
     if (items.length > DYNAMODB_TRANSACTION_LIMIT)
       throw new Error('more than 100 items in one DynamoDB transaction');
     this.counter.add(1);
-    await client.send(new sdk.TransactWriteItemsCommand({ TransactItems: items }));
+    await trackCall(() => client.send(new sdk.TransactWriteItemsCommand({ TransactItems: items })));
   }
 }
 

@@ -1,3 +1,4 @@
+import { trackCall } from '../critical-path.js';
 import { loadDriver } from '../drivers.js';
 import {
   CallCounter,
@@ -118,9 +119,11 @@ class MySqlTx implements KvTx {
     this.counter.add(1);
     // REPEATABLE READ in InnoDB reads a snapshot but writes over the latest version, so a
     // plain read-modify-write can lose an update: rows about to be written are locked.
-    const [rows] = await this.conn.query(
-      `SELECT k, v FROM ${this.table} WHERE tbl = ? AND k IN (?)${options?.forUpdate ? ' FOR UPDATE' : ''}`,
-      [table, keys],
+    const [rows] = await trackCall(() =>
+      this.conn.query(
+        `SELECT k, v FROM ${this.table} WHERE tbl = ? AND k IN (?)${options?.forUpdate ? ' FOR UPDATE' : ''}`,
+        [table, keys],
+      ),
     );
     const found = new Map((rows as { k: string; v: string }[]).map((r) => [String(r.k), String(r.v)]));
     return keys.map((k) => found.get(k));
@@ -136,9 +139,11 @@ class MySqlTx implements KvTx {
       for (const [k, v] of entries) rows.push([table, k, v]);
     if (rows.length === 0) return;
     this.counter.add(1);
-    await this.conn.query(
-      `INSERT INTO ${this.table} (tbl, k, v) VALUES ? ON DUPLICATE KEY UPDATE v = VALUES(v)`,
-      [rows],
+    await trackCall(() =>
+      this.conn.query(
+        `INSERT INTO ${this.table} (tbl, k, v) VALUES ? ON DUPLICATE KEY UPDATE v = VALUES(v)`,
+        [rows],
+      ),
     );
   }
 }
@@ -189,16 +194,16 @@ export class MySqlNativeEngine implements Engine {
       return await retryTransaction(this.maxAttempts, retry, async () => {
         const tx = new MySqlTx(conn, this.data.table, this.counter);
         this.counter.add(1);
-        await conn.query('START TRANSACTION');
+        await trackCall(() => conn.query('START TRANSACTION'));
         try {
           const value = await fn(tx);
           await tx.flush();
           this.counter.add(1);
-          await conn.query('COMMIT');
+          await trackCall(() => conn.query('COMMIT'));
           return value;
         } catch (error) {
           this.counter.add(1);
-          await conn.query('ROLLBACK').catch(() => {
+          await trackCall(() => conn.query('ROLLBACK')).catch(() => {
             broken = true;
           });
           throw error;

@@ -1,4 +1,5 @@
 import type { PgPool, PgPoolClient } from '@percolator/postgres';
+import { trackCall } from '../critical-path.js';
 import { loadDriver } from '../drivers.js';
 import {
   CallCounter,
@@ -121,8 +122,8 @@ class Serial {
 
   query(text: string, values?: unknown[]) {
     const next = this.tail.then(
-      () => this.client.query(text, values),
-      () => this.client.query(text, values),
+      () => trackCall(() => this.client.query(text, values)),
+      () => trackCall(() => this.client.query(text, values)),
     );
     this.tail = next.catch(() => {});
     return next;

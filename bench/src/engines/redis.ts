@@ -1,4 +1,5 @@
 import { createRedisClient } from '@percolator/redis';
+import { trackCall } from '../critical-path.js';
 import {
   CallCounter,
   type Engine,
@@ -45,11 +46,11 @@ class RedisTx implements KvTx {
       if (++this.reads > 1) throw new Error('a read-only Redis transaction may read once');
     } else {
       this.counter.add(1);
-      await this.conn.watch(...names);
+      await trackCall(() => this.conn.watch(...names));
       this.watched = true;
     }
     this.counter.add(1);
-    const values = await this.conn.mget(...names);
+    const values = await trackCall(() => this.conn.mget(...names));
     return values.map((v) => v ?? undefined);
   }
 
@@ -61,13 +62,13 @@ class RedisTx implements KvTx {
     if (this.writes.size === 0) {
       if (this.watched) {
         this.counter.add(1);
-        await this.conn.unwatch();
+        await trackCall(() => this.conn.unwatch());
       }
       return;
     }
     // MULTI, MSET, EXEC go out as one pipeline: one round trip, three commands.
     this.counter.add(1, 3);
-    const result = await this.conn.multi().mset(Object.fromEntries(this.writes)).exec();
+    const result = await trackCall(() => this.conn.multi().mset(Object.fromEntries(this.writes)).exec());
     if (result === null) throw new WatchAborted();
     for (const [error] of result) if (error) throw error;
   }

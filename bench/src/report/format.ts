@@ -49,6 +49,7 @@ export const COLUMNS = [
   'p99 ms',
   'aborts',
   'rt/tx',
+  'seq rt/tx',
   'tx/s vs baseline',
   'check',
 ] as const;
@@ -74,6 +75,7 @@ export function resultRow(r: BenchResult): string[] {
     fmtMs(r.p99Ms),
     `${fmtPercent(r.abortRate)}${deadlockNote(r)}`,
     r.roundTrips.toFixed(2),
+    r.criticalPath ? r.criticalPath.roundTrips.toFixed(2) : '–',
     r.observer ? `observer runs ${fmtNumber(r.observer.runsPerSecond)}/s` : fmtRatios(r.ratios),
     r.check.ok ? (r.errors > 0 ? `errors: ${r.errors}` : 'ok') : 'FAILED',
   ];

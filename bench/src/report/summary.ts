@@ -148,6 +148,101 @@ export function observerTable(report: BenchReport): string | undefined {
   return mdTable(['backend', 'writers', 'notify p50 ms', 'notify p99 ms', 'observer runs/s'], rows);
 }
 
+const ROUND_TRIP_WORKLOADS = ['read', 'write', 'transfer'];
+
+/**
+ * Round trips per transaction of the read, write and transfer workloads, per backend and
+ * mode: sequential (the waits on the critical path of one transaction run alone) and
+ * store calls (everything, under load, background and retries included).
+ */
+export function roundTripTable(report: BenchReport): string | undefined {
+  const rows: string[][] = [];
+  const seen = new Set<string>();
+  for (const r of report.results) {
+    if (!ROUND_TRIP_WORKLOADS.includes(r.workload)) continue;
+    const key = `${r.backend}\u0000${r.workload}\u0000${r.concurrency}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    const cell = (mode: BenchResult['mode']) => {
+      const found = report.results.filter(
+        (x) =>
+          x.backend === r.backend &&
+          x.workload === r.workload &&
+          x.concurrency === r.concurrency &&
+          x.mode === mode,
+      );
+      const first = found[0];
+      if (!first) return [NONE, NONE];
+      const seq = first.criticalPath ? first.criticalPath.roundTrips.toFixed(1) : NONE;
+      return [seq, found.map((x) => x.roundTrips.toFixed(1)).join(' / ')];
+    };
+    rows.push([r.backend, r.workload, ...cell('percolator'), ...cell('raw'), ...cell('native')]);
+  }
+  if (rows.length === 0) return undefined;
+  return mdTable(
+    [
+      'backend',
+      'workload',
+      'Percolator: sequential',
+      'calls',
+      'raw: sequential',
+      'calls',
+      'native: sequential',
+      'calls',
+    ],
+    rows,
+  );
+}
+
+export const ROUND_TRIP_LEGEND =
+  'sequential: round trips on the critical path of one transaction run alone (calls that ' +
+  'overlap, a batch or a Promise.all, are one; calls the commit leaves to the background are ' +
+  'not counted): what a network round trip multiplies. calls: every store call per committed ' +
+  'transaction under load, retries, timestamp fetches and background work included (native: ' +
+  'statements or requests; several native variants: each, separated by /).';
+
+/** Timestamps per second from the CounterOracle with many waiters, per backend (the oracle workload). */
+export function oracleTable(report: BenchReport): string | undefined {
+  const rows = report.results
+    .filter((r) => r.workload === 'oracle' && r.mode === 'percolator')
+    .map((r) => {
+      const raw = report.results.find(
+        (x) =>
+          x.workload === 'oracle' &&
+          x.mode === 'raw' &&
+          x.backend === r.backend &&
+          x.concurrency === r.concurrency,
+      );
+      return [
+        r.backend,
+        String(r.concurrency),
+        fmtNumber(r.throughput),
+        r.roundTrips > 0 ? fmtNumber(1 / r.roundTrips) : NONE,
+        fmtMs(r.p50Ms),
+        fmtMs(r.p99Ms),
+        raw ? fmtNumber(raw.throughput) : NONE,
+      ];
+    });
+  if (rows.length === 0) return undefined;
+  return mdTable(
+    [
+      'backend',
+      'waiters',
+      'timestamps/s (batched)',
+      'timestamps per counter call',
+      'p50 ms',
+      'p99 ms',
+      'unbatched increments/s',
+    ],
+    rows,
+  );
+}
+
+export const ORACLE_LEGEND =
+  "oracle: every waiter calls the CounterOracle's next() in a loop; requests that arrive " +
+  'while a fetch is in flight share the next one (one counter increment for the batch). ' +
+  'unbatched: one counter increment per timestamp (the raw mode).';
+
 export const TABLE_LEGEND =
   'raw: the same reads and writes as single-row check-and-set calls through the adapter, ' +
   'no protocol and not atomic (a transfer is two one-row legs). Native: RR, SER = SQL ' +
@@ -185,6 +280,10 @@ export function summaryMarkdown(report: BenchReport): string {
         .join('; ')}.`,
     );
   }
+  const trips = roundTripTable(report);
+  if (trips) out.push('', 'Round trips per transaction:', '', trips, '', ROUND_TRIP_LEGEND);
+  const oracle = oracleTable(report);
+  if (oracle) out.push('', 'Timestamp oracle ceiling:', '', oracle, '', ORACLE_LEGEND);
   const observers = observerTable(report);
   if (observers) {
     out.push(

@@ -4,7 +4,11 @@ import { historySummaryLines } from './history.js';
 import {
   historyMarkdown,
   mdTable,
+  ORACLE_LEGEND,
   observerTable,
+  oracleTable,
+  ROUND_TRIP_LEGEND,
+  roundTripTable,
   TABLE_LEGEND,
   transferLines,
   transferTable,
@@ -93,9 +97,13 @@ export function markdownReport(report: BenchReport): string {
   }
   lines.push(
     `Host: ${report.host.cpus} × ${report.host.cpuModel}, Node ${report.host.node}; ${opts.durationMs} ms per cell after ` +
-      `${opts.warmupMs} ms warm-up. rt/tx: store round trips per committed transaction (counted). ` +
+      `${opts.warmupMs} ms warm-up. rt/tx: store calls per committed transaction (counted, under load); seq rt/tx: sequential round trips on the critical path of one transaction run alone. ` +
       "Observer rows: p50/p95/p99 are notification latency, from the writer's commit to the observer's commit.",
   );
+  const trips = roundTripTable(report);
+  if (trips) lines.push('', 'Round trips per transaction:', '', trips, '', ROUND_TRIP_LEGEND);
+  const oracle = oracleTable(report);
+  if (oracle) lines.push('', 'Timestamp oracle ceiling:', '', oracle, '', ORACLE_LEGEND);
   const observers = observerTable(report);
   if (observers) lines.push('', observers);
   const history = historyMarkdown(report);
