@@ -3,7 +3,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { createRedisClient, DEFAULT_REDIS_URL, defaultRedisUrl } from './client.js';
 import { isAuthFailure } from './errors.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
-import { CAS_SCRIPT, loadScripts } from './scripts.js';
+import { CAS_SCRIPT, loadScripts, READ_STAMPED_SCRIPT } from './scripts.js';
 import { type RedisClient, RedisStore } from './store.js';
 
 export {
@@ -97,7 +97,8 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
     }
   }
   try {
-    await loadScripts(client, [CAS_SCRIPT]);
+    // The stamped read runs only on a standalone Redis (see RedisStore).
+    await loadScripts(client, client.isCluster ? [CAS_SCRIPT] : [CAS_SCRIPT, READ_STAMPED_SCRIPT]);
   } catch (error) {
     if (owns) client.disconnect();
     throw new StoreError(`redis SCRIPT LOAD failed: ${(error as Error).message}`, 'no', {
