@@ -60,6 +60,24 @@ const NOT_CONNECTED_CODES = new Set([
   'ENETUNREACH',
 ]);
 
+/**
+ * Authentication and authorization failures: unknown or invalid credentials, a bad
+ * signature, a missing permission. Running the transaction again cannot fix them, so the
+ * StoreError is not retryable (and the call is not retried here: they classify as
+ * 'rejected').
+ */
+const AUTH_FAILURES = new Set([
+  'UnrecognizedClientException',
+  'AccessDeniedException',
+  'InvalidSignatureException',
+  'IncompleteSignatureException',
+  'MissingAuthenticationTokenException',
+]);
+
+export function isAuthFailure(error: unknown): boolean {
+  return AUTH_FAILURES.has(errorName(error));
+}
+
 interface SdkError {
   name?: string;
   message?: string;
@@ -138,6 +156,7 @@ export class Caller {
         if (failure === 'rejected' || attempt >= this.policy.maxAttempts) {
           throw new StoreError(`DynamoDB ${operation} failed: ${describeError(error)}`, 'no', {
             cause: error,
+            retryable: !isAuthFailure(error),
           });
         }
         await sleep(backoffMs(this.policy, attempt));
@@ -168,6 +187,7 @@ export class Caller {
           if (isConditionFailure(error)) throw error;
           throw new StoreError(`DynamoDB ${operation} was rejected: ${describeError(error)}`, 'no', {
             cause: error,
+            retryable: !isAuthFailure(error),
           });
         }
         if (attempt >= this.policy.maxAttempts) {
