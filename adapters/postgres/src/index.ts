@@ -5,6 +5,12 @@ export {
   redactUrl,
   resolvePostgresUrl,
 } from './env.js';
+export {
+  dropPostgresNamespace,
+  listPostgresNamespaces,
+  type PostgresNamespace,
+  type PostgresNamespaceOptions,
+} from './namespaces.js';
 export type { PgPool, PgPoolClient } from './pg.js';
 export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN } from './requests.js';
 export {
