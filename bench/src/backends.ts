@@ -1,6 +1,8 @@
 import { CompositeStore, MemoryStore, type RowStore } from '@percolator/core';
 import { CompositeCountingStore, CountingStore } from './counting-store.js';
 import { type DatasetShape, initialRows } from './dataset.js';
+import { type ProxyGroup, startProxies } from './delay-proxy.js';
+import { delayedStore } from './delayed-store.js';
 import { DynamoNativeEngine } from './engines/dynamodb.js';
 import { type Engine, LOGICAL_TABLES, type LogicalTable } from './engines/engine.js';
 import { MySqlNativeData, MySqlNativeEngine } from './engines/mysql.js';
@@ -39,7 +41,16 @@ export interface BackendSettings {
   readonly startServices: boolean;
   /** DynamoDB Local, started at most once per run. */
   readonly services: SharedServices;
+  /** `--rtt`: milliseconds added to every round trip to a backend (0 or absent: none). */
+  readonly rttMs?: number;
 }
+
+/** The URL clients should use for the server at `url`: itself, or (with --rtt) its delay proxy. */
+type Via = (url: string, defaultPort: number) => Promise<string>;
+
+/** Why --rtt leaves the Redis Cluster out. */
+export const RTT_CLUSTER_REASON =
+  "--rtt does not apply to redis-cluster (its client follows MOVED redirects to the nodes' own ports, past any proxy)";
 
 /** The backend could not be reached (or started); `reason` says why and what to set. */
 export class BackendUnavailable extends Error {
@@ -84,7 +95,45 @@ function redact(url: string): string {
   return url.replace(/\/\/[^@/]*@/, '//***@');
 }
 
+/**
+ * Opens a backend. With `--rtt`, every server it talks to is reached through a delay
+ * proxy (delay-proxy.ts), Percolator, raw and native clients alike, and the in-memory store
+ * waits in process (delayed-store.ts); the proxies close with the backend.
+ */
 export async function openBackend(name: BackendName, settings: BackendSettings): Promise<OpenBackend> {
+  const rtt = settings.rttMs ?? 0;
+  if (rtt <= 0) return openStores(name, settings, async (url) => url);
+  if (name === 'redis-cluster') throw new BackendUnavailable(name, RTT_CLUSTER_REASON);
+  const groups: ProxyGroup[] = [];
+  const via: Via = async (url, defaultPort) => {
+    const parsed = new URL(url);
+    const host = parsed.hostname.replace(/^\[|\]$/g, '');
+    const group = await startProxies([{ host, port: Number(parsed.port || defaultPort) }], rtt);
+    groups.push(group);
+    parsed.hostname = '127.0.0.1';
+    parsed.port = String(group.proxies[0]!.port);
+    return parsed.href;
+  };
+  const closeProxies = () => closeAll(groups.map((g) => () => g.close()));
+  let backend: OpenBackend;
+  try {
+    backend = await openStores(name, settings, via);
+  } catch (error) {
+    await closeProxies().catch(() => {});
+    throw error;
+  }
+  const how =
+    name === 'memory'
+      ? 'every store call waits in process'
+      : `through ${groups.length} loopback delay prox${groups.length === 1 ? 'y' : 'ies'}`;
+  return {
+    ...backend,
+    notes: [...backend.notes, `${name}: --rtt ${rtt} ms added to every round trip (${how})`],
+    close: () => closeAll([() => backend.close(), closeProxies]),
+  };
+}
+
+async function openStores(name: BackendName, settings: BackendSettings, via: Via): Promise<OpenBackend> {
   const namespace = `bench_${settings.runId}`;
   const nativeName = `bench_${settings.runId}_native`;
   // Pools sized for the workers, plus a little for Percolator's parallel reads and writes.
@@ -95,7 +144,8 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
   const { maxAttempts } = settings;
   switch (name) {
     case 'memory': {
-      const store = new MemoryStore();
+      const rtt = settings.rttMs ?? 0;
+      const store = rtt > 0 ? delayedStore(new MemoryStore(), rtt) : new MemoryStore();
       const engines = storeEngines(store, settings);
       return {
         name,
@@ -108,12 +158,13 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
     }
     case 'postgres': {
       const pg = await import('@percolator/postgres');
-      const url = pg.resolvePostgresUrl();
+      const direct = pg.resolvePostgresUrl();
       try {
-        await pg.assertPostgresReachable(url);
+        await pg.assertPostgresReachable(direct);
       } catch (error) {
         throw new BackendUnavailable(name, message(error));
       }
+      const url = await via(direct, 5432);
       const store = await pg.createPostgresStore({
         connectionString: url,
         namespace,
@@ -148,12 +199,13 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
     }
     case 'mysql': {
       const my = await import('@percolator/mysql');
-      const url = my.resolveMySqlUrl();
+      const direct = my.resolveMySqlUrl();
       try {
-        await my.assertMySqlReachable(url);
+        await my.assertMySqlReachable(direct);
       } catch (error) {
         throw new BackendUnavailable(name, message(error));
       }
+      const url = await via(direct, 3306);
       const store = await my.createMySqlStore({ uri: url, namespace, maxConnections: poolSize });
       let data: MySqlNativeData;
       try {
@@ -184,7 +236,7 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
     }
     case 'redis': {
       const redis = await import('@percolator/redis');
-      const url = redis.defaultRedisUrl();
+      const url = await via(redis.defaultRedisUrl(), 6379);
       let store: DroppableStore;
       try {
         store = await redis.createRedisStore({ url, namespace });
@@ -210,9 +262,9 @@ export async function openBackend(name: BackendName, settings: BackendSettings):
     case 'redis-cluster':
       return openRedisCluster(settings, namespace);
     case 'dynamodb':
-      return openDynamoDb(settings, namespace, nativeName);
+      return openDynamoDb(settings, namespace, nativeName, via);
     case 'mixed':
-      return openMixed(settings, `${namespace}_mixed`, poolSize);
+      return openMixed(settings, `${namespace}_mixed`, poolSize, via);
   }
 }
 
@@ -273,7 +325,29 @@ async function openRedisCluster(settings: BackendSettings, namespace: string): P
 type DynamoDbTarget = Awaited<ReturnType<SharedServices['dynamoDb']>>;
 
 /** The run's DynamoDB endpoint, or BackendUnavailable saying why there is none. */
-async function dynamoDbTarget(settings: BackendSettings, backend: BackendName): Promise<DynamoDbTarget> {
+async function dynamoDbTarget(
+  settings: BackendSettings,
+  backend: BackendName,
+  via: Via,
+): Promise<DynamoDbTarget> {
+  const target = await directDynamoDbTarget(settings, backend);
+  if ((settings.rttMs ?? 0) > 0 && target.endpoint.startsWith('https:'))
+    throw new BackendUnavailable(backend, `--rtt proxies plain TCP to local servers, not ${target.endpoint}`);
+  const endpoint = await via(target.endpoint, target.endpoint.startsWith('https:') ? 443 : 80);
+  if (endpoint === target.endpoint) return target;
+  // The proxy's URL has a trailing slash the SDK does not want.
+  const proxied = endpoint.replace(/\/$/, '');
+  return {
+    ...target,
+    endpoint: proxied,
+    storeOptions: (ns) => ({ ...target.storeOptions(ns), endpoint: proxied }),
+  };
+}
+
+async function directDynamoDbTarget(
+  settings: BackendSettings,
+  backend: BackendName,
+): Promise<DynamoDbTarget> {
   const endpoint = process.env.PERCOLATOR_DYNAMODB_ENDPOINT;
   if (!endpoint && !settings.startServices) {
     throw new BackendUnavailable(
@@ -318,8 +392,9 @@ async function openDynamoDb(
   settings: BackendSettings,
   namespace: string,
   nativeName: string,
+  via: Via,
 ): Promise<OpenBackend> {
-  const target = await dynamoDbTarget(settings, 'dynamodb');
+  const target = await dynamoDbTarget(settings, 'dynamodb', via);
   const store = await createDynamoStore(target, namespace, 'dynamodb');
   let native: DynamoNativeEngine;
   try {
@@ -356,17 +431,19 @@ async function openMixed(
   settings: BackendSettings,
   namespace: string,
   poolSize: number,
+  via: Via,
 ): Promise<OpenBackend> {
   const pg = await import('@percolator/postgres');
   const redis = await import('@percolator/redis');
-  const url = pg.resolvePostgresUrl();
+  const direct = pg.resolvePostgresUrl();
   try {
-    await pg.assertPostgresReachable(url);
+    await pg.assertPostgresReachable(direct);
   } catch (error) {
     throw new BackendUnavailable('mixed', `needs PostgreSQL: ${message(error)}`);
   }
-  const redisUrl = redis.defaultRedisUrl();
-  const target = await dynamoDbTarget(settings, 'mixed');
+  const url = await via(direct, 5432);
+  const redisUrl = await via(redis.defaultRedisUrl(), 6379);
+  const target = await dynamoDbTarget(settings, 'mixed', via);
   const stores: DroppableStore[] = [];
   const dropAll = () => closeAll(stores.flatMap((s) => [() => s.dropNamespace(), () => s.close()]));
   try {

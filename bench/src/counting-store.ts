@@ -101,7 +101,7 @@ const KNOWN = new Set([
 ]);
 
 /** Every method name of `object` and its prototypes (Object.prototype excluded). */
-function methodNames(object: object): string[] {
+export function methodNames(object: object): string[] {
   const names = new Set<string>();
   for (let o: object | null = object; o && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
     for (const name of Object.getOwnPropertyNames(o)) {

@@ -22,13 +22,15 @@ export interface RttSplit {
 }
 
 /**
- * Half the round trip each way. Node's timers fire at 1 ms granularity, so a half below
- * 1 ms would come out as a whole millisecond each way (a round trip twice too long): below
- * 2 ms the whole delay goes on the request, which gives a request/response the same round trip.
+ * About half the round trip each way, in whole milliseconds where `rttMs` is whole: the
+ * request gets the larger half (1 ms: all of it; 5 ms: 3 and 2). Node's timers fire at
+ * 1 ms granularity, so a half-millisecond each way would come out as a whole one each way,
+ * a round trip twice too long; for a request and its reply only the sum matters.
  */
 export function splitRtt(rttMs: number): RttSplit {
   if (rttMs <= 0) return { up: 0, down: 0 };
-  return rttMs >= 2 ? { up: rttMs / 2, down: rttMs / 2 } : { up: rttMs, down: 0 };
+  const up = Math.min(rttMs, Math.ceil(rttMs / 2));
+  return { up, down: rttMs - up };
 }
 
 /** Early by at most this much, a chunk goes out with the timer that is due (a later timer would be ~1 ms late). */
@@ -68,7 +70,7 @@ class DelayLine {
 
   private arm(): void {
     const wait = this.queue[0]!.due - performance.now();
-    this.timer = setTimeout(() => this.fire(), Math.max(1, wait));
+    this.timer = setTimeout(() => this.fire(), Math.max(1, Math.round(wait)));
   }
 
   private fire(): void {

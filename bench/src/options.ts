@@ -26,6 +26,8 @@ export interface BenchOptions {
   readonly outDir: string;
   readonly markdown: boolean;
   readonly startServices: boolean;
+  /** Milliseconds added to every round trip to a backend (0: none). */
+  readonly rttMs: number;
   readonly help: boolean;
 }
 
@@ -73,6 +75,9 @@ export const USAGE = `usage: pnpm bench -- [options]
                       (default ${DEFAULTS.outDir})
   --markdown          also print the markdown table on stdout
   --no-start          never start the local Redis Cluster or DynamoDB Local
+  --rtt TIME          add a fixed network round trip to every backend call, e.g. 1 or 1ms:
+                      a loopback TCP proxy delays both directions (memory: an in-process
+                      wait per call); not on redis-cluster (default 0)
   -h, --help`;
 
 function list(value: string): string[] {
@@ -129,6 +134,19 @@ function expandWorkloads(value: string | undefined): string[] {
   return out;
 }
 
+/** `--rtt`: "1", "1ms", "0.5ms", "2s"; up to 1 s. */
+function parseRtt(value: string | undefined): number {
+  if (value === undefined) return 0;
+  const match = /^(\d+(?:\.\d+)?)(ms|s)?$/.exec(value.trim());
+  const ms = match ? Number(match[1]) * (match[2] === 's' ? 1000 : 1) : Number.NaN;
+  if (!(ms >= 0 && ms <= 1000)) {
+    throw new InvalidArgumentError(
+      `--rtt must be a time from 0 to 1000 ms like 1 or 1ms, got ${JSON.stringify(value)}`,
+    );
+  }
+  return ms;
+}
+
 function atLeast(name: string, value: number, min: number): number {
   if (value < min) throw new InvalidArgumentError(`--${name} must be at least ${min} ms`);
   return value;
@@ -158,6 +176,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
         out: { type: 'string' },
         markdown: { type: 'boolean' },
         'no-start': { type: 'boolean' },
+        rtt: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -223,6 +242,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     outDir: out,
     markdown: values.markdown === true,
     startServices: values['no-start'] !== true,
+    rttMs: parseRtt(str('rtt')),
     help: values.help === true,
   };
 }
