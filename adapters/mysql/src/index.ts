@@ -1,4 +1,10 @@
 export { assertMySqlReachable, DEFAULT_MYSQL_URL, MYSQL_URL_ENV, redactUrl, resolveMySqlUrl } from './env.js';
+export {
+  dropMySqlNamespace,
+  listMySqlNamespaces,
+  type MySqlNamespace,
+  type MySqlNamespaceOptions,
+} from './namespaces.js';
 export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN } from './requests.js';
 export {
   type MySqlNames,
