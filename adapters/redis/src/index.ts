@@ -18,6 +18,12 @@ export {
   parseNodes,
   redisConnectionOptions,
 } from './client.js';
+export {
+  dropRedisNamespace,
+  listRedisNamespaces,
+  type RedisNamespace,
+  type RedisNamespaceOptions,
+} from './namespaces.js';
 export { REDIS_MAX_STATE_BYTES, type RedisClient, RedisStore } from './store.js';
 
 export const NAMESPACE = /^[a-z][a-z0-9_]{0,31}$/;

@@ -3,7 +3,13 @@ import { CounterOracle, Percolator, StoreError } from '@percolator/core';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { toStoreError } from '../src/errors.js';
-import { createRedisClient, createRedisStore, defaultRedisUrl, type RedisStore } from '../src/index.js';
+import {
+  createRedisClient,
+  createRedisStore,
+  defaultRedisUrl,
+  dropRedisNamespace,
+  type RedisStore,
+} from '../src/index.js';
 import { uniqueNamespace } from './helpers.js';
 
 /**
@@ -85,8 +91,9 @@ describe('redis: authentication and authorization failures are not retryable', (
   it('db.transact makes one attempt when the user loses its rights (NOPERM)', async () => {
     await admin.acl('SETUSER', user, 'reset', 'on', `>${password}`, '~*', '&*', '+@all');
     let store: RedisStore | undefined;
+    const namespace = uniqueNamespace();
     try {
-      store = await createRedisStore({ url: withCredentials(user, password), namespace: uniqueNamespace() });
+      store = await createRedisStore({ url: withCredentials(user, password), namespace });
       // Counts the store calls that fail.
       const failed: string[] = [];
       const counted = new Proxy(store, {
@@ -121,10 +128,9 @@ describe('redis: authentication and authorization failures are not retryable', (
       expect(failed).toHaveLength(1);
       expect(attempts).toBeLessThanOrEqual(1);
       await db.close().catch(() => {});
-      await admin.acl('SETUSER', user, '+@all');
-      await store.dropNamespace();
     } finally {
       await store?.close();
+      await dropRedisNamespace(namespace, { client: admin });
     }
   });
 });
