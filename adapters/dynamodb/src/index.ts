@@ -2,6 +2,12 @@ export type { RetryPolicy } from './calls.js';
 export { DEFAULT_REQUEST_TIMEOUT_MS } from './client.js';
 export { DYNAMODB_ITEM_LIMIT, MAX_STATE_BYTES } from './layout.js';
 export {
+  type DynamoDbNamespace,
+  type DynamoDbNamespaceOptions,
+  dropDynamoDbNamespace,
+  listDynamoDbNamespaces,
+} from './namespaces.js';
+export {
   createDynamoDbStore,
   DYNAMODB_CAPABILITIES,
   type DynamoDbRowStore,
