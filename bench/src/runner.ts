@@ -227,6 +227,7 @@ function toResult(
     abortRate: round(abortRate(stats.attempts, stats.committed), 4),
     retryRate: round(retryRate(stats.attempts, stats.transactions), 4),
     roundTrips: round(perUnit(roundTrips, stats.committed), 2),
+    storeCalls: roundTrips,
     commands: round(perUnit(commands, stats.committed), 2),
     transactions: stats.committed,
     attempts: stats.attempts,

@@ -56,6 +56,8 @@ export interface BenchResult {
    * Calls made by aborted attempts are included.
    */
   readonly roundTrips: number;
+  /** Store round trips in the measured window, in all (`roundTrips` × transactions, unrounded). */
+  readonly storeCalls?: number;
   /** Commands per committed transaction where that differs from round trips (Redis MULTI blocks). */
   readonly commands: number;
   /** Committed transactions in the measured window. */

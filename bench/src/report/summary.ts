@@ -217,7 +217,7 @@ export function oracleTable(report: BenchReport): string | undefined {
         r.backend,
         String(r.concurrency),
         fmtNumber(r.throughput),
-        r.roundTrips > 0 ? fmtNumber(1 / r.roundTrips) : NONE,
+        r.storeCalls ? fmtNumber(r.transactions / r.storeCalls) : NONE,
         fmtMs(r.p50Ms),
         fmtMs(r.p99Ms),
         raw ? fmtNumber(raw.throughput) : NONE,
