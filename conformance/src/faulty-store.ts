@@ -35,7 +35,8 @@ export type StoreOperation =
   | 'scan'
   | 'incrementCounter'
   | 'scanNotified'
-  | 'checkAndSetStamped';
+  | 'checkAndSetStamped'
+  | 'readStamped';
 
 export const WRITE_OPERATIONS: readonly StoreOperation[] = [
   'checkAndSet',
@@ -244,6 +245,17 @@ export class FaultyStore implements RowStore {
     if (this.splitsBatch(parts)) return this.split(rows, (r) => this.read(r.table, r.key), false);
     return this.call({ operation: 'readMany', table: rows[0]?.table, key: rows[0]?.key, rows }, () =>
       inner.readMany!(rows),
+    );
+  }
+
+  readStamped(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    const inner = this.inner;
+    if (inner.readStamped === undefined) return Promise.reject(unsupported('readStamped'));
+    return this.call({ operation: 'readStamped', table: rows[0]?.table, key: rows[0]?.key, rows }, () =>
+      inner.readStamped!(rows, counter),
     );
   }
 

@@ -46,6 +46,8 @@ export interface ProtocolEnv {
    * then commit in one CAS, and primary commits draw their commitTs in the same step.
    */
   readonly stampCounter: string | undefined;
+  /** The oracle's counter, when the store can draw a start timestamp and read in one step. */
+  readonly stampedReadCounter: string | undefined;
   /** (table, column) pairs that carry observers: writes to them set a notification. */
   readonly observed: ReadonlySet<string>;
   /** Work that outlives a commit (the tidy step); awaited by close(). */

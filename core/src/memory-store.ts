@@ -116,6 +116,7 @@ export class MemoryStore implements RowStore {
       atomicCounter: true,
       notificationIndex: true,
       stampedCheckAndSet: true,
+      stampedRead: true,
       maxStateBytes: options.maxStateBytes ?? 16 * 1024 * 1024,
     };
   }
@@ -149,6 +150,16 @@ export class MemoryStore implements RowStore {
 
   checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
     return later(() => requests.map((r) => this.casNow(r)));
+  }
+
+  readStamped(
+    refs: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    return later(() => {
+      const timestamp = this.incrementNow(counter, 1);
+      return { timestamp, rows: refs.map((r) => this.readNow(r.table, r.key)) };
+    });
   }
 
   checkAndSetStamped(

@@ -122,6 +122,11 @@ export class Percolator {
         defaultOracle && store.capabilities.stampedCheckAndSet && store.checkAndSetStamped
           ? defaultOracle.counterName
           : undefined,
+      // A first read stamped with the start timestamp must draw it from the oracle's counter.
+      stampedReadCounter:
+        defaultOracle && store.capabilities.stampedRead === true && store.readStamped
+          ? defaultOracle.counterName
+          : undefined,
       observed,
       background: new Set(),
     };
@@ -147,16 +152,11 @@ export class Percolator {
     if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
       throw new InvalidArgumentError('maxAttempts must be a positive integer');
     for (let attempt = 1; ; attempt++) {
-      let tx: Transaction;
-      try {
-        tx = await this.begin();
-      } catch (error) {
-        // A timestamp that could not be fetched (a store that is briefly down) is retried like
-        // any retryable failure; nothing was written yet.
-        if (!isRetryable(error) || attempt >= maxAttempts) throw error;
-        await sleep(backoffMs(attempt, 2, 100));
-        continue;
-      }
+      if (this.closed) throw new ClosedError('this Percolator client is closed');
+      // The start timestamp is drawn with the first read (in one round trip with it where
+      // the store can), or at commit for a transaction that only writes. A timestamp that
+      // could not be fetched fails the attempt like any retryable failure.
+      const tx = new Transaction(this.env);
       let result: T;
       try {
         result = await fn(tx);

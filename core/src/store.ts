@@ -93,6 +93,11 @@ export interface StoreCapabilities {
    * server that can run the step next to the data (a Lua script, one SQL transaction).
    */
   readonly stampedCheckAndSet: boolean;
+  /**
+   * `readStamped`: a start timestamp and a batch of reads in one round trip (absent means
+   * false). Lets a transaction's first reads need no separate round trip to the oracle.
+   */
+  readonly stampedRead?: boolean;
   /** Largest state (bytes) one row may hold. */
   readonly maxStateBytes: number;
 }
@@ -134,6 +139,20 @@ export interface RowStore {
     request: CasRequest & { readonly state: Uint8Array },
     counter: string,
   ): Promise<CasResult & { timestamp?: number }>;
+
+  /**
+   * capability `stampedRead`. In one round trip: add 1 to counter `counter` (the counter
+   * `incrementCounter` serves), then read `rows`, strictly after the increment: every write
+   * that a stamped CAS or any other writer made visible before the counter reached the
+   * returned value is seen (a later counter value, then a read). In SQL that means the
+   * reads take their snapshot after the increment has waited out any lock on the counter
+   * row; a single statement whose snapshot predates the wait is NOT enough. Results in
+   * request order.
+   */
+  readStamped?(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
 
   close(): Promise<void>;
 }

@@ -15,6 +15,7 @@ import {
   InvalidArgumentError,
   LockNotResolvedError,
   SnapshotTooOldError,
+  StoreError,
   UnsupportedOperationError,
 } from './errors.js';
 import { resolveLock } from './lock-resolver.js';
@@ -73,10 +74,52 @@ export class Transaction {
   private readonly knownRows = new Map<string, StoredRow | null>();
   private status: Status = 'active';
 
+  private ts: number | undefined;
+  /** The start timestamp being drawn (by the oracle, or with the first reads). */
+  private starting: Promise<number> | undefined;
+  /** Reads issued before the start timestamp, sent together in one stamped read. */
+  private firstReads:
+    | { table: string; row: string; resolve: (r: StoredRow | null) => void; reject: (e: unknown) => void }[]
+    | undefined;
+
+  /**
+   * `startTs` undefined: the transaction draws it when it first needs it, with its first
+   * reads in one round trip where the store offers stamped reads (`db.transact` does this).
+   */
   constructor(
     private readonly env: ProtocolEnv,
-    readonly startTs: number,
-  ) {}
+    startTs?: number,
+  ) {
+    this.ts = startTs;
+  }
+
+  /**
+   * The snapshot's start timestamp. A transaction of `db.transact` draws it with its first
+   * read; before any read it is not known yet and this throws (use `await tx.ready()`).
+   */
+  get startTs(): number {
+    if (this.ts === undefined) {
+      throw new UnsupportedOperationError(
+        'this transaction draws its start timestamp with its first read; await tx.ready() to draw it now',
+      );
+    }
+    return this.ts;
+  }
+
+  /** Draws the start timestamp now if it is not drawn yet, and resolves to it. */
+  async ready(): Promise<number> {
+    if (this.ts !== undefined) return this.ts;
+    this.starting ??= this.env.oracle.next().then((ts) => {
+      this.ts ??= ts;
+      return this.ts;
+    });
+    try {
+      return await this.starting;
+    } catch (error) {
+      this.starting = undefined; // a later call may try again
+      throw error;
+    }
+  }
 
   async get(table: string, row: string, column: string): Promise<Uint8Array | undefined> {
     this.assertActive();
@@ -213,6 +256,7 @@ export class Transaction {
   /** Rows of `table` in key order (UTF-8 byte order) at this snapshot, with this transaction's writes applied. */
   async *scan(table: string, range: ScanRange = {}): AsyncGenerator<ScannedRow> {
     this.assertActive();
+    await this.ready();
     validateUserTable(table);
     if (range.start !== undefined) validateRowKey(range.start);
     if (range.end !== undefined) validateRowKey(range.end);
@@ -290,6 +334,7 @@ export class Transaction {
   }
 
   private async commitMutations(): Promise<number> {
+    await this.ready(); // a transaction that only wrote draws its start timestamp now
     const rows: RowMutations[] = [...this.mutations.entries()].map(([id, m]) => ({
       ...m,
       notify: this.notifications.get(id)?.columns,
@@ -420,9 +465,71 @@ export class Transaction {
   }
 
   private async readAndRemember(table: string, row: string): Promise<StoredRow | null> {
-    const stored = await this.env.reader.read(table, row);
+    const stored =
+      this.ts === undefined ? await this.firstRead(table, row) : await this.env.reader.read(table, row);
     this.knownRows.set(rowId(table, row), stored);
     return stored;
+  }
+
+  /**
+   * A read before the start timestamp is known. Where the store can, the reads issued in
+   * the same tick go out with the timestamp in one round trip (`readStamped`: the counter
+   * first, then the reads, in one atomic step), so they see every commit below it.
+   * Otherwise, or if that fails, the timestamp comes from the oracle first.
+   */
+  private firstRead(table: string, row: string): Promise<StoredRow | null> {
+    const counter = this.env.stampedReadCounter;
+    if (counter === undefined || (this.starting !== undefined && this.firstReads === undefined)) {
+      return this.ready().then(() => this.env.reader.read(table, row));
+    }
+    return new Promise((resolve, reject) => {
+      if (!this.firstReads) {
+        this.firstReads = [];
+        // Anyone who needs the timestamp meanwhile (another read, a commit) waits for this batch.
+        let settle!: { resolve: (ts: number) => void; reject: (e: unknown) => void };
+        this.starting = new Promise<number>((res, rej) => {
+          settle = { resolve: res, reject: rej };
+        });
+        this.starting.catch(() => undefined); // its failure reaches the reads; nobody else need wait
+        queueMicrotask(() => this.sendFirstReads(counter, settle));
+      }
+      this.firstReads.push({ table, row, resolve, reject });
+    });
+  }
+
+  private sendFirstReads(
+    counter: string,
+    settle: { resolve: (ts: number) => void; reject: (e: unknown) => void },
+  ): void {
+    const batch = this.firstReads!;
+    this.firstReads = undefined;
+    const refs = batch.map((r) => ({ table: r.table, key: r.row }));
+    this.env.store.readStamped!(refs, counter)
+      .then(({ timestamp, rows }) => {
+        // A reply of the wrong size is a broken store: never take a missing row for absent.
+        if (rows.length !== refs.length || !Number.isSafeInteger(timestamp) || timestamp < 1) {
+          throw new StoreError('readStamped answered with the wrong number of rows', 'no');
+        }
+        this.ts = timestamp;
+        settle.resolve(timestamp);
+        for (const [i, r] of batch.entries()) r.resolve(rows[i]!);
+      })
+      .catch(() => {
+        // Reads change nothing: after a failed stamped read, take the timestamp from the
+        // oracle and read again the usual way (the rows are read after it is drawn).
+        this.env.oracle.next().then(
+          (ts) => {
+            this.ts = ts;
+            settle.resolve(ts);
+            for (const r of batch) this.env.reader.read(r.table, r.row).then(r.resolve, r.reject);
+          },
+          (error: unknown) => {
+            this.starting = undefined; // a later read may try again
+            settle.reject(error);
+            for (const r of batch) r.reject(error);
+          },
+        );
+      });
   }
 
   private buffer(table: string, row: string, column: string, value: Uint8Array | null, user = true): void {
@@ -451,7 +558,8 @@ export class Transaction {
   }
 
   private assertActive(): void {
-    if (this.status !== 'active') throw new ClosedError(`transaction ${this.startTs} is ${this.status}`);
+    if (this.status !== 'active')
+      throw new ClosedError(`transaction ${this.ts ?? '(not started)'} is ${this.status}`);
   }
 }
 

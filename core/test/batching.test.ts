@@ -14,6 +14,10 @@ class CountingMemoryStore extends MemoryStore {
     this.batches.reads.push(refs.length);
     return super.readMany(refs);
   }
+  override async readStamped(refs: readonly RowRef[], counter: string) {
+    this.batches.reads.push(refs.length);
+    return super.readStamped(refs, counter);
+  }
   override async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
     this.batches.writes.push(requests.length);
     return super.checkAndSetMany(requests);

@@ -6,6 +6,7 @@ import {
   type CasRequest,
   type CasResult,
   MemoryStore,
+  type RowRef,
   type RowStore,
   type StoreCapabilities,
   type StoredRow,
@@ -22,7 +23,7 @@ export class InstrumentedStore implements RowStore {
   readonly name = 'instrumented-memory';
   readonly inner: MemoryStore;
   readonly capabilities: StoreCapabilities;
-  calls = { read: 0, checkAndSet: 0, checkAndSetStamped: 0, incrementCounter: 0, scan: 0 };
+  calls = { read: 0, readStamped: 0, checkAndSet: 0, checkAndSetStamped: 0, incrementCounter: 0, scan: 0 };
   /** Decides a fault for each CAS; return undefined to let it through. */
   casFault: (request: CasRequest) => Fault = () => undefined;
   readFault: (table: string, key: string) => boolean = () => false;
@@ -86,6 +87,13 @@ export class InstrumentedStore implements RowStore {
     const result = await this.inner.checkAndSetStamped(request, counter);
     if (fault === 'fail-after') throw new StoreError('injected: reply lost after the write', 'unknown');
     return result;
+  }
+
+  async readStamped(refs: readonly RowRef[], counter: string) {
+    this.calls.readStamped++;
+    for (const r of refs)
+      if (this.readFault(r.table, r.key)) throw new StoreError('injected read failure', 'no');
+    return this.inner.readStamped(refs, counter);
   }
 
   async incrementCounter(name: string, delta: number): Promise<number> {

@@ -204,8 +204,8 @@ describe('transactions on the memory store', () => {
     await db.transact(async (tx) => tx.set('t', 'r', 'c', '0'));
     const starts: number[] = [];
     const result = await db.transact(async (tx) => {
-      starts.push(tx.startTs);
       const v = Number(await tx.getString('t', 'r', 'c'));
+      starts.push(tx.startTs); // drawn with the first read
       if (starts.length === 1) await db.transact(async (other) => other.set('t', 'r', 'c', '10')); // conflicting commit
       tx.set('t', 'r', 'c', String(v + 1));
       return v + 1;
@@ -318,8 +318,9 @@ describe('transactions on the memory store', () => {
       runs++;
       tx.set('t', 'r', 'v', 'x');
     });
-    expect(runs).toBe(1);
-    expect(failures).toBeLessThan(0); // both failures were met, then begin and commit went through
+    // The timestamp of a write-only transaction is drawn at commit: each failure reran it.
+    expect(runs).toBe(3);
+    expect(failures).toBeLessThan(0); // both failures were met, then it went through
     // A failure that is not retryable is not retried.
     const broken = new Percolator({
       store,
@@ -366,6 +367,36 @@ describe('transactions on the memory store', () => {
     release!();
     await closing;
     await reader.close();
+  });
+
+  it('db.transact draws its start timestamp with its first reads, in one round trip', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '2');
+    });
+    await db.flush();
+    const before = { ...store.calls };
+    const values = await db.transact(async (tx) => {
+      expect(() => tx.startTs).toThrow(/first read/);
+      const got = await Promise.all([tx.getString('t', 'a', 'v'), tx.getString('t', 'b', 'v')]);
+      expect(tx.startTs).toBeGreaterThan(0);
+      return got;
+    });
+    expect(values).toEqual(['1', '2']);
+    expect(store.calls.readStamped - before.readStamped).toBe(1); // both reads and the timestamp in one call
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(0); // no oracle round trip
+    expect(store.calls.read - before.read).toBe(0);
+    // A snapshot taken that way sees every commit below it, and none above.
+    const tx = await db.begin();
+    const later = await db.transact(async (t) => {
+      const v = await t.getString('t', 'a', 'v');
+      return { v, ts: t.startTs };
+    });
+    expect(later.ts).toBeGreaterThan(tx.startTs);
+    expect(later.v).toBe('1');
+    await db.close();
   });
 
   it('a multi-row commit on a store that can stamp draws its commit timestamp inside the primary commit', async () => {

@@ -363,4 +363,53 @@ export const capabilityCases: ConformanceCase[] = [
       }
     },
   },
+  {
+    part: 'store',
+    name: 'readStamped draws a timestamp from the counter and then reads, in one step: it sees every write stamped below it',
+    requires: 'stampedRead',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const read = store.readStamped?.bind(store);
+      check(read !== undefined, 'stampedRead is declared but readStamped is missing');
+      const counter = 'conf.stampedread';
+      const v1 = await create(store, T, 'r1', bytes('one'));
+      const first = await read(
+        [
+          { table: T, key: 'r1' },
+          { table: T, key: 'absent' },
+          { table: OTHER, key: 'r1' },
+        ],
+        counter,
+      );
+      check(
+        Number.isSafeInteger(first.timestamp) && first.timestamp > 0,
+        `timestamp ${format(first.timestamp)}`,
+      );
+      checkEqual(first.rows.length, 3, 'rows in the reply');
+      check(first.rows[0]?.version === v1 && sameBytes(first.rows[0]?.state, bytes('one')), 'r1 read back');
+      checkEqual(first.rows[1], null, 'an absent row');
+      checkEqual(first.rows[2], null, 'the same key in another table');
+      const inc = store.incrementCounter?.bind(store);
+      if (inc)
+        check(
+          (await inc(counter, 1)) > first.timestamp,
+          'the counter after readStamped is above its timestamp',
+        );
+      const second = await read([], counter).catch(() => undefined);
+      if (second) check(second.timestamp > first.timestamp, 'a later readStamped draws a later timestamp');
+      // A write stamped from the same counter before the read is seen by it.
+      const stamped = store.checkAndSetStamped?.bind(store);
+      if (stamped) {
+        const state = Uint8Array.from([7, 0, 0, 0, 0, 0, 0, 0, 0, 42]);
+        const w = await stamped({ table: T, key: 'r2', expected: null, state }, counter);
+        check(w.ok, 'a stamped create');
+        const after = await read([{ table: T, key: 'r2' }], counter);
+        check(after.timestamp > w.timestamp!, 'a read after a stamped write draws a later timestamp');
+        check(
+          sameBytes(after.rows[0]?.state, writeStamp(state, w.timestamp!)),
+          'the read sees the stamped write',
+        );
+      }
+    },
+  },
 ];

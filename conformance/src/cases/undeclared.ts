@@ -24,6 +24,7 @@ export const CAPABILITY_METHODS: Record<Capability, StoreOperation> = {
   atomicCounter: 'incrementCounter',
   notificationIndex: 'scanNotified',
   stampedCheckAndSet: 'checkAndSetStamped',
+  stampedRead: 'readStamped',
 };
 
 const OPTIONAL_METHODS = Object.values(CAPABILITY_METHODS);
