@@ -49,7 +49,8 @@ export function freshNamespace(): string {
   return `conf_${randomBytes(4).toString('hex')}_${(counter++).toString(36)}`;
 }
 
-async function load(specifier: string): Promise<Record<string, unknown>> {
+/** Imports an adapter package, or throws an error that says to build it. */
+export async function load(specifier: string): Promise<Record<string, unknown>> {
   try {
     return (await import(specifier)) as Record<string, unknown>;
   } catch (error) {

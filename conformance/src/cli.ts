@@ -6,11 +6,17 @@
  * Runs the conformance suite against one backend, prints a pass/fail table per part, and
  * exits 1 if any case failed (2 on a usage or connection error). In this repository:
  * `pnpm conformance -- --backend ...` (builds first).
+ *
+ * percolator-conformance namespaces --backend B [--url URL]
+ * percolator-conformance drop-namespace NAME --backend B [--url URL] --yes
+ *
+ * List a store's namespaces, or drop one (namespaces.ts).
  */
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { BACKENDS, type Backend, type BackendName, DEFAULT_SCALES, openBackend } from './backends.js';
+import { isNamespaceCommand, runNamespaceCli } from './namespaces.js';
 import { defaultSeed } from './random.js';
 import { runConformance } from './runner.js';
 import { PARTS, type Part, type Report } from './types.js';
@@ -24,7 +30,10 @@ const USAGE = `usage: percolator-conformance --backend <${BACKENDS.join('|')}> [
   --seed N         seed for every random choice (default PERCOLATOR_SEED or a fixed seed)
   --grep TEXT      only cases whose "part: name" contains TEXT
   --region R       DynamoDB region      --table T   DynamoDB table name
-  --json           print the report as JSON after the table`;
+  --json           print the report as JSON after the table
+Namespaces (see percolator-conformance namespaces --help):
+       percolator-conformance namespaces --backend <name> [--url URL]
+       percolator-conformance drop-namespace NAME --backend <name> [--url URL] --yes`;
 
 class UsageError extends Error {}
 
@@ -134,6 +143,8 @@ const processIo: CliIo = {
 
 /** Runs the CLI; resolves to the exit code: 0 all passed, 1 a case failed, 2 usage or connection error. */
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
+  // `namespaces` / `drop-namespace`: see namespaces.ts (its own exit codes).
+  if (isNamespaceCommand(argv)) return runNamespaceCli(argv, io);
   let args: CliArgs;
   try {
     args = parseCliArgs(argv);
