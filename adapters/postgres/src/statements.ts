@@ -35,6 +35,19 @@ UNION ALL
 SELECT ${nextVersion}::text, NULL, true
 WHERE NOT EXISTS (SELECT 1 FROM ${n.rows} WHERE tbl = $1 AND key = $2)`,
 
+    // Whether the stamped-read function exists (a schema the user created may predate it).
+    hasReadStamped: `SELECT to_regprocedure('${n.readStampedSignature}') IS NOT NULL AS present`,
+
+    /*
+     * Stamped read (capability stampedRead): one statement calling the function the schema
+     * defines (schema.ts, readStampedFunctionBody). Inside it the counter upsert and the
+     * reads are two queries, so the reads get a snapshot taken after the upsert returned.
+     * Row (0, drawn value, NULL) carries the timestamp; the others are found rows.
+     * $1 counter name, $2 tables, $3 keys.
+     */
+    readStamped: `SELECT ordinal::int AS i, row_version::text AS version, row_state AS state
+FROM ${n.readStamped}($1::bytea, $2::bytea[], $3::bytea[])`,
+
     readMany: `SELECT r.i::int AS i, t.version::text AS version, t.state
 FROM unnest($1::bytea[], $2::bytea[]) WITH ORDINALITY AS r(tbl, key, i)
 JOIN ${n.rows} t ON t.tbl = r.tbl AND t.key = r.key`,

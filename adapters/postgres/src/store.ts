@@ -93,6 +93,10 @@ export interface PostgresStore extends RowStore {
     request: CasRequest & { readonly state: Uint8Array },
     counter: string,
   ): Promise<CasResult & { timestamp?: number }>;
+  readStamped(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
   /** Drops this namespace's tables and sequence: all of its data. The store is unusable afterwards. */
   dropNamespace(): Promise<void>;
 }
@@ -138,13 +142,16 @@ export async function createPostgresStore(options: PostgresStoreOptions = {}): P
 
 class PostgresRowStore implements PostgresStore {
   readonly name = 'postgres';
-  readonly capabilities: StoreCapabilities = {
+  // Not readonly here: verifySchema turns stampedRead off for a user-made schema without
+  // the function, before the store is handed out.
+  capabilities: StoreCapabilities = {
     batchRead: true,
     batchCheckAndSet: true,
     orderedScan: true,
     atomicCounter: true,
     notificationIndex: true,
     stampedCheckAndSet: true,
+    stampedRead: true,
     maxStateBytes: POSTGRES_MAX_STATE_BYTES,
   };
   readonly namespace: string;
@@ -298,6 +305,50 @@ class PostgresRowStore implements PostgresStore {
     return { ok: true, version: String(row.version), timestamp: toSafeCounter(String(row.ts), counter) };
   }
 
+  /**
+   * One statement (statements.ts: readStamped) calls the namespace's PL/pgSQL function
+   * (schema.ts: readStampedFunctionBody), which draws counter + 1 with the upsert
+   * `incrementCounter` uses and then reads the rows in a second query: under READ COMMITTED
+   * a fresh snapshot, taken after the draw waited out any stamped CAS holding the counter.
+   * Results in request order, decoded like readMany. Fails like a read (StoreError 'no'):
+   * it writes nothing but the counter, which may have advanced (a gap, which is allowed).
+   */
+  async readStamped(
+    refs: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    const name = encodeCounterName(counter);
+    if (!Array.isArray(refs))
+      throw new InvalidArgumentError('readStamped expects an array of { table, key }');
+    const encoded = refs.map((ref: unknown) => {
+      if (typeof ref !== 'object' || ref === null) {
+        throw new InvalidArgumentError('readStamped expects an array of { table, key }');
+      }
+      return encodeRef(ref as RowRef);
+    });
+    if (this.capabilities.stampedRead !== true) {
+      throw new StoreError(
+        `postgres: readStamped needs the function ${postgresNames(this.namespace).readStamped}, which this ` +
+          'schema lacks (capabilities.stampedRead is false); run postgresSchemaSql() again',
+        'no',
+        { retryable: false },
+      );
+    }
+    const result = await this.withTransientRetry(() =>
+      this.query('readStamped', 'read', [name, encoded.map((r) => r.tbl), encoded.map((r) => r.key)]),
+    );
+    let timestamp: number | undefined;
+    const rows: (StoredRow | null)[] = encoded.map(() => null);
+    for (const row of result.rows) {
+      const i = Number(row.i);
+      if (i === 0) timestamp = toSafeCounter(String(row.version), counter);
+      else rows[i - 1] = toStoredRow(row);
+    }
+    if (timestamp === undefined)
+      throw new StoreError('postgres: stamped read: no timestamp in the reply', 'no');
+    return { timestamp, rows };
+  }
+
   async createSchema(): Promise<void> {
     await this.underSchemaLock(postgresSchemaStatements(this.namespace));
   }
@@ -312,6 +363,10 @@ class PostgresRowStore implements PostgresStore {
       }
       throw error;
     }
+    // A schema made from an older postgresSchemaSql() lacks the stamped-read function:
+    // everything works without it, only stamped reads are not offered.
+    const fn = await this.query('hasReadStamped', 'read', []);
+    if (fn.rows[0]?.present !== true) this.capabilities = { ...this.capabilities, stampedRead: false };
   }
 
   async dropNamespace(): Promise<void> {

@@ -268,10 +268,12 @@ describe('postgres store: optional capabilities', () => {
       atomicCounter: true,
       notificationIndex: true,
       stampedCheckAndSet: true,
+      stampedRead: true,
     });
     expect(store.capabilities.maxStateBytes).toBe(64 * 1024 * 1024);
-    // test/stamped.test.ts covers checkAndSetStamped.
+    // test/stamped.test.ts covers checkAndSetStamped, test/read-stamped.test.ts readStamped.
     expect(typeof store.checkAndSetStamped).toBe('function');
+    expect(typeof store.readStamped).toBe('function');
   });
 
   it('readMany returns rows in request order, null for missing, across tables', async () => {
@@ -628,8 +630,11 @@ describe('postgres store: namespaces and lifecycle', () => {
     expect(postgresSchemaSql()).toContain('"percolator_rows"');
     await admin.query(sql);
     const s = await openStore({ namespace, createSchema: false });
+    // The SQL includes the stamped-read function (test/read-stamped.test.ts covers it).
+    expect(s.capabilities.stampedRead).toBe(true);
     await s.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v') });
     expect(text((await s.read('t', 'k'))!.state)).toBe('v');
+    expect((await s.readStamped([{ table: 't', key: 'k' }], 'c')).rows[0]?.state).toEqual(bytes('v'));
   });
 
   it('documents in its README exactly the schema SQL it runs', () => {
