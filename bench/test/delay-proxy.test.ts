@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { MemoryStore } from '@percolator/core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { runBench } from '../src/bench.js';
 import { splitRtt, startDelayProxy } from '../src/delay-proxy.js';
 import { delayedStore } from '../src/delayed-store.js';
 import { parseOptions } from '../src/options.js';
@@ -106,6 +107,25 @@ describe('--rtt: the loopback delay proxy', () => {
     expect(() => parseOptions(['--rtt', 'fast'])).toThrow(/--rtt/);
     expect(parseOptions(['--concurrency', '4096']).concurrency).toEqual([4096]);
     expect(() => parseOptions(['--concurrency', '8193'])).toThrow(/8192/);
+  });
+
+  test('a run with --rtt notes the delay measured, and leaves the Redis Cluster out without failing', async () => {
+    const options = parseOptions(
+      '--backends memory,redis-cluster --workloads read --modes raw --duration 40ms --warmup 0 --rtt 2'.split(
+        ' ',
+      ),
+    );
+    const report = await runBench(options);
+    expect(report.failures).toEqual([]);
+    expect(report.skipped).toContainEqual({
+      backend: 'redis-cluster',
+      reason: expect.stringMatching(/--rtt does not apply/),
+    });
+    expect(report.notes.join('\n')).toMatch(/--rtt 2 ms: .* measured \d+\.\d+ ms/);
+    const read = report.results.find((r) => r.backend === 'memory' && r.mode === 'raw')!;
+    // Each read waits about 2 ms: a client does at most ~500 a second.
+    expect(read.throughput / read.concurrency).toBeLessThan(600);
+    expect(read.criticalPath?.roundTrips).toBe(1);
   });
 
   test.runIf(existsSync(new URL('../dist/delay-proxy-worker.js', import.meta.url)))(
