@@ -1,0 +1,222 @@
+import { randomBytes } from 'node:crypto';
+import { Percolator, type RowStore } from '@percolator/core';
+import { createMySqlStore } from '@percolator/mysql';
+import { createPostgresStore } from '@percolator/postgres';
+import { createRedisClusterClient, createRedisStore } from '@percolator/redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../src/cli.js';
+
+/**
+ * `percolator-conformance namespaces` / `drop-namespace` against the real servers: a
+ * namespace made by a store is listed, refused without --yes, dropped with it, then gone
+ * (and a second drop is refused as not found).
+ */
+
+function io() {
+  const out: string[] = [];
+  const err: string[] = [];
+  return {
+    io: { out: (t: string) => void out.push(t), err: (t: string) => void err.push(t) },
+    get out() {
+      return out.join('');
+    },
+    get err() {
+      return err.join('');
+    },
+  };
+}
+
+async function cli(argv: string[]) {
+  const run = io();
+  const code = await runCli(argv, run.io);
+  return { code, out: run.out, err: run.err };
+}
+
+async function listed(backend: string[]): Promise<string[]> {
+  const { code, out, err } = await cli(['namespaces', ...backend, '--json']);
+  expect(err).toBe('');
+  expect(code).toBe(0);
+  return (JSON.parse(out) as { namespace: string }[]).map((n) => n.namespace);
+}
+
+/** Writes through the protocol, so key/item stores hold rows, indexes and counters. */
+async function fill(store: RowStore): Promise<void> {
+  const db = new Percolator({ store });
+  await db.transact(async (tx) => {
+    tx.set('accounts', 'alice', 'balance', '10');
+    tx.set('accounts', 'bob', 'balance', '20');
+  });
+  await db.close();
+}
+
+const fresh = () => `ns_cli_${randomBytes(5).toString('hex')}`;
+
+interface Case {
+  readonly backend: string[];
+  /** Creates the namespace (with data) and closes its store. */
+  create(namespace: string): Promise<void>;
+  /** What the drop's output must mention. */
+  readonly dropped: (namespace: string) => RegExp;
+}
+
+let dynamoEndpoint: string | undefined;
+let stopDynamo: (() => Promise<void>) | undefined;
+
+const CASES: Record<string, Case> = {
+  postgres: {
+    backend: ['--backend', 'postgres'],
+    async create(namespace) {
+      const store = await createPostgresStore({ namespace });
+      await fill(store);
+      await store.close();
+    },
+    dropped: (ns) => new RegExp(`${ns}_counters, ${ns}_rows, ${ns}_version_seq`),
+  },
+  mysql: {
+    backend: ['--backend', 'mysql'],
+    async create(namespace) {
+      const store = await createMySqlStore({ namespace });
+      await fill(store);
+      await store.close();
+    },
+    dropped: (ns) => new RegExp(`${ns}_counters, ${ns}_rows, ${ns}_stamped_cas_v\\d+, ${ns}_version_blocks`),
+  },
+  redis: {
+    backend: ['--backend', 'redis'],
+    async create(namespace) {
+      const store = await createRedisStore({ namespace });
+      await fill(store);
+      await store.close();
+    },
+    dropped: () => /: \d+ keys$/m,
+  },
+  'redis-cluster': {
+    backend: ['--backend', 'redis-cluster'],
+    async create(namespace) {
+      const client = createRedisClusterClient();
+      client.on('error', () => {});
+      try {
+        const store = await createRedisStore({ client, namespace });
+        await fill(store);
+        await store.close();
+      } finally {
+        await client.quit();
+      }
+    },
+    dropped: () => /: \d+ keys$/m,
+  },
+  dynamodb: {
+    get backend() {
+      return ['--backend', 'dynamodb', '--url', dynamoEndpoint!];
+    },
+    async create(namespace) {
+      const { createDynamoDbStore } = await import('@percolator/dynamodb');
+      const { LOCAL_CREDENTIALS, LOCAL_REGION } = await import('@percolator/dynamodb/local');
+      const store = await createDynamoDbStore({
+        endpoint: dynamoEndpoint!,
+        region: LOCAL_REGION,
+        credentials: { ...LOCAL_CREDENTIALS },
+        tableName: 'percolator_test',
+        namespace,
+        createTable: true,
+      });
+      await fill(store);
+      await store.close();
+    },
+    dropped: () => /: \d+ items$/m,
+  },
+};
+
+beforeAll(async () => {
+  const { startDynamoDbLocal } = await import('@percolator/dynamodb/local');
+  const local = await startDynamoDbLocal();
+  dynamoEndpoint = local.endpoint;
+  stopDynamo = () => local.stop();
+});
+
+afterAll(async () => {
+  await stopDynamo?.();
+});
+
+describe('namespaces / drop-namespace on real servers', () => {
+  for (const [name, c] of Object.entries(CASES)) {
+    it(`${name}: lists a namespace, refuses without --yes, drops it, then it is gone`, async () => {
+      const namespace = fresh();
+      await c.create(namespace);
+      try {
+        expect(await listed(c.backend)).toContain(namespace);
+        const table = await cli(['namespaces', ...c.backend]);
+        expect(table.code).toBe(0);
+        expect(table.out).toMatch(new RegExp(`^\\s+${namespace}\\s+\\S`, 'm'));
+
+        const refused = await cli(['drop-namespace', namespace, ...c.backend]);
+        expect(refused.code).toBe(1);
+        expect(refused.err).toContain(`refusing to drop namespace ${namespace}`);
+        expect(refused.err).toContain('--yes');
+        expect(await listed(c.backend)).toContain(namespace);
+
+        const dropped = await cli(['--', 'drop-namespace', namespace, ...c.backend, '--yes']);
+        expect(dropped.err).toBe('');
+        expect(dropped.code).toBe(0);
+        expect(dropped.out).toContain(`dropped namespace ${namespace}`);
+        expect(dropped.out).toMatch(c.dropped(namespace));
+        expect(await listed(c.backend)).not.toContain(namespace);
+
+        const again = await cli(['drop-namespace', namespace, ...c.backend, '--yes']);
+        expect(again.code).toBe(1);
+        expect(again.err).toContain(`namespace ${namespace} not found`);
+      } finally {
+        await cli(['drop-namespace', namespace, ...c.backend, '--yes']);
+      }
+    });
+  }
+
+  it('a namespace that does not exist: exit 1, nothing dropped', async () => {
+    const before = await listed(CASES.postgres!.backend);
+    const result = await cli(['drop-namespace', fresh(), '--backend', 'postgres', '--yes']);
+    expect(result.code).toBe(1);
+    expect(result.err).toMatch(/not found .*nothing dropped/);
+    expect(await listed(CASES.postgres!.backend)).toEqual(before);
+  });
+
+  it('bad usage exits 2 before connecting: bad names, no name, no backend, memory, stray flags', async () => {
+    for (const argv of [
+      ['drop-namespace', 'x"; DROP TABLE y; --', '--backend', 'postgres', '--yes'],
+      ['drop-namespace', "x') or 1=1 --", '--backend', 'mysql', '--yes'],
+      ['drop-namespace', 'a*', '--backend', 'redis', '--yes'],
+      ['drop-namespace', 'Upper', '--backend', 'redis', '--yes'],
+      ['drop-namespace', `a${'b'.repeat(32)}`, '--backend', 'postgres', '--yes'],
+      ['drop-namespace', '--backend', 'postgres', '--yes'],
+      ['drop-namespace', 'a', 'b', '--backend', 'postgres', '--yes'],
+      ['namespaces'],
+      ['namespaces', '--backend', 'memory'],
+      ['namespaces', '--backend', 'nope'],
+      ['namespaces', 'extra', '--backend', 'postgres'],
+      ['namespaces', '--backend', 'postgres', '--yes'],
+      ['namespaces', '--backend', 'postgres', '--bogus'],
+    ]) {
+      const result = await cli(argv);
+      expect(result.code, argv.join(' ')).toBe(2);
+      expect(result.err).toContain('usage: percolator-conformance namespaces');
+    }
+  });
+
+  it('an unreachable store exits 2', async () => {
+    for (const argv of [
+      ['namespaces', '--backend', 'postgres', '--url', 'postgres://postgres@127.0.0.1:1/test'],
+      ['drop-namespace', 'x', '--backend', 'mysql', '--url', 'mysql://root@127.0.0.1:1/test', '--yes'],
+      ['namespaces', '--backend', 'redis', '--url', 'redis://127.0.0.1:1'],
+      ['namespaces', '--backend', 'dynamodb', '--url', 'http://127.0.0.1:1'],
+    ]) {
+      const result = await cli(argv);
+      expect(result.code, argv.join(' ')).toBe(2);
+      expect(result.err).toMatch(/cannot list namespaces/);
+    }
+  });
+
+  it('--help prints the usage and exits 0', async () => {
+    const result = await cli(['namespaces', '--help']);
+    expect(result.code).toBe(0);
+    expect(result.out).toContain('drop-namespace NAME');
+  });
+});
