@@ -1,0 +1,112 @@
+import { randomBytes } from 'node:crypto';
+import { InvalidArgumentError } from '@percolator/core';
+import { createPostgresStore, dropPostgresNamespace, listPostgresNamespaces } from '@percolator/postgres';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensurePostgres, type TestServer } from '../src/testing.js';
+
+const fresh = () => `t_ns_${randomBytes(5).toString('hex')}`;
+
+let server: TestServer | undefined;
+let url: string;
+let admin: pg.Pool;
+const appTables: string[] = [];
+
+async function exists(relname: string): Promise<boolean> {
+  const result = await admin.query('SELECT 1 FROM pg_class WHERE relname = $1', [relname]);
+  return result.rows.length === 1;
+}
+
+async function appTable(name: string, columns: string): Promise<void> {
+  appTables.push(name);
+  await admin.query(`CREATE TABLE "${name}" (${columns})`);
+}
+
+beforeAll(async () => {
+  server = await ensurePostgres();
+  url = server.url;
+  admin = new pg.Pool({ connectionString: url, max: 2 });
+  admin.on('error', () => {});
+});
+
+afterAll(async () => {
+  for (const name of appTables) await admin.query(`DROP TABLE IF EXISTS "${name}"`).catch(() => {});
+  await admin?.end();
+  await server?.stop();
+});
+
+describe('postgres namespaces: list and drop', () => {
+  it('lists a namespace with its objects, drops exactly those, and then it is gone', async () => {
+    const ns = fresh();
+    const store = await createPostgresStore({ connectionString: url, namespace: ns });
+    await store.close();
+    const listed = (await listPostgresNamespaces({ connectionString: url })).find((n) => n.namespace === ns);
+    expect(listed).toEqual({
+      namespace: ns,
+      objects: [`${ns}_counters`, `${ns}_rows`, `${ns}_version_seq`],
+      complete: true,
+    });
+    // An application table that shares the prefix is no part of it.
+    await appTable(`${ns}_audit`, 'id int');
+
+    const dropped = await dropPostgresNamespace(ns, { connectionString: url });
+    expect(dropped?.objects).toEqual([`${ns}_counters`, `${ns}_rows`, `${ns}_version_seq`]);
+    expect((await listPostgresNamespaces({ connectionString: url })).map((n) => n.namespace)).not.toContain(
+      ns,
+    );
+    for (const suffix of ['rows', 'counters', 'version_seq'])
+      expect(await exists(`${ns}_${suffix}`)).toBe(false);
+    expect(await exists(`${ns}_audit`)).toBe(true);
+    expect(await dropPostgresNamespace(ns, { connectionString: url })).toBeUndefined();
+  });
+
+  it('ignores application tables that only end like ours: neither listed nor dropped', async () => {
+    const ns = fresh();
+    await appTable(`${ns}_rows`, 'id int, payload text');
+    await appTable(`${ns}_counters`, 'counter text');
+    expect((await listPostgresNamespaces({ connectionString: url })).map((n) => n.namespace)).not.toContain(
+      ns,
+    );
+    expect(await dropPostgresNamespace(ns, { connectionString: url })).toBeUndefined();
+    expect(await exists(`${ns}_rows`)).toBe(true);
+    expect(await exists(`${ns}_counters`)).toBe(true);
+  });
+
+  it('lists a half-dropped namespace as incomplete and drops what is left', async () => {
+    const ns = fresh();
+    const store = await createPostgresStore({ connectionString: url, namespace: ns });
+    await store.close();
+    await admin.query(`DROP TABLE "${ns}_counters"`);
+    await admin.query(`DROP SEQUENCE "${ns}_version_seq"`);
+    const listed = (await listPostgresNamespaces({ connectionString: url })).find((n) => n.namespace === ns);
+    expect(listed).toEqual({ namespace: ns, objects: [`${ns}_rows`], complete: false });
+    expect((await dropPostgresNamespace(ns, { connectionString: url }))?.objects).toEqual([`${ns}_rows`]);
+    expect(await exists(`${ns}_rows`)).toBe(false);
+  });
+
+  it('works on a pool you pass, and leaves it open', async () => {
+    const ns = fresh();
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    pool.on('error', () => {});
+    try {
+      const store = await createPostgresStore({ pool, namespace: ns });
+      await store.close();
+      expect((await listPostgresNamespaces({ pool })).map((n) => n.namespace)).toContain(ns);
+      expect((await dropPostgresNamespace(ns, { pool }))?.namespace).toBe(ns);
+      expect((await pool.query('SELECT 1 AS one')).rows[0].one).toBe(1);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('rejects names that break the namespace rule before connecting', async () => {
+    for (const bad of ['x"; DROP TABLE y; --', 'Upper', '1abc', '', `a${'b'.repeat(32)}`, 'a-b']) {
+      await expect(
+        dropPostgresNamespace(bad, { connectionString: 'postgres://nobody@127.0.0.1:1/none' }),
+      ).rejects.toBeInstanceOf(InvalidArgumentError);
+    }
+    await expect(
+      listPostgresNamespaces({ connectionString: url, connectionstring: url } as never),
+    ).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+});
