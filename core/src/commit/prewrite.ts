@@ -2,7 +2,7 @@ import { hasWriteAtOrAfter, inlineHistoryBytes } from '../cells.js';
 import { decodeRow } from '../codec.js';
 import { observedKey } from '../env.js';
 import { ConflictError, RowTooLargeError, SnapshotTooOldError } from '../errors.js';
-import { isLockExpired, resolveLock } from '../lock-resolver.js';
+import { resolveLock } from '../lock-resolver.js';
 import { cellOf, emptyRow, type RowState } from '../row-state.js';
 import { type RowUpdateResult, startRowUpdates, updateRow } from '../row-update.js';
 import type { StoredRow } from '../store.js';
@@ -78,7 +78,8 @@ export function applyPrewrite(
 
 /**
  * Runs `attemptOnce` (one prewrite-style CAS loop); when a foreign lock blocks it, a live
- * owner wins (the paper aborts the newcomer) and an abandoned lock is resolved first.
+ * owner wins (the paper aborts the newcomer); a lock whose transaction is decided (committed,
+ * rolled back) or abandoned is resolved first.
  */
 export async function withLockResolution<T>(
   ctx: CommitContext,
@@ -96,7 +97,9 @@ export async function withLockResolution<T>(
         new ConflictError(
           `${m.table}/${JSON.stringify(m.row)} is locked by transaction ${error.lock.startTs}`,
         );
-      if (!isLockExpired(error.lock, env.clock())) throw blocked();
+      // The lock's fate is decided by its primary: a transaction that already committed
+      // (its secondaries still being committed in the background) or was rolled back is
+      // settled now; a live one wins, as in the paper.
       ctx.knownRows.delete(rowId(m.table, m.row));
       if ((await resolveLock(env, m.table, m.row, error.lock)) === 'alive' || attempt >= 3) throw blocked();
     }
