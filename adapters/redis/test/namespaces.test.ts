@@ -1,0 +1,83 @@
+import { InvalidArgumentError, Percolator } from '@percolator/core';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createRedisClusterClient,
+  createRedisStore,
+  defaultRedisUrl,
+  dropRedisNamespace,
+  listRedisNamespaces,
+} from '../src/index.js';
+import { assertClusterReachable, uniqueNamespace } from './helpers.js';
+
+let admin: Redis;
+const appKeys: string[] = [];
+
+beforeAll(async () => {
+  admin = new Redis(defaultRedisUrl(), { lazyConnect: true });
+  await admin.connect();
+});
+
+afterAll(async () => {
+  if (appKeys.length > 0) await admin.del(...appKeys);
+  admin?.disconnect();
+});
+
+async function fill(namespace: string, client?: ReturnType<typeof createRedisClusterClient>): Promise<void> {
+  const store = await createRedisStore(client ? { client, namespace } : { namespace });
+  const db = new Percolator({ store });
+  await db.transact(async (tx) => {
+    tx.set('accounts', 'alice', 'balance', '10');
+    tx.set('audit', 'a1', 'who', 'alice');
+  });
+  await db.close();
+  await store.close();
+}
+
+describe('redis namespaces: list and drop', () => {
+  it('lists a namespace by key kind, drops only its layout keys, and then it is gone', async () => {
+    const ns = uniqueNamespace('ns');
+    await fill(ns);
+    // Application keys under the same prefix but not of the layout.
+    for (const key of [`${ns}:session`, `${ns}:r:nobrace`, `${ns}:x:{y}`]) {
+      appKeys.push(key);
+      await admin.set(key, 'app');
+    }
+    const listed = (await listRedisNamespaces()).find((n) => n.namespace === ns);
+    expect(listed?.kinds.rows).toBe(2);
+    expect(listed?.kinds.scanIndexes).toBe(2);
+    expect(listed?.kinds.counters).toBeGreaterThanOrEqual(1);
+    expect(listed?.keys).toBe(
+      listed!.kinds.rows + listed!.kinds.scanIndexes + listed!.kinds.notifyIndexes + listed!.kinds.counters,
+    );
+
+    expect(await dropRedisNamespace(ns)).toEqual({ namespace: ns, keys: listed!.keys });
+    expect((await listRedisNamespaces()).map((n) => n.namespace)).not.toContain(ns);
+    for (const key of appKeys) expect(await admin.exists(key)).toBe(1);
+    expect(await dropRedisNamespace(ns)).toBeUndefined();
+  });
+
+  it('on a Redis Cluster: keys on every master', async () => {
+    await assertClusterReachable();
+    const client = createRedisClusterClient();
+    client.on('error', () => {});
+    try {
+      const ns = uniqueNamespace('ns');
+      await fill(ns, client);
+      const listed = (await listRedisNamespaces({ client })).find((n) => n.namespace === ns);
+      expect(listed?.kinds.rows).toBe(2);
+      expect(await dropRedisNamespace(ns, { client })).toEqual({ namespace: ns, keys: listed!.keys });
+      expect((await listRedisNamespaces({ client })).map((n) => n.namespace)).not.toContain(ns);
+    } finally {
+      await client.quit();
+    }
+  });
+
+  it('rejects names that are not namespaces (no glob or Lua text reaches the server)', async () => {
+    for (const bad of ['*', 'a*', 'a?', 'a[b]', 'Upper', 'a:b', '', `a${'b'.repeat(32)}`]) {
+      await expect(dropRedisNamespace(bad, { url: 'redis://127.0.0.1:1' })).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
+    }
+  });
+});
