@@ -3,7 +3,7 @@ import { resolvePostgresUrl } from './env.js';
 import { connectError, readError, writeError } from './errors.js';
 import { createPgPool, type PgPool, type PgPoolClient } from './pg.js';
 import { NAMESPACE_PATTERN } from './requests.js';
-import { schemaLockKey } from './schema.js';
+import { postgresNames, schemaLockKey } from './schema.js';
 
 /*
  * Listing and dropping namespaces, for operators (the conformance CLI's `namespaces` and
@@ -197,6 +197,9 @@ export async function dropPostgresNamespace(
       if (tables.length > 0) await client.query(`DROP TABLE ${tables.map(quoted).join(', ')}`);
       if (objects.includes(`${ns}_version_seq`))
         await client.query(`DROP SEQUENCE ${quoted(`${ns}_version_seq`)}`);
+      // The stamped-read function (schema.ts) goes with its namespace. It holds no data, so
+      // it is not listed among the objects.
+      await client.query(`DROP FUNCTION IF EXISTS ${postgresNames(ns).readStampedSignature}`);
       await client.query('COMMIT');
       return { ...found, objects };
     } catch (error) {

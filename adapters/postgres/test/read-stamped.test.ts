@@ -10,6 +10,7 @@ import {
 } from '@percolator/core';
 import {
   createPostgresStore,
+  dropPostgresNamespace,
   type PgPoolClient,
   type PostgresStore,
   postgresNames,
@@ -352,11 +353,18 @@ LANGUAGE plpgsql VOLATILE AS $fn$ BEGIN ordinal := 0; row_version := -5; RETURN 
     expect((await upgraded.readStamped([], 'c')).timestamp).toBe(2);
 
     // dropNamespace drops it with the tables.
+    const gone = async (signature: string) =>
+      (await admin.query(`SELECT to_regprocedure($1) IS NULL AS gone`, [signature])).rows[0].gone;
     await s.dropNamespace();
-    const left = await admin.query(`SELECT to_regprocedure($1) IS NULL AS gone`, [
-      names.readStampedSignature,
-    ]);
-    expect(left.rows).toEqual([{ gone: true }]);
+    expect(await gone(names.readStampedSignature)).toBe(true);
+
+    // So does dropPostgresNamespace (the operators' drop), though it lists only the tables.
+    const other = await openStore({ namespace: uniqueNamespace() });
+    const otherNames = postgresNames(other.namespace);
+    expect(await gone(otherNames.readStampedSignature)).toBe(false);
+    const dropped = await dropPostgresNamespace(other.namespace, { connectionString: url });
+    expect(dropped?.objects).not.toContain(`${other.namespace}_read_stamped`);
+    expect(await gone(otherNames.readStampedSignature)).toBe(true);
   });
 });
 
