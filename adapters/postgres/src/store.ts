@@ -83,7 +83,8 @@ const OPTION_KEYS: OptionKeys<PostgresStoreOptions> = {
 
 export interface PostgresStore extends RowStore {
   readonly namespace: string;
-  // Every optional capability is implemented, so always present.
+  // Every optional capability is implemented, so always present (readStamped refuses, and
+  // stampedRead is false, only on a hand-made schema that lacks its function).
   readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
   checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]>;
   scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]>;
