@@ -215,10 +215,12 @@ export async function runBench(
     services,
     rttMs: options.rttMs,
   };
+  let network: BenchReport['network'];
   try {
     progress.info(`== run ${runId}: everything it creates is named bench_${runId}*`);
     if (options.rttMs > 0) {
       const measured = await measureRtt(options.rttMs);
+      network = { rttMs: options.rttMs, measuredRttMs: Math.round(measured * 1000) / 1000 };
       collected.notes.push(
         `--rtt ${options.rttMs} ms: a loopback proxy delays both directions of every backend connection ` +
           `(memory: an in-process wait per call); a round trip through it measured ${measured.toFixed(2)} ms (median of 20)`,
@@ -256,6 +258,7 @@ export async function runBench(
     notes: collected.notes,
     failures: collected.failures,
     ...(collected.history.length > 0 ? { history: collected.history } : {}),
+    ...(network ? { network } : {}),
     ...(signal?.aborted ? { interrupted: String(signal.reason ?? 'interrupted') } : {}),
   };
 }

@@ -210,6 +210,11 @@ export interface BenchReport {
   readonly failures: string[];
   /** Head-row sizes per backend, where the history workload ran. */
   readonly history?: HistoryRows[];
+  /**
+   * `--rtt`: the round trip added to every backend call, and a round trip through a proxy
+   * to an echo server as measured at the start of the run (median, ms).
+   */
+  readonly network?: { readonly rttMs: number; readonly measuredRttMs: number };
   /** Set when the run was stopped by a signal before it finished (it then writes no report). */
   readonly interrupted?: string;
 }

@@ -7,6 +7,7 @@ import { runBench } from '../src/bench.js';
 import { splitRtt, startDelayProxy } from '../src/delay-proxy.js';
 import { delayedStore } from '../src/delayed-store.js';
 import { parseOptions } from '../src/options.js';
+import { summaryMarkdown } from '../src/report/summary.js';
 
 let echo: Server;
 let echoPort: number;
@@ -121,6 +122,9 @@ describe('--rtt: the loopback delay proxy', () => {
       backend: 'redis-cluster',
       reason: expect.stringMatching(/--rtt does not apply/),
     });
+    expect(report.network?.rttMs).toBe(2);
+    expect(report.network!.measuredRttMs).toBeGreaterThanOrEqual(1.5);
+    expect(summaryMarkdown(report)).toMatch(/Network: `--rtt 2`/);
     expect(report.notes.join('\n')).toMatch(/--rtt 2 ms: .* measured \d+\.\d+ ms/);
     const read = report.results.find((r) => r.backend === 'memory' && r.mode === 'raw')!;
     // Each read waits about 2 ms: a client does at most ~500 a second.

@@ -171,10 +171,9 @@ export function roundTripTable(report: BenchReport): string | undefined {
           x.concurrency === r.concurrency &&
           x.mode === mode,
       );
-      const first = found[0];
-      if (!first) return [NONE, NONE];
-      const seq = first.criticalPath ? first.criticalPath.roundTrips.toFixed(1) : NONE;
-      return [seq, found.map((x) => x.roundTrips.toFixed(1)).join(' / ')];
+      if (found.length === 0) return [NONE, NONE];
+      const seq = found.map((x) => (x.criticalPath ? x.criticalPath.roundTrips.toFixed(1) : NONE));
+      return [[...new Set(seq)].join(' / '), found.map((x) => x.roundTrips.toFixed(1)).join(' / ')];
     };
     rows.push([r.backend, r.workload, ...cell('percolator'), ...cell('raw'), ...cell('native')]);
   }
@@ -243,6 +242,15 @@ export const ORACLE_LEGEND =
   'while a fetch is in flight share the next one (one counter increment for the batch). ' +
   'unbatched: one counter increment per timestamp (the raw mode).';
 
+/** The --rtt line of the summary. */
+export function networkLine(network: NonNullable<BenchReport['network']>): string {
+  return (
+    `Network: \`--rtt ${network.rttMs}\`: every backend round trip goes through a loopback proxy ` +
+    `holding each chunk (memory: an in-process wait per call); a round trip through it measured ` +
+    `${network.measuredRttMs.toFixed(2)} ms (median), baselines through the same proxies.`
+  );
+}
+
 export const TABLE_LEGEND =
   'raw: the same reads and writes as single-row check-and-set calls through the adapter, ' +
   'no protocol and not atomic (a transfer is two one-row legs). Native: RR, SER = SQL ' +
@@ -270,6 +278,7 @@ export function summaryMarkdown(report: BenchReport): string {
     `Date: ${report.startedAt.slice(0, 10)}; ${opts.durationMs} ms per cell after ${opts.warmupMs} ms ` +
       `warm-up, ${(opts.concurrency ?? []).join(', ')} concurrent clients.`,
   ];
+  if (report.network) out.push('', networkLine(report.network));
   if (transferLines(report).length > 0) out.push('', transferTable(report), '', TABLE_LEGEND);
   const missing = transferLines(report).filter((l) => l.nativeMissing);
   if (missing.length > 0) {

@@ -4,6 +4,7 @@ import { historySummaryLines } from './history.js';
 import {
   historyMarkdown,
   mdTable,
+  networkLine,
   ORACLE_LEGEND,
   observerTable,
   oracleTable,
@@ -41,7 +42,11 @@ export function skippedLabel(s: SkippedCell): string {
 }
 
 function trailer(report: BenchReport): string {
-  const out: string[] = [...historySummaryLines(report)];
+  const out: string[] = [
+    'rt/tx: store calls per committed transaction (under load, background work included); ' +
+      'seq rt/tx: sequential round trips of one transaction run alone (its critical path)',
+    ...historySummaryLines(report),
+  ];
   for (const s of report.skipped) out.push(`skipped ${skippedLabel(s)}: ${s.reason}`);
   for (const n of report.notes) out.push(`note: ${n}`);
   for (const f of report.failures) out.push(`FAILURE: ${f}`);
@@ -84,6 +89,7 @@ function sweepTable(results: readonly BenchResult[], kind: 'rows' | 'contention'
 export function markdownReport(report: BenchReport): string {
   const opts = report.options as Record<string, unknown>;
   const lines: string[] = [];
+  if (report.network) lines.push(networkLine(report.network), '');
   if (transferLines(report).length > 0) {
     lines.push(
       'Transfer throughput per backend through Percolator, next to raw single-row CAS and the ' +
