@@ -48,12 +48,30 @@ export interface ProtocolEnv {
   readonly stampCounter: string | undefined;
   /** The oracle's counter, when the store can draw a start timestamp and read in one step. */
   readonly stampedReadCounter: string | undefined;
+  /** How this client chooses between a stamped first read and the batched oracle. */
+  readonly stampedReads: StampedReadGauge;
   /** (table, column) pairs that carry observers: writes to them set a notification. */
   readonly observed: ReadonlySet<string>;
   /** Work that outlives a commit (the tidy step); awaited by close(). */
   readonly background: Set<Promise<unknown>>;
   /** Moves old values out of head rows, deletes pruned version rows, settles held records. */
   readonly tidier: Tidier;
+}
+
+/**
+ * A stamped read draws a timestamp of its own: one round trip less for the transaction, but
+ * one counter write per transaction for the store. The batched oracle shares one counter
+ * write among every transaction that asks while a fetch is in flight. So a client uses a
+ * stamped read only while it is otherwise idle: no oracle fetch in flight or waiting, and
+ * no other stamped read in flight. Under load, transactions share oracle batches; a lone
+ * transaction saves its round trip.
+ */
+export class StampedReadGauge {
+  inFlight = 0;
+  constructor(private readonly oracleBusy: () => boolean) {}
+  preferOracle(): boolean {
+    return this.inFlight > 0 || this.oracleBusy();
+  }
 }
 
 export function observedKey(table: string, column: string): string {

@@ -19,6 +19,14 @@ abstract class BatchingOracle implements TimestampOracle {
   private inFlight = false;
   private waiting: Array<{ resolve: (ts: number) => void; reject: (e: unknown) => void }> = [];
 
+  /**
+   * Whether a fetch is in flight or requests are waiting: then a new request shares a
+   * batch, which is cheaper for the store than a timestamp drawn on its own.
+   */
+  get busy(): boolean {
+    return this.inFlight || this.waiting.length > 0;
+  }
+
   /** Reserve `count` timestamps; resolves to the highest one (range is top-count+1 .. top). */
   protected abstract reserve(count: number): Promise<number>;
 

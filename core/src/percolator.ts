@@ -1,6 +1,6 @@
 import { backoffMs, sleep } from './backoff.js';
 import type { PrunePolicy } from './cells.js';
-import { observedKey, type PercolatorHooks, type ProtocolEnv } from './env.js';
+import { observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge } from './env.js';
 import { ClosedError, InvalidArgumentError, isRetryable } from './errors.js';
 import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
@@ -123,6 +123,7 @@ export class Percolator {
           ? defaultOracle.counterName
           : undefined,
       // A first read stamped with the start timestamp must draw it from the oracle's counter.
+      stampedReads: new StampedReadGauge(() => (defaultOracle ? defaultOracle.busy : true)),
       stampedReadCounter:
         defaultOracle && store.capabilities.stampedRead === true && store.readStamped
           ? defaultOracle.counterName

@@ -14,6 +14,7 @@ import {
   CorruptRowError,
   InvalidArgumentError,
   LockNotResolvedError,
+  PercolatorError,
   SnapshotTooOldError,
   StoreError,
   UnsupportedOperationError,
@@ -334,7 +335,16 @@ export class Transaction {
   }
 
   private async commitMutations(): Promise<number> {
-    await this.ready(); // a transaction that only wrote draws its start timestamp now
+    if (
+      this.ts === undefined &&
+      this.env.stampedReadCounter !== undefined &&
+      !this.env.stampedReads.preferOracle()
+    ) {
+      // A transaction that only wrote: its start timestamp comes with a read of the rows it
+      // writes, which its commit needs anyway (one round trip for both).
+      await Promise.all([...this.mutations.values()].map((m) => this.readAndRemember(m.table, m.row)));
+    }
+    await this.ready(); // otherwise drawn now
     const rows: RowMutations[] = [...this.mutations.entries()].map(([id, m]) => ({
       ...m,
       notify: this.notifications.get(id)?.columns,
@@ -479,12 +489,17 @@ export class Transaction {
    */
   private firstRead(table: string, row: string): Promise<StoredRow | null> {
     const counter = this.env.stampedReadCounter;
-    if (counter === undefined || (this.starting !== undefined && this.firstReads === undefined)) {
+    if (
+      counter === undefined ||
+      (this.starting !== undefined && this.firstReads === undefined) ||
+      (this.firstReads === undefined && this.env.stampedReads.preferOracle())
+    ) {
       return this.ready().then(() => this.env.reader.read(table, row));
     }
     return new Promise((resolve, reject) => {
       if (!this.firstReads) {
         this.firstReads = [];
+        this.env.stampedReads.inFlight++; // counted from now: transactions starting meanwhile use the oracle
         // Anyone who needs the timestamp meanwhile (another read, a commit) waits for this batch.
         let settle!: { resolve: (ts: number) => void; reject: (e: unknown) => void };
         this.starting = new Promise<number>((res, rej) => {
@@ -504,7 +519,9 @@ export class Transaction {
     const batch = this.firstReads!;
     this.firstReads = undefined;
     const refs = batch.map((r) => ({ table: r.table, key: r.row }));
+    const gauge = this.env.stampedReads;
     this.env.store.readStamped!(refs, counter)
+      .finally(() => gauge.inFlight--)
       .then(({ timestamp, rows }) => {
         // A reply of the wrong size is a broken store: never take a missing row for absent.
         if (rows.length !== refs.length || !Number.isSafeInteger(timestamp) || timestamp < 1) {
@@ -514,7 +531,23 @@ export class Transaction {
         settle.resolve(timestamp);
         for (const [i, r] of batch.entries()) r.resolve(rows[i]!);
       })
-      .catch(() => {
+      .catch((failure: unknown) => {
+        // A failure that retrying cannot fix (credentials, bad input) ends the reads here.
+        if (
+          failure instanceof PercolatorError &&
+          !failure.retryable &&
+          !(
+            failure instanceof StoreError &&
+            failure.applied === 'no' &&
+            failure.code === 'STORE_UNAVAILABLE' &&
+            failure.retryable
+          )
+        ) {
+          this.starting = undefined;
+          settle.reject(failure);
+          for (const r of batch) r.reject(failure);
+          return;
+        }
         // Reads change nothing: after a failed stamped read, take the timestamp from the
         // oracle and read again the usual way (the rows are read after it is drawn).
         this.env.oracle.next().then(

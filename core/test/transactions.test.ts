@@ -399,6 +399,45 @@ describe('transactions on the memory store', () => {
     await db.close();
   });
 
+  it('a blind one-row write is two round trips where the store stamps: a stamped read of the row, then a stamped CAS', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.flush();
+    const before = { ...store.calls };
+    await db.transact(async (tx) => tx.set('t', 'blind', 'v', '1'));
+    const delta = Object.fromEntries(
+      Object.entries(store.calls).map(([k, v]) => [k, v - before[k as keyof typeof before]]),
+    );
+    expect(delta).toEqual({
+      read: 0,
+      readStamped: 1,
+      checkAndSet: 0,
+      checkAndSetStamped: 1,
+      incrementCounter: 0,
+      scan: 0,
+    });
+    await db.close();
+  });
+
+  it('under load, first reads share the batched oracle instead of drawing a timestamp each', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'r', 'v', '1'));
+    await db.flush();
+    const before = { ...store.calls };
+    const results = await Promise.all(
+      Array.from({ length: 20 }, () => db.transact((tx) => tx.getString('t', 'r', 'v'))),
+    );
+    expect(results).toEqual(Array.from({ length: 20 }, () => '1'));
+    const stamped = store.calls.readStamped - before.readStamped;
+    const oracle = store.calls.incrementCounter - before.incrementCounter;
+    expect(stamped).toBeGreaterThanOrEqual(1); // the first one, alone, saves its round trip
+    expect(stamped).toBeLessThan(20); // the others share oracle fetches
+    expect(oracle).toBeGreaterThanOrEqual(1);
+    expect(oracle).toBeLessThan(20 - stamped);
+    await db.close();
+  });
+
   it('a multi-row commit on a store that can stamp draws its commit timestamp inside the primary commit', async () => {
     const store = new InstrumentedStore();
     const db = new Percolator({ store });

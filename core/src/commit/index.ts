@@ -1,5 +1,5 @@
 import { STAMP } from '../codec.js';
-import { CommitUnknownError, StoreError } from '../errors.js';
+import { CommitUnknownError, PercolatorError, StoreError } from '../errors.js';
 import { AmbiguousOutcome } from '../row-update.js';
 import { commitPrimary } from './commit-point.js';
 import { alive, type CommitContext, step } from './context.js';
@@ -53,8 +53,16 @@ async function reachCommitPoint(ctx: CommitContext): Promise<number> {
     if (error instanceof CommitUnknownError) throw error;
     await rollbackTransaction(ctx);
     if (error instanceof AmbiguousOutcome) {
+      // Retryable unless what went wrong cannot be fixed by trying again (credentials, say).
+      const cause = error.cause;
+      const retryable = !(
+        cause instanceof PercolatorError &&
+        !cause.retryable &&
+        !(cause instanceof StoreError && cause.applied === 'unknown')
+      );
       throw new StoreError('a prewrite could not be verified; the transaction was rolled back', 'no', {
-        cause: error.cause,
+        cause,
+        retryable,
       });
     }
     throw error;
