@@ -11,11 +11,17 @@
  * percolator-conformance drop-namespace NAME --backend B [--url URL] --yes
  *
  * List a store's namespaces, or drop one (namespaces.ts).
+ *
+ * percolator-conformance dump TABLE --backend B [--url URL] [--namespace NS] [--row KEY] [--json]
+ * percolator-conformance inspect TABLE ROW --backend B [--url URL] [--namespace NS] [--json]
+ *
+ * Read-only views of stored data: latest committed values, or one decoded head row (dump.ts).
  */
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { BACKENDS, type Backend, type BackendName, DEFAULT_SCALES, openBackend } from './backends.js';
+import { isDumpCommand, runDumpCli } from './dump.js';
 import { isNamespaceCommand, runNamespaceCli } from './namespaces.js';
 import { defaultSeed } from './random.js';
 import { runConformance } from './runner.js';
@@ -33,7 +39,10 @@ const USAGE = `usage: percolator-conformance --backend <${BACKENDS.join('|')}> [
   --json           print the report as JSON after the table
 Namespaces (see percolator-conformance namespaces --help):
        percolator-conformance namespaces --backend <name> [--url URL]
-       percolator-conformance drop-namespace NAME --backend <name> [--url URL] --yes`;
+       percolator-conformance drop-namespace NAME --backend <name> [--url URL] --yes
+Read-only views of stored data (see percolator-conformance dump --help):
+       percolator-conformance dump TABLE --backend <name> [--url URL] [--namespace NS] [--row KEY] [--json]
+       percolator-conformance inspect TABLE ROW --backend <name> [--url URL] [--namespace NS] [--json]`;
 
 class UsageError extends Error {}
 
@@ -145,6 +154,8 @@ const processIo: CliIo = {
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
   // `namespaces` / `drop-namespace`: see namespaces.ts (its own exit codes).
   if (isNamespaceCommand(argv)) return runNamespaceCli(argv, io);
+  // `dump` / `inspect`: see dump.ts (read-only; its own exit codes).
+  if (isDumpCommand(argv)) return runDumpCli(argv, io);
   let args: CliArgs;
   try {
     args = parseCliArgs(argv);

@@ -1,0 +1,298 @@
+import { randomBytes } from 'node:crypto';
+import { ClientCrash, MemoryStore, Percolator, type RowStore } from '@percolator/core';
+import { createPostgresStore } from '@percolator/postgres';
+import { createRedisStore, listRedisNamespaces } from '@percolator/redis';
+import { describe, expect, it } from 'vitest';
+import { runCli } from '../src/cli.js';
+import { stopAt } from '../src/crash.js';
+import { type DumpedCell, dumpTable, inspectRow, NothingThereError } from '../src/dump.js';
+
+/**
+ * `percolator-conformance dump` / `inspect` against the real servers (PostgreSQL and
+ * Redis at their local defaults), and the exported functions on the memory store: dump
+ * shows exactly the committed values (never a stopped client's pending ones), inspect
+ * shows the lock such a client left, and nothing there / bad usage exit 1 / 2.
+ */
+
+function io() {
+  const out: string[] = [];
+  const err: string[] = [];
+  return {
+    io: { out: (t: string) => void out.push(t), err: (t: string) => void err.push(t) },
+    get out() {
+      return out.join('');
+    },
+    get err() {
+      return err.join('');
+    },
+  };
+}
+
+async function cli(argv: string[]) {
+  const run = io();
+  const code = await runCli(argv, run.io);
+  return { code, out: run.out, err: run.err };
+}
+
+function jsonLines(text: string): DumpedCell[] {
+  return text
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((l) => JSON.parse(l) as DumpedCell);
+}
+
+const fresh = () => `dump_${randomBytes(5).toString('hex')}`;
+const TTL = 300;
+
+const COMMITTED: DumpedCell[] = [
+  { row: 'alice', column: 'balance', value: '10', encoding: 'utf8' },
+  { row: 'alice', column: 'note', value: 'ff00', encoding: 'hex' },
+  { row: 'bob', column: 'balance', value: '20', encoding: 'utf8' },
+  { row: 'carol', column: 'balance', value: '30', encoding: 'utf8' },
+  { row: 'dave', column: 'balance', value: '40', encoding: 'utf8' },
+];
+
+/**
+ * Commits COMMITTED's values, then leaves two stopped clients behind:
+ * - alice+bob: stopped before the primary's commit (both rows locked with 999, never committed);
+ * - carol+dave: stopped right after it (committed as 31/41, dave's lock not yet rolled forward).
+ */
+async function fill(store: RowStore): Promise<void> {
+  const db = new Percolator({ store });
+  await db.transact(async (tx) => {
+    tx.set('accounts', 'alice', 'balance', '10');
+    tx.set('accounts', 'alice', 'note', new Uint8Array([0xff, 0x00]));
+    tx.set('accounts', 'bob', 'balance', '20');
+    tx.set('accounts', 'carol', 'balance', '30');
+    tx.set('accounts', 'dave', 'balance', '40');
+    tx.set('accounts', 'erin', 'balance', 'gone');
+  });
+  await db.transact(async (tx) => tx.delete('accounts', 'erin', 'balance'));
+  await db.close();
+  for (const [step, rows, value] of [
+    ['beforeCommitPrimary', ['alice', 'bob'], '999'],
+    ['afterCommitPrimary', ['carol', 'dave'], undefined],
+  ] as const) {
+    const crashing = new Percolator({ store, lockTtlMs: TTL, hooks: { onCommitStep: stopAt({ step }) } });
+    await expect(
+      crashing.transact(
+        async (tx) => {
+          for (const row of rows) {
+            const old = Number(await tx.getString('accounts', row, 'balance'));
+            tx.set('accounts', row, 'balance', value ?? String(old + 1));
+          }
+        },
+        { maxAttempts: 1 },
+      ),
+    ).rejects.toBeInstanceOf(ClientCrash);
+    await crashing.close();
+  }
+}
+
+/** What a reader sees once the stopped clients' locks are resolved. */
+const RESOLVED: DumpedCell[] = COMMITTED.map((c) =>
+  c.row === 'carol' ? { ...c, value: '31' } : c.row === 'dave' ? { ...c, value: '41' } : c,
+);
+
+interface Case {
+  readonly backend: string[];
+  open(namespace: string): Promise<RowStore & { dropNamespace(): Promise<void> }>;
+}
+
+const CASES: Record<string, Case> = {
+  postgres: {
+    backend: ['--backend', 'postgres'],
+    open: (namespace) => createPostgresStore({ namespace }),
+  },
+  redis: {
+    backend: ['--backend', 'redis'],
+    open: (namespace) => createRedisStore({ namespace }),
+  },
+};
+
+describe('dump / inspect on real servers', () => {
+  for (const [name, c] of Object.entries(CASES)) {
+    it(`${name}: inspect shows a stopped client's locks; dump shows exactly the committed values`, async () => {
+      const namespace = fresh();
+      const store = await c.open(namespace);
+      const args = [...c.backend, '--namespace', namespace];
+      try {
+        await fill(store);
+
+        // inspect: the raw head rows, locks and all (and it resolves nothing).
+        const alice = await cli(['inspect', 'accounts', 'alice', ...args, '--json']);
+        expect(alice.err).toBe('');
+        expect(alice.code).toBe(0);
+        const view = JSON.parse(alice.out);
+        expect(view).toMatchObject({ namespace, table: 'accounts', row: 'alice' });
+        const balance = view.cells.find((x: { column: string }) => x.column === 'balance');
+        expect(balance.lock).toMatchObject({
+          kind: 'put',
+          ttlMs: TTL,
+          primary: { table: 'accounts', row: 'alice', column: 'balance' },
+          secondaries: [{ table: 'accounts', row: 'bob' }],
+        });
+        expect(balance.lock.ageMs).toBeGreaterThanOrEqual(0);
+        expect(balance.writes).toHaveLength(1);
+        expect(balance.writes[0]).toMatchObject({ kind: 'put', value: 'inline', inlineBytes: 2 });
+        expect(balance.writes[0].commitTs).toBeGreaterThan(balance.writes[0].startTs);
+        expect(balance.lock.startTs).toBeGreaterThan(balance.writes[0].commitTs);
+        // The pending "999" (3 bytes) and the committed "10" (2 bytes) are both in the head row.
+        expect(balance.inlineBytes).toBe(5);
+
+        const dave = await cli(['inspect', 'accounts', 'dave', ...args]);
+        expect(dave.code).toBe(0);
+        expect(dave.out).toMatch(/^accounts\/dave: head row version \S+, \d+ bytes, 1 cell$/m);
+        expect(dave.out).toMatch(/lock {6}startTs \d+, put, primary accounts\/carol\/balance, ttl 300 ms/);
+        expect(dave.out).toMatch(/write {5}commitTs \d+, startTs \d+, put, value inline \(2 bytes/);
+        expect(dave.out).toContain(`namespace ${namespace} on ${name}`);
+
+        // dump: the committed values only. alice/bob's locks are rolled back (never shown),
+        // carol/dave's commit is rolled forward; erin's value was deleted.
+        const json = await cli(['dump', 'accounts', ...args, '--json']);
+        expect(json.err).toBe('');
+        expect(json.code).toBe(0);
+        expect(jsonLines(json.out)).toEqual(RESOLVED);
+        expect(json.out).not.toContain('999');
+
+        // The reader resolved the locks exactly as the protocol does: a rollback record on
+        // alice, no lock left on dave.
+        const after = JSON.parse((await cli(['inspect', 'accounts', 'alice', ...args, '--json'])).out);
+        const cell = after.cells.find((x: { column: string }) => x.column === 'balance');
+        expect(cell.lock).toBeUndefined();
+        expect(cell.writes.map((w: { kind: string }) => w.kind)).toEqual(['rollback', 'put']);
+        const daveAfter = JSON.parse((await cli(['inspect', 'accounts', 'dave', ...args, '--json'])).out);
+        expect(daveAfter.cells[0].lock).toBeUndefined();
+
+        const text = await cli(['dump', 'accounts', ...args]);
+        expect(text.code).toBe(0);
+        expect(text.out).toContain(`accounts in namespace ${namespace} on ${name}`);
+        expect(text.out).toMatch(
+          /^alice\n {2}balance {2}"10"\n {2}note {2}0xff00\nbob\n {2}balance {2}"20"\n/m,
+        );
+        expect(text.out).toMatch(/^4 rows, 5 values$/m);
+
+        const one = await cli(['dump', 'accounts', ...args, '--row', 'bob', '--json']);
+        expect(one.code).toBe(0);
+        expect(jsonLines(one.out)).toEqual(RESOLVED.filter((x) => x.row === 'bob'));
+        const limited = await cli(['dump', 'accounts', ...args, '--limit', '2', '--json']);
+        expect(limited.code).toBe(0);
+        expect(jsonLines(limited.out)).toEqual(RESOLVED.filter((x) => x.row === 'alice' || x.row === 'bob'));
+
+        // Nothing there: exit 1.
+        for (const argv of [
+          ['dump', 'nosuch', ...args],
+          ['dump', 'accounts', ...args, '--row', 'nobody'],
+          ['dump', 'accounts', ...args, '--row', 'erin'], // stored, but its only value was deleted
+          ['inspect', 'accounts', 'nobody', ...args],
+          ['inspect', 'nosuch', 'alice', ...args],
+        ]) {
+          const result = await cli(argv);
+          expect(result.code, argv.join(' ')).toBe(1);
+          expect(result.out).toBe('');
+          expect(result.err).toMatch(/holds no rows|is not stored|has no committed values/);
+        }
+      } finally {
+        await store.dropNamespace();
+        await store.close();
+      }
+    });
+  }
+
+  it('a namespace that does not exist: exit 1, and nothing is created', async () => {
+    const namespace = fresh();
+    const pg = await cli(['dump', 'accounts', '--backend', 'postgres', '--namespace', namespace]);
+    expect(pg.code).toBe(1);
+    expect(pg.err).toContain(`namespace ${namespace} not found`);
+    const redis = await cli(['dump', 'accounts', '--backend', 'redis', '--namespace', namespace]);
+    expect(redis.code).toBe(1);
+    expect(redis.err).toContain('table accounts holds no rows');
+    // Not even the oracle counter: no timestamp is drawn when there is nothing to read.
+    expect((await listRedisNamespaces({})).map((n) => n.namespace)).not.toContain(namespace);
+  });
+
+  it('bad usage and unreachable stores exit 2', async () => {
+    for (const argv of [
+      ['dump'],
+      ['dump', '--backend', 'postgres'],
+      ['dump', 'a', 'b', '--backend', 'postgres'],
+      ['dump', 'accounts'],
+      ['dump', 'accounts', '--backend', 'memory'],
+      ['dump', 'accounts', '--backend', 'nope'],
+      ['dump', '__v.accounts', '--backend', 'postgres'],
+      ['dump', 'bad name', '--backend', 'postgres'],
+      ['dump', 'accounts', '--backend', 'postgres', '--limit', '0'],
+      ['dump', 'accounts', '--backend', 'postgres', '--limit', 'x'],
+      ['dump', 'accounts', '--backend', 'postgres', '--namespace', 'Bad'],
+      ['dump', 'accounts', '--backend', 'postgres', '--bogus'],
+      ['inspect', 'accounts', '--backend', 'postgres'],
+      ['inspect', 'accounts', 'alice', 'x', '--backend', 'postgres'],
+      ['inspect', 'accounts', 'alice', '--backend', 'postgres', '--row', 'bob'],
+      ['inspect', 'accounts', 'alice', '--backend', 'postgres', '--limit', '1'],
+      ['dump', 'accounts', '--backend', 'dynamodb'].filter(() => !process.env.PERCOLATOR_DYNAMODB_ENDPOINT),
+    ]) {
+      if (argv.length === 0) continue;
+      const result = await cli(argv);
+      expect(result.code, argv.join(' ')).toBe(2);
+      expect(result.err).toContain('usage: percolator-conformance dump');
+      expect(result.out).toBe('');
+    }
+    for (const argv of [
+      ['dump', 'accounts', '--backend', 'redis', '--url', 'redis://127.0.0.1:1'],
+      [
+        'inspect',
+        'accounts',
+        'alice',
+        '--backend',
+        'postgres',
+        '--url',
+        'postgres://postgres@127.0.0.1:1/test',
+      ],
+    ]) {
+      const result = await cli(argv);
+      expect(result.code, argv.join(' ')).toBe(2);
+      expect(result.err).toContain('cannot open backend');
+    }
+  });
+
+  it('--help says it is read-only, and the main usage lists the commands', async () => {
+    const help = await cli(['dump', '--help']);
+    expect(help.code).toBe(0);
+    expect(help.out).toContain('never write a value');
+    expect(help.out).toContain('percolator-conformance inspect TABLE ROW');
+    const main = await cli(['--help']);
+    expect(main.out).toContain('percolator-conformance dump TABLE');
+  });
+});
+
+describe('dumpTable / inspectRow on the memory store', () => {
+  it('dumps exactly the committed values and inspects the lock a stopped client left', async () => {
+    const store = new MemoryStore();
+    await fill(store);
+    const lock = (await inspectRow(store, 'accounts', 'bob'))!.cells[0]!.lock!;
+    expect(lock).toMatchObject({ kind: 'put', primary: { row: 'alice', column: 'balance' }, ttlMs: TTL });
+    expect(await dumpTable(store, 'accounts')).toEqual(RESOLVED);
+    expect(await dumpTable(store, 'accounts', { row: 'dave' })).toEqual(
+      RESOLVED.filter((x) => x.row === 'dave'),
+    );
+    expect((await inspectRow(store, 'accounts', 'bob'))!.cells[0]!.lock).toBeUndefined();
+    await expect(dumpTable(store, 'nosuch')).rejects.toBeInstanceOf(NothingThereError);
+    await expect(dumpTable(store, 'accounts', { row: 'erin' })).rejects.toBeInstanceOf(NothingThereError);
+    expect(await inspectRow(store, 'accounts', 'nobody')).toBeUndefined();
+    await store.close();
+  });
+
+  it('a value that moved to a version row: inspect names the row, dump reads it', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store, gc: { inlineHistoryBytes: 0 } });
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', 'old'));
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', 'new'));
+    await db.tidy('t', 'r', { force: true });
+    await db.close();
+    const writes = (await inspectRow(store, 't', 'r'))!.cells[0]!.writes;
+    expect(writes[0]).toMatchObject({ value: 'inline' });
+    expect(writes[1]).toMatchObject({ value: 'moved', versionRow: { table: '__v.t' } });
+    expect(await dumpTable(store, 't')).toEqual([{ row: 'r', column: 'c', value: 'new', encoding: 'utf8' }]);
+    await store.close();
+  });
+});
