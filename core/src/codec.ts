@@ -34,11 +34,19 @@ const PLACES: ValuePlace[] = ['inline', 'moving', 'moved'];
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
+/**
+ * One scratch buffer for every encode: encoding is synchronous, so it is never shared, and
+ * the result is a copy of just the bytes written. Saves an allocation (and its zeroing)
+ * per encode; a buffer that grew past 1 MiB is not kept.
+ */
+let scratch: Uint8Array = new Uint8Array(64 * 1024);
+
 class Writer {
   buf: Uint8Array;
   pos = 0;
   constructor(size = 256) {
-    this.buf = new Uint8Array(size);
+    if (size > scratch.length && size <= 1024 * 1024) scratch = new Uint8Array(size);
+    this.buf = size <= scratch.length ? scratch : new Uint8Array(size);
   }
   private ensure(n: number): void {
     if (this.pos + n <= this.buf.length) return;
@@ -88,7 +96,10 @@ class Writer {
     this.pos += written;
   }
   result(): Uint8Array {
-    return this.buf.slice(0, this.pos);
+    const out = this.buf.slice(0, this.pos);
+    if (this.buf !== scratch && this.buf.length <= 1024 * 1024 && this.buf.length > scratch.length)
+      scratch = this.buf;
+    return out;
   }
 }
 
