@@ -79,7 +79,10 @@ const CASES: Record<string, Case> = {
       await fill(store);
       await store.close();
     },
-    dropped: (ns) => new RegExp(`${ns}_counters, ${ns}_rows, ${ns}_stamped_cas_v\\d+, ${ns}_version_blocks`),
+    dropped: (ns) =>
+      new RegExp(
+        `${ns}_counters, ${ns}_rows, ${ns}_stamped_cas_v\\d+, (${ns}_stamped_read_v\\d+, )?${ns}_version_blocks`,
+      ),
   },
   redis: {
     backend: ['--backend', 'redis'],
