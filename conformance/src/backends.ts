@@ -54,8 +54,12 @@ export async function load(specifier: string): Promise<Record<string, unknown>> 
   try {
     return (await import(specifier)) as Record<string, unknown>;
   } catch (error) {
+    // The adapters are optional peers: a user installs the ones for the stores they run.
+    const missing = (error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND';
     throw new Error(
-      `cannot load ${specifier} (is it built? run \`pnpm build\`): ${(error as Error).message}`,
+      missing
+        ? `cannot load ${specifier}: install it next to @percolator/conformance (npm install ${specifier}); in this repository run \`pnpm build\` (${(error as Error).message})`
+        : `cannot load ${specifier} (is it built? run \`pnpm build\`): ${(error as Error).message}`,
       {
         cause: error,
       },

