@@ -16,6 +16,7 @@ export {
   versionRowRef,
   versionRowValue,
 } from './inspect.js';
+export type { JsonValue } from './json.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
 export {
   compareKeys,

@@ -19,6 +19,7 @@ import {
   StoreError,
   UnsupportedOperationError,
 } from './errors.js';
+import { decodeJson, encodeJson, type JsonValue } from './json.js';
 import { resolveLock } from './lock-resolver.js';
 import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUserTable } from './names.js';
 import { markNotifications } from './observers/notifications.js';
@@ -188,6 +189,33 @@ export class Transaction {
     }
     gone.add(id);
     return GONE;
+  }
+
+  /** Reads a value written by `setJson`: undefined when absent, InvalidArgumentError when not JSON. */
+  async getJson<T extends JsonValue = JsonValue>(
+    table: string,
+    row: string,
+    column: string,
+  ): Promise<T | undefined> {
+    const bytes = await this.get(table, row, column);
+    return bytes === undefined
+      ? undefined
+      : (decodeJson(bytes, `${table}/${JSON.stringify(row)}/${column}`) as T);
+  }
+
+  /**
+   * Buffers a JSON value: numbers, strings, booleans, null, arrays and plain objects, which
+   * read back exactly. Anything JSON would change or drop is an InvalidArgumentError.
+   */
+  setJson(table: string, row: string, column: string, value: JsonValue): void {
+    this.assertActive();
+    const bytes = encodeJson(value);
+    if (bytes.length > this.maxValueBytes()) {
+      throw new InvalidArgumentError(
+        `JSON value is ${bytes.length} bytes; the limit is ${this.maxValueBytes()}`,
+      );
+    }
+    this.buffer(table, row, column, bytes);
   }
 
   async getString(table: string, row: string, column: string): Promise<string | undefined> {

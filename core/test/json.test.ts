@@ -1,0 +1,81 @@
+import { InvalidArgumentError, type JsonValue, MemoryStore, Percolator } from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+
+describe('typed values: tx.setJson / tx.getJson', () => {
+  it('round-trips JSON values exactly', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const values: JsonValue[] = [
+      0,
+      -1,
+      0.1,
+      1e-300,
+      Number.MAX_SAFE_INTEGER,
+      -Number.MAX_VALUE,
+      '',
+      'NUL\u0000 emoji 🦄 é',
+      true,
+      false,
+      null,
+      [],
+      {},
+      [1, 'two', [3, { four: 4 }], null],
+      { nested: { deeper: [{ a: 1 }] }, 'key with spaces': 'x', '🦄': true },
+    ];
+    await db.transact(async (tx) => {
+      values.forEach((v, i) => tx.setJson('j', `r${i}`, 'v', v));
+    });
+    const back = await db.transact(async (tx) =>
+      Promise.all(values.map((_, i) => tx.getJson('j', `r${i}`, 'v'))),
+    );
+    expect(back).toEqual(values);
+    expect(await db.transact((tx) => tx.getJson('j', 'absent', 'v'))).toBeUndefined();
+    // Inside the transaction too (read-your-writes).
+    await db.transact(async (tx) => {
+      tx.setJson('j', 'own', 'v', { n: 1 });
+      expect(await tx.getJson('j', 'own', 'v')).toEqual({ n: 1 });
+    });
+    await db.close();
+  });
+
+  it('refuses what JSON would change or drop, with InvalidArgumentError, and buffers nothing', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    const cycle: Record<string, unknown> = {};
+    cycle.self = cycle;
+    const bad: unknown[] = [
+      undefined,
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      -0,
+      10n,
+      () => 1,
+      Symbol('s'),
+      new Date(0),
+      new Map(),
+      cycle,
+      [1, , 3],
+      '\uD800',
+      { ['\uDC00']: 1 },
+      { [Symbol('k')]: 1 },
+      { nested: { value: undefined } },
+    ];
+    for (const value of bad) {
+      const tx = await db.begin();
+      expect(() => tx.setJson('j', 'r', 'v', value as JsonValue), String(value)).toThrow(
+        InvalidArgumentError,
+      );
+      await tx.commit();
+    }
+    expect(await store.read('j', 'r')).toBeNull();
+    await db.close();
+  });
+
+  it('getJson of a value that is not JSON is an InvalidArgumentError', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    await db.transact(async (tx) => tx.set('j', 'raw', 'v', 'not json {'));
+    await expect(db.transact((tx) => tx.getJson('j', 'raw', 'v'))).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    await db.close();
+  });
+});
