@@ -3,6 +3,16 @@ export function backoffMs(attempt: number, baseMs = 2, capMs = 200): number {
   return Math.random() * Math.min(capMs, baseMs * 2 ** Math.min(attempt, 16));
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  if (!signal) return new Promise((resolve) => setTimeout(resolve, ms));
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    if (signal.aborted) done();
+    else signal.addEventListener('abort', done, { once: true });
+  });
 }

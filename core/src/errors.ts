@@ -79,6 +79,17 @@ export class CorruptRowError extends PercolatorError {
   }
 }
 
+/**
+ * The caller's AbortSignal fired (or `timeoutMs` passed) before the commit point: the
+ * transaction was rolled back and nothing of it is visible. A transaction that had passed
+ * its commit point when the signal fired is committed and is never reported this way.
+ */
+export class AbortedError extends PercolatorError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ABORTED', message, { ...options, retryable: false });
+  }
+}
+
 /** The transaction or client was used after it finished or closed. */
 export class ClosedError extends PercolatorError {
   constructor(message: string) {

@@ -1,5 +1,6 @@
 import { backoffMs, sleep } from './backoff.js';
 import type { PrunePolicy } from './cells.js';
+import { abortedError } from './commit/context.js';
 import { observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge } from './env.js';
 import { ClosedError, InvalidArgumentError, isRetryable } from './errors.js';
 import { validateColumn, validateRowKey, validateUserTable } from './names.js';
@@ -42,6 +43,14 @@ export interface PercolatorOptions {
 export interface TransactOptions {
   /** Attempts before giving up with the last retryable error (a ConflictError for conflicts). Default 10. */
   readonly maxAttempts?: number;
+  /**
+   * Aborts the transaction: reads and lock waits stop at once, a commit that has not passed
+   * its commit point rolls back, and `transact` rejects with AbortedError. A transaction
+   * past its commit point is committed and `transact` resolves.
+   */
+  readonly signal?: AbortSignal;
+  /** A deadline for the whole call, attempts and backoff included: as a signal firing after this many ms. */
+  readonly timeoutMs?: number;
 }
 
 const CLIENT_OPTIONS: OptionKeys<PercolatorOptions> = {
@@ -148,23 +157,40 @@ export class Percolator {
    * is rethrown unchanged; a CommitUnknownError is never retried.
    */
   async transact<T>(fn: (tx: Transaction) => Promise<T>, options: TransactOptions = {}): Promise<T> {
-    checkOptionKeys<TransactOptions>('transact', options, { maxAttempts: true });
+    checkOptionKeys<TransactOptions>('transact', options, {
+      maxAttempts: true,
+      signal: true,
+      timeoutMs: true,
+    });
     const maxAttempts = options.maxAttempts ?? 10;
+    const { timeoutMs } = options;
+    if (timeoutMs !== undefined && !(Number.isFinite(timeoutMs) && timeoutMs >= 0))
+      throw new InvalidArgumentError('timeoutMs must be a non-negative number');
+    if (options.signal !== undefined && !(options.signal instanceof AbortSignal))
+      throw new InvalidArgumentError('signal must be an AbortSignal');
+    const signals = [
+      ...(options.signal ? [options.signal] : []),
+      ...(timeoutMs !== undefined ? [AbortSignal.timeout(timeoutMs)] : []),
+    ];
+    const signal =
+      signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
     if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
       throw new InvalidArgumentError('maxAttempts must be a positive integer');
     for (let attempt = 1; ; attempt++) {
       if (this.closed) throw new ClosedError('this Percolator client is closed');
+      if (signal?.aborted) throw abortedError(signal);
       // The start timestamp is drawn with the first read (in one round trip with it where
       // the store can), or at commit for a transaction that only writes. A timestamp that
       // could not be fetched fails the attempt like any retryable failure.
-      const tx = new Transaction(this.env);
+      const tx = new Transaction(this.env, undefined, signal);
       let result: T;
       try {
         result = await fn(tx);
       } catch (error) {
         await tx.rollback();
+        if (signal?.aborted) throw abortedError(signal);
         if (!isRetryable(error) || attempt >= maxAttempts) throw error;
-        await sleep(backoffMs(attempt, 2, 100));
+        await sleep(backoffMs(attempt, 2, 100), signal);
         continue;
       }
       try {
@@ -172,7 +198,8 @@ export class Percolator {
         return result;
       } catch (error) {
         if (!isRetryable(error) || attempt >= maxAttempts) throw error;
-        await sleep(backoffMs(attempt, 2, 100));
+        if (signal?.aborted) throw abortedError(signal);
+        await sleep(backoffMs(attempt, 2, 100), signal);
       }
     }
   }

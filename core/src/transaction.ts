@@ -1,6 +1,7 @@
 import { backoffMs, sleep } from './backoff.js';
 import { visibleWrite } from './cells.js';
 import { decodeRow, decodeVersionRow } from './codec.js';
+import { abortedError } from './commit/context.js';
 import {
   type CommitContext,
   commitOnePhase,
@@ -24,6 +25,7 @@ import { resolveLock } from './lock-resolver.js';
 import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUserTable } from './names.js';
 import { markNotifications } from './observers/notifications.js';
 import { isReservedColumn } from './observers/reserved.js';
+import { checkOptionKeys } from './options.js';
 import type { Cell, Lock, RowState } from './row-state.js';
 import type { StoredRow } from './store.js';
 import { versionKey, versionTable } from './versions.js';
@@ -91,6 +93,8 @@ export class Transaction {
   constructor(
     private readonly env: ProtocolEnv,
     startTs?: number,
+    /** Aborts reads (and lock waits) at once, and the commit up to its commit point. */
+    private readonly signal?: AbortSignal,
   ) {
     this.ts = startTs;
   }
@@ -147,6 +151,7 @@ export class Transaction {
     const waitStart = performance.now();
     const gone = new Set<string>();
     for (let attempt = 0; ; attempt++) {
+      this.checkSignal();
       const stored = await this.readAndRemember(table, row);
       const state = stored ? decodeRow(stored.state) : undefined;
       const views = columns.map((column) => {
@@ -341,11 +346,23 @@ export class Transaction {
     }
   }
 
-  async commit(): Promise<CommitResult> {
+  /**
+   * Commits the buffered writes. A `signal` (or the transaction's own, from
+   * `db.transact`) that fires before the commit point rolls back and rejects with
+   * AbortedError; once the commit point is passed the transaction is committed, and this
+   * resolves, whatever the signal does.
+   */
+  async commit(options: { signal?: AbortSignal } = {}): Promise<CommitResult> {
     this.assertActive();
+    checkOptionKeys<{ signal?: AbortSignal }>('commit', options, { signal: true });
+    const signal = options.signal ?? this.signal;
+    if (signal?.aborted) {
+      this.status = 'failed';
+      throw abortedError(signal);
+    }
     this.status = 'committing';
     try {
-      const commitTs = await this.commitMutations();
+      const commitTs = await this.commitMutations(signal);
       this.status = 'committed';
       return { commitTs };
     } catch (error) {
@@ -362,7 +379,7 @@ export class Transaction {
     this.notifications.clear();
   }
 
-  private async commitMutations(): Promise<number> {
+  private async commitMutations(signal: AbortSignal | undefined): Promise<number> {
     if (
       this.ts === undefined &&
       this.env.stampedReadCounter !== undefined &&
@@ -383,19 +400,19 @@ export class Transaction {
       if (notified.length > 0) await markNotifications(this.env, notified, this.startTs);
       return this.startTs;
     }
-    if (notified.length === 0) return this.commitRows(rows);
+    if (notified.length === 0) return this.commitRows(rows, signal);
     // Weak notifications on rows this transaction does not write are marked before the
     // commit point (a client crash after it loses none); rows it writes get theirs in the
     // prewrite CAS. After the commit point every mark is raised to commitTs, so a worker
     // that ran below commitTs (and so missed our writes) runs again.
     const notifyOnly = notified.filter((n) => !this.mutations.has(rowId(n.table, n.row)));
     if (notifyOnly.length > 0) await markNotifications(this.env, notifyOnly, this.startTs);
-    const commitTs = await this.commitRows(rows);
+    const commitTs = await this.commitRows(rows, signal);
     await markNotifications(this.env, notified, commitTs).catch(() => undefined);
     return commitTs;
   }
 
-  private async commitRows(rows: RowMutations[]): Promise<number> {
+  private async commitRows(rows: RowMutations[], signal: AbortSignal | undefined): Promise<number> {
     // A deterministic primary: the first row in (table, key) order.
     rows.sort((a, b) => (a.table === b.table ? compareKeys(a.row, b.row) : a.table < b.table ? -1 : 1));
     const first = rows[0]!;
@@ -406,6 +423,7 @@ export class Transaction {
       primary: { table: first.table, row: first.row, column: first.cells.keys().next().value! },
       knownRows: this.knownRows,
       crashed: undefined,
+      signal,
     };
     if (rows.length === 1 && this.env.stampCounter !== undefined)
       return commitOnePhase(ctx, this.env.stampCounter);
@@ -499,7 +517,13 @@ export class Transaction {
         `${table}/${JSON.stringify(row)} stayed locked by live transaction ${lock.startTs}; retry later`,
       );
     }
-    await sleep(backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4)));
+    await sleep(backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4)), this.signal);
+    this.checkSignal();
+  }
+
+  /** Reads and lock waits stop at once when the caller aborts. */
+  private checkSignal(): void {
+    if (this.signal?.aborted) throw abortedError(this.signal);
   }
 
   private async readAndRemember(table: string, row: string): Promise<StoredRow | null> {

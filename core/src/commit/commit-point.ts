@@ -5,7 +5,7 @@ import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from 
 import { cellOf, emptyRow, rowHasNotification } from '../row-state.js';
 import { AmbiguousOutcome, encodeState, readRow, updateRow } from '../row-update.js';
 import { writeStamp } from '../store.js';
-import { alive, type CommitContext, isPrimaryRow, rowId } from './context.js';
+import { alive, type CommitContext, isPrimaryRow, notAborted, rowId } from './context.js';
 import { applyPrewrite, relievePressure, withLockResolution } from './prewrite.js';
 
 /**
@@ -92,6 +92,7 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
     let ambiguous = false;
     for (let attempt = 0; attempt < 64; attempt++) {
       alive(ctx);
+      if (!ambiguous) notAborted(ctx); // once a stamped CAS may have landed, only its fate counts
       if (current === undefined) {
         try {
           current = await readRow(env, m.table, m.row);

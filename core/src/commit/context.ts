@@ -1,4 +1,5 @@
 import type { CommitStepEvent, ProtocolEnv } from '../env.js';
+import { AbortedError } from '../errors.js';
 import type { CellRef, Lock, RowKey } from '../row-state.js';
 import type { StoredRow } from '../store.js';
 
@@ -22,6 +23,19 @@ export interface CommitContext {
   readonly knownRows: Map<string, StoredRow | null>;
   /** Set once a hook simulated a crash: the client makes no further store call. */
   crashed: unknown;
+  /** The caller's signal: honoured up to the commit point, never after it. */
+  readonly signal?: AbortSignal | undefined;
+}
+
+/** Before the commit point: stop if the caller aborted (the caller rolls back). */
+export function notAborted(ctx: CommitContext): void {
+  if (ctx.signal?.aborted) throw abortedError(ctx.signal);
+}
+
+export function abortedError(signal: AbortSignal): AbortedError {
+  const reason: unknown = signal.reason;
+  const why = reason instanceof Error ? reason.message : reason === undefined ? 'aborted' : String(reason);
+  return new AbortedError(`the transaction was aborted before its commit point: ${why}`, { cause: reason });
 }
 
 export function rowId(table: string, row: string): string {

@@ -2,7 +2,7 @@ import { STAMP } from '../codec.js';
 import { CommitUnknownError, PercolatorError, StoreError } from '../errors.js';
 import { AmbiguousOutcome } from '../row-update.js';
 import { commitPrimary } from './commit-point.js';
-import { alive, type CommitContext, step } from './context.js';
+import { alive, type CommitContext, notAborted, step } from './context.js';
 import { Heartbeat } from './heartbeat.js';
 import { prewriteAll } from './prewrite.js';
 import { rollbackTransaction } from './rollback.js';
@@ -41,10 +41,13 @@ async function reachCommitPoint(ctx: CommitContext): Promise<number> {
   const heartbeat = new Heartbeat(ctx);
   try {
     await step(ctx, { step: 'beforePrewrite' });
+    notAborted(ctx);
     await prewriteAll(ctx, heartbeat);
+    notAborted(ctx);
     // Where the store can stamp the commit CAS, the commit timestamp is drawn inside it.
     const commitTs = ctx.env.stampCounter !== undefined ? STAMP : await ctx.env.oracle.next();
     await step(ctx, { step: 'beforeCommitPrimary', ...(commitTs === STAMP ? {} : { commitTs }) });
+    notAborted(ctx); // the last moment a signal counts: after this CAS the transaction is committed
     await heartbeat.stop();
     return await commitPrimary(ctx, commitTs);
   } catch (error) {

@@ -1,0 +1,122 @@
+import {
+  AbortedError,
+  ClientCrash,
+  type CommitStep,
+  LockNotResolvedError,
+  MemoryStore,
+  Percolator,
+} from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { InstrumentedStore } from './support.js';
+
+const ROWS = ['a', 'b', 'c'];
+const read = (db: Percolator) => db.transact((tx) => Promise.all(ROWS.map((r) => tx.getString('t', r, 'v'))));
+
+describe('cancellation and deadlines', () => {
+  const steps: [CommitStep, 'aborted' | 'committed'][] = [
+    ['beforePrewrite', 'aborted'],
+    ['afterPrewrite', 'aborted'],
+    ['beforeCommitPrimary', 'aborted'],
+    ['afterCommitPrimary', 'committed'],
+    ['afterCommitSecondary', 'committed'],
+  ];
+  for (const stamped of [true, false]) {
+    for (const [step, outcome] of steps) {
+      it(`abort at ${step}${stamped ? '' : ' (two-step commit)'}: ${outcome === 'aborted' ? 'rolled back, nothing visible, AbortedError' : 'committed, and reported so'}`, async () => {
+        const store = new InstrumentedStore(new MemoryStore(), stamped ? {} : { stampedCheckAndSet: false });
+        const setup = new Percolator({ store });
+        await setup.transact(async (tx) => {
+          for (const r of ROWS) tx.set('t', r, 'v', 'old');
+        });
+        await setup.close();
+        const controller = new AbortController();
+        const db = new Percolator({
+          store,
+          hooks: {
+            onCommitStep: (e) => void (e.step === step && controller.abort(new Error(`stop at ${step}`))),
+          },
+        });
+        const result = await db
+          .transact(
+            async (tx) => {
+              for (const r of ROWS) tx.set('t', r, 'v', 'new');
+              return 'done';
+            },
+            { signal: controller.signal },
+          )
+          .then(
+            (v) => v,
+            (e: unknown) => e,
+          );
+        await db.close();
+        const reader = new Percolator({ store, lockWaitMs: 50 });
+        if (outcome === 'aborted') {
+          expect(result).toBeInstanceOf(AbortedError);
+          expect((result as AbortedError).retryable).toBe(false);
+          // Rolled back: no lock left, the old values everywhere, and a writer goes straight through.
+          expect(await read(reader)).toEqual(ROWS.map(() => 'old'));
+        } else {
+          expect(result).toBe('done');
+          expect(await read(reader)).toEqual(ROWS.map(() => 'new'));
+        }
+        await reader.transact(
+          async (tx) => {
+            for (const r of ROWS) tx.set('t', r, 'v', 'after');
+          },
+          { maxAttempts: 1 },
+        );
+        await reader.close();
+      });
+    }
+  }
+
+  it('a one-row transaction aborted before its one-phase commit writes nothing', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    const controller = new AbortController();
+    const tx = await db.begin();
+    tx.set('t', 'solo', 'v', 'x');
+    controller.abort();
+    await expect(tx.commit({ signal: controller.signal })).rejects.toBeInstanceOf(AbortedError);
+    expect(await store.read('t', 'solo')).toBeNull();
+    await db.close();
+  });
+
+  it('a reader waiting on a live lock stops at the deadline with AbortedError, not after lockWaitMs', async () => {
+    const store = new MemoryStore();
+    const crashed = new Percolator({
+      store,
+      lockTtlMs: 60_000,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    await expect(
+      crashed.transact(async (tx) => {
+        tx.set('t', 'x', 'v', '1');
+        tx.set('t', 'y', 'v', '1');
+      }),
+    ).rejects.toBeInstanceOf(ClientCrash);
+    const reader = new Percolator({ store, lockTtlMs: 60_000, lockWaitMs: 60_000 });
+    const error = await reader
+      .transact((tx) => tx.getString('t', 'x', 'v'), { timeoutMs: 50 })
+      .catch((e) => e);
+    expect(error).toBeInstanceOf(AbortedError);
+    expect(error).not.toBeInstanceOf(LockNotResolvedError);
+    await reader.close();
+    await crashed.close();
+  });
+
+  it('bad signal and timeout options are InvalidArgumentErrors', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    await expect(db.transact(async () => 1, { timeoutMs: -1 })).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+    });
+    await expect(db.transact(async () => 1, { signal: {} as AbortSignal })).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+    });
+    await db.close();
+  });
+});
