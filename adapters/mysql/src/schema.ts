@@ -9,6 +9,7 @@ import { validateNamespace } from './requests.js';
  *                        even on servers that recompute AUTO_INCREMENT from MAX(id);
  *                        ids start at the clock, so not after re-creation either.
  *   <ns>_stamped_cas_v1  stored procedure: the stamped check-and-set (see below).
+ *   <ns>_stamped_read_v1 stored procedure: the stamped read (see below).
  * Identifiers are built only from the validated namespace and fixed suffixes.
  */
 export interface MySqlNames {
@@ -20,6 +21,10 @@ export interface MySqlNames {
   readonly stampedCas: string;
   /** Its bare name (a bound value when looking it up in information_schema). */
   readonly stampedCasRoutine: string;
+  /** The stamped read procedure, quoted. */
+  readonly stampedRead: string;
+  /** Its bare name. */
+  readonly stampedReadRoutine: string;
 }
 
 /**
@@ -27,6 +32,7 @@ export interface MySqlNames {
  * an existing body, so a changed body must get a new name (and the old one stays harmless).
  */
 const STAMPED_CAS_SUFFIX = 'stamped_cas_v1';
+const STAMPED_READ_SUFFIX = 'stamped_read_v1';
 
 export function mysqlNames(namespace?: string): MySqlNames {
   const ns = validateNamespace(namespace);
@@ -37,14 +43,16 @@ export function mysqlNames(namespace?: string): MySqlNames {
     versionBlocks: `\`${ns}_version_blocks\``,
     stampedCas: `\`${ns}_${STAMPED_CAS_SUFFIX}\``,
     stampedCasRoutine: `${ns}_${STAMPED_CAS_SUFFIX}`,
+    stampedRead: `\`${ns}_${STAMPED_READ_SUFFIX}\``,
+    stampedReadRoutine: `${ns}_${STAMPED_READ_SUFFIX}`,
   };
 }
 
 /**
  * The schema, one statement per entry; every statement is idempotent. `createMySqlStore`
  * runs them under GET_LOCK so that many processes starting at once queue up.
- * Plain MariaDB / MySQL 8.0.29+ syntax only (no RETURNING, no sequences; the procedure
- * needs CREATE PROCEDURE IF NOT EXISTS).
+ * Plain MariaDB / MySQL 8.0.29+ syntax only (no RETURNING, no sequences; the procedures
+ * need CREATE PROCEDURE IF NOT EXISTS, the stamped read JSON_TABLE: MariaDB 10.6+).
  */
 export function mysqlSchemaStatements(namespace?: string): string[] {
   const n = mysqlNames(namespace);
@@ -79,6 +87,7 @@ export function mysqlSchemaStatements(namespace?: string): string[] {
 SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS UNSIGNED) FROM DUAL
 WHERE NOT EXISTS (SELECT 1 FROM ${n.versionBlocks})`,
     stampedCasProcedure(n),
+    stampedReadProcedure(n),
   ];
 }
 
@@ -188,6 +197,71 @@ BEGIN
 END`;
 }
 
+/*
+ * The stamped read (capability stampedRead), one CALL = one round trip: add 1 to a counter,
+ * then read rows with a read view created after that increment.
+ *
+ * Arguments: the counter name, and the rows as a JSON array of [table hex, key hex] pairs
+ * (hex, so keys with any bytes, NUL included, cross JSON unchanged; the array is a bound
+ * string, never SQL text). JSON_TABLE turns it into rows with their 1-based position
+ * (FOR ORDINALITY), joined to the rows table on its primary key.
+ *
+ * Steps:
+ *   1. START TRANSACTION; add 1 to the counter with the very statement `increment` uses
+ *      (same row, LAST_INSERT_ID); COMMIT. The increment waits for any transaction that
+ *      holds the counter row: a stamped CAS holds it from its draw until its COMMIT, and
+ *      InnoDB makes a transaction visible to new read views before it releases its locks.
+ *   2. START TRANSACTION READ ONLY, then one SELECT that answers (0, drawn value, NULL)
+ *      and (position, version, state) for every requested row that exists; COMMIT.
+ *      The SELECT is the new transaction's first consistent read, so under REPEATABLE READ
+ *      (the default) it creates the transaction's read view now, after step 1 committed;
+ *      under READ COMMITTED every statement gets a new view anyway. So it sees every write
+ *      that was visible before the counter reached the drawn value.
+ * Drawing and reading in ONE transaction whose read view was created before the increment
+ * waited (e.g. START TRANSACTION WITH CONSISTENT SNAPSHOT, or any read before the draw)
+ * would NOT do: that view predates a stamped CAS that commits during the wait, whose stamp
+ * is below the drawn value (the tests show such a read missing the write). Committing the
+ * draw first also frees the counter row before the read runs.
+ *
+ * Every error rolls back and is resignalled (a read: nothing but the counter was written,
+ * and a drawn value that is never used is just a gap). After the errors MariaDB deems
+ * fatal, which skip handlers, the store rolls the connection back itself, as for the
+ * stamped CAS.
+ */
+function stampedReadProcedure(n: MySqlNames): string {
+  return `CREATE PROCEDURE IF NOT EXISTS ${n.stampedRead}(
+  IN p_counter VARBINARY(1024),
+  IN p_rows LONGTEXT
+)
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'percolator stamped read, see @percolator/mysql README'
+BEGIN
+  DECLARE v_ts BIGINT UNSIGNED;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+  BEGIN
+    ROLLBACK;
+    RESIGNAL;
+  END;
+  START TRANSACTION;
+  INSERT INTO ${n.counters} (name, value) VALUES (p_counter, LAST_INSERT_ID(1))
+  ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + 1);
+  SET v_ts = LAST_INSERT_ID();
+  COMMIT;
+  START TRANSACTION READ ONLY;
+  SELECT 0 AS i, CAST(v_ts AS CHAR) AS version, NULL AS state
+  UNION ALL
+  SELECT r.i, CAST(t.version AS CHAR), t.state
+  FROM JSON_TABLE(p_rows, '$[*]' COLUMNS (
+    i FOR ORDINALITY,
+    tbl_hex VARCHAR(128) PATH '$[0]',
+    key_hex VARCHAR(2048) PATH '$[1]'
+  )) AS r
+  STRAIGHT_JOIN ${n.rows} AS t ON t.tbl = UNHEX(r.tbl_hex) AND t.row_key = UNHEX(r.key_hex);
+  COMMIT;
+END`;
+}
+
 /** The schema as one SQL script, for users who manage schemas themselves. */
 export function mysqlSchemaSql(namespace?: string): string {
   return `${mysqlSchemaStatements(namespace).join(';\n\n')};\n`;
@@ -197,6 +271,7 @@ export function mysqlDropStatements(namespace?: string): string[] {
   const n = mysqlNames(namespace);
   return [
     `DROP PROCEDURE IF EXISTS ${n.stampedCas}`,
+    `DROP PROCEDURE IF EXISTS ${n.stampedRead}`,
     `DROP TABLE IF EXISTS ${n.rows}, ${n.counters}, ${n.versionBlocks}`,
   ];
 }

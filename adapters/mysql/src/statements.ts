@@ -55,11 +55,20 @@ ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + ?)`,
     // name, stamp offset. Answers one row (applied, ts, version, state).
     stampedCas: `CALL ${n.stampedCas}(?, ?, CAST(? AS UNSIGNED), CAST(? AS UNSIGNED), ?, ?, ?, ?)`,
 
-    // At startup: the packet limit, and whether the stamped CAS procedure exists (it does
-    // unless the schema was made by hand from an older script): stampedCheckAndSet.
+    // The stamped read: one CALL of the other procedure in schema.ts (see there for why the
+    // read sees every write below the drawn value). Counter name, rows as a JSON array of
+    // [table hex, key hex]. Answers (0, drawn value, NULL), then (position, version, state)
+    // per requested row that exists.
+    stampedRead: `CALL ${n.stampedRead}(?, ?)`,
+
+    // At startup: the packet limit, and whether the stamped CAS and stamped read procedures
+    // exist (they do unless the schema was made by hand from an older script):
+    // stampedCheckAndSet, stampedRead.
     settings: `SELECT @@max_allowed_packet AS p,
   (SELECT COUNT(*) FROM information_schema.ROUTINES
-   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped`,
+   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped,
+  (SELECT COUNT(*) FROM information_schema.ROUTINES
+   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped_read`,
   };
 }
 

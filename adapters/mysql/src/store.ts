@@ -89,8 +89,9 @@ const OPTION_KEYS: OptionKeys<MySqlStoreOptions> = {
 
 export interface MySqlStore extends RowStore {
   readonly namespace: string;
-  // Every optional capability is implemented, so always present. stampedCheckAndSet is
-  // declared only when the namespace has the stamped CAS procedure (createSchema makes it).
+  // Every optional capability is implemented, so always present. stampedCheckAndSet and
+  // stampedRead are declared only when the namespace has the stamped CAS / stamped read
+  // procedure (createSchema makes both); without it the method fails (StoreError 'no').
   readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
   checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]>;
   scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]>;
@@ -100,6 +101,10 @@ export interface MySqlStore extends RowStore {
     request: CasRequest & { readonly state: Uint8Array },
     counter: string,
   ): Promise<CasResult & { timestamp?: number }>;
+  readStamped(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
   /** Drops this namespace's tables: all of its data. The store is unusable afterwards. */
   dropNamespace(): Promise<void>;
 }
@@ -135,9 +140,11 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
       await underSchemaLock(connector, mysqlSchemaStatements(names.namespace));
     const settings = (await connector.run('read server settings', 'read', mysqlStatements(names).settings, [
       names.stampedCasRoutine,
-    ])) as { p: unknown; stamped: unknown }[];
+      names.stampedReadRoutine,
+    ])) as { p: unknown; stamped: unknown; stamped_read: unknown }[];
     const maxAllowedPacket = Number(settings[0]!.p);
     const stamped = Number(settings[0]!.stamped) > 0;
+    const stampedRead = Number(settings[0]!.stamped_read) > 0;
     const store = new MySqlRowStore(
       connector,
       ownsPool,
@@ -145,6 +152,7 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
       maxAllowedPacket,
       multipleStatements,
       stamped,
+      stampedRead,
     );
     await store.prepare();
     return store;
@@ -282,6 +290,7 @@ class MySqlRowStore implements MySqlStore {
     maxAllowedPacket: number,
     private readonly multipleStatements: boolean,
     stamped: boolean,
+    stampedRead: boolean,
   ) {
     this.namespace = names.namespace;
     this.sql = mysqlStatements(names);
@@ -293,6 +302,7 @@ class MySqlRowStore implements MySqlStore {
       atomicCounter: true,
       notificationIndex: true,
       stampedCheckAndSet: stamped,
+      stampedRead,
       maxStateBytes: maxStateBytesFor(maxAllowedPacket),
     };
     this.versions = new VersionAllocator(async () => {
@@ -497,7 +507,7 @@ class MySqlRowStore implements MySqlStore {
     }
     const version = await this.newVersion();
     const expected = plan.kind === 'update' ? plan.expected : null;
-    const results = (await this.callStamped([
+    const results = (await this.callProcedure('checkAndSetStamped', 'write', this.sql.stampedCas, [
       plan.tbl,
       plan.key,
       expected,
@@ -516,28 +526,85 @@ class MySqlRowStore implements MySqlStore {
   }
 
   /**
-   * The CALL, on a connection of its own. MariaDB skips a procedure's handlers for errors
+   * One CALL of the namespace's stamped read procedure (schema.ts explains the steps and why
+   * the read sees every write below the drawn value): one round trip. It draws counter + 1
+   * with the statement `incrementCounter` uses and commits that, then reads the rows in a
+   * new transaction whose read view is created after the draw. Results in request order,
+   * decoded like readMany (same version tokens). Fails like a read (StoreError 'no',
+   * also for a lost or timed-out reply): it writes nothing but the counter, which may have
+   * advanced (a gap, which is allowed).
+   *
+   * The rows travel as one bound JSON string. Should they not fit one packet, the first
+   * part goes with the CALL and the rest is read with readMany afterwards: read later
+   * still, so also after the draw.
+   */
+  async readStamped(
+    refs: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    const name = encodeCounterName(counter);
+    if (!Array.isArray(refs))
+      throw new InvalidArgumentError('readStamped expects an array of { table, key }');
+    const encoded = refs.map((ref: unknown) => {
+      if (typeof ref !== 'object' || ref === null) {
+        throw new InvalidArgumentError('readStamped expects an array of { table, key }');
+      }
+      return encodeRef(ref as RowRef);
+    });
+    if (this.capabilities.stampedRead !== true) {
+      throw new StoreError(
+        `mysql: readStamped needs the procedure ${mysqlNames(this.namespace).stampedReadRoutine}, which ` +
+          'this schema lacks (capabilities.stampedRead is false); run mysqlSchemaSql() again',
+        'no',
+        { retryable: false },
+      );
+    }
+    // A row is at most ~2.2 KB of JSON (hex of a 64-byte table and a 1024-byte key).
+    const perCall = Math.max(1, Math.floor(this.packetBudget / 2400));
+    const first = encoded.slice(0, perCall);
+    const json = JSON.stringify(first.map((ref) => [ref.tbl.toString('hex'), ref.key.toString('hex')]));
+    const results = (await this.callProcedure('readStamped', 'read', this.sql.stampedRead, [
+      name,
+      json,
+    ])) as unknown[];
+    let timestamp: number | undefined;
+    const rows: (StoredRow | null)[] = encoded.map(() => null);
+    for (const row of results[0] as Row[]) {
+      const i = Number(row.i);
+      if (i === 0) timestamp = toSafeCounter(String(row.version), counter);
+      else rows[i - 1] = toStoredRow(row);
+    }
+    if (timestamp === undefined) throw new StoreError('mysql: readStamped: no timestamp in the reply', 'no');
+    if (encoded.length > perCall) {
+      const rest = await this.readMany(refs.slice(perCall));
+      rest.forEach((row, i) => {
+        rows[perCall + i] = row;
+      });
+    }
+    return { timestamp, rows };
+  }
+
+  /**
+   * A CALL, on a connection of its own. MariaDB skips a procedure's handlers for errors
    * it deems fatal (e.g. a lock wait timeout or deadlock inside a row write): the CALL then
    * fails with its transaction still open on this connection, possibly holding the counter
    * increment or a half-done row write. That transaction must never commit (a later
    * START TRANSACTION would commit it implicitly), so after a server error answer the
    * connection is rolled back before it is reused, or destroyed (the server then rolls
-   * back) if that fails. Either way the answer 'no' stays true: nothing was committed.
+   * back) if that fails. Either way the answer 'no' stays true: nothing was committed (by
+   * a stamped read, at most its counter draw, which is a read's allowed gap).
    */
-  private async callStamped(values: unknown[]): Promise<unknown> {
+  private async callProcedure(
+    what: string,
+    mode: 'read' | 'write',
+    sql: string,
+    values: unknown[],
+  ): Promise<unknown> {
     const connection = await this.connector.connect();
     const timeout = this.connector.queryTimeoutMs;
     let reusable = false;
     try {
-      const result = await query(
-        connection,
-        'checkAndSetStamped',
-        'write',
-        this.sql.stampedCas,
-        values,
-        1,
-        timeout,
-      );
+      const result = await query(connection, what, mode, sql, values, 1, timeout);
       reusable = true;
       return result;
     } catch (error) {

@@ -274,10 +274,12 @@ describe('mysql store: optional capabilities', () => {
       atomicCounter: true,
       notificationIndex: true,
       stampedCheckAndSet: true,
+      stampedRead: true,
     });
     expect(store.capabilities.maxStateBytes).toBe(maxStateBytesFor(await maxAllowedPacket()));
     expect(store.capabilities.maxStateBytes).toBeLessThan((await maxAllowedPacket()) / 2);
     expect(typeof store.checkAndSetStamped).toBe('function');
+    expect(typeof store.readStamped).toBe('function');
   });
 
   it('readMany returns rows in request order, null for missing, across tables', async () => {

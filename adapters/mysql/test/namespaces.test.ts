@@ -49,6 +49,7 @@ describe('mysql namespaces: list and drop', () => {
       `${ns}_counters`,
       `${ns}_rows`,
       expect.stringMatching(new RegExp(`^${ns}_stamped_cas_v\\d+$`)),
+      expect.stringMatching(new RegExp(`^${ns}_stamped_read_v\\d+$`)),
       `${ns}_version_blocks`,
     ]);
     // An application table that shares the prefix is no part of it.
@@ -79,7 +80,7 @@ describe('mysql namespaces: list and drop', () => {
     await admin.query(`DROP TABLE \`${ns}_counters\`, \`${ns}_version_blocks\``);
     const listed = (await listMySqlNamespaces({ uri: url })).find((n) => n.namespace === ns);
     expect(listed?.complete).toBe(false);
-    expect(listed?.objects).toHaveLength(2); // rows and the procedure
+    expect(listed?.objects).toHaveLength(3); // rows and the two procedures
     expect((await dropMySqlNamespace(ns, { uri: url }))?.objects).toEqual(listed?.objects);
     for (const name of listed!.objects) expect(await exists(name)).toBe(false);
   });

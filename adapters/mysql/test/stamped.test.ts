@@ -687,9 +687,11 @@ describe('mysql stamped check-and-set: failures', () => {
 
     // An older script: the tables without the procedure.
     const statements = mysqlSchemaStatements(namespace);
-    const procedure = statements.filter((sql) => sql.startsWith('CREATE PROCEDURE'));
+    const isCas = (sql: string) =>
+      sql.startsWith(`CREATE PROCEDURE IF NOT EXISTS \`${namespace}_stamped_cas_`);
+    const procedure = statements.filter(isCas);
     expect(procedure).toHaveLength(1);
-    for (const sql of statements.filter((sql) => !sql.startsWith('CREATE PROCEDURE'))) await admin.query(sql);
+    for (const sql of statements.filter((sql) => !isCas(sql))) await admin.query(sql);
     const old = await openStore({ namespace, createSchema: false });
     expect(old.capabilities.stampedCheckAndSet).toBe(false);
     await admin.query(procedure[0]!);
