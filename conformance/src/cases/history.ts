@@ -24,6 +24,8 @@ import { client, FakeClock, faultsFor, outcomeOf, settled } from './harness.js';
 interface HistoryCaseOptions {
   readonly faults: boolean;
   readonly crashes: boolean;
+  /** Client wall clocks apart by up to lockTtlMs (one behind, one right, one ahead). */
+  readonly skew?: boolean;
 }
 
 const CRASH_STEPS: readonly StopPoint[] = [
@@ -45,11 +47,12 @@ const CRASH_EVERY = 3;
 async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promise<void> {
   const store = await ctx.createStore();
   const clock = new FakeClock();
-  const lockTtlMs = options.crashes || options.faults ? 250 : 2000;
+  const lockTtlMs = options.crashes || options.faults || options.skew ? 250 : 2000;
+  const skews = [-lockTtlMs, 0, lockTtlMs];
   const faults = faultsFor(options.faults ? 'faulty' : 'clean');
   const plans = new Map<Percolator, CrashPlans>();
   const faultyStores: FaultyStore[] = [];
-  const clients = Array.from({ length: 3 }, () => {
+  const clients = Array.from({ length: 3 }, (_, i) => {
     // A stop counts when it fires: a stop among the background secondaries fires after
     // commit() resolved. Locks of a stopped client expire for everyone at once.
     const crashPlans = new CrashPlans((point) => {
@@ -63,6 +66,9 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
       // versions, their reads at old snapshots, and the tidy step racing the workload.
       gc: { inlineHistoryBytes: 0 },
       ...(options.crashes ? { clock, hooks: { onCommitStep: crashPlans.hook } } : {}),
+      // Lock expiry and pruning judge by each client's own clock: a clock ahead may roll
+      // back a live transaction (a liveness cost), never lose a committed one.
+      ...(options.skew ? { clock: skewedClock(skews[i]!) } : {}),
     });
     if (faulty) faultyStores.push(faulty);
     plans.set(db, crashPlans);
@@ -269,6 +275,13 @@ async function ambiguousCommits(
   return ops;
 }
 
+/** A wall clock `offsetMs` away from the real one. */
+function skewedClock(offsetMs: number): FakeClock {
+  const clock = new FakeClock();
+  Object.defineProperty(clock, 'now', { value: () => Date.now() + offsetMs });
+  return clock;
+}
+
 export function historyCases(): ConformanceCase[] {
   return [
     {
@@ -288,6 +301,12 @@ export function historyCases(): ConformanceCase[] {
       name: 'list-append workload with clients stopping at random commit steps has no anomaly',
       timeoutMs: 90_000,
       run: (ctx) => listAppend(ctx, { faults: false, crashes: true }),
+    },
+    {
+      part: 'faults',
+      name: 'list-append workload with client clocks apart by up to lockTtlMs (behind, right, ahead) has no anomaly and loses no commit',
+      timeoutMs: 90_000,
+      run: (ctx) => listAppend(ctx, { faults: false, crashes: false, skew: true }),
     },
   ];
 }
