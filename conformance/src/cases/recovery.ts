@@ -12,7 +12,7 @@ import {
   StoreError,
 } from '@percolator/core';
 import type { CaseContext, ConformanceCase } from '../types.js';
-import { check, checkEqual, errorText, format, gate, rejection, waitFor, within } from '../util.js';
+import { check, checkEqual, errorText, format, gate, waitFor, within } from '../util.js';
 import {
   type Client,
   client,
