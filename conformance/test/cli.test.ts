@@ -38,7 +38,7 @@ describe('conformance CLI', () => {
     const text = run.out.join('');
     expect(code).toBe(0);
     expect(text).toMatch(/^part\s+pass\s+fail\s+not declared\s+time$/m);
-    expect(text).toMatch(/^store\s+20\s+0\s+0\s/m);
+    expect(text).toMatch(/^store\s+21\s+0\s+0\s/m);
     expect(text).toMatch(/^history\s+1\s+0\s+0\s/m);
     expect(text).not.toMatch(/^protocol/m);
     expect(text).toContain('PASSED: memory');

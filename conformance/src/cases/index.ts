@@ -2,6 +2,7 @@ import type { ConformanceCase } from '../types.js';
 import { PARTS } from '../types.js';
 import { capabilityCases } from './capabilities.js';
 import { faultCases } from './faults.js';
+import { fuzzCases } from './fuzz.js';
 import { historyCases } from './history.js';
 import { leanRowCases } from './lean-rows.js';
 import { observerCases } from './observers.js';
@@ -13,6 +14,7 @@ import { storeCases } from './store.js';
 export function allCases(): ConformanceCase[] {
   const cases = [
     ...storeCases,
+    ...fuzzCases,
     ...capabilityCases,
     ...protocolCases('clean'),
     ...faultCases,
