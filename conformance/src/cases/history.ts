@@ -100,6 +100,9 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
             // Every such transaction while some step has not fired yet, then every third.
             crashAt: (_random: Random, writtenRows: number) =>
               writtenRows >= 2 && (unfired() || eligible++ % CRASH_EVERY === 0) ? nextStop() : undefined,
+            // Once commit() has rejected, every request the stopped client had in flight has
+            // landed: let the locks they left expire too.
+            onCrash: () => clock.advance(lockTtlMs + 1),
           }
         : {}),
     },
@@ -128,6 +131,7 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
         outcomeOf,
         crashAt: (_random: Random, writtenRows: number) =>
           writtenRows >= 2 && unfired() ? nextStop() : undefined,
+        onCrash: () => clock.advance(lockTtlMs + 1),
       },
       (db) => plans.get(db),
     );
