@@ -1,6 +1,6 @@
 import { addRecord, findRecord, tidyCell } from './cells.js';
 import type { ProtocolEnv } from './env.js';
-import { cellOf, type Lock, type RowState } from './row-state.js';
+import { type Cell, cellOf, type Lock, type RowState } from './row-state.js';
 import { updateRow } from './row-update.js';
 
 /**
@@ -61,13 +61,7 @@ export async function decideFate(env: ProtocolEnv, lock: Lock): Promise<LockFate
     // Expired, or the primary prewrite never landed (or is still in flight): leave a
     // rollback record first, so a late prewrite of this transaction fails.
     rollBackCells(next, startTs);
-    addRecord(cell, {
-      commitTs: startTs,
-      startTs,
-      kind: 'rollback',
-      wallTimeMs: env.clock(),
-      value: 'inline',
-    });
+    addRollbackRecord(cell, startTs, env.clock());
     return { write: next, result: { committed: false } };
   });
   return result;
@@ -88,6 +82,11 @@ export async function settleRow(
       : rollBackCells(state, startTs);
     return changed ? { write: state, result: undefined } : { done: undefined };
   });
+}
+
+/** The record that makes a late prewrite of transaction `startTs` fail (docs/protocol.md section 5). */
+export function addRollbackRecord(cell: Cell, startTs: number, nowMs: number): void {
+  addRecord(cell, { commitTs: startTs, startTs, kind: 'rollback', wallTimeMs: nowMs, value: 'inline' });
 }
 
 export function rollBackCells(state: RowState, startTs: number): boolean {

@@ -1,10 +1,9 @@
-import { backoffMs, sleep } from '../backoff.js';
 import { addRecord, findRecord, tidyCell } from '../cells.js';
-import { decodeRow, STAMP } from '../codec.js';
-import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from '../errors.js';
-import { cellOf, emptyRow, rowHasNotification } from '../row-state.js';
-import { AmbiguousOutcome, encodeState, readRow, updateRow } from '../row-update.js';
-import { writeStamp } from '../store.js';
+import { STAMP } from '../codec.js';
+import { CommitUnknownError, ConflictError, RowTooLargeError } from '../errors.js';
+import { cellOf, emptyRow, type RowState } from '../row-state.js';
+import { AmbiguousOutcome, type AttemptInfo, type RowDecision, updateRow } from '../row-update.js';
+import type { StoredRow } from '../store.js';
 import { alive, type CommitContext, isPrimaryRow, notAborted, rowId } from './context.js';
 import { applyPrewrite, relievePressure, withLockResolution } from './prewrite.js';
 
@@ -80,94 +79,66 @@ export async function commitPrimary(ctx: CommitContext, commitTs: number): Promi
 /**
  * A single-row transaction in one CAS (1PC): the store draws the commit timestamp from the
  * oracle's own counter inside the same atomic step as the write, so no reader can take a
- * later start timestamp and still miss it. Only used when the store offers that.
+ * later start timestamp and still miss it. Only used when the store offers that. The
+ * usual row loop (`updateRow` with a stamp counter) sends it; after an unknown outcome
+ * the decision finds our own record, a rollback record, or nothing it can trust.
  */
 export async function commitOnePhase(ctx: CommitContext, counter: string): Promise<number> {
   const { env, startTs } = ctx;
   const m = ctx.rows[0]!;
   const id = rowId(m.table, m.row);
-  let relieved = false;
-  return withLockResolution(ctx, m, async () => {
-    let current = ctx.knownRows.get(id);
-    let ambiguous = false;
-    for (let attempt = 0; attempt < 64; attempt++) {
-      alive(ctx);
-      if (!ambiguous) notAborted(ctx); // once a stamped CAS may have landed, only its fate counts
-      if (current === undefined) {
-        try {
-          current = await readRow(env, m.table, m.row);
-        } catch (error) {
-          // After an ambiguous stamped CAS the transaction may be committed: never report
-          // a plain (retryable) failure then.
-          if (ambiguous) {
-            throw new CommitUnknownError('a one-phase commit could not be verified', startTs, {
-              cause: error,
-            });
-          }
-          throw error;
-        }
-      }
-      const state = current ? decodeRow(current.state) : emptyRow();
-      const primaryCell = cellOf(state, ctx.primary.column);
-      const landed = findRecord(primaryCell, startTs);
-      if (landed && landed.kind !== 'rollback') return landed.commitTs;
-      if (landed) throw new ConflictError(`transaction ${startTs} was rolled back by another client`);
-      if (ambiguous && startTs <= primaryCell.prunedThrough) {
-        throw new CommitUnknownError('a one-phase commit could not be verified', startTs);
-      }
-      applyPrewrite(ctx, m, state, 'none');
-      const now = env.clock();
-      for (const [column, value] of m.cells) {
-        const cell = cellOf(state, column);
-        addRecord(cell, {
-          commitTs: STAMP,
-          startTs,
-          kind: value ? 'put' : 'delete',
-          wallTimeMs: now,
-          value: 'inline',
-        });
-        tidyCell(cell, env.prune, now);
-      }
-      env.tidier.beforeWrite(m.table, m.row, state);
-      let bytes: Uint8Array;
-      try {
-        bytes = encodeState(env, m.table, m.row, state);
-      } catch (error) {
-        // Old values still inline: move them out once, then try again (nothing was sent).
-        if (!(error instanceof RowTooLargeError) || relieved) throw error;
-        relieved = true;
-        await relievePressure(ctx, m);
-        current = undefined;
-        continue;
-      }
-      try {
-        const outcome = await env.store.checkAndSetStamped!(
-          {
-            table: m.table,
-            key: m.row,
-            expected: current?.version ?? null,
-            state: bytes,
-            notified: rowHasNotification(state),
-          },
-          counter,
-        );
-        if (outcome.ok && outcome.timestamp !== undefined) {
-          env.tidier.afterWrite(m.table, m.row, state, {
-            version: outcome.version,
-            state: writeStamp(bytes, outcome.timestamp),
-          });
-          return outcome.timestamp;
-        }
-        if (outcome.ok) ambiguous = true; // applied without a timestamp: re-read to find it
-        current = outcome.ok ? undefined : outcome.current;
-      } catch (error) {
-        if (error instanceof RowTooLargeError) throw error;
-        if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
-        current = undefined;
-        await sleep(backoffMs(attempt));
-      }
+  const decide = (current: RowState | undefined, attempt: AttemptInfo): RowDecision<number> => {
+    alive(ctx);
+    const state = current ?? emptyRow();
+    const primaryCell = cellOf(state, ctx.primary.column);
+    const landed = findRecord(primaryCell, startTs);
+    if (landed && landed.kind !== 'rollback') return { done: landed.commitTs };
+    if (landed) throw new ConflictError(`transaction ${startTs} was rolled back by another client`);
+    if (attempt.ambiguous && startTs <= primaryCell.prunedThrough) {
+      throw new CommitUnknownError('a one-phase commit could not be verified', startTs);
     }
-    if (ambiguous) throw new CommitUnknownError('a one-phase commit could not be verified', startTs);
-    throw new StoreError(`row ${m.table}/${m.row} kept changing during a one-phase commit`, 'no');
+    // Once a stamped CAS may have landed, only its fate counts, not the caller's signal.
+    if (!attempt.ambiguous) notAborted(ctx);
+    applyPrewrite(ctx, m, state, 'none');
+    const now = env.clock();
+    for (const [column, value] of m.cells) {
+      const cell = cellOf(state, column);
+      addRecord(cell, {
+        commitTs: STAMP,
+        startTs,
+        kind: value ? 'put' : 'delete',
+        wallTimeMs: now,
+        value: 'inline',
+      });
+      tidyCell(cell, env.prune, now);
+    }
+    return { write: state, result: STAMP };
+  };
+  const send = async (known: StoredRow | null | undefined) => {
+    const { result, timestamp } = await updateRow(env, m.table, m.row, known, decide, false, counter);
+    return timestamp ?? result;
+  };
+  return withLockResolution(ctx, m, async (attempt) => {
+    const known = attempt === 0 ? ctx.knownRows.get(id) : undefined;
+    try {
+      return await send(known);
+    } catch (error) {
+      if (error instanceof AmbiguousOutcome) {
+        throw new CommitUnknownError('a one-phase commit could not be verified', startTs, {
+          cause: error.cause,
+        });
+      }
+      if (!(error instanceof RowTooLargeError)) throw error;
+      // Old values still inline: move them out once, then try again (nothing was sent).
+      await relievePressure(ctx, m);
+      return await send(undefined).catch((again: unknown) => {
+        if (again instanceof AmbiguousOutcome) {
+          throw new CommitUnknownError('a one-phase commit could not be verified', startTs, {
+            cause: again.cause,
+          });
+        }
+        throw again;
+      });
+    }
   });
 }

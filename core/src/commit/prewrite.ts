@@ -4,7 +4,7 @@ import { observedKey } from '../env.js';
 import { ConflictError, RowTooLargeError, SnapshotTooOldError } from '../errors.js';
 import { resolveLock } from '../lock-resolver.js';
 import { cellOf, emptyRow, type RowState } from '../row-state.js';
-import { type RowUpdateResult, startRowUpdates, updateRow } from '../row-update.js';
+import { type Decide, type RowUpdateResult, startRowUpdates, updateRow } from '../row-update.js';
 import type { StoredRow } from '../store.js';
 import {
   alive,
@@ -125,6 +125,14 @@ export async function relievePressure(ctx: CommitContext, m: RowMutations): Prom
   await ctx.env.tidier.tidyRow(m.table, m.row, undefined, { force: true });
 }
 
+/** The decision of a prewrite CAS on one row: our locks and values, or nothing if they are there already. */
+function prewriteDecision(ctx: CommitContext, m: RowMutations): Decide<undefined> {
+  return (state) => {
+    const next = state ?? emptyRow();
+    return applyPrewrite(ctx, m, next, 'lock') ? { write: next, result: undefined } : { done: undefined };
+  };
+}
+
 /** Prewrite one row on its own: re-reads as needed, resolves abandoned locks, makes room. */
 function prewriteRow(
   ctx: CommitContext,
@@ -132,10 +140,7 @@ function prewriteRow(
   first: StoredRow | null | undefined,
   ambiguous: boolean,
 ): Promise<RowUpdateResult<undefined>> {
-  const decide = (state: RowState | undefined) => {
-    const next = state ?? emptyRow();
-    return applyPrewrite(ctx, m, next, 'lock') ? { write: next, result: undefined } : { done: undefined };
-  };
+  const decide = prewriteDecision(ctx, m);
   return withLockResolution(ctx, m, async (attempt) => {
     const known = attempt === 0 ? first : ctx.knownRows.get(rowId(m.table, m.row));
     try {
@@ -162,10 +167,7 @@ export async function prewriteAll(ctx: CommitContext, heartbeat: Heartbeat): Pro
       table: m.table,
       key: m.row,
       known: ctx.knownRows.get(rowId(m.table, m.row)),
-      decide: (state: RowState | undefined) => {
-        const next = state ?? emptyRow();
-        return applyPrewrite(ctx, m, next, 'lock') ? { write: next, result: undefined } : { done: undefined };
-      },
+      decide: prewriteDecision(ctx, m),
       single: (known: StoredRow | null | undefined, ambiguous: boolean) =>
         prewriteRow(ctx, m, known, ambiguous),
     })),

@@ -1,5 +1,5 @@
-import { addRecord, findRecord } from '../cells.js';
-import { rollBackCells } from '../lock-resolver.js';
+import { findRecord } from '../cells.js';
+import { addRollbackRecord, rollBackCells } from '../lock-resolver.js';
 import { cellOf, emptyRow } from '../row-state.js';
 import { updateRows } from '../row-update.js';
 import { type CommitContext, isPrimaryRow } from './context.js';
@@ -25,13 +25,7 @@ export async function rollbackTransaction(ctx: CommitContext): Promise<void> {
         const cell = cellOf(next, primary.column);
         if (findRecord(cell, startTs))
           return removed ? { write: next, result: undefined } : { done: undefined };
-        addRecord(cell, {
-          commitTs: startTs,
-          startTs,
-          kind: 'rollback',
-          wallTimeMs: env.clock(),
-          value: 'inline',
-        });
+        addRollbackRecord(cell, startTs, env.clock());
         return { write: next, result: undefined };
       },
     })),
