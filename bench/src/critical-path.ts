@@ -110,3 +110,13 @@ export async function traced<T>(fn: () => Promise<T>): Promise<{ value: T; trace
     trace.close();
   }
 }
+
+/**
+ * Turns the async context tracking off again once the traced transactions are done. While
+ * any AsyncLocalStorage is enabled, Node runs a hook on every promise in the process, which
+ * would tax the next measured cell (and the protocol, which makes more promises than a raw
+ * transaction, more than its baseline). `traced()` turns it back on when next needed.
+ */
+export function stopTracing(): void {
+  storage.disable();
+}

@@ -1,5 +1,5 @@
 import { addIo } from './counting-store.js';
-import { type CallTrace, traced } from './critical-path.js';
+import { type CallTrace, stopTracing, traced } from './critical-path.js';
 import type { DatasetShape } from './dataset.js';
 import { type Counters, type Engine, TxFailure } from './engines/engine.js';
 import { Ledger, verify } from './ledger.js';
@@ -164,6 +164,7 @@ async function probe(
     }
     await engine.settle?.();
   }
+  stopTracing();
   if (traces.length === 0) return { figures: undefined, committed: 0 };
   const all = traces.map((t) => t.figures());
   const mean = (pick: (f: (typeof all)[number]) => number) =>
