@@ -8,11 +8,20 @@ export {
 } from './composite-store.js';
 export type { CommitStep, CommitStepEvent, PercolatorHooks } from './env.js';
 export * from './errors.js';
+export type { GcOptions, GcReport } from './gc.js';
 export {
   type CellView,
   type HeadRowView,
   inspectHeadRow,
+  type LockedCell,
   namedVersionRows,
+  type PendingColumn,
+  type PrimaryFate,
+  primaryFate,
+  type ScanLocksOptions,
+  type ScanNotificationsOptions,
+  scanLocks,
+  scanNotifications,
   versionRowRef,
   versionRowValue,
 } from './inspect.js';
@@ -36,6 +45,7 @@ export {
   type PercolatorOptions,
   type TransactOptions,
 } from './percolator.js';
+export type { ResolvedLock, ResolveOptions } from './resolve.js';
 export * from './store.js';
 export { ClientCrash } from './testing.js';
 export type { TidyOptions, TidyReport } from './tidy.js';

@@ -1,6 +1,10 @@
 import { decodeRow, decodeVersionRow } from './codec.js';
-import type { RecordKind, RowKey, ValuePlace, WriteKind } from './row-state.js';
-import type { RowRef } from './store.js';
+import { UnsupportedOperationError } from './errors.js';
+import { isLockExpired, primaryVerdict } from './lock-resolver.js';
+import { compareKeys, validateUserTable } from './names.js';
+import { isReservedColumn, parseAckColumn } from './observers/reserved.js';
+import type { Cell, Lock, RecordKind, RowKey, ValuePlace, WriteKind } from './row-state.js';
+import type { RowRef, RowStore } from './store.js';
 import { versionKey, versionTable } from './versions.js';
 
 /**
@@ -102,4 +106,236 @@ export function namedVersionRows(
 /** The value a version row holds (CorruptRowError for an unknown format). */
 export function versionRowValue(state: Uint8Array): Uint8Array {
   return decodeVersionRow(state);
+}
+
+// ---------------------------------------------------------------------------------------
+// Operators' read-only questions (docs/operations.md). Each is plain store reads and the
+// protocol's own rules; none writes anything or draws a timestamp.
+
+/** What a lock's primary cell says about its transaction, as a reader would judge it now. */
+export type PrimaryFate =
+  | { readonly state: 'committed'; readonly commitTs: number }
+  | { readonly state: 'rolled-back' }
+  /**
+   * Not decided yet. `expired`: the owner is presumed dead (its lock is past its TTL, or
+   * its primary prewrite never landed), and the next reader to meet a lock of it rolls
+   * the transaction back. Otherwise a reader waits for it.
+   */
+  | { readonly state: 'pending'; readonly expired: boolean };
+
+/**
+ * The fate of the transaction that left `lock` (a lock found anywhere): one plain read of
+ * its primary row, judged by the resolver's own rule (primaryVerdict). Changes nothing.
+ */
+export async function primaryFate(
+  store: RowStore,
+  lock: Pick<CellView['lock'] & {}, 'startTs' | 'primary' | 'ttlMs' | 'wallTimeMs' | 'kind'>,
+  nowMs: number = Date.now(),
+): Promise<PrimaryFate> {
+  const { table, row, column } = lock.primary;
+  const stored = await store.read(table, row);
+  const cell = stored ? decodeRow(stored.state).cells.get(column) : undefined;
+  const verdict = primaryVerdict(cell, lock as Lock, nowMs);
+  if (verdict === 'alive') return { state: 'pending', expired: false };
+  if (verdict === 'abandoned') return { state: 'pending', expired: true };
+  return verdict.committed ? { state: 'committed', commitTs: verdict.commitTs } : { state: 'rolled-back' };
+}
+
+/** One lock found by scanLocks. */
+export interface LockedCell {
+  readonly table: string;
+  readonly row: string;
+  readonly column: string;
+  readonly lock: NonNullable<CellView['lock']>;
+  /** nowMs minus the lock's wall time (its prewrite, or its owner's last heartbeat). */
+  readonly ageMs: number;
+  /** Past its TTL. */
+  readonly expired: boolean;
+  readonly fate: PrimaryFate;
+}
+
+export interface ScanLocksOptions {
+  /** Only locks at least this old (ms). Default 0. */
+  readonly olderThanMs?: number;
+  /** Wall clock the ages are measured against. Default Date.now. */
+  readonly clock?: () => number;
+  /** Rows read per page. Default 256. */
+  readonly pageSize?: number;
+}
+
+/**
+ * Every lock in `table`, in row order, each with its primary's fate: a walk over the
+ * table's head rows (needs the `orderedScan` capability; UnsupportedOperationError
+ * otherwise). Reads only.
+ */
+export async function* scanLocks(
+  store: RowStore,
+  table: string,
+  options: ScanLocksOptions = {},
+): AsyncGenerator<LockedCell> {
+  validateUserTable(table);
+  const olderThanMs = options.olderThanMs ?? 0;
+  const clock = options.clock ?? Date.now;
+  const fates = new Map<string, PrimaryFate>();
+  for await (const { key, row } of scanHeadRows(store, table, options.pageSize ?? 256)) {
+    const nowMs = clock();
+    for (const cell of inspectHeadRow(row.state).cells) {
+      const lock = cell.lock;
+      if (!lock) continue;
+      const ageMs = nowMs - lock.wallTimeMs;
+      if (ageMs < olderThanMs) continue;
+      const id = `${lock.primary.table}\u0000${lock.primary.row}\u0000${lock.primary.column}\u0000${lock.startTs}`;
+      let fate = fates.get(id);
+      if (!fate) {
+        fate = await primaryFate(store, lock, nowMs);
+        // A pending verdict may change by the next lock; decided ones never do.
+        if (fate.state !== 'pending') fates.set(id, fate);
+      }
+      yield {
+        table,
+        row: key,
+        column: cell.column,
+        lock,
+        ageMs,
+        expired: isLockExpired(lock as Lock, nowMs),
+        fate,
+      };
+    }
+  }
+}
+
+/** Head rows of a user table in key order, page by page. */
+async function* scanHeadRows(store: RowStore, table: string, pageSize: number) {
+  if (!store.capabilities.orderedScan || !store.scan) {
+    throw new UnsupportedOperationError(`store "${store.name}" cannot scan rows in key order`);
+  }
+  let after: string | undefined;
+  for (;;) {
+    const page = await store.scan(table, { limit: pageSize, ...(after === undefined ? {} : { after }) });
+    yield* page;
+    if (page.length < pageSize) return;
+    after = page[page.length - 1]!.key;
+  }
+}
+
+/** Pending notifications of one observed column (scanNotifications). */
+export interface PendingColumn {
+  readonly table: string;
+  readonly column: string;
+  /** Cells of this column whose notification is set (with `observer`: that this observer has not handled). */
+  readonly pending: number;
+  /** The pending cell whose unhandled change is oldest. */
+  readonly oldest: {
+    readonly row: string;
+    readonly notifyTs: number;
+    /** Wall time of the oldest committed change not yet acknowledged; undefined if none is (a weak notification, or a write still locked). */
+    readonly sinceMs?: number;
+  };
+}
+
+export interface ScanNotificationsOptions {
+  /**
+   * Count only what this observer has not handled: cells whose newest committed write is
+   * newer than its ack (the check an observer run makes before running its handler).
+   * Without it: every cell whose notification flag is set.
+   */
+  readonly observer?: string;
+  /** Keys asked from the notification index per page. Default 256. */
+  readonly pageSize?: number;
+}
+
+/**
+ * Pending notifications in `table` per observed column, with the oldest unhandled change
+ * of each: found through the store's notification index (the rows observer workers
+ * visit), else, on a store without one, a walk over the table. Reads only.
+ */
+export async function scanNotifications(
+  store: RowStore,
+  table: string,
+  options: ScanNotificationsOptions = {},
+): Promise<PendingColumn[]> {
+  validateUserTable(table);
+  const pageSize = options.pageSize ?? 256;
+  const byColumn = new Map<string, { pending: number; oldest: PendingColumn['oldest'] }>();
+  const visit = (key: string, state: Uint8Array) => {
+    const row = decodeRow(state);
+    for (const [column, cell] of row.cells) {
+      if (cell.notifyTs === 0 || isReservedColumn(column)) continue;
+      // The acks of this column's observers: ordinary cells in the same row.
+      const acks: number[] = [];
+      for (const [name, ackCell] of row.cells) {
+        const observer = ackObserver(name, column);
+        if (observer === undefined || (options.observer !== undefined && observer !== options.observer))
+          continue;
+        acks.push(ackValue(ackCell));
+      }
+      if (options.observer !== undefined && acks.length === 0) acks.push(0);
+      // The oldest change some observer has not acknowledged (the least advanced ack).
+      const ackTs = acks.length > 0 ? Math.min(...acks) : 0;
+      const unhandled = cell.writes.filter(
+        (w) => w.kind !== 'rollback' && w.commitTs > ackTs && w.startTs !== ackTs,
+      );
+      if (options.observer !== undefined) {
+        const newest = cell.writes.find((w) => w.kind !== 'rollback');
+        // runObserver's own test: nothing newer than the ack means nothing to run.
+        if (!newest || newest.commitTs <= ackTs || newest.startTs === ackTs) continue;
+      }
+      const sinceMs = unhandled.length > 0 ? Math.min(...unhandled.map((w) => w.wallTimeMs)) : undefined;
+      const entry = byColumn.get(column);
+      const candidate = { row: key, notifyTs: cell.notifyTs, ...(sinceMs === undefined ? {} : { sinceMs }) };
+      if (!entry) byColumn.set(column, { pending: 1, oldest: candidate });
+      else {
+        entry.pending++;
+        if (olderChange(candidate, entry.oldest)) entry.oldest = candidate;
+      }
+    }
+  };
+  if (store.capabilities.notificationIndex && store.scanNotified) {
+    let after: string | undefined;
+    for (;;) {
+      const keys = await store.scanNotified(table, {
+        limit: pageSize,
+        ...(after === undefined ? {} : { after }),
+      });
+      const rows =
+        store.capabilities.batchRead && store.readMany && keys.length > 1
+          ? await store.readMany(keys.map((key) => ({ table, key })))
+          : await Promise.all(keys.map((key) => store.read(table, key)));
+      keys.forEach((key, i) => {
+        const stored = rows[i];
+        if (stored) visit(key, stored.state);
+      });
+      if (keys.length < pageSize) break;
+      after = keys[keys.length - 1];
+    }
+  } else {
+    for await (const { key, row } of scanHeadRows(store, table, pageSize)) visit(key, row.state);
+  }
+  return [...byColumn.entries()]
+    .sort(([a], [b]) => compareKeys(a, b))
+    .map(([column, { pending, oldest }]) => ({ table, column, pending, oldest }));
+}
+
+function olderChange(a: PendingColumn['oldest'], b: PendingColumn['oldest']): boolean {
+  if (a.sinceMs !== undefined && b.sinceMs !== undefined) return a.sinceMs < b.sinceMs;
+  if (a.sinceMs !== undefined) return true;
+  if (b.sinceMs !== undefined) return false;
+  return a.notifyTs < b.notifyTs;
+}
+
+/** The observer whose ack of `column` is kept in reserved column `name`, if it is one. */
+function ackObserver(name: string, column: string): string | undefined {
+  const ack = parseAckColumn(name);
+  return ack?.column === column ? ack.observer : undefined;
+}
+
+const ackDecoder = new TextDecoder();
+
+/** The startTs an ack cell's newest committed value records (0 if none is readable in the head row). */
+function ackValue(cell: Cell): number {
+  const newest = cell.writes.find((w) => w.kind !== 'rollback');
+  if (newest?.kind !== 'put') return 0;
+  const bytes = cell.data.get(newest.startTs);
+  const ts = bytes ? Number(ackDecoder.decode(bytes)) : 0;
+  return Number.isSafeInteger(ts) && ts > 0 ? ts : 0;
 }

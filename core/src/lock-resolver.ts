@@ -15,20 +15,47 @@ export function isLockExpired(lock: Lock, nowMs: number): boolean {
 
 /**
  * Returns 'alive' if the owner may still be committing (caller backs off), otherwise
- * rolls the lock found at (table, row) forward or back and returns 'resolved'.
+ * rolls the lock found at (table, row) forward or back and returns the fate it applied.
  */
 export async function resolveLock(
   env: ProtocolEnv,
   table: string,
   row: string,
   lock: Lock,
-): Promise<'alive' | 'resolved'> {
+): Promise<LockFate | 'alive'> {
   const fate = await decideFate(env, lock);
   if (fate === 'alive') return 'alive';
   const p = lock.primary;
   // The primary row was settled by decideFate itself; other rows need their own CAS.
   if (!(p.table === table && p.row === row)) await settleRow(env, table, row, lock.startTs, fate);
-  return 'resolved';
+  return fate;
+}
+
+/**
+ * What the primary cell says about the transaction that left `lock` (docs/protocol.md
+ * section 5), without changing anything: its fate if decided, 'alive' while the owner may
+ * still be committing, or 'abandoned' when a reader would now roll it back (expired, or
+ * its primary prewrite never landed). `cell` is the primary cell as read (undefined if
+ * absent). decideFate applies this verdict; operators' tools only report it.
+ */
+export function primaryVerdict(
+  cell: Cell | undefined,
+  lock: Lock,
+  nowMs: number,
+): LockFate | 'alive' | 'abandoned' {
+  const startTs = lock.startTs;
+  const record = cell && findRecord(cell, startTs);
+  if (record)
+    return record.kind === 'rollback' ? { committed: false } : { committed: true, commitTs: record.commitTs };
+  if (cell?.lock?.startTs === startTs) return isLockExpired(cell.lock, nowMs) ? 'abandoned' : 'alive';
+  // The primary prewrite may still be in flight (prewrites run in parallel): give the
+  // owner until the lock we met expires before killing it.
+  if (!isLockExpired(lock, nowMs)) return 'alive';
+  // No record, and history at that point was pruned. A commit record that still lists
+  // its secondaries is never pruned, so this transaction did not commit; its rollback
+  // record (if any) was pruned, and prunedThrough still stops a late prewrite.
+  if (cell && startTs <= cell.prunedThrough) return { committed: false };
+  return 'abandoned';
 }
 
 /**
@@ -41,23 +68,8 @@ export async function decideFate(env: ProtocolEnv, lock: Lock): Promise<LockFate
   const { result } = await updateRow<LockFate | 'alive'>(env, table, row, undefined, (state) => {
     const next = state ?? { cells: new Map() };
     const cell = cellOf(next, column);
-    const record = findRecord(cell, startTs);
-    if (record) {
-      if (record.kind === 'rollback') return { done: { committed: false } };
-      return { done: { committed: true, commitTs: record.commitTs } };
-    }
-    if (cell.lock?.startTs === startTs) {
-      if (!isLockExpired(cell.lock, env.clock())) return { done: 'alive' };
-    } else if (!isLockExpired(lock, env.clock())) {
-      // The primary prewrite may still be in flight (prewrites run in parallel): give the
-      // owner until the lock we met expires before killing it.
-      return { done: 'alive' };
-    } else if (startTs <= cell.prunedThrough) {
-      // No record, and history at that point was pruned. A commit record that still
-      // lists its secondaries is never pruned, so this transaction did not commit;
-      // its rollback record (if any) was pruned, and prunedThrough still stops a late prewrite.
-      return { done: { committed: false } };
-    }
+    const verdict = primaryVerdict(cell, lock, env.clock());
+    if (verdict !== 'abandoned') return { done: verdict };
     // Expired, or the primary prewrite never landed (or is still in flight): leave a
     // rollback record first, so a late prewrite of this transaction fails.
     rollBackCells(next, startTs);

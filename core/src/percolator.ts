@@ -2,12 +2,14 @@ import { backoffMs, sleep } from './backoff.js';
 import type { PrunePolicy } from './cells.js';
 import { abortedError } from './commit/context.js';
 import { observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge } from './env.js';
-import { ClosedError, InvalidArgumentError, isRetryable } from './errors.js';
+import { ClosedError, InvalidArgumentError, isRetryable, UnsupportedOperationError } from './errors.js';
+import { addGcReports, emptyGcReport, type GcOptions, type GcReport, gcRow } from './gc.js';
 import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
 import { CounterOracle, type TimestampOracle } from './oracle.js';
+import { type ResolvedLock, type ResolveOptions, resolveRowLocks } from './resolve.js';
 import { RowReader } from './row-reader.js';
 import { readRow } from './row-update.js';
 import type { RowStore } from './store.js';
@@ -233,6 +235,49 @@ export class Percolator {
     validateUserTable(table);
     validateRowKey(row);
     return this.env.tidier.tidyRow(table, row, undefined, options);
+  }
+
+  /**
+   * Settles the locks in one row the way a reader that met them would (docs/protocol.md
+   * section 5): each lock's primary decides; a committed transaction's lock is rolled
+   * forward, a rolled-back or abandoned one (past its TTL) rolled back. A lock whose owner
+   * may still be committing is left alone, or waited on for up to `waitMs` like a reader
+   * waits. Never decides a fate by itself. Resolves to what it found and did, per lock.
+   */
+  async resolveLocks(table: string, row: string, options: ResolveOptions = {}): Promise<ResolvedLock[]> {
+    if (this.closed) throw new ClosedError('this Percolator client is closed');
+    validateUserTable(table);
+    validateRowKey(row);
+    return resolveRowLocks(this.env, table, row, options);
+  }
+
+  /**
+   * Garbage collection now (docs/protocol.md section 7): prunes the rows of `table` (or one
+   * row) as far as this client's `gc` policy allows, settles held commit records, and
+   * deletes the version rows that frees. With `dryRun`, only reports what would go. A
+   * whole-table run needs the `orderedScan` capability.
+   */
+  async gc(table: string, options: GcOptions & { readonly row?: string } = {}): Promise<GcReport> {
+    if (this.closed) throw new ClosedError('this Percolator client is closed');
+    checkOptionKeys<GcOptions & { row?: string }>('gc', options, { dryRun: true, row: true });
+    validateUserTable(table);
+    if (options.row !== undefined) {
+      validateRowKey(options.row);
+      return gcRow(this.env, table, options.row, options);
+    }
+    const { store } = this;
+    if (!store.capabilities.orderedScan || !store.scan)
+      throw new UnsupportedOperationError(
+        `store "${store.name}" cannot scan rows in key order: gc one row at a time`,
+      );
+    const total = emptyGcReport();
+    let after: string | undefined;
+    for (;;) {
+      const page = await store.scan(table, { limit: 256, ...(after === undefined ? {} : { after }) });
+      for (const { key } of page) addGcReports(total, await gcRow(this.env, table, key, options));
+      if (page.length < 256) return total;
+      after = page[page.length - 1]!.key;
+    }
   }
 
   /**

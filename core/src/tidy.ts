@@ -28,6 +28,8 @@ import { versionKey, versionTable } from './versions.js';
 export interface TidyOptions {
   /** Move every superseded inline value and settle every held record, not just past the thresholds. */
   readonly force?: boolean;
+  /** Settle every held record (so pruning may drop it), whatever the batch thresholds; moves nothing extra. */
+  readonly settleHeld?: boolean;
 }
 
 export interface TidyReport {
@@ -166,7 +168,13 @@ export class Tidier {
     if (!stored) return report;
     const state = decodeRow(stored.state);
     const now = env.clock();
-    if (!options.force && !rowNeedsTidy(state, env.prune, now)) return report;
+    const settleAll = options.force === true || options.settleHeld === true;
+    if (
+      !options.force &&
+      !rowNeedsTidy(state, env.prune, now) &&
+      !(settleAll && [...state.cells.values()].some((c) => heldRecords(c, env.prune, now).length > 0))
+    )
+      return report;
 
     const vt = versionTable(table);
     const creates: { id: string; bytes: number; request: CasRequest }[] = [];
@@ -190,7 +198,7 @@ export class Tidier {
       for (const ts of cell.garbage)
         garbage.push({ id: part(column, ts), ref: { table: vt, key: versionKey(key, column, ts) } });
       const past = heldRecords(cell, env.prune, now);
-      if (past.length > 0 && (options.force || heldWorthSettling(past))) {
+      if (past.length > 0 && (settleAll || heldWorthSettling(past))) {
         for (const rec of past) {
           const rows = (rec.secondaries ?? []).map((r) => ({ table: r.table, key: r.row }));
           held.push({ id: part(column, rec.startTs), startTs: rec.startTs, commitTs: rec.commitTs, rows });

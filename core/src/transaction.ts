@@ -508,7 +508,7 @@ export class Transaction {
     attempt: number,
     waitStart: number,
   ): Promise<void> {
-    const resolved = (await resolveLock(this.env, table, row, lock)) === 'resolved';
+    const resolved = (await resolveLock(this.env, table, row, lock)) !== 'alive';
     // Resolved once is the common case. Resolved again and again means our re-reads keep
     // seeing the lock (a lagging store, or a stream of new owners): back off all the same.
     if (resolved && attempt < 2) return;

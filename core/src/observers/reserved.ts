@@ -16,3 +16,13 @@ export function isReservedColumn(column: string): boolean {
 export function ackColumn(observer: string, column: string): string {
   return `${RESERVED_COLUMN_PREFIX}ack\u0000${observer}\u0000${column}`;
 }
+
+/** The observer and column an ack column belongs to (the inverse of ackColumn), or undefined. */
+export function parseAckColumn(name: string): { observer: string; column: string } | undefined {
+  const prefix = `${RESERVED_COLUMN_PREFIX}ack\u0000`;
+  if (!name.startsWith(prefix)) return undefined;
+  // Observer names never hold a NUL (validateObservers); columns may.
+  const end = name.indexOf('\u0000', prefix.length);
+  if (end < 0) return undefined;
+  return { observer: name.slice(prefix.length, end), column: name.slice(end + 1) };
+}

@@ -1,0 +1,143 @@
+import { heldRecords, pruneCell } from './cells.js';
+import { decodeRow, encodeRow } from './codec.js';
+import type { ProtocolEnv } from './env.js';
+import { inspectHeadRow, namedVersionRows } from './inspect.js';
+import type { RowState } from './row-state.js';
+import { readRow, updateRow } from './row-update.js';
+import type { RowRef, StoredRow } from './store.js';
+import { versionKey, versionTable } from './versions.js';
+
+/**
+ * Garbage collection on demand (docs/protocol.md section 7, docs/operations.md): prune one
+ * head row as far as the client's retention policy allows, now, instead of at its next
+ * commit. It is the same pruning a commit does (pruneCell), then the tidy step with every
+ * held record settled (so records kept only for their secondaries list may go too), then
+ * one more tidy pass for the version rows that pruning released. Nothing a snapshot
+ * younger than the policy's safe point can see is dropped.
+ */
+
+export interface GcOptions {
+  /** Only report what would go; write nothing. */
+  readonly dryRun?: boolean;
+}
+
+export interface GcReport {
+  /** Head rows examined. */
+  rows: number;
+  /** Write records (versions, rollback records included) dropped from head rows. */
+  versions: number;
+  /** Bytes the head rows shrank by. */
+  headBytes: number;
+  /** Version rows deleted (values that had moved out of their head rows). */
+  versionRows: number;
+  /** Bytes those version rows held. */
+  versionRowBytes: number;
+  /**
+   * Commit records kept only because they still list secondaries. A real run settles
+   * them (rolls their secondaries forward as a reader would) and may then drop them; a
+   * dry run counts them and does not say how much settling would free.
+   */
+  held: number;
+}
+
+export function emptyGcReport(): GcReport {
+  return { rows: 0, versions: 0, headBytes: 0, versionRows: 0, versionRowBytes: 0, held: 0 };
+}
+
+export function addGcReports(into: GcReport, add: GcReport): GcReport {
+  into.rows += add.rows;
+  into.versions += add.versions;
+  into.headBytes += add.headBytes;
+  into.versionRows += add.versionRows;
+  into.versionRowBytes += add.versionRowBytes;
+  into.held += add.held;
+  return into;
+}
+
+function countRecords(state: RowState): number {
+  let n = 0;
+  for (const cell of state.cells.values()) n += cell.writes.length;
+  return n;
+}
+
+function countHeld(env: ProtocolEnv, state: RowState, nowMs: number): number {
+  let n = 0;
+  for (const cell of state.cells.values()) n += heldRecords(cell, env.prune, nowMs).length;
+  return n;
+}
+
+/** Prunes every cell of `state` in place; whether anything was dropped. */
+function pruneRow(env: ProtocolEnv, state: RowState, nowMs: number): boolean {
+  const before = countRecords(state);
+  for (const cell of state.cells.values()) pruneCell(cell, env.prune, nowMs);
+  return countRecords(state) !== before;
+}
+
+/** GC of one head row. */
+export async function gcRow(
+  env: ProtocolEnv,
+  table: string,
+  key: string,
+  options: GcOptions = {},
+): Promise<GcReport> {
+  const report = emptyGcReport();
+  const first = await readRow(env, table, key);
+  if (!first) return report;
+  report.rows = 1;
+  const before = decodeRow(first.state);
+  const recordsBefore = countRecords(before);
+  const now = env.clock();
+  report.held = countHeld(env, before, now);
+  if (options.dryRun) {
+    const pruned = decodeRow(first.state);
+    pruneRow(env, pruned, now);
+    report.versions = recordsBefore - countRecords(pruned);
+    report.headBytes = first.state.length - encodeRow(pruned).length;
+    // Version rows the tidy step would delete: those already in `garbage` and those the
+    // pruning adds to it. Read (never written) to report their size.
+    const vt = versionTable(table);
+    const refs: RowRef[] = [];
+    for (const [column, cell] of pruned.cells)
+      for (const ts of cell.garbage) refs.push({ table: vt, key: versionKey(key, column, ts) });
+    for (const row of await readAll(env, refs)) {
+      if (!row) continue;
+      report.versionRows++;
+      report.versionRowBytes += row.state.length;
+    }
+    return report;
+  }
+  // Every version row the head row names now; whichever of them is gone at the end was freed.
+  const named = namedVersionRows(table, key, inspectHeadRow(first.state)).named;
+  const namedBefore = await readAll(env, named);
+  // 1. The pruning a commit would do, now.
+  let stored: StoredRow | null | undefined = (
+    await updateRow(env, table, key, first, (state) =>
+      state && pruneRow(env, state, env.clock()) ? { write: state, result: undefined } : { done: undefined },
+    )
+  ).stored;
+  // 2. Settle held records, delete released version rows; a round that settled records
+  // pruned them and may have released more version rows: one more round for those.
+  for (let round = 0; round < 3; round++) {
+    const tidied = await env.tidier.tidyRow(table, key, stored, { settleHeld: true });
+    stored = undefined;
+    if (tidied.settled === 0 && tidied.deleted === 0) break;
+  }
+  // The writes above may have started this client's background tidy step on the row.
+  while (env.background.size > 0) await Promise.all([...env.background]);
+  const after = await readRow(env, table, key);
+  const afterState = after ? decodeRow(after.state) : { cells: new Map() };
+  report.versions = Math.max(0, recordsBefore - countRecords(afterState));
+  report.headBytes = Math.max(0, first.state.length - (after?.state.length ?? 0));
+  report.held = countHeld(env, afterState, env.clock());
+  const namedAfter = await readAll(env, named);
+  namedBefore.forEach((row, i) => {
+    if (!row || namedAfter[i]) return;
+    report.versionRows++;
+    report.versionRowBytes += row.state.length;
+  });
+  return report;
+}
+
+function readAll(env: ProtocolEnv, refs: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+  return Promise.all(refs.map((r) => env.reader.read(r.table, r.key)));
+}

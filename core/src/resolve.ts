@@ -1,0 +1,89 @@
+import { backoffMs, sleep } from './backoff.js';
+import { decodeRow } from './codec.js';
+import type { ProtocolEnv } from './env.js';
+import { isLockExpired, resolveLock } from './lock-resolver.js';
+import type { Lock } from './row-state.js';
+import { readRow } from './row-update.js';
+
+/**
+ * Settling the locks of one row on an operator's request (`percolator resolve`), through
+ * the same resolver a reader uses (lock-resolver.ts): the primary decides every fate, and
+ * a lock whose owner may still be committing is never broken. A live owner refreshes its
+ * primary lock every lockTtlMs/3, so only a dead owner's locks ever expire.
+ */
+
+export interface ResolveOptions {
+  /**
+   * How long to wait for live locks to be settled by their owner or to expire, retrying
+   * with backoff as a reader does (a reader waits lockWaitMs). Default 0: report them.
+   */
+  readonly waitMs?: number;
+  /** Stops the wait early (the locks still live are reported). */
+  readonly signal?: AbortSignal;
+}
+
+/** What resolveLocks found and did for one lock. */
+export interface ResolvedLock {
+  readonly column: string;
+  readonly startTs: number;
+  readonly primary: { readonly table: string; readonly row: string; readonly column: string };
+  /** Whether this cell is its transaction's primary. */
+  readonly isPrimary: boolean;
+  readonly outcome:
+    | { readonly action: 'rolled-forward'; readonly commitTs: number }
+    | { readonly action: 'rolled-back' }
+    /** Its owner may still be committing: left alone. `expiresInMs` from the lock found (a heartbeat extends it). */
+    | { readonly action: 'alive'; readonly expiresInMs: number };
+}
+
+export async function resolveRowLocks(
+  env: ProtocolEnv,
+  table: string,
+  row: string,
+  options: ResolveOptions = {},
+): Promise<ResolvedLock[]> {
+  const waitUntil = performance.now() + (options.waitMs ?? 0);
+  const done = new Map<string, ResolvedLock>();
+  let alive: ResolvedLock[] = [];
+  for (let attempt = 0; ; attempt++) {
+    const stored = await readRow(env, table, row);
+    const locks: { column: string; lock: Lock }[] = [];
+    if (stored)
+      for (const [column, cell] of decodeRow(stored.state).cells)
+        if (cell.lock && !done.has(`${column}\u0000${cell.lock.startTs}`))
+          locks.push({ column, lock: cell.lock });
+    alive = [];
+    // Locks of one transaction share a primary: settle them one after another, so the
+    // first settles the primary and the rest only read its verdict.
+    for (const { column, lock } of locks) {
+      const fate = await resolveLock(env, table, row, lock);
+      const p = lock.primary;
+      const base = {
+        column,
+        startTs: lock.startTs,
+        primary: { ...p },
+        isPrimary: p.table === table && p.row === row && p.column === column,
+      };
+      if (fate === 'alive') {
+        const expiresInMs = isLockExpired(lock, env.clock()) ? 0 : lock.wallTimeMs + lock.ttlMs - env.clock();
+        alive.push({ ...base, outcome: { action: 'alive', expiresInMs } });
+      } else {
+        done.set(`${column}\u0000${lock.startTs}`, {
+          ...base,
+          outcome: fate.committed
+            ? { action: 'rolled-forward', commitTs: fate.commitTs }
+            : { action: 'rolled-back' },
+        });
+      }
+    }
+    if (alive.length === 0 || performance.now() >= waitUntil || options.signal?.aborted) break;
+    await sleep(
+      Math.min(
+        waitUntil - performance.now(),
+        Math.max(10, backoffMs(attempt, 5, Math.max(10, env.lockTtlMs / 4))),
+      ),
+      options.signal,
+    );
+  }
+  return [...done.values(), ...alive];
+}

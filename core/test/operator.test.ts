@@ -1,0 +1,146 @@
+import {
+  ClientCrash,
+  type CommitStep,
+  type LockedCell,
+  MemoryStore,
+  Percolator,
+  primaryFate,
+  scanLocks,
+  scanNotifications,
+} from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { fakeClock, text } from './support.js';
+
+/**
+ * The operator APIs (docs/operations.md) on the in-memory store with a fake clock:
+ * primaryFate / scanLocks only read, resolveLocks settles exactly as a reader would,
+ * gc prunes what the policy allows, scanNotifications counts what observers have left.
+ */
+
+const TTL = 1000;
+const ROWS = ['a', 'b', 'c'];
+
+async function stuck(step: CommitStep, isPrimary?: boolean) {
+  const store = new MemoryStore();
+  const clock = fakeClock();
+  const db = new Percolator({ store, clock, lockTtlMs: TTL });
+  await db.transact(async (tx) => {
+    for (const r of ROWS) tx.set('t', r, 'v', 'old');
+  });
+  let crashed = false;
+  const crasher = new Percolator({
+    store,
+    clock,
+    lockTtlMs: TTL,
+    hooks: {
+      onCommitStep: (e) => {
+        if (crashed || e.step !== step || (isPrimary !== undefined && e.isPrimary !== isPrimary)) return;
+        crashed = true;
+        throw new ClientCrash();
+      },
+    },
+  });
+  await crasher
+    .transact(
+      async (tx) => {
+        for (const r of ROWS) tx.set('t', r, 'v', 'new');
+      },
+      { maxAttempts: 1 },
+    )
+    .catch(() => undefined);
+  await crasher.close();
+  expect(crashed).toBe(true);
+  return { store, clock, db };
+}
+
+async function locksOf(store: MemoryStore, clock: () => number): Promise<LockedCell[]> {
+  const out: LockedCell[] = [];
+  for await (const l of scanLocks(store, 't', { clock })) out.push(l);
+  return out;
+}
+
+describe('operator APIs', () => {
+  const cases: [CommitStep, boolean | undefined, 'new' | 'old'][] = [
+    ['afterPrewrite', true, 'old'],
+    ['afterPrewrite', false, 'old'],
+    ['beforeCommitPrimary', undefined, 'old'],
+    ['afterCommitPrimary', undefined, 'new'],
+  ];
+  for (const [step, isPrimary, expected] of cases) {
+    it(`a client stopped at ${step}${isPrimary === undefined ? '' : ` (primary ${isPrimary})`}: locks listed, resolved to "${expected}" as a reader reads`, async () => {
+      const { store, clock, db } = await stuck(step, isPrimary);
+      const locks = await locksOf(store, clock);
+      expect(locks.length).toBeGreaterThan(0);
+      const live = locks[0]!;
+      expect(live.expired).toBe(false);
+      expect(live.fate.state === 'pending' ? live.fate.expired : live.fate.state).toBe(
+        expected === 'new' ? 'committed' : false,
+      );
+      if (expected === 'old') {
+        // Resolving a live lock changes nothing.
+        const early = await db.resolveLocks('t', locks[0]!.row);
+        expect(early.map((r) => r.outcome.action)).toEqual(['alive']);
+      }
+      clock.advance(TTL + 1);
+      // Past the TTL the verdict is read, not applied: the lock is still there.
+      const fate = await primaryFate(store, locks[0]!.lock, clock());
+      expect(fate.state).toBe(expected === 'new' ? 'committed' : 'pending');
+      expect((await locksOf(store, clock)).length).toBe(locks.length);
+      const results = [];
+      for (const r of new Set(locks.map((l) => l.row))) results.push(...(await db.resolveLocks('t', r)));
+      expect(results.length).toBe(locks.length);
+      for (const r of results)
+        expect(r.outcome.action).toBe(expected === 'new' ? 'rolled-forward' : 'rolled-back');
+      expect(await locksOf(store, clock)).toEqual([]);
+      const read = await db.transact(async (tx) => Promise.all(ROWS.map((r) => tx.getString('t', r, 'v'))));
+      expect(read).toEqual(ROWS.map(() => expected));
+    });
+  }
+
+  it('gc drops what the retention policy allows and reports it; --dry-run only counts', async () => {
+    const store = new MemoryStore();
+    const clock = fakeClock();
+    const db = new Percolator({ store, clock, gc: { retentionMs: 1000, maxVersionsPerCell: 100 } });
+    for (let i = 0; i < 5; i++) {
+      await db.transact(async (tx) => tx.set('t', 'r', 'v', `value ${i}`.repeat(20)));
+    }
+    await db.flush();
+    clock.advance(5000);
+    const dry = await db.gc('t', { dryRun: true });
+    expect(dry.rows).toBe(1);
+    expect(dry.versions).toBe(4);
+    expect(dry.headBytes + dry.versionRowBytes).toBeGreaterThan(0);
+    const again = await db.gc('t', { dryRun: true });
+    expect(again).toEqual(dry);
+    const done = await db.gc('t');
+    expect(done.versions).toBe(4);
+    expect(done.versionRows).toBe(dry.versionRows);
+    expect(done.headBytes + done.versionRowBytes).toBeGreaterThan(0);
+    expect(await db.gc('t')).toMatchObject({ versions: 0, versionRows: 0, headBytes: 0 });
+    expect(await db.transact((tx) => tx.get('t', 'r', 'v')).then(text)).toBe('value 4'.repeat(20));
+  });
+
+  it('scanNotifications counts pending cells per column and per observer', async () => {
+    const store = new MemoryStore();
+    const clock = fakeClock();
+    const db = new Percolator({ store, clock, observedColumns: [{ table: 't', column: 'doc' }] });
+    for (const r of ['x', 'y', 'z']) await db.transact(async (tx) => tx.set('t', r, 'doc', r));
+    const all = await scanNotifications(store, 't');
+    expect(all).toMatchObject([{ table: 't', column: 'doc', pending: 3, oldest: { row: 'x' } }]);
+    expect(all[0]!.oldest.sinceMs).toBe(clock());
+    const worker = db.worker({
+      observers: [{ name: 'indexer', table: 't', column: 'doc', handler: async () => {} }],
+    });
+    await worker.runUntilIdle();
+    expect(await scanNotifications(store, 't')).toEqual([]);
+    await db.transact(async (tx) => tx.set('t', 'y', 'doc', 'y2'));
+    expect(await scanNotifications(store, 't', { observer: 'indexer' })).toMatchObject([
+      { column: 'doc', pending: 1, oldest: { row: 'y' } },
+    ]);
+    expect(await scanNotifications(store, 't', { observer: 'other' })).toMatchObject([
+      { column: 'doc', pending: 1 },
+    ]);
+    await worker.runUntilIdle();
+    expect(await scanNotifications(store, 't', { observer: 'indexer' })).toEqual([]);
+  });
+});
