@@ -11,6 +11,7 @@ const packages = {
   '@percolator/redis': ['createRedisStore'],
   '@percolator/dynamodb': ['createDynamoDbStore'],
   '@percolator/bench': [],
+  '@percolator/cli': ['runCli', 'inspectCommand', 'resolveCommand'],
 };
 let failed = 0;
 for (const [name, names] of Object.entries(packages)) {

@@ -1,0 +1,339 @@
+/**
+ * percolator <command> [arguments] [connection options]
+ *
+ * The operator CLI (docs/operations.md). In this repository: `pnpm percolator -- <command>`
+ * (builds first). Commands: inspect, locks, resolve, notifications, gc. Every command
+ * takes --help. Exit codes: see errors.ts.
+ */
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { InvalidArgumentError, type RowStore } from '@percolator/core';
+import {
+  type CommandResult,
+  gcCommand,
+  inspectCommand,
+  locksCommand,
+  notificationsCommand,
+  resolveCommand,
+} from './commands.js';
+import { EXIT, type ExitCode, NotFoundError, UsageError } from './errors.js';
+import { parseDuration } from './format.js';
+import {
+  BACKENDS,
+  type BackendName,
+  loadCompositeConfig,
+  NamespaceNotFoundError,
+  type OpenedStore,
+  openBackend,
+  openComposite,
+  UnreachableError,
+} from './open.js';
+
+const CONNECTION = `Connection (every command):
+  --backend B        ${BACKENDS.join(', ')}
+  --url URL          postgres://, mysql://, redis://; redis-cluster: host:port,host:port;
+                     dynamodb: the endpoint. Default: PERCOLATOR_POSTGRES_URL, PERCOLATOR_MYSQL_URL,
+                     PERCOLATOR_REDIS_URL, PERCOLATOR_REDIS_CLUSTER_NODES, PERCOLATOR_DYNAMODB_ENDPOINT,
+                     else the adapter's local default (DynamoDB: AWS itself)
+  --namespace NS     the deployment's namespace (default percolator, the adapters' default)
+  --config FILE      a composite deployment (JSON: stores, routes, default, counterStore), instead
+                     of --backend/--url; see docs/operations.md
+  --region R, --dynamodb-table T   DynamoDB region and table (default percolator_test)
+  --json             print the result as JSON
+  -h, --help         this text, or a command's own with \`percolator <command> --help\``;
+
+const EXITS = `Exit codes: 0 done, nothing wrong; 1 a problem found or left (locks listed, a live lock
+not settled); 2 bad usage; 3 store unreachable or failing; 4 not there (no such row, a table
+with no rows, no such namespace).`;
+
+interface CommandSpec {
+  readonly usage: string;
+  readonly about: string;
+  readonly positionals: { min: number; max: number };
+  readonly options: Record<string, { type: 'string' | 'boolean' }>;
+  run(store: RowStore, positionals: string[], values: Values): Promise<CommandResult>;
+}
+
+type Values = Record<string, string | boolean | undefined>;
+
+function durationOption(values: Values, name: string): number | undefined {
+  const v = values[name];
+  if (v === undefined) return undefined;
+  try {
+    return parseDuration(String(v));
+  } catch (error) {
+    throw new UsageError(`--${name}: ${(error as Error).message}`);
+  }
+}
+
+function integerOption(values: Values, name: string, min: number): number | undefined {
+  const v = values[name];
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer >= ${min}`);
+  return n;
+}
+
+export const COMMANDS: Record<string, CommandSpec> = {
+  inspect: {
+    usage: 'percolator inspect TABLE ROW [connection options]',
+    about: `One row as stored, decoded: each cell's versions (commit and start timestamps, wall
+times, sizes, where each value lives), its lock (owner start timestamp, primary, age
+against its TTL, and the owner transaction's fate as the primary says), pending
+notification and observer acks. Reads that row (and the primaries of its locks) only.
+Exit 4 if the row is not stored.`,
+    positionals: { min: 2, max: 2 },
+    options: {},
+    run: (store, [table, row]) => inspectCommand(store, { table: table!, row: row! }),
+  },
+  locks: {
+    usage: 'percolator locks TABLE [--older-than DURATION] [connection options]',
+    about: `Every lock in TABLE (a walk over its rows), each with its transaction's fate as its
+primary says: committed at ts, rolled back, or pending (owner live, or presumed dead:
+past its TTL, and the next reader rolls it back). Reads only.
+  --older-than D   only locks at least this old (30s, 5m, 500ms)
+Exit 0 if none, 1 if any lock is listed (for monitoring), 4 if TABLE holds no rows.`,
+    positionals: { min: 1, max: 1 },
+    options: { 'older-than': { type: 'string' } },
+    run: (store, [table], values) =>
+      locksCommand(store, { table: table!, olderThanMs: durationOption(values, 'older-than') }),
+  },
+  resolve: {
+    usage: 'percolator resolve TABLE ROW [--wait DURATION] [connection options]',
+    about: `Settles the locks in one row exactly as a reader that met them would: the primary
+decides; a committed transaction's lock is rolled forward, one that did not commit (or
+whose owner is presumed dead: its lock past its TTL) is rolled back. It never decides a
+fate itself and never breaks a live lock: a committing client refreshes its lock, so only
+a dead client's lock expires. Prints what it did, per lock.
+  --wait D   wait up to D for live locks to be released or to expire, as a reader waits
+             (default: report them and stop)
+Other rows the same transaction locked are settled when read, or with resolve on them
+(inspect lists them as the primary lock's secondaries).
+Exit 0 if every lock is settled (or there was none), 1 if a live lock was left, 4 if the
+row is not stored.`,
+    positionals: { min: 2, max: 2 },
+    options: { wait: { type: 'string' } },
+    run: (store, [table, row], values) =>
+      resolveCommand(store, { table: table!, row: row!, waitMs: durationOption(values, 'wait') }),
+  },
+  notifications: {
+    usage: 'percolator notifications TABLE... [--observer NAME] [connection options]',
+    about: `Pending notifications per observed column of each TABLE, with the oldest change not yet
+handled (its row, its age, its notification timestamp): what observer workers still have to
+do. Found through the store's notification index. Stores keep no table list: name the
+observed tables.
+  --observer NAME   only what observer NAME has not handled yet (its ack is older than the
+                    cell's newest write: the test a run makes before calling its handler)
+Exit 0 (with or without a backlog), 4 if a TABLE holds no rows.`,
+    positionals: { min: 1, max: Number.POSITIVE_INFINITY },
+    options: { observer: { type: 'string' } },
+    run: (store, tables, values) =>
+      notificationsCommand(store, {
+        tables,
+        ...(values.observer === undefined ? {} : { observer: String(values.observer) }),
+      }),
+  },
+  gc: {
+    usage: 'percolator gc TABLE [--dry-run] [--row KEY] [retention options] [connection options]',
+    about: `Prunes old versions now, as far as the retention policy allows (the pruning a commit
+does, docs/protocol.md section 7), settles commit records kept for their secondaries, and
+deletes the version rows that frees. Reports versions and bytes freed. Snapshots older than
+the policy's safe point then fail with SnapshotTooOldError, as they would after any commit.
+  --dry-run                 report what would be freed; write nothing
+  --row KEY                 only this row
+  --retention D             keep versions younger than D (default 60s: the library default)
+  --max-versions N          keep at most N versions per cell (default 32)
+  --inline-history-bytes N  (default 512)
+Use the same policy as your clients (their \`gc\` option): a shorter one makes their older
+snapshots fail sooner. Exit 0 done, 4 if TABLE holds no rows (or ROW is not stored).`,
+    positionals: { min: 1, max: 1 },
+    options: {
+      'dry-run': { type: 'boolean' },
+      row: { type: 'string' },
+      retention: { type: 'string' },
+      'max-versions': { type: 'string' },
+      'inline-history-bytes': { type: 'string' },
+    },
+    run: (store, [table], values) => {
+      const retentionMs = durationOption(values, 'retention');
+      const maxVersionsPerCell = integerOption(values, 'max-versions', 1);
+      const inlineHistoryBytes = integerOption(values, 'inline-history-bytes', 0);
+      return gcCommand(store, {
+        table: table!,
+        dryRun: values['dry-run'] === true,
+        ...(values.row === undefined ? {} : { row: String(values.row) }),
+        policy: {
+          ...(retentionMs === undefined ? {} : { retentionMs }),
+          ...(maxVersionsPerCell === undefined ? {} : { maxVersionsPerCell }),
+          ...(inlineHistoryBytes === undefined ? {} : { inlineHistoryBytes }),
+        },
+      });
+    },
+  },
+};
+
+export const USAGE = `usage: percolator <command> [arguments] [connection options]
+       (in this repository: pnpm percolator -- <command> ...)
+Commands:
+  inspect TABLE ROW                one row as stored: versions, locks and their fate, notifications
+  locks TABLE [--older-than D]     every lock in a table, with its transaction's fate
+  resolve TABLE ROW [--wait D]     settle a row's stuck locks exactly as a reader would
+  notifications TABLE... [--observer NAME]   pending notifications, oldest change per column
+  gc TABLE [--dry-run]             prune what the retention policy allows; versions and bytes freed
+${CONNECTION}
+${EXITS}`;
+
+const CONNECTION_OPTIONS = {
+  backend: { type: 'string' },
+  url: { type: 'string' },
+  namespace: { type: 'string' },
+  config: { type: 'string' },
+  region: { type: 'string' },
+  'dynamodb-table': { type: 'string' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+export interface CliIo {
+  readonly out: (text: string) => void;
+  readonly err: (text: string) => void;
+  /** Replaces opening the store from the connection options (tests: an in-process store). */
+  readonly openStore?: () => Promise<OpenedStore>;
+}
+
+const processIo: CliIo = {
+  out: (text) => process.stdout.write(text),
+  err: (text) => process.stderr.write(text),
+};
+
+function commandHelp(spec: CommandSpec): string {
+  return `usage: ${spec.usage}\n${spec.about}\n${CONNECTION}\n${EXITS}`;
+}
+
+async function openFromValues(values: Values): Promise<OpenedStore> {
+  if (values.config !== undefined) {
+    if (values.backend !== undefined || values.url !== undefined)
+      throw new UsageError('--config names every store itself: leave out --backend and --url');
+    const config = await loadCompositeConfig(String(values.config));
+    return openComposite(config, values.namespace as string | undefined);
+  }
+  const backend = values.backend;
+  if (backend === undefined) throw new UsageError('--backend (or --config) is required');
+  if (backend === 'memory')
+    throw new UsageError(
+      'the memory store lives inside one process: nothing outside it can reach it (in code, call the command functions of @percolator/cli on it)',
+    );
+  if (!(BACKENDS as readonly string[]).includes(String(backend)))
+    throw new UsageError(`--backend must be one of ${BACKENDS.join(', ')}`);
+  return openBackend({
+    backend: backend as BackendName,
+    ...(values.url === undefined ? {} : { url: String(values.url) }),
+    ...(values.namespace === undefined ? {} : { namespace: String(values.namespace) }),
+    ...(values.region === undefined ? {} : { region: String(values.region) }),
+    ...(values['dynamodb-table'] === undefined ? {} : { dynamoTable: String(values['dynamodb-table']) }),
+  });
+}
+
+/** Runs the CLI; resolves to the exit code. */
+export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<ExitCode> {
+  // `pnpm percolator -- inspect ...` passes the "--" through.
+  const args = argv.filter((a, i) => !(a === '--' && i === 0));
+  const name = args[0];
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    if (name === undefined) {
+      io.err(`${USAGE}\n`);
+      return EXIT.usage;
+    }
+    io.out(`${USAGE}\n`);
+    return EXIT.ok;
+  }
+  const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
+  if (spec === undefined) {
+    io.err(`unknown command ${JSON.stringify(name)}\n\n${USAGE}\n`);
+    return EXIT.usage;
+  }
+  let values: Values;
+  let positionals: string[];
+  try {
+    ({ values, positionals } = parseArgs({
+      args: args.slice(1),
+      allowPositionals: true,
+      strict: true,
+      options: { ...CONNECTION_OPTIONS, ...spec.options },
+    }));
+  } catch (error) {
+    io.err(`${(error as Error).message}\n\n${commandHelp(spec)}\n`);
+    return EXIT.usage;
+  }
+  if (values.help === true) {
+    io.out(`${commandHelp(spec)}\n`);
+    return EXIT.ok;
+  }
+  if (positionals.length < spec.positionals.min || positionals.length > spec.positionals.max) {
+    io.err(`wrong number of arguments for ${name}\n\n${commandHelp(spec)}\n`);
+    return EXIT.usage;
+  }
+  let opened: OpenedStore;
+  try {
+    opened = await (io.openStore ?? (() => openFromValues(values)))();
+  } catch (error) {
+    return report(error, name, spec, io);
+  }
+  try {
+    const result = await spec.run(opened.store, positionals, values);
+    if (values.json === true) io.out(`${JSON.stringify(result.data, null, 2)}\n`);
+    else io.out(`${result.text}\n  (${opened.target})\n`);
+    return result.code;
+  } catch (error) {
+    return report(error, name, spec, io, opened.target);
+  } finally {
+    await opened.close().catch(() => undefined);
+  }
+}
+
+function report(error: unknown, name: string, spec: CommandSpec, io: CliIo, where?: string): ExitCode {
+  const at = where ? ` (${where})` : '';
+  if (error instanceof UsageError) {
+    io.err(`${error.message}\n\n${commandHelp(spec)}\n`);
+    return EXIT.usage;
+  }
+  if (error instanceof NotFoundError || error instanceof NamespaceNotFoundError) {
+    io.err(`${error.message}${at}\n`);
+    return EXIT.notFound;
+  }
+  const e = error as Error;
+  if (error instanceof InvalidArgumentError) {
+    io.err(`${e.message}${at}\n`);
+    // A table no composite route covers: the deployment has no such table.
+    return /has no route/.test(e.message) ? EXIT.notFound : EXIT.usage;
+  }
+  const prefix = error instanceof UnreachableError ? '' : `${name} failed: `;
+  io.err(`${prefix}${e?.message ?? String(error)}${at}\n`);
+  return EXIT.unreachable;
+}
+
+/** Runs the CLI on this process's arguments and exits with its code. `bin.js` calls it. */
+export async function main(argv: readonly string[] = process.argv.slice(2)): Promise<never> {
+  let code: number;
+  try {
+    code = await runCli(argv);
+  } catch (error) {
+    process.stderr.write(`percolator: ${(error as Error).stack ?? String(error)}\n`);
+    code = EXIT.unreachable;
+  }
+  // Adapters may hold sockets (pools, clients) open; the verdict is in the exit code.
+  process.exit(code);
+}
+
+/** Whether `file` (process.argv[1]) is this module (both as real paths: bins are symlinks). */
+export function isMainModule(file: string | undefined, moduleUrl: string = import.meta.url): boolean {
+  if (file === undefined) return false;
+  try {
+    return realpathSync(file) === realpathSync(fileURLToPath(moduleUrl));
+  } catch {
+    return false;
+  }
+}
+
+if (isMainModule(process.argv[1])) await main();

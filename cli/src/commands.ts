@@ -1,0 +1,360 @@
+/**
+ * The operator commands as functions on an open store: what the CLI runs, and what tests
+ * (and programs holding an in-process store, such as the memory store) call directly.
+ * Each resolves to an exit code (errors.ts), the data (printed with --json) and readable
+ * text. The protocol questions are answered by @percolator/core (inspectHeadRow,
+ * primaryFate, scanLocks, scanNotifications, resolveLocks, gc); nothing here decides a fate.
+ */
+import {
+  type CellView,
+  type GcReport,
+  inspectHeadRow,
+  isReservedColumn,
+  type LockedCell,
+  type PendingColumn,
+  Percolator,
+  type PrimaryFate,
+  type PrunePolicy,
+  primaryFate,
+  type ResolvedLock,
+  type RowStore,
+  scanLocks,
+  scanNotifications,
+  type TimestampOracle,
+  validateRowKey,
+  validateUserTable,
+  versionRowRef,
+} from '@percolator/core';
+import { EXIT, type ExitCode, NotFoundError, UsageError } from './errors.js';
+import { ago, bytes, table as columns, duration, plural, shown } from './format.js';
+
+export interface CommandResult<T = unknown> {
+  readonly code: ExitCode;
+  readonly data: T;
+  readonly text: string;
+}
+
+/** Names are checked before the store is asked anything: a bad one is a usage error. */
+function checkNames(table: string, row?: string): void {
+  try {
+    validateUserTable(table);
+    if (row !== undefined) validateRowKey(row);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+}
+
+/** A table with no stored row at all: most often a misspelt name (stores keep no table list). */
+async function assertTableHasRows(store: RowStore, table: string): Promise<void> {
+  if (!store.capabilities.orderedScan || !store.scan) return;
+  if ((await store.scan(table, { limit: 1 })).length === 0)
+    throw new NotFoundError(
+      `table ${shown(table)} holds no rows (is the name right? stores keep no table list)`,
+    );
+}
+
+/**
+ * The CLI's client: it never draws a timestamp (resolving and gc need none), so it
+ * cannot move the deployment's oracle, and a composite without a counter works too.
+ */
+const NO_TIMESTAMPS: TimestampOracle = {
+  next: () => Promise.reject(new Error('the operator CLI draws no timestamps')),
+};
+
+function client(store: RowStore, clock: (() => number) | undefined, gc?: Partial<PrunePolicy>): Percolator {
+  return new Percolator({ store, oracle: NO_TIMESTAMPS, ...(clock ? { clock } : {}), ...(gc ? { gc } : {}) });
+}
+
+function fateText(f: PrimaryFate): string {
+  switch (f.state) {
+    case 'committed':
+      return `committed at ${f.commitTs}`;
+    case 'rolled-back':
+      return 'rolled back';
+    case 'pending':
+      return f.expired ? 'pending, owner presumed dead (a reader rolls it back)' : 'pending, owner live';
+  }
+}
+
+function cellRef(r: { table: string; row: string; column?: string }): string {
+  return `${r.table}/${shown(r.row)}${r.column === undefined ? '' : `/${shown(r.column)}`}`;
+}
+
+// ---------------------------------------------------------------------------------------
+// inspect TABLE ROW
+
+type LockView = NonNullable<CellView['lock']>;
+
+export interface InspectedRow {
+  readonly table: string;
+  readonly row: string;
+  /** The store's version token of the head row. */
+  readonly version: string;
+  /** Size of the encoded head row. */
+  readonly stateBytes: number;
+  /** Wall clock (ms) ages are measured against. */
+  readonly nowMs: number;
+  readonly cells: readonly InspectedCell[];
+}
+
+export interface InspectedCell extends Omit<CellView, 'lock' | 'writes'> {
+  readonly reserved: boolean;
+  readonly lock?: LockView & {
+    /** nowMs minus the lock's wall time (prewrite or last heartbeat). */
+    readonly ageMs: number;
+    /** Past its TTL. */
+    readonly expired: boolean;
+    /** Its transaction's fate, as its primary says (read only). */
+    readonly fate: PrimaryFate;
+  };
+  readonly writes: readonly (CellView['writes'][number] & {
+    /** For a value in a version row (`moving`, `moved`): that row's table and key. */
+    readonly versionRow?: { readonly table: string; readonly key: string };
+  })[];
+}
+
+/** The decoded head row of table/row (plain reads only). NotFoundError when it is not stored. */
+export async function inspectRow(
+  store: RowStore,
+  table: string,
+  row: string,
+  now: () => number = Date.now,
+): Promise<InspectedRow> {
+  checkNames(table, row);
+  const stored = await store.read(table, row);
+  if (stored === null) throw new NotFoundError(`row ${shown(row)} of ${shown(table)} is not stored`);
+  const view = inspectHeadRow(stored.state);
+  const nowMs = now();
+  const cells: InspectedCell[] = [];
+  for (const cell of view.cells) {
+    const { lock, writes, ...rest } = cell;
+    cells.push({
+      ...rest,
+      reserved: isReservedColumn(cell.column),
+      ...(lock
+        ? {
+            lock: {
+              ...lock,
+              ageMs: nowMs - lock.wallTimeMs,
+              expired: nowMs - lock.wallTimeMs > lock.ttlMs,
+              fate: await primaryFate(store, lock, nowMs),
+            },
+          }
+        : {}),
+      writes: writes.map((w) =>
+        w.kind === 'put' && w.value !== 'inline'
+          ? { ...w, versionRow: versionRowRef(table, row, cell.column, w.startTs) }
+          : w,
+      ),
+    });
+  }
+  return { table, row, version: stored.version, stateBytes: stored.state.length, nowMs, cells };
+}
+
+export function formatInspected(r: InspectedRow): string {
+  const lines = [
+    `${cellRef(r)}: head row version ${r.version}, ${bytes(r.stateBytes)}, ${plural(r.cells.length, 'cell')}`,
+  ];
+  for (const c of r.cells) {
+    lines.push(`  column ${shown(c.column)}${c.reserved ? '  (reserved: an observer ack)' : ''}`);
+    if (c.lock) {
+      const l = c.lock;
+      const isPrimary =
+        l.primary.table === r.table && l.primary.row === r.row && l.primary.column === c.column;
+      lines.push(
+        `    lock      startTs ${l.startTs}, ${l.kind}, primary ${isPrimary ? 'this cell' : cellRef(l.primary)}`,
+        `              written ${ago(l.ageMs)} (ttl ${duration(l.ttlMs)}${l.expired ? ', EXPIRED' : `, expires in ${duration(l.ttlMs - l.ageMs)}`})`,
+        `              transaction: ${fateText(l.fate)}`,
+      );
+      if (l.secondaries?.length)
+        lines.push(`              secondaries: ${l.secondaries.map((s) => cellRef(s)).join(', ')}`);
+    }
+    if (c.writes.length === 0) lines.push('    writes    none');
+    for (const w of c.writes) {
+      let where = '';
+      if (w.kind === 'put') {
+        where = `, value ${w.value}`;
+        if (w.inlineBytes !== undefined) where += ` (${bytes(w.inlineBytes)} in the head row)`;
+        if (w.versionRow) where += ` -> version row ${w.versionRow.table} ${shown(w.versionRow.key)}`;
+      }
+      lines.push(
+        `    write     commitTs ${w.commitTs}, startTs ${w.startTs}, ${w.kind}${where}, at ${new Date(w.wallTimeMs).toISOString()}`,
+      );
+      if (w.secondaries?.length)
+        lines.push(
+          `              secondaries not yet settled: ${w.secondaries.map((s) => cellRef(s)).join(', ')}`,
+        );
+    }
+    const extra = [`inline ${bytes(c.inlineBytes)}`];
+    if (c.prunedThrough > 0) extra.push(`pruned through ${c.prunedThrough}`);
+    extra.push(c.notifyTs > 0 ? `notification pending since ts ${c.notifyTs}` : 'no notification');
+    if (c.garbage.length > 0) extra.push(`version rows to delete at ${c.garbage.join(', ')}`);
+    const acks = Object.entries(c.acks);
+    if (acks.length > 0) extra.push(`acks ${acks.map(([o, ts]) => `${o}=${ts}`).join(', ')}`);
+    lines.push(`    ${extra.join('; ')}`);
+  }
+  return lines.join('\n');
+}
+
+export async function inspectCommand(
+  store: RowStore,
+  args: { table: string; row: string; now?: () => number },
+): Promise<CommandResult<InspectedRow>> {
+  const data = await inspectRow(store, args.table, args.row, args.now);
+  return { code: EXIT.ok, data, text: formatInspected(data) };
+}
+
+// ---------------------------------------------------------------------------------------
+// locks TABLE [--older-than D]
+
+export async function locksCommand(
+  store: RowStore,
+  args: { table: string; olderThanMs?: number; now?: () => number },
+): Promise<CommandResult<LockedCell[]>> {
+  checkNames(args.table);
+  await assertTableHasRows(store, args.table);
+  const found: LockedCell[] = [];
+  for await (const l of scanLocks(store, args.table, {
+    olderThanMs: args.olderThanMs ?? 0,
+    ...(args.now ? { clock: args.now } : {}),
+  }))
+    found.push(l);
+  const older = args.olderThanMs ? ` older than ${duration(args.olderThanMs)}` : '';
+  if (found.length === 0)
+    return { code: EXIT.ok, data: found, text: `no locks${older} in ${shown(args.table)}` };
+  const rows = [['row', 'column', 'startTs', 'age', 'ttl', 'primary', 'transaction']];
+  for (const l of found) {
+    const isPrimary =
+      l.lock.primary.table === l.table && l.lock.primary.row === l.row && l.lock.primary.column === l.column;
+    rows.push([
+      shown(l.row),
+      shown(l.column),
+      String(l.lock.startTs),
+      duration(l.ageMs),
+      `${duration(l.lock.ttlMs)}${l.expired ? ' EXPIRED' : ''}`,
+      isPrimary ? '(this cell)' : cellRef(l.lock.primary),
+      fateText(l.fate),
+    ]);
+  }
+  return {
+    code: EXIT.found,
+    data: found,
+    text: `${plural(found.length, 'lock')}${older} in ${shown(args.table)}:\n${columns(rows)}`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// resolve TABLE ROW [--wait D]
+
+export async function resolveCommand(
+  store: RowStore,
+  args: { table: string; row: string; waitMs?: number; now?: () => number },
+): Promise<CommandResult<ResolvedLock[]>> {
+  checkNames(args.table, args.row);
+  if ((await store.read(args.table, args.row)) === null)
+    throw new NotFoundError(`row ${shown(args.row)} of ${shown(args.table)} is not stored`);
+  const db = client(store, args.now);
+  let results: ResolvedLock[];
+  try {
+    results = await db.resolveLocks(args.table, args.row, { waitMs: args.waitMs ?? 0 });
+  } finally {
+    await db.close();
+  }
+  const where = cellRef(args);
+  if (results.length === 0) return { code: EXIT.ok, data: results, text: `no locks in ${where}` };
+  const lines = results.map((r) => {
+    const what = `${shown(r.column)} (startTs ${r.startTs}, primary ${r.isPrimary ? 'this cell' : cellRef(r.primary)})`;
+    const o = r.outcome;
+    if (o.action === 'rolled-forward')
+      return `  rolled forward ${what}: its transaction committed at ${o.commitTs}`;
+    if (o.action === 'rolled-back') return `  rolled back    ${what}: its transaction did not commit`;
+    return `  left alone     ${what}: its owner may still be committing (lock expires in ${duration(o.expiresInMs)} unless refreshed); retry later or pass --wait`;
+  });
+  const alive = results.filter((r) => r.outcome.action === 'alive').length;
+  return {
+    code: alive > 0 ? EXIT.found : EXIT.ok,
+    data: results,
+    text: `${where}: ${plural(results.length - alive, 'lock')} settled${alive > 0 ? `, ${alive} live` : ''}\n${lines.join('\n')}`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// notifications TABLE... [--observer NAME]
+
+export async function notificationsCommand(
+  store: RowStore,
+  args: { tables: readonly string[]; observer?: string; now?: () => number },
+): Promise<CommandResult<PendingColumn[]>> {
+  if (args.tables.length === 0) throw new UsageError('name at least one TABLE (stores keep no table list)');
+  for (const t of args.tables) checkNames(t);
+  if (args.observer !== undefined && !/^[A-Za-z0-9_.-]{1,64}$/.test(args.observer))
+    throw new UsageError(`not an observer name: ${JSON.stringify(args.observer)}`);
+  const data: PendingColumn[] = [];
+  for (const t of args.tables) {
+    await assertTableHasRows(store, t);
+    data.push(...(await scanNotifications(store, t, args.observer ? { observer: args.observer } : {})));
+  }
+  const forWhom = args.observer ? ` for observer ${args.observer}` : '';
+  if (data.length === 0)
+    return {
+      code: EXIT.ok,
+      data,
+      text: `no pending notifications${forWhom} in ${args.tables.map(shown).join(', ')}`,
+    };
+  const nowMs = (args.now ?? Date.now)();
+  const rows = [['table', 'column', 'pending', 'oldest row', 'oldest change']];
+  for (const p of data)
+    rows.push([
+      shown(p.table),
+      shown(p.column),
+      String(p.pending),
+      shown(p.oldest.row),
+      p.oldest.sinceMs === undefined
+        ? `notified at ts ${p.oldest.notifyTs}`
+        : `${ago(nowMs - p.oldest.sinceMs)} (notified at ts ${p.oldest.notifyTs})`,
+    ]);
+  const total = data.reduce((n, p) => n + p.pending, 0);
+  return {
+    code: EXIT.ok,
+    data,
+    text: `${plural(total, 'pending notification')}${forWhom}:\n${columns(rows)}`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// gc TABLE [--dry-run] [--row KEY] [--retention D] [--max-versions N] [--inline-history-bytes N]
+
+export async function gcCommand(
+  store: RowStore,
+  args: { table: string; row?: string; dryRun?: boolean; policy?: Partial<PrunePolicy>; now?: () => number },
+): Promise<CommandResult<GcReport & { dryRun: boolean }>> {
+  checkNames(args.table, args.row);
+  if (args.row === undefined) await assertTableHasRows(store, args.table);
+  else if ((await store.read(args.table, args.row)) === null)
+    throw new NotFoundError(`row ${shown(args.row)} of ${shown(args.table)} is not stored`);
+  const db = client(store, args.now, args.policy);
+  let report: GcReport;
+  try {
+    report = await db.gc(args.table, {
+      dryRun: args.dryRun === true,
+      ...(args.row === undefined ? {} : { row: args.row }),
+    });
+  } finally {
+    await db.close();
+  }
+  const verb = args.dryRun ? 'would free' : 'freed';
+  const where = args.row === undefined ? shown(args.table) : cellRef({ table: args.table, row: args.row });
+  const lines = [
+    `gc ${where}${args.dryRun ? ' (dry run: nothing written)' : ''}: ${plural(report.rows, 'row')} examined`,
+    `  ${verb} ${plural(report.versions, 'version')} in head rows (${bytes(report.headBytes)})`,
+    `  ${verb} ${plural(report.versionRows, 'version row')} (${bytes(report.versionRowBytes)})`,
+    `  total ${bytes(report.headBytes + report.versionRowBytes)}`,
+  ];
+  if (report.held > 0)
+    lines.push(
+      args.dryRun
+        ? `  ${plural(report.held, 'commit record')} kept for their secondaries: a real run settles them first and may free more`
+        : `  ${plural(report.held, 'commit record')} still kept for their secondaries (a secondary row could not be settled; run again)`,
+    );
+  return { code: EXIT.ok, data: { ...report, dryRun: args.dryRun === true }, text: lines.join('\n') };
+}

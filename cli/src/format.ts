@@ -1,0 +1,51 @@
+/** Text helpers shared by the commands' readable output. */
+
+/** A name as typed: bare when plain, else a JSON string (NUL, spaces, quotes visible). */
+export function shown(text: string): string {
+  return /^[\w.:@/+-]+$/u.test(text) ? text : JSON.stringify(text);
+}
+
+export function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+/** A duration in ms, short and readable: 850 ms, 12.3 s, 4.5 min, 2.1 h. */
+export function duration(ms: number): string {
+  const a = Math.abs(ms);
+  if (a < 10_000) return `${Math.round(ms)} ms`;
+  if (a < 120_000) return `${(ms / 1000).toFixed(1)} s`;
+  if (a < 7_200_000) return `${(ms / 60_000).toFixed(1)} min`;
+  return `${(ms / 3_600_000).toFixed(1)} h`;
+}
+
+export function ago(ms: number): string {
+  return ms < 0 ? `${duration(-ms)} in the future` : `${duration(ms)} ago`;
+}
+
+export function bytes(n: number): string {
+  if (n < 10_000) return `${n} B`;
+  if (n < 10_000_000) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, min: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** "30s", "1500ms", "2m", "1h", or a plain number of ms. Throws on anything else. */
+export function parseDuration(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|min|h|d)?$/.exec(text.trim());
+  if (!m) throw new Error(`not a duration: ${JSON.stringify(text)} (e.g. 30s, 500ms, 5m, 1h)`);
+  return Math.round(Number(m[1]) * UNITS[m[2] ?? 'ms']!);
+}
+
+/** Aligned columns; the first row is the header. */
+export function table(rows: readonly (readonly string[])[]): string {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  return rows
+    .map((r) =>
+      r
+        .map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i]!)))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
+}

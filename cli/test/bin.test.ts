@@ -1,0 +1,161 @@
+/**
+ * The `percolator` bin as scripts meet it: a real child process, run through an installed
+ * symlink (node_modules/.bin/percolator -> the package's dist/bin.js), checked for its
+ * --help texts and exit codes. Needs `pnpm build` (the test command builds first).
+ */
+import { execFile } from 'node:child_process';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { COMMANDS } from '../src/cli.js';
+import { POSTGRES_URL, REDIS_URL, uniqueNamespace } from './backends.js';
+
+const packageDir = fileURLToPath(new URL('..', import.meta.url));
+const manifest = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8')) as {
+  bin: Record<string, string>;
+};
+const exec = promisify(execFile);
+
+let project: string;
+let bin: string;
+
+beforeAll(() => {
+  const target = manifest.bin.percolator;
+  expect(target, 'package.json declares the percolator bin').toBeDefined();
+  if (!existsSync(join(packageDir, target!)))
+    throw new Error(`${target} is not built: run \`pnpm build\` first (the test command does)`);
+  project = mkdtempSync(join(tmpdir(), 'percolator-cli-bin-'));
+  const linked = join(project, 'node_modules', '@percolator', 'cli');
+  mkdirSync(dirname(linked), { recursive: true });
+  symlinkSync(packageDir, linked, 'dir');
+  bin = join(project, 'node_modules', '.bin', 'percolator');
+  mkdirSync(dirname(bin), { recursive: true });
+  symlinkSync(relative(dirname(bin), join(linked, target!)), bin);
+});
+
+afterAll(() => {
+  if (project) rmSync(project, { recursive: true, force: true });
+});
+
+async function percolator(...args: string[]): Promise<{ code: number; out: string; err: string }> {
+  try {
+    const { stdout, stderr } = await exec(process.execPath, [bin, ...args], {
+      cwd: project,
+      timeout: 60_000,
+    });
+    return { code: 0, out: stdout, err: stderr };
+  } catch (error) {
+    const e = error as { code?: number; stdout?: string; stderr?: string };
+    if (typeof e.code !== 'number') throw error;
+    return { code: e.code, out: e.stdout ?? '', err: e.stderr ?? '' };
+  }
+}
+
+describe('the percolator bin', () => {
+  it('--help lists every command and the exit codes (exit 0); no command is a usage error (exit 2)', async () => {
+    const help = await percolator('--help');
+    expect(help.code).toBe(0);
+    for (const name of Object.keys(COMMANDS)) expect(help.out).toContain(`  ${name} `);
+    expect(help.out).toContain('Exit codes: 0 done');
+    const none = await percolator();
+    expect(none.code).toBe(2);
+    expect(none.err).toContain('usage: percolator <command>');
+  });
+
+  it('every command has its own --help (exit 0), also after "--" as pnpm passes it', async () => {
+    for (const name of Object.keys(COMMANDS)) {
+      const { code, out } = await percolator('--', name, '--help');
+      expect(code, name).toBe(0);
+      expect(out).toContain(`usage: percolator ${name}`);
+      expect(out).toContain('Exit codes:');
+    }
+  });
+
+  it('bad arguments exit 2 and say what is wrong, before connecting to anything', async () => {
+    const cases: [string[], string][] = [
+      [['frobnicate'], 'unknown command "frobnicate"'],
+      [['inspect', 'accounts'], 'wrong number of arguments for inspect'],
+      [['locks', 'accounts', '--backend', 'redis', '--older-than', 'soon'], 'not a duration'],
+      [['locks', 'accounts', '--backend', 'redis', '--bogus'], "Unknown option '--bogus'"],
+      [['locks', 'accounts', '--backend', 'oracle'], '--backend must be one of'],
+      [['locks', 'accounts'], '--backend (or --config) is required'],
+      [['locks', 'accounts', '--backend', 'memory'], 'the memory store lives inside one process'],
+      [['locks', 'accounts', '--backend', 'redis', '--namespace', 'Bad-Name'], 'not a namespace name'],
+      [
+        ['gc', 'accounts', '--backend', 'redis', '--max-versions', '0'],
+        '--max-versions must be an integer >= 1',
+      ],
+      [['inspect', '__internal', 'r', '--backend', 'redis', '--url', REDIS_URL], 'table'],
+      [['locks', 'accounts', '--config', '/nonexistent/deployment.json'], 'cannot read --config'],
+    ];
+    for (const [args, message] of cases) {
+      const { code, err } = await percolator(...args);
+      expect(err, args.join(' ')).toContain(message);
+      expect(code, args.join(' ')).toBe(2);
+    }
+  });
+
+  it('an unreachable store exits 3, naming it', async () => {
+    const { code, err } = await percolator(
+      'locks',
+      'accounts',
+      '--backend',
+      'redis',
+      '--url',
+      'redis://127.0.0.1:1',
+    );
+    expect(err).toContain('cannot open redis');
+    expect(err).toContain('redis://127.0.0.1:1');
+    expect(code).toBe(3);
+  });
+
+  it('what is not there exits 4: a namespace, a table with no rows, a row, a table no composite route covers', async () => {
+    const ns = uniqueNamespace('absent');
+    const namespace = await percolator(
+      'locks',
+      'accounts',
+      '--backend',
+      'postgres',
+      '--url',
+      POSTGRES_URL,
+      '--namespace',
+      ns,
+    );
+    expect(namespace.err).toContain(`namespace ${ns} not found`);
+    expect(namespace.code).toBe(4);
+    const redis = ['--backend', 'redis', '--url', REDIS_URL, '--namespace', ns];
+    const table = await percolator('locks', 'no_such_table', ...redis);
+    expect(table.err).toContain('holds no rows');
+    expect(table.code).toBe(4);
+    const row = await percolator('resolve', 'no_such_table', 'r1', ...redis);
+    expect(row.err).toContain('is not stored');
+    expect(row.code).toBe(4);
+    const file = join(project, 'routes.json');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        stores: { cache: { backend: 'redis', url: REDIS_URL, namespace: ns } },
+        routes: [{ table: 'sessions', store: 'cache' }],
+        counterStore: null,
+      }),
+    );
+    const unrouted = await percolator('inspect', 'accounts', 'r1', '--config', file);
+    expect(unrouted.err).toContain('has no route');
+    expect(unrouted.code).toBe(4);
+    writeFileSync(file, JSON.stringify({ stores: {}, counterStore: null }));
+    const bad = await percolator('inspect', 'accounts', 'r1', '--config', file);
+    expect(bad.err).toContain('"stores" must name at least one store');
+    expect(bad.code).toBe(2);
+  });
+});

@@ -1,0 +1,263 @@
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { ClientCrash, type CommitStep, type LockedCell, Percolator, type RowStore } from '@percolator/core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  gcCommand,
+  inspectCommand,
+  locksCommand,
+  notificationsCommand,
+  resolveCommand,
+} from '../src/commands.js';
+import { BACKEND_NAMES, openTestBackend, type TestBackend } from './backends.js';
+
+/**
+ * Every command on every store (the issue's "done when"): memory, PostgreSQL, MariaDB,
+ * Redis, Redis Cluster, DynamoDB Local and a composite. A client is stopped at each commit
+ * step; `inspect` shows what it left, `locks` lists it, and `resolve` settles it with the
+ * fate a reader chooses (a fresh reader then reads exactly that). Clients share a fake
+ * clock, so lock expiry is a step of the test, not a wait. The command functions run
+ * in-process; a child `percolator` process then reads the same data through its own
+ * connection (--url / --namespace / --config).
+ */
+
+const BIN = fileURLToPath(new URL('../dist/bin.js', import.meta.url));
+const run = promisify(execFile);
+
+async function percolator(...args: string[]): Promise<{ code: number; out: string; err: string }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { timeout: 60_000 });
+    return { code: 0, out: stdout, err: stderr };
+  } catch (error) {
+    const e = error as { code?: number; stdout?: string; stderr?: string };
+    if (typeof e.code !== 'number') throw error;
+    return { code: e.code, out: e.stdout ?? '', err: e.stderr ?? '' };
+  }
+}
+
+const TTL = 2000;
+const TABLE = 'accounts';
+
+/** Commit steps to stop at, and what a reader must see afterwards. */
+const STOPS: { step: CommitStep; isPrimary?: boolean; label: string; committed: boolean }[] = [
+  { step: 'afterPrewrite', isPrimary: true, label: 'p1', committed: false },
+  { step: 'afterPrewrite', isPrimary: false, label: 'p2', committed: false },
+  { step: 'beforeCommitPrimary', label: 'bc', committed: false },
+  { step: 'afterCommitPrimary', label: 'ac', committed: true },
+  { step: 'afterCommitSecondary', label: 'as', committed: true },
+];
+const rowsOf = (label: string) => [`${label}-a`, `${label}-b`, `${label}-c`];
+
+function fakeClock() {
+  let now = Date.now();
+  const clock = () => now;
+  clock.advance = (ms: number) => {
+    now += ms;
+  };
+  return clock;
+}
+
+/** Writes "old" to every row, then a client that stops at each step tries to write "new". */
+async function stage(store: RowStore, clock: () => number): Promise<void> {
+  const db = new Percolator({ store, clock, lockTtlMs: TTL });
+  await db.transact(async (tx) => {
+    for (const s of STOPS) for (const r of rowsOf(s.label)) tx.set(TABLE, r, 'v', 'old');
+  });
+  await db.close();
+  for (const s of STOPS) {
+    let stopped = false;
+    const crashing = new Percolator({
+      store,
+      clock,
+      lockTtlMs: TTL,
+      hooks: {
+        onCommitStep: (e) => {
+          if (stopped || e.step !== s.step || (s.isPrimary !== undefined && e.isPrimary !== s.isPrimary))
+            return;
+          stopped = true;
+          throw new ClientCrash(`stopped at ${s.step}`);
+        },
+      },
+    });
+    const tx = await crashing.begin();
+    for (const r of rowsOf(s.label)) tx.set(TABLE, r, 'v', 'new');
+    await tx.commit().catch((e: unknown) => expect(e).toBeInstanceOf(ClientCrash));
+    await crashing.close();
+    expect(stopped, `${s.label} stopped`).toBe(true);
+  }
+  // Requests the stopped clients had in flight land now, as after a real crash.
+  await new Promise((r) => setTimeout(r, 20));
+}
+
+async function readAll(
+  store: RowStore,
+  clock: () => number,
+  rows: string[],
+): Promise<(string | undefined)[]> {
+  const reader = new Percolator({ store, clock, lockTtlMs: TTL });
+  try {
+    return await reader.transact(async (tx) => Promise.all(rows.map((r) => tx.getString(TABLE, r, 'v'))));
+  } finally {
+    await reader.close();
+  }
+}
+
+describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
+  let backend: TestBackend;
+  const clock = fakeClock();
+  beforeAll(async () => {
+    backend = await openTestBackend(name);
+    await stage(backend.store, clock);
+  }, 120_000);
+  afterAll(async () => {
+    await backend?.cleanup();
+  });
+
+  it('a client stopped at each commit step: inspect shows its locks, locks lists them, resolve settles them as a reader would', async () => {
+    const { store } = backend;
+    const now = clock;
+    const listed = await locksCommand(store, { table: TABLE, now });
+    expect(listed.code).toBe(1);
+    const locks: LockedCell[] = listed.data;
+    // Each stop before the commit point leaves a lock, and its primary's fate is pending.
+    for (const s of STOPS.filter((s) => !s.committed)) {
+      const mine = locks.filter((l) => l.row.startsWith(`${s.label}-`));
+      expect(mine.length, `${s.label} left locks`).toBeGreaterThan(0);
+      for (const l of mine) expect(l.fate).toEqual({ state: 'pending', expired: false });
+    }
+    // After the commit point: committed, the primary's record says at which timestamp.
+    const ac = locks.filter((l) => l.row.startsWith('ac-'));
+    expect(ac.length).toBe(2);
+    for (const l of ac) expect(l.fate.state).toBe('committed');
+    for (const l of locks) {
+      expect(l.expired).toBe(false);
+      // inspect shows the same lock, with its age against its TTL and the same fate.
+      const inspected = await inspectCommand(store, { table: TABLE, row: l.row, now });
+      expect(inspected.code).toBe(0);
+      const cell = inspected.data.cells.find((c) => c.column === l.column);
+      expect(cell?.lock).toMatchObject({ startTs: l.lock.startTs, ttlMs: TTL, expired: false, fate: l.fate });
+      expect(inspected.text).toContain(`lock      startTs ${l.lock.startTs}`);
+    }
+    expect((await locksCommand(store, { table: TABLE, now, olderThanMs: 60_000 })).code).toBe(0);
+
+    // Before the TTL: a live owner's lock is left alone (exit 1), a committed one rolled forward.
+    const live = locks.find((l) => l.row === 'bc-a')!;
+    const early = await resolveCommand(store, { table: TABLE, row: live.row, now });
+    expect(early.code).toBe(1);
+    expect(early.data.map((r) => r.outcome.action)).toEqual(['alive']);
+    expect(early.text).toContain('left alone');
+
+    clock.advance(TTL + 1);
+    // Past the TTL, locks reports the verdict a reader would apply; nothing is changed yet.
+    const expired = (await locksCommand(store, { table: TABLE, now })).data;
+    expect(expired.length).toBe(locks.length);
+    for (const l of expired.filter((l) => l.row.startsWith('bc-')))
+      expect(l.fate).toEqual({ state: 'pending', expired: true });
+
+    for (const s of STOPS) {
+      const rows = rowsOf(s.label);
+      for (const row of rows) {
+        const resolved = await resolveCommand(store, { table: TABLE, row, now });
+        expect(resolved.code, resolved.text).toBe(0);
+        for (const r of resolved.data)
+          expect(r.outcome.action).toBe(s.committed ? 'rolled-forward' : 'rolled-back');
+      }
+      // A fresh reader reads what resolve chose.
+      expect(await readAll(store, clock, rows)).toEqual(rows.map(() => (s.committed ? 'new' : 'old')));
+    }
+    const after = await locksCommand(store, { table: TABLE, now });
+    expect(after.code).toBe(0);
+    expect(after.text).toContain('no locks');
+  });
+
+  it('notifications counts the backlog per observed column; gc frees old versions', async () => {
+    const { store } = backend;
+    const db = new Percolator({
+      store,
+      clock,
+      lockTtlMs: TTL,
+      gc: { retentionMs: 1000 },
+      observedColumns: [{ table: 'docs', column: 'body' }],
+    });
+    try {
+      for (const r of ['d1', 'd2', 'd3'])
+        await db.transact(async (tx) => tx.set('docs', r, 'body', `text ${r}`));
+      const pending = await notificationsCommand(store, { tables: ['docs'], now: clock });
+      expect(pending.data).toMatchObject([{ table: 'docs', column: 'body', pending: 3 }]);
+      expect(pending.text).toContain('3 pending notifications');
+      const worker = db.worker({
+        observers: [{ name: 'indexer', table: 'docs', column: 'body', handler: async () => {} }],
+      });
+      await worker.runUntilIdle();
+      expect((await notificationsCommand(store, { tables: ['docs'], observer: 'indexer' })).data).toEqual([]);
+      await db.transact(async (tx) => tx.set('docs', 'd2', 'body', 'edited'));
+      expect(
+        (await notificationsCommand(store, { tables: ['docs'], observer: 'indexer' })).data,
+      ).toMatchObject([{ column: 'body', pending: 1, oldest: { row: 'd2' } }]);
+
+      for (let i = 0; i < 4; i++)
+        await db.transact(async (tx) => tx.set('docs', 'big', 'body', `v${i}`.repeat(200)));
+      await db.flush();
+      clock.advance(5000);
+      const policy = { retentionMs: 1000 };
+      const dry = await gcCommand(store, { table: 'docs', row: 'big', dryRun: true, policy, now: clock });
+      expect(dry.data.versions).toBe(3);
+      expect(dry.data.headBytes + dry.data.versionRowBytes).toBeGreaterThan(0);
+      const done = await gcCommand(store, { table: 'docs', policy, now: clock });
+      expect(done.code).toBe(0);
+      expect(done.data.versions).toBeGreaterThanOrEqual(3);
+      expect(done.data.versionRows).toBe(dry.data.versionRows);
+      expect(done.text).toContain('freed');
+      expect((await gcCommand(store, { table: 'docs', row: 'big', policy, now: clock })).data.versions).toBe(
+        0,
+      );
+      const value = await db.transact(async (tx) => tx.getString('docs', 'big', 'body'));
+      expect(value).toBe('v3'.repeat(200));
+    } finally {
+      await db.close();
+    }
+  });
+
+  it.runIf(name !== 'memory')('the percolator bin reaches the same data from its own process', async () => {
+    expect(existsSync(BIN), 'cli/dist/bin.js is built (pnpm build)').toBe(true);
+    const argv = backend.argv!;
+    // A transaction stopped right after its commit point, with a TTL no test outlives.
+    const db = new Percolator({
+      store: backend.store,
+      lockTtlMs: 600_000,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'afterCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    const tx = await db.begin();
+    tx.set(TABLE, 'x-1', 'v', 'committed');
+    tx.set(TABLE, 'x-2', 'v', 'committed');
+    await tx.commit().catch(() => undefined);
+    await db.close();
+    const locks = await percolator('locks', TABLE, ...argv, '--json');
+    expect(locks.code, locks.err).toBe(1);
+    const listed = JSON.parse(locks.out) as LockedCell[];
+    const stuck = listed.find((l) => l.row === 'x-1' || l.row === 'x-2')!;
+    expect(stuck.fate.state).toBe('committed');
+    const inspect = await percolator('inspect', TABLE, stuck.row, ...argv);
+    expect(inspect.code, inspect.err).toBe(0);
+    expect(inspect.out).toContain(`startTs ${stuck.lock.startTs}`);
+    expect(inspect.out).toContain('transaction: committed at');
+    const resolved = await percolator('resolve', TABLE, stuck.row, ...argv);
+    expect(resolved.code, resolved.err).toBe(0);
+    expect(resolved.out).toContain('rolled forward');
+    const none = await percolator('locks', TABLE, ...argv, '--older-than', '1h');
+    expect(none.code, none.err).toBe(0);
+    const missing = await percolator('inspect', TABLE, 'no-such-row', ...argv);
+    expect(missing.code).toBe(4);
+    const gc = await percolator('gc', 'docs', '--dry-run', ...argv, '--json');
+    expect(gc.code, gc.err).toBe(0);
+    expect(JSON.parse(gc.out)).toMatchObject({ dryRun: true, rows: 4 });
+    const notes = await percolator('notifications', 'docs', ...argv);
+    expect(notes.code, notes.err).toBe(0);
+  });
+});
