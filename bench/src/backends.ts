@@ -294,6 +294,8 @@ async function openRedisCluster(settings: BackendSettings, namespace: string): P
     if (started) await runClusterScript('stop');
   };
   const client = redis.createRedisClusterClient(nodes);
+  // Failed commands reach the store as errors; without a listener ioredis prints each one.
+  client.on('error', () => {});
   let store: DroppableStore;
   try {
     store = await redis.createRedisStore({ client, namespace });

@@ -37,6 +37,16 @@ export {
   type ListAppendMop,
   type ListAppendOp,
 } from './history/checker.js';
+export {
+  LIST_COLUMN,
+  LIST_TABLES,
+  type ListAppendRun,
+  type ListAppendWorkload,
+  listCell,
+  parseList,
+  readAllLists,
+  runListAppend,
+} from './history/workload.js';
 export { DEFAULT_SEED, Random } from './random.js';
 export { runConformance, selectCases, summarise } from './runner.js';
 export * from './types.js';

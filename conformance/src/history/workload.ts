@@ -36,6 +36,10 @@ export interface ListAppendWorkload {
   readonly onCrash?: (point: StopPoint) => void;
   /** Sorts an error into fail/info; throws on errors the workload should not see. */
   readonly outcomeOf: (error: unknown) => 'fail' | 'info';
+  /** Awaited before each transaction starts (a rate limit, e.g. the soak's). */
+  readonly pace?: () => Promise<void>;
+  /** Told each history entry as it is recorded (live counts, e.g. the soak's throughput). */
+  readonly onRecord?: (op: ListAppendOp) => void;
 }
 
 export interface ListAppendRun {
@@ -82,6 +86,7 @@ export async function runListAppend(
     const db = workload.clients[w % workload.clients.length]!;
     while (started < workload.transactions) {
       started++;
+      await workload.pace?.();
       const plan = Array.from({ length: random.between(1, workload.maxOps) }, () => ({
         key: random.pick(keys),
         append: random.chance(0.5),
@@ -90,7 +95,9 @@ export async function runListAppend(
       const record = (type: ListAppendOp['type']) => {
         // Reads of failed or unknown transactions carry no information.
         const txn = type === 'ok' ? mops : mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m));
-        history.push({ id: history.length, process: w, type, txn });
+        const op: ListAppendOp = { id: history.length, process: w, type, txn };
+        history.push(op);
+        workload.onRecord?.(op);
       };
       let tx: Transaction;
       try {

@@ -1,0 +1,126 @@
+import type { SoakReport, SoakSample } from './soak.js';
+
+const MiB = 2 ** 20;
+
+function mib(bytes: number): string {
+  return Number.isFinite(bytes) ? `${(bytes / MiB).toFixed(1)} MiB` : '–';
+}
+
+function num(n: number, digits = 0): string {
+  if (!Number.isFinite(n)) return '–';
+  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: readonly string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
+}
+
+/** One progress line per sample (stderr). */
+export function sampleLine(s: SoakSample): string {
+  const tx = (s.perSecond.transfers + s.perSecond.lists + s.perSecond.observerWrites).toFixed(1);
+  return (
+    `t=${Math.round(s.t / 1000)}s tx/s=${tx} (obs runs/s ${s.perSecond.observerRuns.toFixed(1)}) ` +
+    `heap=${mib(s.heapUsedBytes)} rss=${mib(s.rssBytes)} conn=${num(s.connections)} sockets=${s.sockets} ` +
+    `handles=${s.handles} timers=${s.timers} pending=${num(s.pendingNotifications)} ` +
+    `history=${num(s.historyRows)} rows/${num(s.historyBytes / 1024, 1)} KiB`
+  );
+}
+
+/** The human report: samples over time, checks, growth verdicts, verdict. */
+export function soakTable(report: SoakReport): string {
+  const out: string[] = [];
+  out.push(
+    `soak ${report.backend} (${report.target}), ${Math.round(report.ranMs / 1000)} s, seed ${report.seed}` +
+      `${report.interrupted ? `, INTERRUPTED (${report.interrupted})` : ''}`,
+  );
+  out.push('');
+  out.push(
+    table(
+      [
+        't (s)',
+        'transfers/s',
+        'lists/s',
+        'obs writes/s',
+        'obs runs/s',
+        'heap',
+        'rss',
+        'conn',
+        'sockets',
+        'handles',
+        'timers',
+        'pending',
+        'history rows',
+        'history KiB',
+      ],
+      report.samples.map((s) => [
+        String(Math.round(s.t / 1000)),
+        num(s.perSecond.transfers, 1),
+        num(s.perSecond.lists, 1),
+        num(s.perSecond.observerWrites, 1),
+        num(s.perSecond.observerRuns, 1),
+        mib(s.heapUsedBytes),
+        mib(s.rssBytes),
+        num(s.connections),
+        String(s.sockets),
+        String(s.handles),
+        String(s.timers),
+        num(s.pendingNotifications),
+        num(s.historyRows),
+        num(s.historyBytes / 1024, 1),
+      ]),
+    ),
+  );
+  const c = report.checks;
+  out.push('');
+  out.push(
+    `transfers: ${c.transfers.commits} committed, ${c.transfers.unknown} unknown, ${c.transfers.gaveUp} gave up; ` +
+      `total checked ${c.transfers.conservationChecks} times (${c.transfers.conservationSkipped} skipped), ` +
+      `${c.transfers.violations.length === 0 ? 'always conserved' : `VIOLATED: ${c.transfers.violations.join('; ')}`}`,
+  );
+  out.push(
+    `list-append: ${c.lists.windows} windows checked (largest ${c.lists.largestWindow} ops), ` +
+      `${c.lists.ok} ok, ${c.lists.failed} failed, ${c.lists.unknown} unknown; ` +
+      `${c.lists.anomalies.length === 0 ? 'no anomaly' : `ANOMALIES:\n${c.lists.anomalies.join('\n')}`}` +
+      `${c.lists.allowedWindows > 0 ? ` (write skew, allowed, in ${c.lists.allowedWindows} windows)` : ''}`,
+  );
+  out.push(
+    `observers: ${c.observers.writes} counted writes (${c.observers.unknownWrites} unknown), ${c.observers.runs} runs, ` +
+      `${c.observers.conflicts} run conflicts, ${c.observers.failures} failed runs; ` +
+      `${c.observers.drained ? 'drained' : 'NOT drained'}; ` +
+      `${c.observers.problems.length === 0 ? 'every count and copy matches' : `PROBLEMS: ${c.observers.problems.join('; ')}`}`,
+  );
+  out.push(
+    `gc: ${c.gc.passes} passes; tidy moved ${c.gc.moved}, deleted ${c.gc.deleted}, settled ${c.gc.settled} ` +
+      `(${c.gc.errors} errors)`,
+  );
+  if (c.errors.length > 0) out.push(`unexpected errors:\n  ${c.errors.join('\n  ')}`);
+  out.push('');
+  out.push(
+    table(
+      ['metric', 'samples judged', 'first-third median', 'last-third median', 'limit', 'slope / h', 'grows'],
+      report.growth.map((v) => [
+        v.metric,
+        String(v.samples),
+        num(v.firstMedian),
+        num(v.lastMedian),
+        num(v.limit),
+        num(v.slopePerHour),
+        v.judged ? (v.grows ? 'YES' : 'no') : 'not judged',
+      ]),
+    ),
+  );
+  out.push('');
+  out.push(`connections: ${report.measures.connections}`);
+  out.push(`history: ${report.measures.history}`);
+  out.push(`heap: ${report.measures.heap}`);
+  out.push('');
+  out.push(
+    report.ok
+      ? 'PASS'
+      : `FAIL (${report.failures.length}):\n${report.failures.map((f) => `  - ${f}`).join('\n')}`,
+  );
+  return `${out.join('\n')}\n`;
+}
