@@ -55,7 +55,8 @@ export const GROWTH_BOUNDS: Readonly<Record<string, GrowthBound>> = {
   handles: { ratio: 1.25, slack: 16 },
   /** Active timers: backoff sleeps and lease renewals in flight come and go. */
   timers: { ratio: 1.25, slack: 32 },
-  pendingNotifications: { ratio: 2, slack: 16 },
+  /** judgeMetrics uses ratio 1 and the number of observed rows as the slack instead. */
+  pendingNotifications: { ratio: 1, slack: 32 },
   historyBytes: { ratio: 1.5, slack: 256 * 1024 },
   historyRows: { ratio: 1.5, slack: 64 },
 };

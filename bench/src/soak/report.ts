@@ -93,8 +93,9 @@ export function soakTable(report: SoakReport): string {
       `${c.observers.problems.length === 0 ? 'every count and copy matches' : `PROBLEMS: ${c.observers.problems.join('; ')}`}`,
   );
   out.push(
-    `gc: ${c.gc.passes} passes; tidy moved ${c.gc.moved}, deleted ${c.gc.deleted}, settled ${c.gc.settled} ` +
-      `(${c.gc.errors} errors)`,
+    `gc: ${c.gc.passes} passes of db.gc over every row; dropped ${c.gc.versions} versions ` +
+      `(${num(c.gc.headBytes / 1024, 1)} KiB of head rows) and ${c.gc.versionRows} version rows ` +
+      `(${num(c.gc.versionRowBytes / 1024, 1)} KiB); ${c.gc.errors} errors`,
   );
   if (c.errors.length > 0) out.push(`unexpected errors:\n  ${c.errors.join('\n  ')}`);
   out.push('');
