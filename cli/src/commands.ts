@@ -11,6 +11,8 @@ import {
   inspectHeadRow,
   isReservedColumn,
   type LockedCell,
+  type ObserverAck,
+  observerAcks,
   type PendingColumn,
   Percolator,
   type PrimaryFate,
@@ -95,6 +97,8 @@ export interface InspectedRow {
   /** Wall clock (ms) ages are measured against. */
   readonly nowMs: number;
   readonly cells: readonly InspectedCell[];
+  /** Observer acks kept in the row (reserved cells): which change of which column each observer handled last. */
+  readonly acks: readonly ObserverAck[];
 }
 
 export interface InspectedCell extends Omit<CellView, 'lock' | 'writes'> {
@@ -148,7 +152,8 @@ export async function inspectRow(
       ),
     });
   }
-  return { table, row, version: stored.version, stateBytes: stored.state.length, nowMs, cells };
+  const acks = observerAcks(stored.state);
+  return { table, row, version: stored.version, stateBytes: stored.state.length, nowMs, cells, acks };
 }
 
 export function formatInspected(r: InspectedRow): string {
@@ -156,7 +161,14 @@ export function formatInspected(r: InspectedRow): string {
     `${cellRef(r)}: head row version ${r.version}, ${bytes(r.stateBytes)}, ${plural(r.cells.length, 'cell')}`,
   ];
   for (const c of r.cells) {
-    lines.push(`  column ${shown(c.column)}${c.reserved ? '  (reserved: an observer ack)' : ''}`);
+    const ack = c.reserved
+      ? r.acks.find((a) => c.column.endsWith(`\u0000${a.observer}\u0000${a.column}`))
+      : undefined;
+    lines.push(
+      ack
+        ? `  ack of observer ${ack.observer} on column ${shown(ack.column)}: last run at startTs ${ack.ackTs}`
+        : `  column ${shown(c.column)}${c.reserved ? '  (reserved)' : ''}`,
+    );
     if (c.lock) {
       const l = c.lock;
       const isPrimary =

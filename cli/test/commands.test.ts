@@ -190,8 +190,16 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       const worker = db.worker({
         observers: [{ name: 'indexer', table: 'docs', column: 'body', handler: async () => {} }],
       });
+      const before = await inspectCommand(store, { table: 'docs', row: 'd1' });
+      expect(before.data.cells.find((c) => c.column === 'body')?.notifyTs).toBeGreaterThan(0);
       await worker.runUntilIdle();
       expect((await notificationsCommand(store, { tables: ['docs'], observer: 'indexer' })).data).toEqual([]);
+      // inspect shows the observer's ack, and no notification left.
+      const handled = await inspectCommand(store, { table: 'docs', row: 'd1' });
+      expect(handled.data.acks).toEqual([{ observer: 'indexer', column: 'body', ackTs: expect.any(Number) }]);
+      expect(handled.data.acks[0]!.ackTs).toBeGreaterThan(0);
+      expect(handled.data.cells.find((c) => c.column === 'body')?.notifyTs).toBe(0);
+      expect(handled.text).toContain('ack of observer indexer on column body');
       await db.transact(async (tx) => tx.set('docs', 'd2', 'body', 'edited'));
       expect(
         (await notificationsCommand(store, { tables: ['docs'], observer: 'indexer' })).data,

@@ -15,6 +15,8 @@ export {
   inspectHeadRow,
   type LockedCell,
   namedVersionRows,
+  type ObserverAck,
+  observerAcks,
   type PendingColumn,
   type PrimaryFate,
   primaryFate,

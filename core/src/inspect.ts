@@ -339,3 +339,21 @@ function ackValue(cell: Cell): number {
   const ts = bytes ? Number(ackDecoder.decode(bytes)) : 0;
   return Number.isSafeInteger(ts) && ts > 0 ? ts : 0;
 }
+
+/** One observer's ack in a head row: the startTs of its last run that handled `column`. */
+export interface ObserverAck {
+  readonly observer: string;
+  readonly column: string;
+  /** 0 when the ack holds no readable value in the head row. */
+  readonly ackTs: number;
+}
+
+/** The observer acks a head row holds (reserved cells next to the observed ones). */
+export function observerAcks(state: Uint8Array): ObserverAck[] {
+  const acks: ObserverAck[] = [];
+  for (const [name, cell] of decodeRow(state).cells) {
+    const parsed = parseAckColumn(name);
+    if (parsed) acks.push({ ...parsed, ackTs: ackValue(cell) });
+  }
+  return acks;
+}
