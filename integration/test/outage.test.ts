@@ -13,7 +13,7 @@ import type { PostgresStore } from '@percolator/postgres';
 import { createRedisStore, type RedisStore } from '@percolator/redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresPool, postgresStore, postgresUrl, uniqueNamespace } from './support/backends.js';
-import { type PrivateRedis, startPrivateRedis } from './support/private-redis.js';
+import { type PrivateServer as PrivateRedis, startPrivateRedis } from './support/servers.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 /**

@@ -1,0 +1,102 @@
+/**
+ * Store instances for the fault tests: one per simulated client process (its own pool or
+ * connection), all in one namespace, at an address the test chooses (a private server,
+ * or a TcpProxy in front of a server). Short driver timeouts, so a request the network
+ * swallowed fails in a second or two instead of ten.
+ */
+import { randomBytes } from 'node:crypto';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import type { RowStore } from '@percolator/core';
+import { createDynamoDbStore, type DynamoDbRowStore } from '@percolator/dynamodb';
+import { LOCAL_CREDENTIALS, LOCAL_REGION } from '@percolator/dynamodb/local';
+import { createMySqlStore, type MySqlStore } from '@percolator/mysql';
+import { createPostgresStore, type PostgresStore } from '@percolator/postgres';
+import { clusterOptions, createRedisStore, type RedisClient, type RedisStore } from '@percolator/redis';
+
+// `integration/` is not a package: load ioredis the way the Redis adapter resolves it.
+const { Cluster } = createRequire(
+  fileURLToPath(new URL('../../../adapters/redis/package.json', import.meta.url)),
+)('ioredis') as { Cluster: new (nodes: unknown[], options: unknown) => RedisClient & { disconnect(): void } };
+
+export type FaultStoreKind = 'postgres' | 'mariadb' | 'redis' | 'redis-cluster' | 'dynamodb';
+
+/** Timeouts of the drivers in these tests: a swallowed request fails within this. */
+export const REQUEST_TIMEOUT_MS = 2000;
+
+export function faultNamespace(label: string): string {
+  return `${label}_${randomBytes(5).toString('hex')}`.slice(0, 32);
+}
+
+export interface Address {
+  /** postgres/mysql/redis URL, DynamoDB endpoint; for a cluster the seed nodes. */
+  readonly url: string;
+  readonly nodes?: readonly { host: string; port: number }[];
+  /** Cluster only: where to really connect for each announced host:port (through proxies). */
+  readonly natMap?: Record<string, { host: string; port: number }>;
+}
+
+interface Droppable extends RowStore {
+  dropNamespace(): Promise<void>;
+}
+
+/** A store instance of `kind` at `address`, in `namespace`. `close()` also ends its own client. */
+export async function openStore(
+  kind: FaultStoreKind,
+  address: Address,
+  namespace: string,
+): Promise<RowStore> {
+  switch (kind) {
+    case 'postgres':
+      return createPostgresStore({
+        connectionString: address.url,
+        namespace,
+        maxConnections: 4,
+        queryTimeoutMs: REQUEST_TIMEOUT_MS,
+      });
+    case 'mariadb':
+      return createMySqlStore({
+        uri: address.url,
+        namespace,
+        maxConnections: 4,
+        queryTimeoutMs: REQUEST_TIMEOUT_MS,
+      });
+    case 'redis':
+      return createRedisStore({ url: address.url, namespace, commandTimeoutMs: REQUEST_TIMEOUT_MS });
+    case 'redis-cluster': {
+      const client = new Cluster([...(address.nodes ?? [])], {
+        ...clusterOptions(REQUEST_TIMEOUT_MS),
+        ...(address.natMap ? { natMap: address.natMap } : {}),
+      });
+      client.on('error', () => undefined);
+      const store = await createRedisStore({ client, namespace }).catch(async (error: unknown) => {
+        client.disconnect();
+        throw error;
+      });
+      const close = store.close.bind(store);
+      store.close = async () => {
+        await close();
+        client.disconnect();
+      };
+      return store;
+    }
+    case 'dynamodb':
+      return createDynamoDbStore({
+        endpoint: address.url,
+        region: LOCAL_REGION,
+        credentials: { ...LOCAL_CREDENTIALS },
+        tableName: 'percolator_faults',
+        namespace,
+        createTable: true,
+        requestTimeoutMs: REQUEST_TIMEOUT_MS,
+      });
+  }
+}
+
+/** Drops the namespace (best effort: the server may be gone) and closes the store. */
+export async function dropStore(store: RowStore): Promise<void> {
+  await (store as Droppable).dropNamespace?.().catch(() => undefined);
+  await store.close().catch(() => undefined);
+}
+
+export type { DynamoDbRowStore, MySqlStore, PostgresStore, RedisStore };
