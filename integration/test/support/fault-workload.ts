@@ -320,7 +320,13 @@ export class FaultWorkload {
     const final = new Map(finalRead.map((m) => [m.key, m.f === 'r' ? (m.value ?? []) : []]));
     const lost: string[] = [];
     const phantom: string[] = [];
+    const partial: string[] = [];
     for (const op of history.slice(0, -1)) {
+      // All of a transaction's appends landed, or none (an unknown outcome resolved one way).
+      const appends = op.txn.filter((m) => m.f === 'append');
+      const landed = appends.filter((m) => final.get(m.key)?.includes(m.value) ?? false);
+      if (landed.length > 0 && landed.length < appends.length)
+        partial.push(`T${op.id} (${op.type}): ${landed.length} of ${appends.length} appends landed`);
       for (const m of op.txn) {
         if (m.f !== 'append') continue;
         const present = final.get(m.key)?.includes(m.value) ?? false;
@@ -359,6 +365,7 @@ export class FaultWorkload {
       check,
       lost,
       phantom,
+      partial,
       balanceErrors,
       stats: this.stats,
       unexpected: [...this.unexpected],
@@ -367,6 +374,7 @@ export class FaultWorkload {
           describeCheck(check),
           lost.length ? `acknowledged appends lost (${lost.length}): ${lost.slice(0, 5).join(', ')}` : '',
           phantom.length ? `failed appends present: ${phantom.slice(0, 5).join(', ')}` : '',
+          partial.length ? `partly landed: ${partial.slice(0, 5).join(', ')}` : '',
           ...balanceErrors.slice(0, 5),
           this.unexpected.length ? `unexpected errors: ${this.unexpected.slice(0, 3).join(' | ')}` : '',
         ]
@@ -382,6 +390,8 @@ export interface Verdict {
   readonly lost: readonly string[];
   /** Appends of transactions that certainly failed, present anyway. */
   readonly phantom: readonly string[];
+  /** Transactions (any outcome) of which some appends landed and some did not. */
+  readonly partial: readonly string[];
   readonly balanceErrors: readonly string[];
   readonly stats: WorkloadStats;
   readonly unexpected: readonly string[];
@@ -394,6 +404,7 @@ export function clean(v: Verdict): boolean {
     v.check.valid &&
     v.lost.length === 0 &&
     v.phantom.length === 0 &&
+    v.partial.length === 0 &&
     v.balanceErrors.length === 0 &&
     v.unexpected.length === 0
   );
@@ -401,7 +412,8 @@ export function clean(v: Verdict): boolean {
 
 export function summary(v: Verdict): string {
   const { attempts, ok, fail, info } = v.stats;
-  return `${attempts} attempts: ${ok} acknowledged (all verified: ${v.lost.length === 0}), ${fail} failed, ${info} unknown; anomalies ${v.check.anomalies.length}`;
+  const settled = info - v.partial.length;
+  return `${attempts} attempts: ${ok} acknowledged (all verified: ${v.lost.length === 0}), ${fail} failed, ${info} unknown (${settled} resolved all-or-nothing); anomalies ${v.check.anomalies.length}`;
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -4,7 +4,9 @@ import { createServer, type Server, Socket } from 'node:net';
  * A loopback TCP proxy in front of a real server, so a test can cut the network to it
  * for real (the client's driver sees what it would see in production, not a switch in
  * front of the adapter):
- * - `cut()`: every open connection is reset and new ones are refused.
+ * - `cut()`: every open connection is reset (RST) and new ones are refused.
+ * - `refuse()`: every open connection is closed in order (FIN, as a server going away
+ *   does) and new ones are refused.
  * - `dropNextReplies()`: requests still reach the server and are applied, but whatever
  *   the server answers is thrown away, and after `settleMs` the connections are reset and
  *   the proxy is cut. That is a lost reply: the write landed, the client cannot know.
@@ -54,6 +56,14 @@ export class TcpProxy {
     const server = this.server;
     this.server = undefined;
     for (const socket of this.sockets) socket.resetAndDestroy();
+    this.sockets.clear();
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  async refuse(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    for (const socket of this.sockets) socket.end();
     this.sockets.clear();
     if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
   }
