@@ -246,7 +246,7 @@ describe('partitions at prewrite, at the commit point and at the secondaries, on
                   hooks: {
                     onCommitStep: async (e: CommitStepEvent) => {
                       const fault = armed;
-                      if (!fault || !fault.point.matches(e)) return;
+                      if (!fault?.point.matches(e)) return;
                       armed = undefined;
                       await inject(d.victims, fault.kind);
                       fault.fired();
