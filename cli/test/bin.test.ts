@@ -17,6 +17,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { ClientCrash, Percolator } from '@percolator/core';
+import { createRedisStore } from '@percolator/redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { COMMANDS } from '../src/cli.js';
 import { POSTGRES_URL, REDIS_URL, uniqueNamespace } from './backends.js';
@@ -157,5 +159,47 @@ describe('the percolator bin', () => {
     const bad = await percolator('inspect', 'accounts', 'r1', '--config', file);
     expect(bad.err).toContain('"stores" must name at least one store');
     expect(bad.code).toBe(2);
+  });
+
+  it('resolve leaves a live lock alone (exit 1); --wait waits for it to expire, as a reader does, then rolls it back (exit 0)', async () => {
+    const namespace = uniqueNamespace('wait');
+    const store = await createRedisStore({ url: REDIS_URL, namespace });
+    try {
+      const db = new Percolator({ store });
+      await db.transact(async (tx) => tx.set('t', 'r', 'v', 'old'));
+      const crashing = new Percolator({
+        store,
+        lockTtlMs: 3000, // long enough that the first resolve (a child process start) meets it live
+        hooks: {
+          onCommitStep: (e) => {
+            if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+          },
+        },
+      });
+      // Two rows: a single-row transaction may commit in one CAS, with no lock to leave.
+      await crashing
+        .transact(
+          async (tx) => {
+            tx.set('t', 'r', 'v', 'new');
+            tx.set('t', 's', 'v', 'new');
+          },
+          { maxAttempts: 1 },
+        )
+        .catch(() => undefined);
+      const argv = ['--backend', 'redis', '--url', REDIS_URL, '--namespace', namespace];
+      const live = await percolator('resolve', 't', 'r', ...argv);
+      expect(live.out).toContain('left alone');
+      expect(live.code).toBe(1);
+      const waited = await percolator('resolve', 't', 'r', ...argv, '--wait', '30s', '--json');
+      expect(waited.code, waited.err).toBe(0);
+      expect(JSON.parse(waited.out)).toMatchObject([
+        { column: 'v', isPrimary: true, outcome: { action: 'rolled-back' } },
+      ]);
+      expect(await db.transact(async (tx) => tx.getString('t', 'r', 'v'))).toBe('old');
+      await db.close();
+    } finally {
+      await store.dropNamespace();
+      await store.close();
+    }
   });
 });
