@@ -76,8 +76,10 @@ describe('the percolator bin', () => {
   });
 
   it('every command has its own --help (exit 0), also after "--" as pnpm passes it', async () => {
-    for (const name of Object.keys(COMMANDS)) {
-      const { code, out } = await percolator('--', name, '--help');
+    const names = Object.keys(COMMANDS);
+    const runs = await Promise.all(names.map((name) => percolator('--', name, '--help')));
+    for (const [i, name] of names.entries()) {
+      const { code, out } = runs[i]!;
       expect(code, name).toBe(0);
       expect(out).toContain(`usage: percolator ${name}`);
       expect(out).toContain('Exit codes:');
@@ -101,8 +103,9 @@ describe('the percolator bin', () => {
       [['inspect', '__internal', 'r', '--backend', 'redis', '--url', REDIS_URL], 'table'],
       [['locks', 'accounts', '--config', '/nonexistent/deployment.json'], 'cannot read --config'],
     ];
-    for (const [args, message] of cases) {
-      const { code, err } = await percolator(...args);
+    const runs = await Promise.all(cases.map(([args]) => percolator(...args)));
+    for (const [i, [args, message]] of cases.entries()) {
+      const { code, err } = runs[i]!;
       expect(err, args.join(' ')).toContain(message);
       expect(code, args.join(' ')).toBe(2);
     }
