@@ -1,4 +1,5 @@
 import type { PrunePolicy } from './cells.js';
+import type { EventSink } from './events.js';
 import type { TimestampOracle } from './oracle.js';
 import type { RowReader } from './row-reader.js';
 import type { RowStore } from './store.js';
@@ -41,6 +42,8 @@ export interface ProtocolEnv {
   readonly lockWaitMs: number;
   readonly prune: PrunePolicy;
   readonly hooks: PercolatorHooks;
+  /** The `onEvent` listener's sink; undefined without one (then no event is built). */
+  readonly events: EventSink | undefined;
   /**
    * The oracle's counter, when the store can stamp a CAS from it: single-row transactions
    * then commit in one CAS, and primary commits draw their commitTs in the same step.

@@ -8,6 +8,22 @@ export {
 } from './composite-store.js';
 export type { CommitStep, CommitStepEvent, PercolatorHooks } from './env.js';
 export * from './errors.js';
+export type {
+  CommitStepEndEvent,
+  CommitStepName,
+  GcEvent,
+  LockResolveEvent,
+  LockWaitEvent,
+  ObserverRunEvent,
+  PercolatorEvent,
+  PercolatorEventListener,
+  TidyEvent,
+  TransactionBeginEvent,
+  TransactionEndEvent,
+  TransactionOutcome,
+  TransactionRef,
+  TransactionRetryEvent,
+} from './events.js';
 export type { GcOptions, GcReport } from './gc.js';
 export {
   type CellView,

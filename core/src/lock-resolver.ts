@@ -1,5 +1,6 @@
 import { addRecord, findRecord, tidyCell } from './cells.js';
 import type { ProtocolEnv } from './env.js';
+import type { TransactionRef } from './events.js';
 import { type Cell, cellOf, type Lock, type RowState } from './row-state.js';
 import { updateRow } from './row-update.js';
 
@@ -22,12 +23,28 @@ export async function resolveLock(
   table: string,
   row: string,
   lock: Lock,
+  /** Who met the lock, for the `lock.resolve` event. */
+  by?: TransactionRef,
+  as: 'read' | 'prewrite' | 'operator' = 'read',
 ): Promise<LockFate | 'alive'> {
+  const time = env.events ? performance.now() : 0;
   const fate = await decideFate(env, lock);
   if (fate === 'alive') return 'alive';
   const p = lock.primary;
   // The primary row was settled by decideFate itself; other rows need their own CAS.
   if (!(p.table === table && p.row === row)) await settleRow(env, table, row, lock.startTs, fate);
+  env.events?.emit({
+    type: 'lock.resolve',
+    transaction: by,
+    by: as,
+    table,
+    row,
+    lockStartTs: lock.startTs,
+    outcome: fate.committed ? 'rolledForward' : 'rolledBack',
+    ...(fate.committed ? { commitTs: fate.commitTs } : {}),
+    time,
+    durationMs: performance.now() - time,
+  });
   return fate;
 }
 

@@ -3,6 +3,7 @@ import type { PrunePolicy } from './cells.js';
 import { abortedError } from './commit/context.js';
 import { observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge } from './env.js';
 import { ClosedError, InvalidArgumentError, isRetryable, UnsupportedOperationError } from './errors.js';
+import { EventSink, type PercolatorEventListener } from './events.js';
 import { addGcReports, emptyGcReport, type GcOptions, type GcReport, gcRow } from './gc.js';
 import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
@@ -38,8 +39,19 @@ export interface PercolatorOptions {
    * client it is created on. See docs/observers.md.
    */
   readonly observedColumns?: ReadonlyArray<{ readonly table: string; readonly column: string }>;
-  /** Test and instrumentation hooks at named commit steps. */
+  /**
+   * Test hooks at named commit steps: they may delay the client or simulate its crash.
+   * For metrics and tracing use `onEvent`.
+   */
   readonly hooks?: PercolatorHooks;
+  /**
+   * Receives this client's events for metrics and tracing: transactions, commit steps,
+   * lock waits and resolutions, retries, tidy passes, observer runs, each with timing
+   * (docs/operations.md, "Metrics and tracing"; `@percolator/opentelemetry` turns them
+   * into spans and metrics). Called synchronously: keep it cheap. An error it throws is
+   * reported once and never affects a transaction. Without it no event is built.
+   */
+  readonly onEvent?: PercolatorEventListener;
 }
 
 export interface TransactOptions {
@@ -64,6 +76,7 @@ const CLIENT_OPTIONS: OptionKeys<PercolatorOptions> = {
   gc: true,
   observedColumns: true,
   hooks: true,
+  onEvent: true,
 };
 const GC_OPTIONS: OptionKeys<PrunePolicy> = {
   retentionMs: true,
@@ -108,6 +121,8 @@ export class Percolator {
         'gc.retentionMs must be >= 0, gc.maxVersionsPerCell a positive integer and gc.inlineHistoryBytes a non-negative integer',
       );
     }
+    if (options.onEvent !== undefined && typeof options.onEvent !== 'function')
+      throw new InvalidArgumentError('onEvent must be a function');
     const observed = new Set<string>();
     for (const { table, column } of options.observedColumns ?? []) {
       validateUserTable(table);
@@ -127,6 +142,7 @@ export class Percolator {
       lockWaitMs: options.lockWaitMs ?? 2 * lockTtlMs,
       prune,
       hooks: options.hooks ?? {},
+      events: options.onEvent ? new EventSink(options.onEvent, store.name) : undefined,
       // Stamped commits need the write and the commit timestamp drawn in one atomic step
       // from the same counter the oracle uses: only possible with the default oracle.
       stampCounter:
@@ -184,15 +200,15 @@ export class Percolator {
       // The start timestamp is drawn with the first read (in one round trip with it where
       // the store can), or at commit for a transaction that only writes. A timestamp that
       // could not be fetched fails the attempt like any retryable failure.
-      const tx = new Transaction(this.env, undefined, signal);
+      const tx = new Transaction(this.env, undefined, signal, attempt);
       let result: T;
       try {
         result = await fn(tx);
       } catch (error) {
-        await tx.rollback();
+        await tx.rollbackAfter(error);
         if (signal?.aborted) throw abortedError(signal);
         if (!isRetryable(error) || attempt >= maxAttempts) throw error;
-        await sleep(backoffMs(attempt, 2, 100), signal);
+        await this.backoff(tx, attempt, error, signal);
         continue;
       }
       try {
@@ -201,9 +217,30 @@ export class Percolator {
       } catch (error) {
         if (!isRetryable(error) || attempt >= maxAttempts) throw error;
         if (signal?.aborted) throw abortedError(signal);
-        await sleep(backoffMs(attempt, 2, 100), signal);
+        await this.backoff(tx, attempt, error, signal);
       }
     }
+  }
+
+  private async backoff(
+    tx: Transaction,
+    attempt: number,
+    error: unknown,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    const ms = backoffMs(attempt, 2, 100);
+    const events = this.env.events;
+    if (events) {
+      events.emit({
+        type: 'transaction.retry',
+        transaction: tx.ref!,
+        nextAttempt: attempt + 1,
+        backoffMs: ms,
+        error,
+        time: performance.now(),
+      });
+    }
+    await sleep(ms, signal);
   }
 
   /**
@@ -261,6 +298,33 @@ export class Percolator {
     if (this.closed) throw new ClosedError('this Percolator client is closed');
     checkOptionKeys<GcOptions & { row?: string }>('gc', options, { dryRun: true, row: true });
     validateUserTable(table);
+    const events = this.env.events;
+    if (!events) return this.gcNow(table, options);
+    const time = performance.now();
+    let report: GcReport | undefined;
+    let failure: unknown;
+    try {
+      report = await this.gcNow(table, options);
+      return report;
+    } catch (error) {
+      failure = error;
+      throw error;
+    } finally {
+      events.emit({
+        type: 'gc',
+        store: events.store,
+        table,
+        ...(options.row !== undefined ? { row: options.row } : {}),
+        dryRun: options.dryRun === true,
+        report,
+        time,
+        durationMs: performance.now() - time,
+        ...(failure !== undefined ? { error: failure } : {}),
+      });
+    }
+  }
+
+  private async gcNow(table: string, options: GcOptions & { readonly row?: string }): Promise<GcReport> {
     if (options.row !== undefined) {
       validateRowKey(options.row);
       return gcRow(this.env, table, options.row, options);

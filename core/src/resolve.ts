@@ -56,7 +56,7 @@ export async function resolveRowLocks(
     // Locks of one transaction share a primary: settle them one after another, so the
     // first settles the primary and the rest only read its verdict.
     for (const { column, lock } of locks) {
-      const fate = await resolveLock(env, table, row, lock);
+      const fate = await resolveLock(env, table, row, lock, undefined, 'operator');
       const p = lock.primary;
       const base = {
         column,

@@ -2,6 +2,7 @@ import { heldRecords, heldWorthSettling, markMoving, pruneCell, rowNeedsTidy } f
 import { decodeRow, encodeVersionRow } from './codec.js';
 import { rowId } from './commit/context.js';
 import type { ProtocolEnv } from './env.js';
+import type { TidyEvent } from './events.js';
 import { rollForwardCells } from './lock-resolver.js';
 import type { RowState } from './row-state.js';
 import { readRow, updateRow, updateRows } from './row-update.js';
@@ -134,7 +135,7 @@ export class Tidier {
         const from = entry.known;
         entry.again = false;
         entry.known = undefined;
-        const ok = await this.tidyRow(table, key, from).then(
+        const ok = await this.tidyRow(table, key, from, {}, 'background').then(
           () => true,
           () => false,
         );
@@ -147,12 +148,48 @@ export class Tidier {
     void job.finally(() => background.delete(job));
   }
 
-  /** One tidy pass over one head row; `gc` and a writer under pressure call it directly. */
+  /**
+   * One tidy pass over one head row; `gc` and a writer under pressure call it directly.
+   * `trigger` names the caller in the `tidy` event.
+   */
   async tidyRow(
     table: string,
     key: string,
     known?: StoredRow | null,
     options: TidyOptions = {},
+    trigger: TidyEvent['trigger'] = 'gc',
+  ): Promise<TidyReport> {
+    const events = this.env.events;
+    if (!events) return this.tidyPass(table, key, known, options);
+    const time = performance.now();
+    let report: TidyReport | undefined;
+    let failure: unknown;
+    try {
+      report = await this.tidyPass(table, key, known, options);
+      return report;
+    } catch (error) {
+      failure = error;
+      throw error;
+    } finally {
+      events.emit({
+        type: 'tidy',
+        store: events.store,
+        table,
+        row: key,
+        trigger,
+        report,
+        time,
+        durationMs: performance.now() - time,
+        ...(failure !== undefined ? { error: failure } : {}),
+      });
+    }
+  }
+
+  private async tidyPass(
+    table: string,
+    key: string,
+    known: StoredRow | null | undefined,
+    options: TidyOptions,
   ): Promise<TidyReport> {
     const { env } = this;
     const report: TidyReport = { moved: 0, movedBytes: 0, deleted: 0, settled: 0 };

@@ -1,7 +1,7 @@
 import { backoffMs, sleep } from './backoff.js';
 import { visibleWrite } from './cells.js';
 import { decodeRow, decodeVersionRow } from './codec.js';
-import { abortedError } from './commit/context.js';
+import { abortedError, timed } from './commit/context.js';
 import {
   type CommitContext,
   commitOnePhase,
@@ -11,7 +11,10 @@ import {
 } from './commit/index.js';
 import type { ProtocolEnv } from './env.js';
 import {
+  AbortedError,
   ClosedError,
+  CommitUnknownError,
+  ConflictError,
   CorruptRowError,
   InvalidArgumentError,
   LockNotResolvedError,
@@ -20,6 +23,7 @@ import {
   StoreError,
   UnsupportedOperationError,
 } from './errors.js';
+import type { TransactionOutcome, TransactionRef } from './events.js';
 import { decodeJson, encodeJson, type JsonValue } from './json.js';
 import { resolveLock } from './lock-resolver.js';
 import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUserTable } from './names.js';
@@ -86,6 +90,11 @@ export class Transaction {
     | { table: string; row: string; resolve: (r: StoredRow | null) => void; reject: (e: unknown) => void }[]
     | undefined;
 
+  /** @internal Its identity in events; only with an `onEvent` listener. */
+  readonly ref: TransactionRef | undefined;
+  /** performance.now() at the start, with an `onEvent` listener. */
+  private readonly began: number = 0;
+
   /**
    * `startTs` undefined: the transaction draws it when it first needs it, with its first
    * reads in one round trip where the store offers stamped reads (`db.transact` does this).
@@ -95,8 +104,48 @@ export class Transaction {
     startTs?: number,
     /** Aborts reads (and lock waits) at once, and the commit up to its commit point. */
     private readonly signal?: AbortSignal,
+    attempt = 1,
   ) {
     this.ts = startTs;
+    const events = env.events;
+    if (events) {
+      const { id } = events.newTransaction(attempt);
+      const tx = this;
+      this.ref = {
+        id,
+        attempt,
+        get startTs() {
+          return tx.ts;
+        },
+      };
+      this.began = performance.now();
+      events.emit({
+        type: 'transaction.begin',
+        transaction: this.ref,
+        store: events.store,
+        time: this.began,
+      });
+    }
+  }
+
+  /** Emits `transaction.end` (with a listener only). */
+  private ended(outcome: TransactionOutcome, commitTs: number | undefined, error: unknown): void {
+    const events = this.env.events;
+    if (!events) return;
+    const tables = new Set<string>();
+    for (const m of this.mutations.values()) tables.add(m.table);
+    events.emit({
+      type: 'transaction.end',
+      transaction: this.ref!,
+      outcome,
+      startTs: this.ts,
+      ...(commitTs !== undefined ? { commitTs } : {}),
+      rows: this.mutations.size,
+      tables: tables.size,
+      time: this.began,
+      durationMs: performance.now() - this.began,
+      ...(error !== undefined ? { error } : {}),
+    });
   }
 
   /**
@@ -150,23 +199,54 @@ export class Transaction {
   ): Promise<{ value: Uint8Array | undefined; cell: Cell | undefined }[]> {
     const waitStart = performance.now();
     const gone = new Set<string>();
-    for (let attempt = 0; ; attempt++) {
-      this.checkSignal();
-      const stored = await this.readAndRemember(table, row);
-      const state = stored ? decodeRow(stored.state) : undefined;
-      const views = columns.map((column) => {
-        const cell = state?.cells.get(column);
-        return { column, cell, view: this.viewCell(table, column, cell) };
-      });
-      const blocked = views.find((v) => 'lock' in v.view);
-      if (blocked) {
-        await this.settleLock(table, row, (blocked.view as { lock: Lock }).lock, attempt, waitStart);
-        continue;
+    let met: Lock | undefined;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        this.checkSignal();
+        const stored = await this.readAndRemember(table, row);
+        const state = stored ? decodeRow(stored.state) : undefined;
+        const views = columns.map((column) => {
+          const cell = state?.cells.get(column);
+          return { column, cell, view: this.viewCell(table, column, cell) };
+        });
+        const blocked = views.find((v) => 'lock' in v.view);
+        if (blocked) {
+          met = (blocked.view as { lock: Lock }).lock;
+          await this.settleLock(table, row, met, attempt, waitStart);
+          continue;
+        }
+        const values = await Promise.all(views.map((v) => this.valueOf(table, row, v.column, v.view, gone)));
+        if (values.includes(GONE)) continue;
+        if (met) this.waited(table, row, met, waitStart, undefined);
+        return views.map((v, i) => ({ cell: v.cell, value: values[i] as Uint8Array | undefined }));
       }
-      const values = await Promise.all(views.map((v) => this.valueOf(table, row, v.column, v.view, gone)));
-      if (values.includes(GONE)) continue;
-      return views.map((v, i) => ({ cell: v.cell, value: values[i] as Uint8Array | undefined }));
+    } catch (error) {
+      if (met) this.waited(table, row, met, waitStart, error);
+      throw error;
     }
+  }
+
+  /** Emits `lock.wait` for a read that met a lock (with a listener only). */
+  private waited(table: string, row: string, lock: Lock, since: number, error: unknown): void {
+    const events = this.env.events;
+    if (!events) return;
+    events.emit({
+      type: 'lock.wait',
+      transaction: this.ref!,
+      table,
+      row,
+      lockStartTs: lock.startTs,
+      outcome:
+        error === undefined
+          ? 'resolved'
+          : error instanceof LockNotResolvedError
+            ? 'timedOut'
+            : error instanceof AbortedError
+              ? 'aborted'
+              : 'failed',
+      time: since,
+      durationMs: performance.now() - since,
+    });
   }
 
   /**
@@ -358,23 +438,33 @@ export class Transaction {
     const signal = options.signal ?? this.signal;
     if (signal?.aborted) {
       this.status = 'failed';
-      throw abortedError(signal);
+      const error = abortedError(signal);
+      this.ended('aborted', undefined, error);
+      throw error;
     }
     this.status = 'committing';
     try {
       const commitTs = await this.commitMutations(signal);
       this.status = 'committed';
+      this.ended('committed', commitTs, undefined);
       return { commitTs };
     } catch (error) {
       this.status = 'failed';
+      this.ended(outcomeOf(error), undefined, error);
       throw error;
     }
   }
 
   /** Discards the buffered writes. Nothing was written before commit, so nothing needs undoing. */
   async rollback(): Promise<void> {
+    return this.rollbackAfter(undefined);
+  }
+
+  /** @internal `rollback()` because of `error` (`db.transact`'s function threw it): events say why. */
+  async rollbackAfter(error: unknown): Promise<void> {
     if (this.status !== 'active') return;
     this.status = 'rolledBack';
+    if (this.ref) this.ended(error === undefined ? 'rolledBack' : outcomeOf(error), undefined, error);
     this.mutations.clear();
     this.notifications.clear();
   }
@@ -424,9 +514,18 @@ export class Transaction {
       knownRows: this.knownRows,
       crashed: undefined,
       signal,
+      trace: this.ref,
     };
-    if (rows.length === 1 && this.env.stampCounter !== undefined)
-      return commitOnePhase(ctx, this.env.stampCounter);
+    const counter = this.env.stampCounter;
+    if (rows.length === 1 && counter !== undefined) {
+      return timed(
+        ctx,
+        'onePhase',
+        1,
+        () => commitOnePhase(ctx, counter),
+        (commitTs) => commitTs,
+      );
+    }
     return commitTransaction(ctx);
   }
 
@@ -459,33 +558,46 @@ export class Transaction {
     let stored: StoredRow | null = first;
     const waitStart = performance.now();
     const gone = new Set<string>();
-    for (let attempt = 0; ; attempt++) {
-      this.knownRows.set(rowId(table, key), stored);
-      const columns = new Map<string, Uint8Array>();
-      if (!stored) return columns;
-      const state: RowState = decodeRow(stored.state);
-      let blocking: Lock | undefined;
-      const moved: { column: string; view: CellView }[] = [];
-      for (const [column, cell] of state.cells) {
-        const view = this.viewCell(table, column, cell);
-        if ('lock' in view) {
-          blocking = view.lock;
-          break;
-        }
-        if (isReservedColumn(column)) continue;
-        if ('moved' in view) moved.push({ column, view });
-        else if (view.value) columns.set(column, view.value.slice());
-      }
-      if (blocking) {
-        await this.settleLock(table, key, blocking, attempt, waitStart);
-      } else {
-        const values = await Promise.all(moved.map((m) => this.valueOf(table, key, m.column, m.view, gone)));
-        if (!values.includes(GONE)) {
-          for (const [i, m] of moved.entries()) columns.set(m.column, values[i] as Uint8Array);
+    let met: Lock | undefined;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        this.knownRows.set(rowId(table, key), stored);
+        const columns = new Map<string, Uint8Array>();
+        if (!stored) {
+          if (met) this.waited(table, key, met, waitStart, undefined);
           return columns;
         }
+        const state: RowState = decodeRow(stored.state);
+        let blocking: Lock | undefined;
+        const moved: { column: string; view: CellView }[] = [];
+        for (const [column, cell] of state.cells) {
+          const view = this.viewCell(table, column, cell);
+          if ('lock' in view) {
+            blocking = view.lock;
+            break;
+          }
+          if (isReservedColumn(column)) continue;
+          if ('moved' in view) moved.push({ column, view });
+          else if (view.value) columns.set(column, view.value.slice());
+        }
+        if (blocking) {
+          met = blocking;
+          await this.settleLock(table, key, blocking, attempt, waitStart);
+        } else {
+          const values = await Promise.all(
+            moved.map((m) => this.valueOf(table, key, m.column, m.view, gone)),
+          );
+          if (!values.includes(GONE)) {
+            for (const [i, m] of moved.entries()) columns.set(m.column, values[i] as Uint8Array);
+            if (met) this.waited(table, key, met, waitStart, undefined);
+            return columns;
+          }
+        }
+        stored = await this.env.reader.read(table, key);
       }
-      stored = await this.env.reader.read(table, key);
+    } catch (error) {
+      if (met) this.waited(table, key, met, waitStart, error);
+      throw error;
     }
   }
 
@@ -508,7 +620,7 @@ export class Transaction {
     attempt: number,
     waitStart: number,
   ): Promise<void> {
-    const resolved = (await resolveLock(this.env, table, row, lock)) !== 'alive';
+    const resolved = (await resolveLock(this.env, table, row, lock, this.ref, 'read')) !== 'alive';
     // Resolved once is the common case. Resolved again and again means our re-reads keep
     // seeing the lock (a lagging store, or a stream of new owners): back off all the same.
     if (resolved && attempt < 2) return;
@@ -646,6 +758,18 @@ export class Transaction {
     if (this.status !== 'active')
       throw new ClosedError(`transaction ${this.ts ?? '(not started)'} is ${this.status}`);
   }
+}
+
+/** The outcome events report for a transaction that ended with `error`. */
+function outcomeOf(error: unknown): TransactionOutcome {
+  if (error instanceof ConflictError) return 'conflict';
+  if (error instanceof SnapshotTooOldError) return 'snapshotTooOld';
+  if (error instanceof LockNotResolvedError) return 'lockNotResolved';
+  if (error instanceof AbortedError) return 'aborted';
+  if (error instanceof CommitUnknownError) return 'commitUnknown';
+  if (error instanceof PercolatorError) return 'failed';
+  // Anything else came from the caller's own code (db.transact's function).
+  return 'rolledBack';
 }
 
 function rejectReserved(column: string): void {

@@ -1,5 +1,6 @@
 import type { CommitStepEvent, ProtocolEnv } from '../env.js';
 import { AbortedError } from '../errors.js';
+import type { CommitStepName, TransactionRef } from '../events.js';
 import type { CellRef, Lock, RowKey } from '../row-state.js';
 import type { StoredRow } from '../store.js';
 
@@ -25,6 +26,53 @@ export interface CommitContext {
   crashed: unknown;
   /** The caller's signal: honoured up to the commit point, never after it. */
   readonly signal?: AbortSignal | undefined;
+  /** The transaction in events; set only with an `onEvent` listener. */
+  readonly trace?: TransactionRef | undefined;
+}
+
+/**
+ * Runs one commit step and, with an `onEvent` listener, emits its `commit.step` event with
+ * its duration (and the commit timestamp, if `run` resolves to one). Without a listener it
+ * is just `run()`.
+ */
+export async function timed<T>(
+  ctx: CommitContext,
+  name: CommitStepName,
+  rows: number,
+  run: () => Promise<T>,
+  commitTsOf?: (result: T) => number,
+): Promise<T> {
+  const events = ctx.env.events;
+  if (!events || !ctx.trace) return run();
+  const time = performance.now();
+  let result: T;
+  try {
+    result = await run();
+  } catch (error) {
+    events.emit({
+      type: 'commit.step',
+      transaction: ctx.trace,
+      step: name,
+      startTs: ctx.startTs,
+      rows,
+      time,
+      durationMs: performance.now() - time,
+      error,
+    });
+    throw error;
+  }
+  const commitTs = commitTsOf?.(result);
+  events.emit({
+    type: 'commit.step',
+    transaction: ctx.trace,
+    step: name,
+    startTs: ctx.startTs,
+    ...(commitTs !== undefined ? { commitTs } : {}),
+    rows,
+    time,
+    durationMs: performance.now() - time,
+  });
+  return result;
 }
 
 /** Before the commit point: stop if the caller aborted (the caller rolls back). */

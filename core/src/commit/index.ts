@@ -2,7 +2,7 @@ import { STAMP } from '../codec.js';
 import { CommitUnknownError, PercolatorError, StoreError } from '../errors.js';
 import { AmbiguousOutcome } from '../row-update.js';
 import { commitPrimary } from './commit-point.js';
-import { alive, type CommitContext, notAborted, step } from './context.js';
+import { alive, type CommitContext, notAborted, step, timed } from './context.js';
 import { Heartbeat } from './heartbeat.js';
 import { prewriteAll } from './prewrite.js';
 import { rollbackTransaction } from './rollback.js';
@@ -29,7 +29,9 @@ export async function commitTransaction(ctx: CommitContext): Promise<number> {
   await step(ctx, { step: 'afterCommitPrimary', commitTs });
   if (ctx.rows.length > 1) {
     const { background } = ctx.env;
-    const job = commitSecondaries(ctx, commitTs).catch(() => undefined);
+    const job = timed(ctx, 'secondaries', ctx.rows.length - 1, () => commitSecondaries(ctx, commitTs)).catch(
+      () => undefined,
+    );
     background.add(job);
     void job.finally(() => background.delete(job));
   }
@@ -42,19 +44,27 @@ async function reachCommitPoint(ctx: CommitContext): Promise<number> {
   try {
     await step(ctx, { step: 'beforePrewrite' });
     notAborted(ctx);
-    await prewriteAll(ctx, heartbeat);
+    await timed(ctx, 'prewrite', ctx.rows.length, () => prewriteAll(ctx, heartbeat));
     notAborted(ctx);
-    // Where the store can stamp the commit CAS, the commit timestamp is drawn inside it.
-    const commitTs = ctx.env.stampCounter !== undefined ? STAMP : await ctx.env.oracle.next();
-    await step(ctx, { step: 'beforeCommitPrimary', ...(commitTs === STAMP ? {} : { commitTs }) });
-    notAborted(ctx); // the last moment a signal counts: after this CAS the transaction is committed
-    await heartbeat.stop();
-    return await commitPrimary(ctx, commitTs);
+    return await timed(
+      ctx,
+      'commitPrimary',
+      1,
+      async () => {
+        // Where the store can stamp the commit CAS, the commit timestamp is drawn inside it.
+        const commitTs = ctx.env.stampCounter !== undefined ? STAMP : await ctx.env.oracle.next();
+        await step(ctx, { step: 'beforeCommitPrimary', ...(commitTs === STAMP ? {} : { commitTs }) });
+        notAborted(ctx); // the last moment a signal counts: after this CAS the transaction is committed
+        await heartbeat.stop();
+        return await commitPrimary(ctx, commitTs);
+      },
+      (commitTs) => commitTs,
+    );
   } catch (error) {
     await heartbeat.stop();
     alive(ctx);
     if (error instanceof CommitUnknownError) throw error;
-    await rollbackTransaction(ctx);
+    await timed(ctx, 'rollback', ctx.rows.length, () => rollbackTransaction(ctx));
     if (error instanceof AmbiguousOutcome) {
       // Retryable unless what went wrong cannot be fixed by trying again (credentials, say).
       const cause = error.cause;

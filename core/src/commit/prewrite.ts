@@ -101,7 +101,8 @@ export async function withLockResolution<T>(
       // (its secondaries still being committed in the background) or was rolled back is
       // settled now; a live one wins, as in the paper.
       ctx.knownRows.delete(rowId(m.table, m.row));
-      if ((await resolveLock(env, m.table, m.row, error.lock)) === 'alive' || attempt >= 3) throw blocked();
+      const fate = await resolveLock(env, m.table, m.row, error.lock, ctx.trace, 'prewrite');
+      if (fate === 'alive' || attempt >= 3) throw blocked();
     }
   }
 }
@@ -122,7 +123,7 @@ function underPressure(ctx: CommitContext, known: StoredRow | null | undefined):
 export async function relievePressure(ctx: CommitContext, m: RowMutations): Promise<void> {
   alive(ctx);
   ctx.knownRows.delete(rowId(m.table, m.row));
-  await ctx.env.tidier.tidyRow(m.table, m.row, undefined, { force: true });
+  await ctx.env.tidier.tidyRow(m.table, m.row, undefined, { force: true }, 'pressure');
 }
 
 /** The decision of a prewrite CAS on one row: our locks and values, or nothing if they are there already. */

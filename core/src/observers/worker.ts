@@ -349,8 +349,22 @@ export class ObserverWorker {
     let retryAt: number | undefined;
     for (const observer of observers) {
       const backoff = this.retries.get(retryKey(observer));
+      const events = this.env.events;
+      const time = events ? performance.now() : 0;
       try {
         const result = await runObserver(this.db, observer, cell, this.maxRunAttempts, this.stats);
+        events?.emit({
+          type: 'observer.run',
+          observer: observer.name,
+          table: cell.table,
+          row: cell.row,
+          column: cell.column,
+          outcome: result.ran ? 'ran' : 'skipped',
+          startTs: result.startTs,
+          ...(result.ran ? { commitTs: result.commitTs } : {}),
+          time,
+          durationMs: performance.now() - time,
+        });
         this.retries.delete(retryKey(observer));
         coveredBelow = Math.min(coveredBelow, result.startTs);
         if (result.ran) {
@@ -365,6 +379,17 @@ export class ObserverWorker {
           this.stats.skipped++;
         }
       } catch (error) {
+        events?.emit({
+          type: 'observer.run',
+          observer: observer.name,
+          table: cell.table,
+          row: cell.row,
+          column: cell.column,
+          outcome: 'failed',
+          error,
+          time,
+          durationMs: performance.now() - time,
+        });
         allDone = false;
         this.stats.failures++;
         const attempts = (backoff?.attempts ?? 0) + 1;
