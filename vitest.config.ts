@@ -13,6 +13,7 @@ export default defineConfig({
       { find: /^@percolator\/conformance$/, replacement: here('./conformance/src/index.ts') },
       { find: /^@percolator\/bench$/, replacement: here('./bench/src/index.ts') },
       { find: /^@percolator\/cli$/, replacement: here('./cli/src/index.ts') },
+      { find: /^@percolator\/opentelemetry$/, replacement: here('./opentelemetry/src/index.ts') },
       {
         find: /^@percolator\/(postgres|mysql|redis|dynamodb)$/,
         replacement: here('./adapters/$1/src/index.ts'),

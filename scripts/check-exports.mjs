@@ -12,6 +12,7 @@ const packages = {
   '@percolator/dynamodb': ['createDynamoDbStore'],
   '@percolator/bench': [],
   '@percolator/cli': ['runCli', 'inspectCommand', 'resolveCommand'],
+  '@percolator/opentelemetry': ['PercolatorTelemetry'],
 };
 let failed = 0;
 for (const [name, names] of Object.entries(packages)) {

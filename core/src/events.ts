@@ -65,6 +65,8 @@ export interface TransactionBeginEvent {
   readonly transaction: TransactionRef;
   /** The store's name. */
   readonly store: string;
+  /** In `db.transact`, from the second attempt on: the attempt that failed before this one. */
+  readonly retryOf?: TransactionRef;
   /** performance.now() at the start. */
   readonly time: number;
 }

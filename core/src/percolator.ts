@@ -194,13 +194,15 @@ export class Percolator {
       signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
     if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
       throw new InvalidArgumentError('maxAttempts must be a positive integer');
+    let previous: Transaction | undefined;
     for (let attempt = 1; ; attempt++) {
       if (this.closed) throw new ClosedError('this Percolator client is closed');
       if (signal?.aborted) throw abortedError(signal);
       // The start timestamp is drawn with the first read (in one round trip with it where
       // the store can), or at commit for a transaction that only writes. A timestamp that
       // could not be fetched fails the attempt like any retryable failure.
-      const tx = new Transaction(this.env, undefined, signal, attempt);
+      const tx = new Transaction(this.env, undefined, signal, attempt, previous);
+      previous = tx;
       let result: T;
       try {
         result = await fn(tx);

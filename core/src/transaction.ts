@@ -105,6 +105,8 @@ export class Transaction {
     /** Aborts reads (and lock waits) at once, and the commit up to its commit point. */
     private readonly signal?: AbortSignal,
     attempt = 1,
+    /** The attempt of `db.transact` before this one, for events. */
+    retryOf?: Transaction,
   ) {
     this.ts = startTs;
     const events = env.events;
@@ -123,6 +125,7 @@ export class Transaction {
         type: 'transaction.begin',
         transaction: this.ref,
         store: events.store,
+        ...(retryOf?.ref ? { retryOf: retryOf.ref } : {}),
         time: this.began,
       });
     }

@@ -104,6 +104,7 @@ describe('onEvent', () => {
     expect(retry).toMatchObject({ nextAttempt: 2, transaction: ends[0]!.transaction });
     expect(retry!.backoffMs).toBeGreaterThanOrEqual(0);
     expect(rec.of('transaction.begin').map((b) => b.transaction.attempt)).toEqual([1, 2]);
+    expect(rec.of('transaction.begin')[1]!.retryOf).toBe(ends[0]!.transaction);
     // The failed prewrite is reported with its error; nothing reached the commit point.
     const failed = rec.of('commit.step').filter((s) => s.transaction === ends[0]!.transaction);
     expect(failed.map((s) => [s.step, s.error !== undefined])).toEqual([

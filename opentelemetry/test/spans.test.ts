@@ -1,0 +1,198 @@
+import { context } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import {
+  AggregationTemporality,
+  type DataPoint,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  type ReadableSpan,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
+import { MemoryStore, Percolator } from '@percolator/core';
+import { PercolatorTelemetry } from '@percolator/opentelemetry';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LOCK_TTL_MS, runTransfers } from '../../examples/opentelemetry-transfers.mjs';
+
+const contextManager = new AsyncLocalStorageContextManager();
+beforeAll(() => {
+  context.setGlobalContextManager(contextManager.enable());
+});
+afterAll(() => {
+  contextManager.disable();
+  context.disable();
+});
+
+/** A span and its children, children in start order. */
+interface Node {
+  span: ReadableSpan;
+  children: Node[];
+}
+
+function tree(spans: readonly ReadableSpan[]): Node[] {
+  const nodes = new Map(spans.map((s) => [s.spanContext().spanId, { span: s, children: [] as Node[] }]));
+  const roots: Node[] = [];
+  for (const node of nodes.values()) {
+    const parent = node.span.parentSpanContext && nodes.get(node.span.parentSpanContext.spanId);
+    (parent ? parent.children : roots).push(node);
+  }
+  const byStart = (a: Node, b: Node) =>
+    a.span.startTime[0] - b.span.startTime[0] || a.span.startTime[1] - b.span.startTime[1];
+  for (const node of nodes.values()) node.children.sort(byStart);
+  return roots.sort(byStart);
+}
+
+const names = (nodes: readonly Node[]) => nodes.map((n) => n.span.name);
+const attrs = (node: Node | undefined) => node!.span.attributes;
+
+async function traceTransfers() {
+  const exporter = new InMemorySpanExporter();
+  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+  const reader = new PeriodicExportingMetricReader({
+    exporter: metricExporter,
+    exportIntervalMillis: 3_600_000,
+  });
+  const meterProvider = new MeterProvider({ readers: [reader] });
+  const telemetry = new PercolatorTelemetry({
+    tracerProvider,
+    meterProvider,
+    attributes: { 'test.run': 'spans' },
+  });
+  const store = new MemoryStore();
+  const db = new Percolator({ store, lockTtlMs: LOCK_TTL_MS, onEvent: telemetry.onEvent });
+  const result = await runTransfers({ store, db, tracer: tracerProvider.getTracer('test') });
+  await db.close();
+  await tracerProvider.forceFlush();
+  await reader.forceFlush();
+  const points = new Map<string, DataPoint<unknown>[]>();
+  for (const rm of metricExporter.getMetrics())
+    for (const sm of rm.scopeMetrics)
+      for (const m of sm.metrics)
+        points.set(m.descriptor.name, [...(points.get(m.descriptor.name) ?? []), ...m.dataPoints]);
+  const roots = tree(exporter.getFinishedSpans()); // (shutdown empties the exporter)
+  await meterProvider.shutdown();
+  await tracerProvider.shutdown();
+  return { ...result, roots, points };
+}
+
+describe('PercolatorTelemetry spans', () => {
+  it('traces a transfer that commits, one that conflicts and retries, and one that waits on a lock', async () => {
+    const { roots, balances, stuckStartTs, points } = await traceTransfers();
+    expect(balances).toEqual([71, 130]);
+    // Only the instrumented client's spans, each transfer a trace of its own.
+    expect(names(roots)).toEqual([
+      'transfer: commits',
+      'transfer: conflicts and retries',
+      'transfer: waits on a lock',
+    ]);
+    const [commits, retried, waited] = roots;
+    for (const root of roots) {
+      for (const tx of root.children) {
+        expect(tx.span.spanContext().traceId).toBe(root.span.spanContext().traceId);
+        expect(tx.span.instrumentationScope.name).toBe('@percolator/opentelemetry');
+        expect(attrs(tx)).toMatchObject({
+          'percolator.store': 'memory',
+          'percolator.rows': 2,
+          'test.run': 'spans',
+        });
+      }
+    }
+
+    // 1. One transaction: prewrite, the commit point, then the secondaries.
+    expect(names(commits!.children)).toEqual(['percolator.transaction']);
+    const tx1 = commits!.children[0]!;
+    expect(attrs(tx1)).toMatchObject({ 'percolator.outcome': 'committed', 'percolator.attempt': 1 });
+    expect(names(tx1.children)).toEqual([
+      'percolator.prewrite',
+      'percolator.commit_primary',
+      'percolator.commit_secondaries',
+    ]);
+    const startTs = attrs(tx1)['percolator.start_ts'] as number;
+    const commitTs = attrs(tx1)['percolator.commit_ts'] as number;
+    expect(commitTs).toBeGreaterThan(startTs);
+    expect(attrs(tx1.children[0])).toMatchObject({ 'percolator.rows': 2, 'percolator.start_ts': startTs });
+    expect(attrs(tx1.children[1])).toMatchObject({ 'percolator.commit_ts': commitTs });
+    expect(attrs(tx1.children[2])).toMatchObject({ 'percolator.rows': 1 });
+
+    // 2. Two attempts: a conflict (a failed prewrite, then the rollback), then a commit
+    //    linked to the attempt it retries.
+    expect(names(retried!.children)).toEqual(['percolator.transaction', 'percolator.transaction']);
+    const [failed, retry] = retried!.children;
+    expect(attrs(failed)).toMatchObject({ 'percolator.outcome': 'conflict', 'percolator.attempt': 1 });
+    expect(failed!.span.status).toMatchObject({ code: 2, message: 'conflict' });
+    expect(failed!.span.events.map((e) => e.name)).toEqual(['exception']);
+    expect(names(failed!.children)).toEqual(['percolator.prewrite', 'percolator.rollback']);
+    expect(failed!.children[0]!.span.status.code).toBe(2);
+    expect(attrs(retry)).toMatchObject({ 'percolator.outcome': 'committed', 'percolator.attempt': 2 });
+    expect(retry!.span.links.map((l) => l.context.spanId)).toEqual([failed!.span.spanContext().spanId]);
+    expect(names(retry!.children)).toEqual([
+      'percolator.prewrite',
+      'percolator.commit_primary',
+      'percolator.commit_secondaries',
+    ]);
+
+    // 3. The reads wait on the crashed client's locks (alice is its primary), roll it back,
+    //    then the transfer commits.
+    expect(names(waited!.children)).toEqual(['percolator.transaction']);
+    const tx3 = waited!.children[0]!;
+    expect(attrs(tx3)).toMatchObject({ 'percolator.outcome': 'committed' });
+    const kids = tx3.children;
+    expect(names(kids).slice(-3)).toEqual([
+      'percolator.prewrite',
+      'percolator.commit_primary',
+      'percolator.commit_secondaries',
+    ]);
+    const waits = kids.filter((k) => k.span.name === 'percolator.lock_wait');
+    const resolves = kids.filter((k) => k.span.name === 'percolator.resolve_lock');
+    expect(
+      waits.map((w) => [w.span.attributes['percolator.row'], w.span.attributes['percolator.outcome']]),
+    ).toEqual([
+      ['alice', 'resolved'],
+      ['bob', 'resolved'],
+    ]);
+    expect(waits.map((w) => w.span.attributes['percolator.lock.start_ts'])).toEqual([
+      stuckStartTs,
+      stuckStartTs,
+    ]);
+    expect(
+      resolves.map((r) => [r.span.attributes['percolator.row'], r.span.attributes['percolator.outcome']]),
+    ).toEqual([
+      ['alice', 'rolledBack'],
+      ['bob', 'rolledBack'],
+    ]);
+    expect(kids).toHaveLength(7);
+
+    // The metrics count the same story.
+    const sum = (name: string, match: Record<string, unknown> = {}) =>
+      (points.get(name) ?? [])
+        .filter((p) => Object.entries(match).every(([k, v]) => p.attributes[k] === v))
+        .reduce(
+          (n, p) => n + (typeof p.value === 'number' ? p.value : (p.value as { count: number }).count),
+          0,
+        );
+    expect(sum('percolator.transactions', { 'percolator.outcome': 'committed' })).toBe(3);
+    expect(sum('percolator.transactions', { 'percolator.outcome': 'conflict' })).toBe(1);
+    expect(sum('percolator.retries')).toBe(1);
+    expect(sum('percolator.lock.resolutions', { 'percolator.outcome': 'rolledBack' })).toBe(2);
+    expect(sum('percolator.transaction.duration')).toBe(4);
+    expect(sum('percolator.lock.wait.duration', { 'percolator.outcome': 'resolved' })).toBe(2);
+    expect(sum('percolator.commit.step.duration', { 'percolator.step': 'prewrite' })).toBe(4);
+  });
+
+  it('with no SDK registered, runs on the API’s no-op tracer and meter', async () => {
+    const telemetry = new PercolatorTelemetry();
+    const store = new MemoryStore();
+    const db = new Percolator({ store, onEvent: telemetry.onEvent });
+    await db.transact(async (tx) => {
+      tx.set('accounts', 'alice', 'balance', '1');
+      tx.set('accounts', 'bob', 'balance', '2');
+    });
+    expect(await db.transact((tx) => tx.getString('accounts', 'bob', 'balance'))).toBe('2');
+    await db.close();
+  });
+});
