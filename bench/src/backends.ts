@@ -1,4 +1,4 @@
-import { CompositeStore, MemoryStore, type RowStore } from '@percolator/core';
+import { CompositeStore, MemoryStore, type PercolatorEventListener, type RowStore } from '@percolator/core';
 import { CompositeCountingStore, CountingStore } from './counting-store.js';
 import { type DatasetShape, initialRows } from './dataset.js';
 import { type ProxyGroup, startProxies } from './delay-proxy.js';
@@ -43,6 +43,8 @@ export interface BackendSettings {
   readonly services: SharedServices;
   /** `--rtt`: milliseconds added to every round trip to a backend (0 or absent: none). */
   readonly rttMs?: number;
+  /** `--tracing otel`: a second Percolator engine with this listener. */
+  readonly onEvent?: PercolatorEventListener;
 }
 
 /** The URL clients should use for the server at `url`: itself, or (with --rtt) its delay proxy. */
@@ -87,8 +89,15 @@ async function closeAll(steps: ReadonlyArray<() => Promise<unknown>>): Promise<v
 function storeEngines(store: RowStore, settings: BackendSettings): Engine[] {
   return [
     new PercolatorEngine(new CountingStore(store), settings.maxAttempts),
+    ...tracedEngine(() => new CountingStore(store), settings),
     new RawEngine(new CountingStore(store), settings.maxAttempts),
   ];
+}
+
+/** With `--tracing otel`: the Percolator engine again, with the OpenTelemetry listener. */
+function tracedEngine(counted: () => CountingStore, settings: BackendSettings): Engine[] {
+  const { onEvent } = settings;
+  return onEvent ? [new PercolatorEngine(counted(), settings.maxAttempts, { onEvent })] : [];
 }
 
 function redact(url: string): string {
@@ -472,6 +481,7 @@ async function openMixed(
   };
   const engines = [
     new PercolatorEngine(counted(), settings.maxAttempts),
+    ...tracedEngine(counted, settings),
     new RawEngine(counted(), settings.maxAttempts),
   ];
   return {

@@ -21,6 +21,7 @@ import { type Progress, silentProgress } from './progress.js';
 import { shellArgs } from './report/format.js';
 import { runCell } from './runner.js';
 import { SharedServices } from './services.js';
+import { startOtelTracing } from './tracing.js';
 import type { BenchReport, BenchResult, HistoryRows, SkippedCell } from './types.js';
 import { type Prepared, type Workload, workloadByName } from './workloads.js';
 
@@ -207,6 +208,7 @@ export async function runBench(
   };
   const { signal } = deps;
   const services = new SharedServices();
+  const tracing = options.tracing === 'otel' ? await startOtelTracing() : undefined;
   const settings = {
     runId,
     maxConcurrency: Math.max(...options.concurrency),
@@ -214,6 +216,7 @@ export async function runBench(
     startServices: options.startServices,
     services,
     rttMs: options.rttMs,
+    ...(tracing ? { onEvent: tracing.onEvent } : {}),
   };
   let network: BenchReport['network'];
   try {
@@ -236,6 +239,14 @@ export async function runBench(
       await services.stop();
     } catch (error) {
       collected.failures.push(`stopping DynamoDB Local: ${String(error)}`);
+    }
+    if (tracing) {
+      await tracing.shutdown();
+      collected.notes.push(
+        `--tracing otel: rows "percolator+otel" ran with @percolator/opentelemetry on the OpenTelemetry SDK ` +
+          `(batch span processor, spans and metrics dropped by the exporter; ${tracing.exported()} spans exported); ` +
+          `their ratio is to "percolator" in the same run`,
+      );
     }
   }
 

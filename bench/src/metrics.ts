@@ -60,6 +60,7 @@ export function round(value: number, digits = 3): number {
 }
 
 export function baselineName(result: Pick<BenchResult, 'mode' | 'variant'>): string {
+  if (result.mode === 'percolator') return 'percolator';
   return result.mode === 'raw' ? 'raw' : `native:${result.variant}`;
 }
 
@@ -73,8 +74,10 @@ export function withRatios(results: readonly BenchResult[]): BenchResult[] {
     if (result.mode !== 'percolator') return result;
     const ratios: Ratio[] = [];
     for (const base of results) {
+      // Percolator with tracing on (`--tracing otel`) is compared with Percolator without it.
+      const plainPercolator = base.mode === 'percolator' && base.variant === 'si' && result.variant !== 'si';
       if (
-        base.mode === 'percolator' ||
+        (base.mode === 'percolator' && !plainPercolator) ||
         base.backend !== result.backend ||
         base.workload !== result.workload ||
         base.concurrency !== result.concurrency ||

@@ -28,6 +28,8 @@ export interface BenchOptions {
   readonly startServices: boolean;
   /** Milliseconds added to every round trip to a backend (0: none). */
   readonly rttMs: number;
+  /** `--tracing otel`: also run the Percolator engine with OpenTelemetry on (bench/src/tracing.ts). */
+  readonly tracing?: 'otel';
   readonly help: boolean;
 }
 
@@ -78,6 +80,9 @@ export const USAGE = `usage: pnpm bench -- [options]
   --rtt TIME          add a fixed network round trip to every backend call, e.g. 1 or 1ms:
                       a loopback TCP proxy delays both directions (memory: an in-process
                       wait per call); not on redis-cluster (default 0)
+  --tracing otel      also run Percolator with @percolator/opentelemetry on a real SDK
+                      (batch span processor, spans and metrics dropped): rows
+                      "percolator+otel", with their ratio to "percolator" in the same run
   -h, --help`;
 
 function list(value: string): string[] {
@@ -134,6 +139,13 @@ function expandWorkloads(value: string | undefined): string[] {
   return out;
 }
 
+function parseTracing(value: string | undefined): { tracing?: 'otel' } {
+  if (value === undefined) return {};
+  if (value !== 'otel')
+    throw new InvalidArgumentError(`--tracing must be "otel", got ${JSON.stringify(value)}`);
+  return { tracing: 'otel' };
+}
+
 /** `--rtt`: "1", "1ms", "0.5ms", "2s"; up to 1 s. */
 function parseRtt(value: string | undefined): number {
   if (value === undefined) return 0;
@@ -177,6 +189,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
         markdown: { type: 'boolean' },
         'no-start': { type: 'boolean' },
         rtt: { type: 'string' },
+        tracing: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -243,6 +256,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     markdown: values.markdown === true,
     startServices: values['no-start'] !== true,
     rttMs: parseRtt(str('rtt')),
+    ...parseTracing(str('tracing')),
     help: values.help === true,
   };
 }

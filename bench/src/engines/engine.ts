@@ -91,7 +91,11 @@ export interface Engine {
 }
 
 export function label(engine: Pick<Engine, 'mode' | 'variant'>): string {
-  return engine.mode === 'percolator' ? 'percolator' : `${engine.mode}:${engine.variant}`;
+  return engine.mode === 'percolator'
+    ? engine.variant === 'si'
+      ? 'percolator'
+      : `percolator+${engine.variant.replace(/^si\+/, '')}`
+    : `${engine.mode}:${engine.variant}`;
 }
 
 /** Full-jitter exponential backoff, the same shape the core uses between attempts. */

@@ -45,7 +45,8 @@ class PercolatorKvTx implements KvTx {
 /** Transactions through @percolator/core on a counted store; one client shared by all workers. */
 export class PercolatorEngine implements Engine {
   readonly mode = 'percolator';
-  readonly variant = 'si';
+  /** 'si', or 'si+otel' for the engine with OpenTelemetry on (`--tracing otel`). */
+  readonly variant: string;
   readonly maxRowsPerTxn = Number.POSITIVE_INFINITY;
   readonly singleRowOnly = false;
   readonly dataKey: string;
@@ -58,6 +59,7 @@ export class PercolatorEngine implements Engine {
     /** Client options other than the store (tests shorten lock TTLs). */
     readonly clientOptions: Omit<PercolatorOptions, 'store'> = {},
   ) {
+    this.variant = clientOptions.onEvent ? 'si+otel' : 'si';
     this.dataKey = `percolator:${store.name}`;
     this.db = this.newClient();
     // A second client of the same counter: timestamps stay unique across both.

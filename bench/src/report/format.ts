@@ -1,3 +1,4 @@
+import { label } from '../engines/engine.js';
 import type { BenchResult, Ratio } from '../types.js';
 
 /** Short names for baselines in tables. */
@@ -14,7 +15,7 @@ export function shortBaseline(name: string): string {
 }
 
 export function modeLabel(r: Pick<BenchResult, 'mode' | 'variant'>): string {
-  return r.mode === 'percolator' ? 'percolator' : `${r.mode}:${r.variant}`;
+  return label(r);
 }
 
 export function fmtNumber(n: number): string {

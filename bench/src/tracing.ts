@@ -1,0 +1,67 @@
+import { InvalidArgumentError, type PercolatorEventListener } from '@percolator/core';
+
+/**
+ * `--tracing otel`: the Percolator engine runs a second time per cell with the
+ * OpenTelemetry listener (`@percolator/opentelemetry`) on a real SDK: a tracer provider
+ * whose spans go through a batch processor to an exporter that drops them, and a meter
+ * provider whose reader collects (and drops) every 10 s. What it costs is the library's
+ * events, the adapter and the SDK's span and metric recording; what a real exporter costs
+ * (serialising, the network) is left out, as it runs off the batch processor's queue. No
+ * context manager is registered: an application that uses one pays for it without
+ * Percolator too.
+ */
+export interface Tracing {
+  readonly onEvent: PercolatorEventListener;
+  /** Spans exported so far (proof that spans are made and exported). */
+  exported(): number;
+  shutdown(): Promise<void>;
+}
+
+export async function startOtelTracing(): Promise<Tracing> {
+  const [{ BasicTracerProvider, BatchSpanProcessor }, sdkMetrics, { PercolatorTelemetry }] =
+    await Promise.all([
+      import('@opentelemetry/sdk-trace-base'),
+      import('@opentelemetry/sdk-metrics'),
+      import('@percolator/opentelemetry'),
+    ]).catch((error: unknown) => {
+      throw new InvalidArgumentError(
+        `--tracing otel needs @percolator/opentelemetry, @opentelemetry/api, @opentelemetry/sdk-trace-base and @opentelemetry/sdk-metrics installed (${String(error)})`,
+      );
+    });
+  let spans = 0;
+  const tracerProvider = new BasicTracerProvider({
+    spanProcessors: [
+      new BatchSpanProcessor({
+        export(batch, done) {
+          spans += batch.length;
+          done({ code: 0 });
+        },
+        async shutdown() {},
+      }),
+    ],
+  });
+  const meterProvider = new sdkMetrics.MeterProvider({
+    readers: [
+      new sdkMetrics.PeriodicExportingMetricReader({
+        exporter: {
+          export(_metrics, done) {
+            done({ code: 0 });
+          },
+          async forceFlush() {},
+          async shutdown() {},
+        },
+        exportIntervalMillis: 10_000,
+      }),
+    ],
+  });
+  const telemetry = new PercolatorTelemetry({ tracerProvider, meterProvider });
+  return {
+    onEvent: telemetry.onEvent,
+    exported: () => spans,
+    async shutdown() {
+      await tracerProvider.forceFlush();
+      await tracerProvider.shutdown();
+      await meterProvider.shutdown();
+    },
+  };
+}

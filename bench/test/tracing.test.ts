@@ -1,0 +1,71 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { InvalidArgumentError } from '@percolator/core';
+import { afterAll, describe, expect, test } from 'vitest';
+import { main } from '../src/cli.js';
+import { parseOptions } from '../src/options.js';
+import type { BenchReport } from '../src/types.js';
+
+describe('--tracing otel', () => {
+  let dir: string | undefined;
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  test('accepts only "otel"', () => {
+    expect(parseOptions(['--tracing', 'otel']).tracing).toBe('otel');
+    expect(parseOptions([]).tracing).toBeUndefined();
+    expect(() => parseOptions(['--tracing', 'zipkin'])).toThrow(InvalidArgumentError);
+  });
+
+  test('runs Percolator again with OpenTelemetry on, compared with Percolator in the same run', async () => {
+    dir = await mkdtemp(join(tmpdir(), 'bench-tracing-'));
+    const sink = () => Object.assign(new PassThrough(), { isTTY: false }) as unknown as NodeJS.WriteStream;
+    const out = sink();
+    let text = '';
+    out.on('data', (c: Buffer) => {
+      text += c.toString();
+    });
+    const code = await main(
+      [
+        '--backends',
+        'memory',
+        '--workloads',
+        'transfer',
+        '--modes',
+        'percolator',
+        '--duration',
+        '80ms',
+      ].concat([
+        '--warmup',
+        '20ms',
+        '--concurrency',
+        '2',
+        '--accounts',
+        '32',
+        '--tracing',
+        'otel',
+        '--out',
+        dir,
+      ]),
+      { stdout: out, stderr: sink() },
+    );
+    const report = JSON.parse(await readFile(join(dir, 'results.json'), 'utf8')) as BenchReport;
+    expect(report.failures).toEqual([]);
+    expect(code).toBe(0);
+    expect(report.results.map((r) => [r.mode, r.variant])).toEqual([
+      ['percolator', 'si'],
+      ['percolator', 'si+otel'],
+    ]);
+    const [plain, traced] = report.results;
+    expect(traced!.check.ok).toBe(true);
+    expect(traced!.transactions).toBeGreaterThan(0);
+    expect(traced!.ratios.map((r) => r.baseline)).toEqual(['percolator']);
+    expect(traced!.ratios[0]!.throughput).toBeCloseTo(traced!.throughput / plain!.throughput, 2);
+    const note = report.notes.find((n) => n.startsWith('--tracing otel'));
+    expect(Number(/(\d+) spans exported/.exec(note ?? '')?.[1])).toBeGreaterThan(0);
+    expect(text).toContain('percolator+otel');
+  });
+});
