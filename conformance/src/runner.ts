@@ -2,7 +2,7 @@
  * The plain runner: runs the suite's cases against a store factory and returns a report.
  * The CLI uses it; so does the suite's own self-test against broken stores.
  */
-import type { RowStore, StoreCapabilities } from '@percolator/core';
+import { checkedStore, type RowStore, type StoreCapabilities } from '@percolator/core';
 import { allCases } from './cases/index.js';
 import { effectiveCase } from './cases/undeclared.js';
 import { defaultSeed, Random } from './random.js';
@@ -100,7 +100,8 @@ export function caseContext(
     async createStore() {
       const store = await options.createStore();
       stores.push(store);
-      return store;
+      // Cases meet the store as the core does: behind the one contract check.
+      return checkedStore(store);
     },
     scaled: (n, min = 1) => Math.max(min, Math.round(n * scale)),
     note: (message) => {

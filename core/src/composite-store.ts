@@ -1,3 +1,4 @@
+import { uncheckedStore } from './checked-store.js';
 import {
   type CompositeStoreOptions,
   type ResolvedConfig,
@@ -56,8 +57,9 @@ export class CompositeStore implements RowStore {
   constructor(options: CompositeStoreOptions) {
     this.config = resolveConfig(options);
     const { rowStores, counterStore } = this.config;
-    this.stores = rowStores;
-    this.counterStore = counterStore;
+    // The stores as the caller gave them; calls go through their checked wrappers (config.ts).
+    this.stores = rowStores.map(uncheckedStore);
+    this.counterStore = counterStore === null ? null : uncheckedStore(counterStore);
     this.name = this.config.name ?? `composite(${rowStores.map((s) => s.name).join('+')})`;
     // What the composite can promise is what every store it may route to can do.
     const all = (flag: keyof Omit<StoreCapabilities, 'maxStateBytes'>) =>
@@ -77,19 +79,24 @@ export class CompositeStore implements RowStore {
 
   /** The store that holds (table, key). Throws InvalidArgumentError for a table with no route. */
   storeFor(table: string, key: string): RowStore {
+    return uncheckedStore(this.route(table, key));
+  }
+
+  /** `storeFor`, behind the contract check: where calls go. */
+  private route(table: string, key: string): RowStore {
     const { stores } = this.placement(table);
     return stores.length === 1 ? stores[0]! : stores[shardOf(key, stores.length)]!;
   }
 
   async read(table: string, key: string): Promise<StoredRow | null> {
     this.assertOpen();
-    return this.storeFor(table, key).read(table, key);
+    return this.route(table, key).read(table, key);
   }
 
   async checkAndSet(request: CasRequest): Promise<CasResult> {
     this.assertOpen();
     this.checkSize(request);
-    return this.storeFor(request.table, request.key).checkAndSet(request);
+    return this.route(request.table, request.key).checkAndSet(request);
   }
 
   /** One call per store, all in parallel; results in request order. */
@@ -186,7 +193,7 @@ export class CompositeStore implements RowStore {
   /** Forwards to the counter store: one oracle for the whole deployment. */
   async incrementCounter(name: string, delta: number): Promise<number> {
     this.assertOpen();
-    const counter = this.counterStore;
+    const counter = this.config.counterStore;
     if (counter === null) {
       throw new UnsupportedOperationError(
         `${this.name} has no counterStore; pass one shared oracle to every Percolator client`,
@@ -200,8 +207,9 @@ export class CompositeStore implements RowStore {
     if (this.closed) return;
     this.closed = true;
     if (!this.config.closeStores) return;
-    const all = [...this.stores];
-    if (this.counterStore && !all.includes(this.counterStore)) all.push(this.counterStore);
+    const all = [...this.config.rowStores];
+    const counter = this.config.counterStore;
+    if (counter && !all.includes(counter)) all.push(counter);
     const results = await Promise.allSettled(all.map((s) => s.close()));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) throw failed.reason;
@@ -254,7 +262,7 @@ export class CompositeStore implements RowStore {
   private groupByStore(refs: readonly RowRef[]): { store: RowStore; indexes: number[] }[] {
     const groups = new Map<RowStore, number[]>();
     refs.forEach((ref, i) => {
-      const store = this.storeFor(ref.table, ref.key);
+      const store = this.route(ref.table, ref.key);
       let indexes = groups.get(store);
       if (!indexes) groups.set(store, (indexes = []));
       indexes.push(i);

@@ -1,4 +1,5 @@
 export type { PrunePolicy } from './cells.js';
+export { checkedStore, uncheckedStore } from './checked-store.js';
 export {
   CompositeStore,
   type CompositeStoreOptions,

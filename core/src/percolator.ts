@@ -1,5 +1,6 @@
 import { backoffMs, sleep } from './backoff.js';
 import type { PrunePolicy } from './cells.js';
+import { checkedStore } from './checked-store.js';
 import { abortedError } from './commit/context.js';
 import { observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge } from './env.js';
 import { ClosedError, InvalidArgumentError, isRetryable, UnsupportedOperationError } from './errors.js';
@@ -105,7 +106,7 @@ export class Percolator {
       throw new InvalidArgumentError('Percolator needs a store');
     }
     if (options.gc !== undefined) checkOptionKeys<PrunePolicy>('Percolator gc', options.gc, GC_OPTIONS);
-    const store = options.store;
+    const store = checkedStore(options.store);
     const lockTtlMs = options.lockTtlMs ?? 5000;
     if (!Number.isInteger(lockTtlMs) || lockTtlMs < 1)
       throw new InvalidArgumentError('lockTtlMs must be a positive integer');

@@ -1,3 +1,4 @@
+import { checkedStore } from '../checked-store.js';
 import { InvalidArgumentError } from '../errors.js';
 import { describe, validateTable } from '../names.js';
 import type { RowStore } from '../store.js';
@@ -70,6 +71,14 @@ export function resolveConfig(options: CompositeStoreOptions): ResolvedConfig {
       );
     }
   }
+  // Every store enters behind the contract check, one wrapper per store (so identity still
+  // tells two placements of one store apart from two stores).
+  const wrappers = new Map<RowStore, RowStore>();
+  const check = (store: RowStore): RowStore => {
+    let wrapped = wrappers.get(store);
+    if (wrapped === undefined) wrappers.set(store, (wrapped = checkedStore(store)));
+    return wrapped;
+  };
   const rowStores: RowStore[] = [];
   const remember = (store: RowStore) => {
     if (!rowStores.includes(store)) rowStores.push(store);
@@ -101,7 +110,9 @@ export function resolveConfig(options: CompositeStoreOptions): ResolvedConfig {
         throw new InvalidArgumentError(`${where} (table "${r.table}") needs exactly one of store and shards`);
       }
       const placement =
-        r.store !== undefined ? single(r.store, `${where}.store`) : sharded(r.shards, `${where}.shards`);
+        r.store !== undefined
+          ? single(r.store, `${where}.store`, check)
+          : sharded(r.shards, `${where}.shards`, check);
       placement.stores.forEach(remember);
       routes.set(r.table, placement);
     });
@@ -110,12 +121,12 @@ export function resolveConfig(options: CompositeStoreOptions): ResolvedConfig {
   let fallback: ResolvedPlacement | undefined;
   if (options.default !== undefined) {
     const d: unknown = options.default;
-    if (isRowStore(d)) fallback = single(d, 'default');
+    if (isRowStore(d)) fallback = single(d, 'default', check);
     else if (typeof d === 'object' && d !== null && 'shards' in d) {
       for (const key of Object.keys(d)) {
         if (key !== 'shards') throw new InvalidArgumentError(`default has unknown field "${key}"`);
       }
-      fallback = sharded((d as { shards: unknown }).shards, 'default.shards');
+      fallback = sharded((d as { shards: unknown }).shards, 'default.shards', check);
     } else {
       throw new InvalidArgumentError(
         `default must be a RowStore or { shards: RowStore[] }, got ${describe(d)}`,
@@ -152,20 +163,20 @@ export function resolveConfig(options: CompositeStoreOptions): ResolvedConfig {
   return {
     routes,
     fallback,
-    counterStore,
+    counterStore: counterStore === null ? null : check(counterStore),
     rowStores,
     name: options.name,
     closeStores: options.closeStores ?? true,
   };
 }
 
-function single(store: unknown, where: string): ResolvedPlacement {
+function single(store: unknown, where: string, check: (store: RowStore) => RowStore): ResolvedPlacement {
   if (!isRowStore(store))
     throw new InvalidArgumentError(`${where} must be a RowStore, got ${describe(store)}`);
-  return { stores: [store] };
+  return { stores: [check(store)] };
 }
 
-function sharded(shards: unknown, where: string): ResolvedPlacement {
+function sharded(shards: unknown, where: string, check: (store: RowStore) => RowStore): ResolvedPlacement {
   if (!Array.isArray(shards) || shards.length === 0) {
     throw new InvalidArgumentError(`${where} must be a non-empty array of RowStores`);
   }
@@ -179,5 +190,5 @@ function sharded(shards: unknown, where: string): ResolvedPlacement {
       );
     }
   });
-  return { stores: shards as RowStore[] };
+  return { stores: (shards as RowStore[]).map(check) };
 }
