@@ -9,6 +9,7 @@ export default defineConfig({
     // separately prove that the built `exports` maps resolve under plain Node.
     alias: [
       { find: /^@percolator\/core$/, replacement: here('./core/src/index.ts') },
+      { find: /^@percolator\/core\/kit$/, replacement: here('./core/src/kit/index.ts') },
       { find: /^@percolator\/core\/test-server$/, replacement: here('./core/src/test-server.ts') },
       { find: /^@percolator\/conformance$/, replacement: here('./conformance/src/index.ts') },
       { find: /^@percolator\/bench$/, replacement: here('./bench/src/index.ts') },

@@ -34,15 +34,32 @@ import {
  * The core applies it wherever a store enters (the Percolator constructor, each store of
  * a CompositeStore, the conformance suite's factory); applying it twice is a no-op.
  */
-export function checkedStore(store: RowStore): RowStore {
+export function checkedStore<S extends RowStore>(store: S): S {
   if (store instanceof CheckedStore) return store;
-  return new CheckedStore(store);
+  return new CheckedStore(store) as unknown as S;
 }
 
 /** The store under a checked one (itself if it is not checked). */
-export function uncheckedStore(store: RowStore): RowStore {
-  return store instanceof CheckedStore ? store.inner : store;
+export function uncheckedStore<S extends RowStore>(store: S): S {
+  return store instanceof CheckedStore ? (store.inner as S) : store;
 }
+
+/** The contract's own members: checked here. Every other member of a store is passed through. */
+const CONTRACT = new Set([
+  'constructor',
+  'name',
+  'capabilities',
+  'read',
+  'checkAndSet',
+  'readMany',
+  'checkAndSetMany',
+  'scan',
+  'incrementCounter',
+  'scanNotified',
+  'checkAndSetStamped',
+  'readStamped',
+  'close',
+]);
 
 type StampedRequest = CasRequest & { readonly state: Uint8Array };
 type StampedCasResult = CasResult & { timestamp?: number };
@@ -74,6 +91,7 @@ class CheckedStore implements RowStore {
     if (inner.checkAndSetStamped)
       self.checkAndSetStamped = (request, counter) => this.checkedStampedCas(request, counter);
     if (inner.readStamped) self.readStamped = (rows, counter) => this.checkedReadStamped(rows, counter);
+    passThrough(this, inner);
   }
 
   get name(): string {
@@ -238,6 +256,31 @@ class CheckedStore implements RowStore {
       }
       return value;
     });
+  }
+}
+
+/**
+ * An adapter's own members (a namespace, `dropNamespace`, a client) stay reachable on the
+ * checked store, so its factory can hand out the checked store with its full type: methods
+ * are called on the store itself, fields are read from it on each access.
+ */
+function passThrough(outer: object, inner: RowStore): void {
+  const target = inner as unknown as Record<string, unknown>;
+  for (let o: object | null = inner; o !== null && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
+    for (const name of Object.getOwnPropertyNames(o)) {
+      if (CONTRACT.has(name) || name in outer) continue;
+      const value = target[name];
+      Object.defineProperty(
+        outer,
+        name,
+        typeof value === 'function'
+          ? {
+              value: (...args: unknown[]) =>
+                Reflect.apply(target[name] as (...a: unknown[]) => unknown, inner, args),
+            }
+          : { get: () => target[name] },
+      );
+    }
   }
 }
 

@@ -1,3 +1,4 @@
+export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_PATTERN as NAMESPACE } from '@percolator/core/kit';
 export type { RetryPolicy } from './calls.js';
 export { DEFAULT_REQUEST_TIMEOUT_MS } from './client.js';
 export { DYNAMODB_ITEM_LIMIT, MAX_STATE_BYTES } from './layout.js';
@@ -13,4 +14,3 @@ export {
   type DynamoDbRowStore,
   type DynamoDbStoreOptions,
 } from './store.js';
-export { DEFAULT_NAMESPACE, NAMESPACE } from './validate.js';

@@ -6,11 +6,11 @@ import {
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
 import { checkOptionKeys, type OptionKeys, StoreError } from '@percolator/core';
+import { validateNamespace } from '@percolator/core/kit';
 import { backoffMs, Caller, DEFAULT_RETRY, sleep } from './calls.js';
 import { type ClientOptions, resolveClient } from './client.js';
 import { ATTR, counterPartition, type Item, notifyPartition, rowPartition } from './layout.js';
 import { validateDynamoTableName } from './table.js';
-import { validateNamespace } from './validate.js';
 
 /*
  * Listing and dropping namespaces, for operators (the conformance CLI's `namespaces` and

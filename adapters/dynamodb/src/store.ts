@@ -7,6 +7,7 @@ import {
   type CasRequest,
   type CasResult,
   ClosedError,
+  checkedStore,
   InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
@@ -16,9 +17,8 @@ import {
   type StoreCapabilities,
   type StoredRow,
   StoreError,
-  validateRowKey,
-  validateTable,
 } from '@percolator/core';
+import { validateNamespace } from '@percolator/core/kit';
 import { dropNamespace, readMany } from './batch.js';
 import { Caller, DEFAULT_RETRY, type RetryPolicy } from './calls.js';
 import { type CasContext, checkAndSet, readRow } from './cas.js';
@@ -27,15 +27,6 @@ import { ATTR, counterPartition, itemKey, MAX_STATE_BYTES } from './layout.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
 import { scanNotifiedKeys, scanRows } from './scan.js';
 import { ensureTable, validateDynamoTableName } from './table.js';
-import {
-  DEFAULT_NAMESPACE,
-  validateCasRequest,
-  validateCounter,
-  validateNamespace,
-  validateNotificationScanOptions,
-  validateRowRef,
-  validateScanOptions,
-} from './validate.js';
 
 export interface DynamoDbStoreOptions extends ClientOptions {
   /** The DynamoDB table holding every namespace (key schema: pk S HASH, sk B RANGE). */
@@ -95,8 +86,7 @@ export async function createDynamoDbStore(options: DynamoDbStoreOptions): Promis
   }
   checkOptionKeys('createDynamoDbStore', options, OPTION_KEYS);
   if (options.retry !== undefined) checkOptionKeys('createDynamoDbStore retry', options.retry, RETRY_KEYS);
-  const namespace = options.namespace ?? DEFAULT_NAMESPACE;
-  validateNamespace(namespace);
+  const namespace = validateNamespace(options.namespace);
   validateDynamoTableName(options.tableName);
   const policy = resolveRetry(options.retry);
   const waitMs = options.tableWaitTimeoutMs ?? 5 * 60_000;
@@ -110,7 +100,9 @@ export async function createDynamoDbStore(options: DynamoDbStoreOptions): Promis
     if (owned) client.destroy();
     throw error;
   }
-  return new DynamoDbStore(client, owned, { caller, tableName: options.tableName, namespace });
+  return checkedStore<DynamoDbRowStore>(
+    new DynamoDbStore(client, owned, { caller, tableName: options.tableName, namespace }),
+  );
 }
 
 function resolveRetry(retry: Partial<RetryPolicy> | undefined): RetryPolicy {
@@ -148,21 +140,16 @@ class DynamoDbStore implements DynamoDbRowStore {
 
   async read(table: string, key: string): Promise<StoredRow | null> {
     const ctx = this.open();
-    validateTable(table);
-    validateRowKey(key);
     return readRow(ctx, { table, key });
   }
 
   async checkAndSet(request: CasRequest): Promise<CasResult> {
     const ctx = this.open();
-    validateCasRequest(request);
     return checkAndSet(ctx, request);
   }
 
   async readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
     const ctx = this.open();
-    if (!Array.isArray(rows)) throw new InvalidArgumentError('rows must be an array');
-    for (const ref of rows) validateRowRef(ref);
     return readMany(ctx, rows);
   }
 
@@ -174,8 +161,6 @@ class DynamoDbStore implements DynamoDbRowStore {
    */
   async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
     const ctx = this.open();
-    if (!Array.isArray(requests)) throw new InvalidArgumentError('requests must be an array');
-    for (const request of requests) validateCasRequest(request);
     const settled = await Promise.allSettled(requests.map((request) => checkAndSet(ctx, request)));
     const failures = settled.flatMap((s) => (s.status === 'rejected' ? [s.reason as unknown] : []));
     if (failures.length > 0) {
@@ -195,20 +180,17 @@ class DynamoDbStore implements DynamoDbRowStore {
 
   async scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
     const ctx = this.open();
-    validateScanOptions(table, options);
     return scanRows(ctx, table, options);
   }
 
   async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
     const ctx = this.open();
-    validateNotificationScanOptions(table, options);
     return scanNotifiedKeys(ctx, table, options);
   }
 
   /** UpdateItem ADD is atomic; not idempotent, so a lost reply is an unknown outcome. */
   async incrementCounter(name: string, delta: number): Promise<number> {
     const ctx = this.open();
-    validateCounter(name, delta);
     const out = await ctx.caller.write<UpdateItemCommandOutput>(
       'UpdateItem',
       new UpdateItemCommand({

@@ -1,14 +1,15 @@
 import { StoreError } from '@percolator/core';
+import { type UrlLookup, urlFromEnv } from '@percolator/core/kit';
 import { type Connection, createConnection } from 'mysql2/promise';
 import { isAuthFailure, messageOf } from './errors.js';
 
 export const MYSQL_URL_ENV = 'PERCOLATOR_MYSQL_URL';
 export const DEFAULT_MYSQL_URL = 'mysql://root@127.0.0.1:3306/test';
+export const MYSQL_URL: UrlLookup = { option: 'uri', variable: MYSQL_URL_ENV, fallback: DEFAULT_MYSQL_URL };
 
 /** The connection URI for tests and the CLI: $PERCOLATOR_MYSQL_URL or the local default. */
 export function resolveMySqlUrl(env: NodeJS.ProcessEnv = process.env): string {
-  const fromEnv = env[MYSQL_URL_ENV];
-  return fromEnv !== undefined && fromEnv.trim() !== '' ? fromEnv.trim() : DEFAULT_MYSQL_URL;
+  return urlFromEnv(MYSQL_URL, env);
 }
 
 /** The URL without its password, for messages. */

@@ -1,4 +1,6 @@
-import { StoreError } from '@percolator/core';
+import { failureMapping } from '@percolator/core/kit';
+
+export { messageOf } from '@percolator/core/kit';
 
 /**
  * Server error numbers that may arrive after the statement took effect (the connection
@@ -47,12 +49,6 @@ export function errnoOf(error: unknown): number | undefined {
   return typeof errno === 'number' ? errno : undefined;
 }
 
-export function messageOf(error: unknown): string {
-  const { code, message } = fields(error);
-  const text = typeof message === 'string' ? message : String(error);
-  return typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text;
-}
-
 /** Also SQLSTATE 28000 (invalid authorization specification), whatever the errno. */
 export function isAuthFailure(error: unknown): boolean {
   const errno = errnoOf(error);
@@ -86,30 +82,11 @@ export function isConnectionBroken(error: unknown): boolean {
 }
 
 /**
- * Wraps a failure of something that may write. `statements > 1` (a multi-statement batch):
+ * `writeError(what, error, maybePartly)`: with `maybePartly` (a multi-statement batch),
  * earlier statements may have applied even when the server answered with an error.
  */
-export function writeError(what: string, error: unknown, statements = 1): StoreError {
-  const applied = statements === 1 && certainlyRolledBack(error) ? 'no' : 'unknown';
-  const outcome = applied === 'no' ? 'it was not applied' : 'it may or may not have been applied';
-  return new StoreError(`mysql: ${what} failed (${outcome}): ${messageOf(error)}`, applied, {
-    cause: error,
-    retryable: !isAuthFailure(error),
-  });
-}
-
-/** Reads change nothing, so a failed read is always `no`. */
-export function readError(what: string, error: unknown): StoreError {
-  return new StoreError(`mysql: ${what} failed: ${messageOf(error)}`, 'no', {
-    cause: error,
-    retryable: !isAuthFailure(error),
-  });
-}
-
-/** No connection could be had, so nothing was sent. */
-export function connectError(error: unknown): StoreError {
-  return new StoreError(`mysql: could not get a connection: ${messageOf(error)}`, 'no', {
-    cause: error,
-    retryable: !isAuthFailure(error),
-  });
-}
+export const { readError, writeError, connectError } = failureMapping({
+  store: 'mysql',
+  certainlyNotApplied: certainlyRolledBack,
+  isAuthFailure,
+});

@@ -1,3 +1,4 @@
+export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN } from '@percolator/core/kit';
 export { assertMySqlReachable, DEFAULT_MYSQL_URL, MYSQL_URL_ENV, redactUrl, resolveMySqlUrl } from './env.js';
 export {
   dropMySqlNamespace,
@@ -5,7 +6,6 @@ export {
   type MySqlNamespace,
   type MySqlNamespaceOptions,
 } from './namespaces.js';
-export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN } from './requests.js';
 export {
   type MySqlNames,
   mysqlDropStatements,

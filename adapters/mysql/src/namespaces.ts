@@ -1,8 +1,8 @@
 import { checkOptionKeys, InvalidArgumentError, type OptionKeys, StoreError } from '@percolator/core';
+import { NAMESPACE_PATTERN } from '@percolator/core/kit';
 import { type Connection, createConnection, type Pool, type PoolConnection } from 'mysql2/promise';
 import { resolveMySqlUrl } from './env.js';
 import { connectError, readError, writeError } from './errors.js';
-import { NAMESPACE_PATTERN } from './requests.js';
 import { schemaLockName } from './schema.js';
 
 /*

@@ -1,4 +1,4 @@
-import { validateNamespace } from './requests.js';
+import { validateNamespace } from '@percolator/core/kit';
 
 /**
  * One set of tables per namespace, in the connection's database:

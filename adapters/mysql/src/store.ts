@@ -2,7 +2,7 @@ import {
   type CasRequest,
   type CasResult,
   ClosedError,
-  InvalidArgumentError,
+  checkedStore,
   type NotificationScanOptions,
   type RowRef,
   type RowStore,
@@ -12,25 +12,28 @@ import {
   type StoreCapabilities,
   type StoredRow,
   StoreError,
-  validateTable,
 } from '@percolator/core';
-import { createPool, format, type Pool, type PoolConnection, type SqlValue } from 'mysql2/promise';
-import { MYSQL_URL_ENV, redactUrl, resolveMySqlUrl } from './env.js';
-import { connectError, ER_DUP_ENTRY, errnoOf, isConnectionBroken, readError, writeError } from './errors.js';
-import { checkOptionKeys, type OptionKeys } from './options.js';
 import {
   type CasPlan,
+  canonicalIntegerVersions,
+  DEFAULT_QUERY_TIMEOUT_MS,
   type EncodedRef,
-  encodeBound,
-  encodeCounterName,
   encodeRef,
+  failedWithCurrent,
+  packRounds,
+  partlyApplied,
   planCas,
+  resolveUrl,
+  settleBatch,
   toBytes,
   toSafeCounter,
-  validateDelta,
-  validateLimit,
   validateNamespace,
-} from './requests.js';
+  validateQueryTimeout,
+} from '@percolator/core/kit';
+import { createPool, format, type Pool, type PoolConnection, type SqlValue } from 'mysql2/promise';
+import { MYSQL_URL, redactUrl } from './env.js';
+import { connectError, ER_DUP_ENTRY, errnoOf, isConnectionBroken, readError, writeError } from './errors.js';
+import { checkOptionKeys, type OptionKeys } from './options.js';
 import {
   type MySqlNames,
   mysqlDropStatements,
@@ -76,7 +79,10 @@ export interface MySqlStoreOptions {
   readonly queryTimeoutMs?: number;
 }
 
-export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
+export { DEFAULT_QUERY_TIMEOUT_MS };
+
+/** Versions are BIGINT UNSIGNED values; any other token matches no row. */
+const isIssuableVersion = canonicalIntegerVersions(18446744073709551615n);
 
 const OPTION_KEYS: OptionKeys<MySqlStoreOptions> = {
   uri: true,
@@ -114,14 +120,8 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
   const names = mysqlNames(validateNamespace(options.namespace));
   const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
   const ownsPool = options.pool === undefined;
-  const uri = options.uri ?? resolveMySqlUrl();
   // Where the URI came from, so a failure names what to fix.
-  const source =
-    options.uri !== undefined
-      ? 'the uri option'
-      : process.env[MYSQL_URL_ENV]?.trim()
-        ? `$${MYSQL_URL_ENV}`
-        : `the default; pass uri or set ${MYSQL_URL_ENV}`;
+  const { url: uri, source } = resolveUrl(MYSQL_URL, options.uri);
   const pool =
     options.pool ??
     createPool({
@@ -155,7 +155,7 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
       stampedRead,
     );
     await store.prepare();
-    return store;
+    return checkedStore<MySqlStore>(store);
   } catch (error) {
     if (error instanceof Error && options.createSchema === false) {
       error.message += ` (is the schema of namespace ${names.namespace} created? see mysqlSchemaSql())`;
@@ -245,7 +245,7 @@ async function query(
     });
     return result;
   } catch (error) {
-    throw mode === 'read' ? readError(what, error) : writeError(what, error, statements);
+    throw mode === 'read' ? readError(what, error) : writeError(what, error, statements > 1);
   }
 }
 
@@ -326,7 +326,7 @@ class MySqlRowStore implements MySqlStore {
   }
 
   async checkAndSet(request: CasRequest): Promise<CasResult> {
-    const plan = planCas(request, this.capabilities.maxStateBytes);
+    const plan = planCas(request, isIssuableVersion);
     switch (plan.kind) {
       case 'unmatchable':
         return this.failure(request);
@@ -378,8 +378,7 @@ class MySqlRowStore implements MySqlStore {
   }
 
   async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
-    // Validate everything first: bad input anywhere means nothing is sent.
-    const plans = requests.map((request) => planCas(request, this.capabilities.maxStateBytes));
+    const plans = requests.map((request) => planCas(request, isIssuableVersion));
     if (!this.multipleStatements) {
       // A user pool without multipleStatements: one statement per request, in order.
       const results: CasResult[] = [];
@@ -423,58 +422,42 @@ class MySqlRowStore implements MySqlStore {
         }
       });
     }
-    const failed = requests.filter((_, index) => outcomes[index] === undefined);
-    const current = failed.length === 0 ? [] : await this.readManyOrNothing(failed);
-    let nextFailure = 0;
-    return outcomes.map((outcome): CasResult => {
-      if (outcome !== undefined) return outcome;
-      const row = current[nextFailure++];
-      return row === undefined ? { ok: false } : { ok: false, current: row };
-    });
+    return settleBatch(requests, outcomes, (refs) => this.readMany(refs));
   }
 
   async scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
-    validateTable(table);
-    const limit = validateLimit(options?.limit);
     const values: unknown[] = [Buffer.from(table, 'utf8')];
     let sql = this.sql.scanPrefix;
-    const bound = (fragment: string, value: Buffer | undefined) => {
+    const bound = (fragment: string, value: string | undefined) => {
       if (value === undefined) return;
-      values.push(value);
+      values.push(Buffer.from(value, 'utf8'));
       sql += ` AND row_key ${fragment} ?`;
     };
-    bound('>=', encodeBound('start', options.start));
-    bound('<', encodeBound('end', options.end));
-    bound('>', encodeBound('after', options.after));
-    if (limit === 0) return [];
-    values.push(limit);
+    bound('>=', options.start);
+    bound('<', options.end);
+    bound('>', options.after);
+    values.push(options.limit);
     sql += ' ORDER BY row_key LIMIT ?';
     const rows = (await this.connector.run('scan', 'read', sql, values)) as Row[];
     return rows.map((row) => ({ key: (row.row_key as Buffer).toString('utf8'), row: toStoredRow(row) }));
   }
 
   async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
-    validateTable(table);
-    const limit = validateLimit(options?.limit);
-    const after = encodeBound('after', options.after);
-    if (limit === 0) return [];
     const values: unknown[] = [Buffer.from(table, 'utf8')];
     let sql = this.sql.scanNotifiedPrefix;
-    if (after !== undefined) {
-      values.push(after);
+    if (options.after !== undefined) {
+      values.push(Buffer.from(options.after, 'utf8'));
       sql += ' AND row_key > ?';
     }
-    values.push(limit);
+    values.push(options.limit);
     sql += ' ORDER BY row_key LIMIT ?';
     const rows = (await this.connector.run('scanNotified', 'read', sql, values)) as Row[];
     return rows.map((row) => (row.row_key as Buffer).toString('utf8'));
   }
 
   async incrementCounter(name: string, delta: number): Promise<number> {
-    const encoded = encodeCounterName(name);
-    validateDelta(delta);
     const header = (await this.connector.run('incrementCounter', 'write', this.sql.increment, [
-      encoded,
+      Buffer.from(name, 'utf8'),
       delta,
       delta,
     ])) as ResultHeader;
@@ -493,18 +476,10 @@ class MySqlRowStore implements MySqlStore {
     request: CasRequest & { readonly state: Uint8Array },
     counter: string,
   ): Promise<CasResult & { timestamp?: number }> {
-    const name = encodeCounterName(counter);
-    if (typeof request === 'object' && request !== null && !(request.state instanceof Uint8Array)) {
-      throw new InvalidArgumentError('a stamped check-and-set needs a state (a Uint8Array), never null');
-    }
-    // Validates table, key, expected, notified and the size (RowTooLargeError) before sending.
-    const plan = planCas(request, this.capabilities.maxStateBytes);
+    // The state is never null here (the contract check), so the plan creates or updates.
+    const plan = planCas(request, isIssuableVersion);
     if (plan.kind !== 'create' && plan.kind !== 'update') return this.failure(request); // unmatchable
-    if (plan.state.byteLength < STAMP_OFFSET + 8) {
-      throw new InvalidArgumentError(
-        `a stamped state needs at least ${STAMP_OFFSET + 8} bytes (the stamp slot), got ${plan.state.byteLength}`,
-      );
-    }
+    const name = Buffer.from(counter, 'utf8');
     const version = await this.newVersion();
     const expected = plan.kind === 'update' ? plan.expected : null;
     const results = (await this.callProcedure('checkAndSetStamped', 'write', this.sql.stampedCas, [
@@ -542,15 +517,8 @@ class MySqlRowStore implements MySqlStore {
     refs: readonly RowRef[],
     counter: string,
   ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
-    const name = encodeCounterName(counter);
-    if (!Array.isArray(refs))
-      throw new InvalidArgumentError('readStamped expects an array of { table, key }');
-    const encoded = refs.map((ref: unknown) => {
-      if (typeof ref !== 'object' || ref === null) {
-        throw new InvalidArgumentError('readStamped expects an array of { table, key }');
-      }
-      return encodeRef(ref as RowRef);
-    });
+    const name = Buffer.from(counter, 'utf8');
+    const encoded = refs.map(encodeRef);
     if (this.capabilities.stampedRead !== true) {
       throw new StoreError(
         `mysql: readStamped needs the procedure ${mysqlNames(this.namespace).stampedReadRoutine}, which ` +
@@ -645,37 +613,9 @@ class MySqlRowStore implements MySqlStore {
   }
 
   /** The current row after a failed CAS; a failure of this extra read only loses `current`. */
-  private async failure(ref: RowRef): Promise<CasResult> {
-    try {
-      return { ok: false, current: await this.read(ref.table, ref.key) };
-    } catch {
-      return { ok: false };
-    }
+  private failure(ref: RowRef): Promise<CasResult> {
+    return failedWithCurrent((table, key) => this.read(table, key), ref);
   }
-
-  private async readManyOrNothing(refs: readonly RowRef[]): Promise<(StoredRow | null | undefined)[]> {
-    try {
-      return await this.readMany(refs);
-    } catch {
-      return refs.map(() => undefined);
-    }
-  }
-}
-
-function validateQueryTimeout(value: unknown): number {
-  if (value === undefined) return DEFAULT_QUERY_TIMEOUT_MS;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
-    throw new InvalidArgumentError(`queryTimeoutMs must be a positive integer, got ${String(value)}`);
-  }
-  return value;
-}
-
-/** A later round of a batch failed after earlier ones applied: the batch as a whole is unknown. */
-function partlyApplied(error: unknown): unknown {
-  if (!(error instanceof StoreError) || error.applied === 'unknown') return error;
-  return new StoreError(`${error.message} (earlier requests of this batch were applied)`, 'unknown', {
-    cause: error,
-  });
 }
 
 type ChangePlan = Extract<CasPlan, { kind: 'update' | 'delete' }>;
@@ -707,22 +647,6 @@ function batchStatement(
       return format(text, values);
     }
   }
-}
-
-/** Splits statements into round trips whose SQL text fits the packet budget, in order. */
-function packRounds<T extends { sql: string }>(statements: readonly T[], budget: number): T[][] {
-  const rounds: T[][] = [];
-  let size = Number.POSITIVE_INFINITY;
-  for (const statement of statements) {
-    const length = Buffer.byteLength(statement.sql) + 2;
-    if (size + length > budget) {
-      rounds.push([]);
-      size = 0;
-    }
-    rounds[rounds.length - 1]!.push(statement);
-    size += length;
-  }
-  return rounds;
 }
 
 /** "(tbl = ? AND row_key IN (?, ?)) OR ..." grouped by table, so the primary key serves it. */

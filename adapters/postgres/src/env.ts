@@ -1,14 +1,19 @@
 import { StoreError } from '@percolator/core';
+import { type UrlLookup, urlFromEnv } from '@percolator/core/kit';
 import { isAuthFailure, messageOf } from './errors.js';
 import { createPgPool } from './pg.js';
 
 export const POSTGRES_URL_ENV = 'PERCOLATOR_POSTGRES_URL';
 export const DEFAULT_POSTGRES_URL = 'postgres://postgres@127.0.0.1:5432/test';
+export const POSTGRES_URL: UrlLookup = {
+  option: 'connectionString',
+  variable: POSTGRES_URL_ENV,
+  fallback: DEFAULT_POSTGRES_URL,
+};
 
 /** The connection string for tests and the CLI: $PERCOLATOR_POSTGRES_URL or the local default. */
 export function resolvePostgresUrl(env: NodeJS.ProcessEnv = process.env): string {
-  const fromEnv = env[POSTGRES_URL_ENV];
-  return fromEnv !== undefined && fromEnv.trim() !== '' ? fromEnv.trim() : DEFAULT_POSTGRES_URL;
+  return urlFromEnv(POSTGRES_URL, env);
 }
 
 /** The URL without its password, for messages. */

@@ -1,4 +1,6 @@
-import { StoreError } from '@percolator/core';
+import { failureMapping } from '@percolator/core/kit';
+
+export { messageOf } from '@percolator/core/kit';
 
 /** SQLSTATEs after which the whole statement was rolled back and trying again may work. */
 const TRANSIENT_ROLLBACK = new Set(['40001', '40P01']);
@@ -11,12 +13,6 @@ interface PgErrorFields {
 
 function fields(error: unknown): PgErrorFields {
   return typeof error === 'object' && error !== null ? (error as PgErrorFields) : {};
-}
-
-export function messageOf(error: unknown): string {
-  const { code, message } = fields(error);
-  const text = typeof message === 'string' ? message : String(error);
-  return typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text;
 }
 
 /**
@@ -54,28 +50,8 @@ export function isConnectionBroken(error: unknown): boolean {
   return !certainlyRolledBack(error);
 }
 
-/** Wraps a failure of a statement that may write: `unknown` unless it certainly did not apply. */
-export function writeError(what: string, error: unknown): StoreError {
-  const applied = certainlyRolledBack(error) ? 'no' : 'unknown';
-  const outcome = applied === 'no' ? 'it was not applied' : 'it may or may not have been applied';
-  return new StoreError(`postgres: ${what} failed (${outcome}): ${messageOf(error)}`, applied, {
-    cause: error,
-    retryable: !isAuthFailure(error),
-  });
-}
-
-/** Reads change nothing, so a failed read is always `no`. */
-export function readError(what: string, error: unknown): StoreError {
-  return new StoreError(`postgres: ${what} failed: ${messageOf(error)}`, 'no', {
-    cause: error,
-    retryable: !isAuthFailure(error),
-  });
-}
-
-/** No connection could be had, so nothing was sent. */
-export function connectError(error: unknown): StoreError {
-  return new StoreError(`postgres: could not get a connection: ${messageOf(error)}`, 'no', {
-    cause: error,
-    retryable: !isAuthFailure(error),
-  });
-}
+export const { readError, writeError, connectError } = failureMapping({
+  store: 'postgres',
+  certainlyNotApplied: certainlyRolledBack,
+  isAuthFailure,
+});

@@ -1,3 +1,4 @@
+export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN } from '@percolator/core/kit';
 export {
   assertPostgresReachable,
   DEFAULT_POSTGRES_URL,
@@ -12,7 +13,6 @@ export {
   type PostgresNamespaceOptions,
 } from './namespaces.js';
 export type { PgPool, PgPoolClient } from './pg.js';
-export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN } from './requests.js';
 export {
   type PostgresNames,
   postgresDropStatements,

@@ -1,8 +1,8 @@
 import { checkOptionKeys, InvalidArgumentError, type OptionKeys } from '@percolator/core';
+import { NAMESPACE_PATTERN } from '@percolator/core/kit';
 import { resolvePostgresUrl } from './env.js';
 import { connectError, readError, writeError } from './errors.js';
 import { createPgPool, type PgPool, type PgPoolClient } from './pg.js';
-import { NAMESPACE_PATTERN } from './requests.js';
 import { postgresNames, schemaLockKey } from './schema.js';
 
 /*

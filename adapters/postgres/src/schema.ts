@@ -1,4 +1,4 @@
-import { validateNamespace } from './requests.js';
+import { validateNamespace } from '@percolator/core/kit';
 
 /**
  * One set of objects per namespace, in the connection's current schema (search_path):

@@ -2,19 +2,33 @@ import {
   type CasRequest,
   type CasResult,
   ClosedError,
-  InvalidArgumentError,
+  checkedStore,
   type NotificationScanOptions,
   type RowRef,
   type RowStore,
   type ScannedStoredRow,
   type ScanOptions,
-  STAMP_OFFSET,
   type StoreCapabilities,
   type StoredRow,
   StoreError,
-  validateTable,
 } from '@percolator/core';
-import { POSTGRES_URL_ENV, redactUrl, resolvePostgresUrl } from './env.js';
+import {
+  type CasPlan,
+  canonicalIntegerVersions,
+  DEFAULT_QUERY_TIMEOUT_MS,
+  encodeRef,
+  failedWithCurrent,
+  groupsWithDistinctRows,
+  partlyApplied,
+  planCas,
+  resolveUrl,
+  settleBatch,
+  toBytes,
+  toSafeCounter,
+  validateNamespace,
+  validateQueryTimeout,
+} from '@percolator/core/kit';
+import { POSTGRES_URL, redactUrl } from './env.js';
 import { connectError, isConnectionBroken, isTransientRollback, readError, writeError } from './errors.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
 import {
@@ -24,18 +38,6 @@ import {
   type PgQueryConfig,
   type PgQueryResult,
 } from './pg.js';
-import {
-  type CasPlan,
-  encodeBound,
-  encodeCounterName,
-  encodeRef,
-  planCas,
-  toBytes,
-  toSafeCounter,
-  validateDelta,
-  validateLimit,
-  validateNamespace,
-} from './requests.js';
 import {
   type PostgresNames,
   postgresDropStatements,
@@ -70,7 +72,10 @@ export interface PostgresStoreOptions {
   readonly queryTimeoutMs?: number;
 }
 
-export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
+export { DEFAULT_QUERY_TIMEOUT_MS };
+
+/** Versions are values of a BIGINT sequence; any other token matches no row. */
+const isIssuableVersion = canonicalIntegerVersions(9223372036854775807n);
 
 const OPTION_KEYS: OptionKeys<PostgresStoreOptions> = {
   connectionString: true,
@@ -107,14 +112,8 @@ export async function createPostgresStore(options: PostgresStoreOptions = {}): P
   const names = postgresNames(validateNamespace(options.namespace));
   const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
   const ownsPool = options.pool === undefined;
-  const url = options.connectionString ?? resolvePostgresUrl();
   // Where the URL came from, so a failure names what to fix.
-  const source =
-    options.connectionString !== undefined
-      ? 'the connectionString option'
-      : process.env[POSTGRES_URL_ENV]?.trim()
-        ? `$${POSTGRES_URL_ENV}`
-        : `the default; pass connectionString or set ${POSTGRES_URL_ENV}`;
+  const { url, source } = resolveUrl(POSTGRES_URL, options.connectionString);
   const pool =
     options.pool ??
     createPgPool({
@@ -138,7 +137,7 @@ export async function createPostgresStore(options: PostgresStoreOptions = {}): P
     }
     throw error;
   }
-  return store;
+  return checkedStore<PostgresStore>(store);
 }
 
 class PostgresRowStore implements PostgresStore {
@@ -176,7 +175,7 @@ class PostgresRowStore implements PostgresStore {
   }
 
   async checkAndSet(request: CasRequest): Promise<CasResult> {
-    const plan = planCas(request, this.capabilities.maxStateBytes);
+    const plan = planCas(request, isIssuableVersion);
     if (plan.kind === 'unmatchable') return this.failure(request);
     const result = await this.query(plan.kind, 'write', casValues(plan));
     const row = result.rows[0];
@@ -202,11 +201,10 @@ class PostgresRowStore implements PostgresStore {
   }
 
   async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
-    // Validate everything first: bad input anywhere means nothing is sent.
-    const plans = requests.map((request) => planCas(request, this.capabilities.maxStateBytes));
-    const versions: (string | undefined)[] = plans.map(() => undefined);
+    const plans = requests.map((request) => planCas(request, isIssuableVersion));
+    const outcomes: (CasResult | undefined)[] = plans.map(() => undefined);
     let sentBefore = false;
-    for (const group of groupsWithDistinctRows(requests, plans)) {
+    for (const group of groupsWithDistinctRows(requests)) {
       if (group.every((index) => plans[index]!.kind === 'unmatchable')) continue;
       const applied = await this.casManyStatement(group.map((index) => plans[index]!)).catch(
         (error: unknown) => {
@@ -215,60 +213,45 @@ class PostgresRowStore implements PostgresStore {
       );
       sentBefore = true;
       group.forEach((index, position) => {
-        versions[index] = applied.get(position + 1);
+        const version = applied.get(position + 1);
+        if (version !== undefined) outcomes[index] = { ok: true, version };
       });
     }
-    const failed = requests.filter((_, index) => versions[index] === undefined);
-    const current = failed.length === 0 ? [] : await this.readManyOrNothing(failed);
-    let nextFailure = 0;
-    return versions.map((version): CasResult => {
-      if (version !== undefined) return { ok: true, version };
-      const row = current[nextFailure++];
-      return row === undefined ? { ok: false } : { ok: false, current: row };
-    });
+    return settleBatch(requests, outcomes, (refs) => this.readMany(refs));
   }
 
   async scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
-    validateTable(table);
-    const limit = validateLimit(options?.limit);
     const values: unknown[] = [Buffer.from(table, 'utf8')];
     let text = this.sql.scanPrefix;
-    const bound = (fragment: string, value: Buffer | undefined) => {
+    const bound = (fragment: string, value: string | undefined) => {
       if (value === undefined) return;
-      values.push(value);
+      values.push(Buffer.from(value, 'utf8'));
       text += ` AND key ${fragment} $${values.length}`;
     };
-    bound('>=', encodeBound('start', options.start));
-    bound('<', encodeBound('end', options.end));
-    bound('>', encodeBound('after', options.after));
-    if (limit === 0) return [];
-    values.push(limit);
+    bound('>=', options.start);
+    bound('<', options.end);
+    bound('>', options.after);
+    values.push(options.limit);
     text += ` ORDER BY key LIMIT $${values.length}`;
     const result = await this.run('scan', 'read', { text, values });
     return result.rows.map((row) => ({ key: (row.key as Buffer).toString('utf8'), row: toStoredRow(row) }));
   }
 
   async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
-    validateTable(table);
-    const limit = validateLimit(options?.limit);
-    const after = encodeBound('after', options.after);
-    if (limit === 0) return [];
     const values: unknown[] = [Buffer.from(table, 'utf8')];
     let text = this.sql.scanNotifiedPrefix;
-    if (after !== undefined) {
-      values.push(after);
+    if (options.after !== undefined) {
+      values.push(Buffer.from(options.after, 'utf8'));
       text += ` AND key > $${values.length}`;
     }
-    values.push(limit);
+    values.push(options.limit);
     text += ` ORDER BY key LIMIT $${values.length}`;
     const result = await this.run('scanNotified', 'read', { text, values });
     return result.rows.map((row) => (row.key as Buffer).toString('utf8'));
   }
 
   async incrementCounter(name: string, delta: number): Promise<number> {
-    const encoded = encodeCounterName(name);
-    validateDelta(delta);
-    const result = await this.query('increment', 'write', [encoded, String(delta)]);
+    const result = await this.query('increment', 'write', [Buffer.from(name, 'utf8'), String(delta)]);
     return toSafeCounter(String(result.rows[0]!.value), name);
   }
 
@@ -283,20 +266,10 @@ class PostgresRowStore implements PostgresStore {
     request: CasRequest & { readonly state: Uint8Array },
     counter: string,
   ): Promise<CasResult & { timestamp?: number }> {
-    const name = encodeCounterName(counter);
-    if (typeof request === 'object' && request !== null && !(request.state instanceof Uint8Array)) {
-      throw new InvalidArgumentError('a stamped check-and-set needs a state (a Uint8Array), never null');
-    }
-    // Validates table, key, expected and notified, and the size (RowTooLargeError), before sending.
-    const plan = planCas(request, this.capabilities.maxStateBytes);
-    if (plan.kind === 'unmatchable') return this.failure(request);
-    if (plan.kind !== 'create' && plan.kind !== 'update') throw new Error(`unexpected plan ${plan.kind}`);
-    if (plan.state.byteLength < STAMP_OFFSET + 8) {
-      throw new InvalidArgumentError(
-        `a stamped state needs at least ${STAMP_OFFSET + 8} bytes (the stamp slot), got ${plan.state.byteLength}`,
-      );
-    }
-    const values: unknown[] = [plan.tbl, plan.key, name, plan.state, plan.notified];
+    // The state is never null here (the contract check), so the plan creates or updates.
+    const plan = planCas(request, isIssuableVersion);
+    if (plan.kind !== 'create' && plan.kind !== 'update') return this.failure(request);
+    const values: unknown[] = [plan.tbl, plan.key, Buffer.from(counter, 'utf8'), plan.state, plan.notified];
     if (plan.kind === 'update') values.push(plan.expected);
     const statement = plan.kind === 'create' ? 'stampedCreate' : 'stampedUpdate';
     const result = await this.withTransientRetry(() => this.query(statement, 'write', values));
@@ -318,15 +291,8 @@ class PostgresRowStore implements PostgresStore {
     refs: readonly RowRef[],
     counter: string,
   ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
-    const name = encodeCounterName(counter);
-    if (!Array.isArray(refs))
-      throw new InvalidArgumentError('readStamped expects an array of { table, key }');
-    const encoded = refs.map((ref: unknown) => {
-      if (typeof ref !== 'object' || ref === null) {
-        throw new InvalidArgumentError('readStamped expects an array of { table, key }');
-      }
-      return encodeRef(ref as RowRef);
-    });
+    const name = Buffer.from(counter, 'utf8');
+    const encoded = refs.map(encodeRef);
     if (this.capabilities.stampedRead !== true) {
       throw new StoreError(
         `postgres: readStamped needs the function ${postgresNames(this.namespace).readStamped}, which this ` +
@@ -400,20 +366,8 @@ class PostgresRowStore implements PostgresStore {
   }
 
   /** The current row after a failed CAS; a failure of this extra read only loses `current`. */
-  private async failure(ref: RowRef): Promise<CasResult> {
-    try {
-      return { ok: false, current: await this.read(ref.table, ref.key) };
-    } catch {
-      return { ok: false };
-    }
-  }
-
-  private async readManyOrNothing(refs: readonly RowRef[]): Promise<(StoredRow | null | undefined)[]> {
-    try {
-      return await this.readMany(refs);
-    } catch {
-      return refs.map(() => undefined);
-    }
+  private failure(ref: RowRef): Promise<CasResult> {
+    return failedWithCurrent((table, key) => this.read(table, key), ref);
   }
 
   /** Runs one casMany statement; returns applied request ordinals (1-based) -> new version. */
@@ -496,22 +450,6 @@ class PostgresRowStore implements PostgresStore {
   }
 }
 
-function validateQueryTimeout(value: unknown): number {
-  if (value === undefined) return DEFAULT_QUERY_TIMEOUT_MS;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
-    throw new InvalidArgumentError(`queryTimeoutMs must be a positive integer, got ${String(value)}`);
-  }
-  return value;
-}
-
-/** A later statement of a batch failed after earlier ones applied: the batch as a whole is unknown. */
-function partlyApplied(error: unknown): unknown {
-  if (!(error instanceof StoreError) || error.applied === 'unknown') return error;
-  return new StoreError(`${error.message} (earlier requests of this batch were applied)`, 'unknown', {
-    cause: error,
-  });
-}
-
 function casValues(plan: CasPlan): unknown[] {
   switch (plan.kind) {
     case 'create':
@@ -528,26 +466,4 @@ function casValues(plan: CasPlan): unknown[] {
 
 function toStoredRow(row: Record<string, unknown>): StoredRow {
   return { version: String(row.version), state: toBytes(row.state as Buffer) };
-}
-
-/**
- * Splits request indexes into groups in which each row appears at most once (one
- * statement cannot apply two changes to a row predictably). The n-th request for a row
- * goes to group n, so running the groups in order keeps each row's requests in order.
- * Without repeated rows this is a single group: one round trip.
- */
-function groupsWithDistinctRows(requests: readonly CasRequest[], plans: readonly CasPlan[]): number[][] {
-  const seen = new Map<string, number>();
-  const groups: number[][] = [];
-  requests.forEach((request, index) => {
-    if (plans[index]!.kind === 'unmatchable') {
-      (groups[0] ??= []).push(index);
-      return;
-    }
-    const id = `${request.table}\u0000${request.key}`;
-    const occurrence = seen.get(id) ?? 0;
-    seen.set(id, occurrence + 1);
-    (groups[occurrence] ??= []).push(index);
-  });
-  return groups;
 }

@@ -1,12 +1,19 @@
 import { InvalidArgumentError } from '@percolator/core';
+import { type UrlLookup, urlFromEnv } from '@percolator/core/kit';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
 export const DEFAULT_CLUSTER_NODES = '127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003';
 export const DEFAULT_COMMAND_TIMEOUT_MS = 10_000;
 
+export const REDIS_URL: UrlLookup = {
+  option: 'url',
+  variable: 'PERCOLATOR_REDIS_URL',
+  fallback: DEFAULT_REDIS_URL,
+};
+
 export function defaultRedisUrl(): string {
-  return process.env.PERCOLATOR_REDIS_URL || DEFAULT_REDIS_URL;
+  return urlFromEnv(REDIS_URL);
 }
 
 /** "host:port,host:port" from PERCOLATOR_REDIS_CLUSTER_NODES, or the local test cluster. */

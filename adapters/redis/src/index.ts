@@ -1,11 +1,13 @@
-import { InvalidArgumentError, StoreError } from '@percolator/core';
+import { checkedStore, InvalidArgumentError, StoreError } from '@percolator/core';
+import { resolveUrl, validateNamespace } from '@percolator/core/kit';
 import type { Cluster, Redis } from 'ioredis';
-import { createRedisClient, DEFAULT_REDIS_URL, defaultRedisUrl } from './client.js';
+import { createRedisClient, REDIS_URL } from './client.js';
 import { isAuthFailure } from './errors.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
 import { CAS_SCRIPT, loadScripts, READ_STAMPED_SCRIPT } from './scripts.js';
 import { type RedisClient, RedisStore } from './store.js';
 
+export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_PATTERN as NAMESPACE } from '@percolator/core/kit';
 export {
   clusterOptions,
   createRedisClient,
@@ -25,9 +27,6 @@ export {
   type RedisNamespaceOptions,
 } from './namespaces.js';
 export { REDIS_MAX_STATE_BYTES, type RedisClient, RedisStore } from './store.js';
-
-export const NAMESPACE = /^[a-z][a-z0-9_]{0,31}$/;
-export const DEFAULT_NAMESPACE = 'percolator';
 
 export interface RedisStoreOptions {
   /**
@@ -53,12 +52,7 @@ const OPTION_KEYS: OptionKeys<RedisStoreOptions> = {
 /** Connects (if needed), loads the scripts and resolves to a ready store. */
 export async function createRedisStore(options: RedisStoreOptions = {}): Promise<RedisStore> {
   checkOptionKeys('createRedisStore', options, OPTION_KEYS);
-  const namespace = options.namespace ?? DEFAULT_NAMESPACE;
-  if (typeof namespace !== 'string' || !NAMESPACE.test(namespace)) {
-    throw new InvalidArgumentError(
-      `redis namespace must match ${NAMESPACE}, got ${JSON.stringify(namespace)}`,
-    );
-  }
+  const namespace = validateNamespace(options.namespace);
   if (options.client && (options.url !== undefined || options.commandTimeoutMs !== undefined)) {
     throw new InvalidArgumentError('createRedisStore: give either client or url/commandTimeoutMs, not both');
   }
@@ -80,7 +74,7 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
       );
     }
   } else {
-    const url = options.url ?? defaultRedisUrl();
+    const { url, source } = resolveUrl(REDIS_URL, options.url);
     client = createRedisClient(url, options.commandTimeoutMs);
     // A refused AUTH (WRONGPASS) arrives only as an 'error' event; connect() then fails
     // with a bare "Connection is closed.", so the last event is kept to say why.
@@ -96,7 +90,7 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
       client.disconnect();
       const cause = authFailure ?? error;
       throw new StoreError(
-        `cannot connect to Redis at ${redact(url)} (from ${urlSource(options.url)}): ${(cause as Error).message}`,
+        `cannot connect to Redis at ${redact(url)} (from ${source}): ${(cause as Error).message}`,
         'no',
         { cause, retryable: !isAuthFailure(cause) },
       );
@@ -112,7 +106,7 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
       retryable: !isAuthFailure(error),
     });
   }
-  return new RedisStore(client, namespace, owns);
+  return checkedStore(new RedisStore(client, namespace, owns));
 }
 
 const READY_TIMEOUT_MS = 15_000;
@@ -181,13 +175,6 @@ function describeClient(client: RedisClient): string {
   }
   const { host, port } = client.options as { host?: string; port?: number };
   return `Redis at ${host}:${port}`;
-}
-
-/** Where the URL came from, so a failure names what to fix. */
-function urlSource(given: string | undefined): string {
-  if (given !== undefined) return 'the url option';
-  if (process.env.PERCOLATOR_REDIS_URL) return '$PERCOLATOR_REDIS_URL';
-  return `the default ${DEFAULT_REDIS_URL}; pass url or set PERCOLATOR_REDIS_URL`;
 }
 
 function redact(url: string): string {

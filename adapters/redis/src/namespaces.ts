@@ -1,4 +1,5 @@
 import { checkOptionKeys, InvalidArgumentError, type OptionKeys, StoreError } from '@percolator/core';
+import { validateNamespace } from '@percolator/core/kit';
 import type { Cluster, Redis } from 'ioredis';
 import { createRedisClient, defaultRedisUrl } from './client.js';
 import { isAuthFailure, toStoreError } from './errors.js';
@@ -13,7 +14,6 @@ import { isAuthFailure, toStoreError } from './errors.js';
  * The namespace (validated, no glob characters) is the only variable part of the pattern.
  */
 
-const NAMESPACE = /^[a-z][a-z0-9_]{0,31}$/;
 const LAYOUT = /^([a-z][a-z0-9_]{0,31}):([rinc]):\{/;
 const KIND_NAMES = { r: 'rows', i: 'scanIndexes', n: 'notifyIndexes', c: 'counters' } as const;
 type Kind = keyof typeof KIND_NAMES;
@@ -34,13 +34,6 @@ export interface RedisNamespaceOptions {
 }
 
 const OPTION_KEYS: OptionKeys<RedisNamespaceOptions> = { client: true, url: true };
-
-export function validateNamespaceName(namespace: unknown): string {
-  if (typeof namespace !== 'string' || !NAMESPACE.test(namespace)) {
-    throw new InvalidArgumentError(`namespace must match ${NAMESPACE}, got ${JSON.stringify(namespace)}`);
-  }
-  return namespace;
-}
 
 async function withClient<T>(
   options: RedisNamespaceOptions,
@@ -133,7 +126,7 @@ export async function dropRedisNamespace(
   namespace: string,
   options: RedisNamespaceOptions = {},
 ): Promise<{ namespace: string; keys: number } | undefined> {
-  const ns = validateNamespaceName(namespace);
+  const ns = validateNamespace(namespace);
   return withClient(options, async (nodes) => {
     let removed = 0;
     try {

@@ -2,19 +2,15 @@ import {
   type CasRequest,
   type CasResult,
   ClosedError,
-  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
   type RowStore,
-  RowTooLargeError,
   type ScannedStoredRow,
   type ScanOptions,
   STAMP_OFFSET,
   type StoreCapabilities,
   type StoredRow,
   StoreError,
-  validateRowKey,
-  validateTable,
 } from '@percolator/core';
 import type { Cluster, Redis } from 'ioredis';
 import { toStoreError } from './errors.js';
@@ -128,14 +124,11 @@ export class RedisStore implements RowStore {
 
   async read(table: string, key: string): Promise<StoredRow | null> {
     this.checkOpen();
-    checkRef(table, key);
     return await this.readRow(table, key);
   }
 
   async readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
     this.checkOpen();
-    if (!Array.isArray(rows)) throw new InvalidArgumentError('readMany expects an array of { table, key }');
-    for (const r of rows) checkRef(r?.table, r?.key);
     // All commands are written before any reply is awaited: one round trip per node.
     return await Promise.all(rows.map((r) => this.readRow(r.table, r.key)));
   }
@@ -155,17 +148,6 @@ export class RedisStore implements RowStore {
     counter: string,
   ): Promise<StampedResult> {
     this.checkOpen();
-    checkCounterName(counter);
-    if (request === null || typeof request !== 'object')
-      throw new InvalidArgumentError('CAS request must be an object');
-    if (!(request.state instanceof Uint8Array)) {
-      throw new InvalidArgumentError('a stamped CAS needs a state (Uint8Array)');
-    }
-    if (request.state.length < STAMP_OFFSET + 8) {
-      throw new InvalidArgumentError(
-        `a stamped state needs at least ${STAMP_OFFSET + 8} bytes (the stamp slot), got ${request.state.length}`,
-      );
-    }
     const [result] = await this.casBatch([request], counterKeyName(this.namespace, counter));
     return result!;
   }
@@ -181,10 +163,6 @@ export class RedisStore implements RowStore {
     counter: string,
   ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
     this.checkOpen();
-    checkCounterName(counter);
-    if (!Array.isArray(rows))
-      throw new InvalidArgumentError('readStamped expects an array of { table, key }');
-    for (const r of rows) checkRef(r?.table, r?.key);
     const keys = [
       counterKeyName(this.namespace, counter),
       ...rows.map((r) => rowKeyName(this.namespace, r.table, r.key)),
@@ -218,14 +196,12 @@ export class RedisStore implements RowStore {
 
   async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
     this.checkOpen();
-    if (!Array.isArray(requests)) throw new InvalidArgumentError('checkAndSetMany expects an array');
     return await this.casBatch(requests);
   }
 
   async scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
     this.checkOpen();
-    validateTable(table);
-    const limit = checkLimit(options?.limit);
+    const { limit } = options;
     const out: ScannedStoredRow[] = [];
     const wanted = () => limit - out.length;
     await walkIndex(this.client, scanIndexName(this.namespace, table), options, wanted, async (keys) => {
@@ -245,8 +221,7 @@ export class RedisStore implements RowStore {
 
   async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
     this.checkOpen();
-    validateTable(table);
-    const limit = checkLimit(options?.limit);
+    const { limit } = options;
     const out: string[] = [];
     const wanted = () => limit - out.length;
     await walkIndex(
@@ -263,10 +238,6 @@ export class RedisStore implements RowStore {
 
   async incrementCounter(name: string, delta: number): Promise<number> {
     this.checkOpen();
-    checkCounterName(name);
-    if (!Number.isSafeInteger(delta) || delta < 1) {
-      throw new InvalidArgumentError(`counter delta must be a safe integer >= 1, got ${String(delta)}`);
-    }
     let value: number;
     try {
       // If a reply is lost the caller gets 'unknown' and may call again: the counter then
@@ -371,24 +342,7 @@ export class RedisStore implements RowStore {
   }
 
   private prepare(request: CasRequest, counterKey?: string): PreparedCas {
-    if (request === null || typeof request !== 'object')
-      throw new InvalidArgumentError('CAS request must be an object');
     const { table, key, expected, state, notified } = request;
-    checkRef(table, key);
-    if (expected !== null && (typeof expected !== 'string' || expected.length === 0)) {
-      throw new InvalidArgumentError('expected must be null or a version string');
-    }
-    if (state !== null && !(state instanceof Uint8Array)) {
-      throw new InvalidArgumentError('state must be a Uint8Array or null');
-    }
-    if (notified !== undefined && typeof notified !== 'boolean') {
-      throw new InvalidArgumentError('notified must be a boolean');
-    }
-    if (state && state.length > REDIS_MAX_STATE_BYTES) {
-      throw new RowTooLargeError(
-        `row state of ${state.length} bytes exceeds the redis store limit of ${REDIS_MAX_STATE_BYTES}`,
-      );
-    }
     const token = this.tokens.next();
     const added: IndexEntry[] = [];
     if (state !== null) {
@@ -456,24 +410,6 @@ export class RedisStore implements RowStore {
 function decodeRow(version: Buffer | null, state: Buffer | null): StoredRow | null {
   if (!version) return null;
   return { version: version.toString('latin1'), state: state ?? Buffer.alloc(0) };
-}
-
-function checkRef(table: unknown, key: unknown): void {
-  validateTable(table);
-  validateRowKey(key);
-}
-
-function checkCounterName(name: unknown): void {
-  if (typeof name !== 'string' || !name.isWellFormed()) {
-    throw new InvalidArgumentError('counter name must be a well-formed string');
-  }
-}
-
-function checkLimit(limit: unknown): number {
-  if (!Number.isSafeInteger(limit) || (limit as number) < 1) {
-    throw new InvalidArgumentError(`scan limit must be an integer >= 1, got ${String(limit)}`);
-  }
-  return limit as number;
 }
 
 /** SCAN one node for `pattern` and UNLINK each key (one by one: keys span many slots). */
