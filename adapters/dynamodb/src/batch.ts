@@ -1,14 +1,11 @@
 import {
   BatchGetItemCommand,
   type BatchGetItemCommandOutput,
-  BatchWriteItemCommand,
-  type BatchWriteItemCommandOutput,
   ScanCommand,
   type ScanCommandOutput,
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
-import { type RowRef, type StoredRow, StoreError } from '@percolator/core';
-import { backoffMs, sleep } from './calls.js';
+import type { RowRef, StoredRow } from '@percolator/core';
 import type { CasContext } from './cas.js';
 import {
   ATTR,
@@ -19,6 +16,7 @@ import {
   rowFromPresentItem,
   rowPartition,
 } from './layout.js';
+import { writeChunk } from './namespaces.js';
 
 /** BatchGetItem takes at most 100 keys, BatchWriteItem at most 25 requests. */
 const GET_CHUNK = 100;
@@ -51,44 +49,31 @@ export async function readMany(ctx: CasContext, rows: readonly RowRef[]): Promis
 
 /**
  * One BatchGetItem of up to 100 keys, resending UnprocessedKeys (throttling, or the
- * 16 MB reply limit) with backoff. Gives up only after `maxAttempts` rounds in a row
- * that made no progress.
+ * 16 MB reply limit) with backoff: a partial success, so not a retry of a failure.
  */
 async function getChunk(
   ctx: CasContext,
   refs: readonly RowRef[],
   found: Map<string, StoredRow>,
 ): Promise<void> {
-  let keys: Item[] = refs.map((ref) => itemKey(rowPartition(ctx.namespace, ref.table), ref.key));
-  let idleRounds = 0;
-  while (keys.length > 0) {
-    const out = await ctx.caller.idempotent<BatchGetItemCommandOutput>(
+  const keys: Item[] = refs.map((ref) => itemKey(rowPartition(ctx.namespace, ref.table), ref.key));
+  await ctx.caller.untilProcessed('BatchGetItem', keys, async (pending) => {
+    const out = await ctx.caller.read<BatchGetItemCommandOutput>(
       'BatchGetItem',
-      new BatchGetItemCommand({ RequestItems: { [ctx.tableName]: { Keys: keys, ConsistentRead: true } } }),
+      new BatchGetItemCommand({ RequestItems: { [ctx.tableName]: { Keys: pending, ConsistentRead: true } } }),
     );
     for (const item of out.Responses?.[ctx.tableName] ?? []) {
       found.set(refId(item[ATTR.partition]?.S ?? '', decodeSortKey(item)), rowFromPresentItem(item));
     }
-    const left = out.UnprocessedKeys?.[ctx.tableName]?.Keys ?? [];
-    idleRounds = left.length < keys.length ? 0 : idleRounds + 1;
-    if (left.length > 0) {
-      if (idleRounds >= ctx.caller.policy.maxAttempts) {
-        throw new StoreError(
-          `DynamoDB BatchGetItem left ${left.length} keys unprocessed after retries`,
-          'no',
-        );
-      }
-      await sleep(backoffMs(ctx.caller.policy, idleRounds + 1));
-    }
-    keys = left;
-  }
+    return out.UnprocessedKeys?.[ctx.tableName]?.Keys ?? [];
+  });
 }
 
 /** Deletes every item whose partition key belongs to the namespace (Scan + BatchWriteItem). */
 export async function dropNamespace(ctx: CasContext): Promise<void> {
   let startKey: Item | undefined;
   do {
-    const page = await ctx.caller.idempotent<ScanCommandOutput>(
+    const page = await ctx.caller.maintenance<ScanCommandOutput>(
       'Scan',
       new ScanCommand({
         TableName: ctx.tableName,
@@ -106,32 +91,8 @@ export async function dropNamespace(ctx: CasContext): Promise<void> {
       },
     }));
     for (let i = 0; i < deletes.length; i += WRITE_CHUNK) {
-      await writeChunk(ctx, deletes.slice(i, i + WRITE_CHUNK));
+      await writeChunk(ctx.caller, ctx.tableName, deletes.slice(i, i + WRITE_CHUNK));
     }
     startKey = page.LastEvaluatedKey;
   } while (startKey !== undefined);
-}
-
-/** Deletes are idempotent, so resending them (and UnprocessedItems) is always safe. */
-async function writeChunk(ctx: CasContext, requests: WriteRequest[]): Promise<void> {
-  let pending = requests;
-  let idleRounds = 0;
-  while (pending.length > 0) {
-    const out = await ctx.caller.idempotent<BatchWriteItemCommandOutput>(
-      'BatchWriteItem',
-      new BatchWriteItemCommand({ RequestItems: { [ctx.tableName]: pending } }),
-    );
-    const left = out.UnprocessedItems?.[ctx.tableName] ?? [];
-    idleRounds = left.length < pending.length ? 0 : idleRounds + 1;
-    if (left.length > 0) {
-      if (idleRounds >= ctx.caller.policy.maxAttempts) {
-        throw new StoreError(
-          `DynamoDB BatchWriteItem left ${left.length} deletes unprocessed after retries`,
-          'no',
-        );
-      }
-      await sleep(backoffMs(ctx.caller.policy, idleRounds + 1));
-    }
-    pending = left;
-  }
 }

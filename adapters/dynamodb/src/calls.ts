@@ -1,5 +1,6 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '@percolator/core';
+import { backoffMs, sleep } from '@percolator/core/kit';
 
 /**
  * Sending commands, and deciding what a failure means.
@@ -7,17 +8,24 @@ import { StoreError } from '@percolator/core';
  * The SDK client runs with `maxAttempts: 1` (see `client.ts`): its standard retry
  * strategy retries timeouts and 5xx replies, and a conditional write retried after its
  * first attempt landed fails its own condition and would be reported as a conflict,
- * which is wrong. So retries happen here, and only where they are safe:
- * - reads are retried on any transient failure;
- * - writes are retried only when the store certainly did not apply them (throttling,
- *   a cancelled transaction, a connection that was never opened);
- * - a write is `StoreError(..., 'no')` only when DynamoDB certainly refused it (a parsed
- *   4xx service error) or it was never sent (connection refused); a lost or unreadable
- *   reply (timeout, reset, 5xx, a 2xx whose body was cut off) is `StoreError(..., 'unknown')`.
+ * which is wrong.
+ *
+ * Retries: one layer per failure kind (docs/writing-an-adapter.md, "Retries").
+ * - Every call a RowStore method makes (reads, CAS writes, counter increments) is sent
+ *   ONCE. The core's loops own those retries (a CAS failure: `updateRow`, 8 store failures;
+ *   a read: `readRow`, 6 attempts; anything else: `transact`'s attempts), so retrying here
+ *   too would multiply the budgets.
+ * - A write is `StoreError(..., 'no')` only when DynamoDB certainly refused it (a parsed
+ *   4xx service error, throttling included) or it was never sent (connection refused); a
+ *   lost or unreadable reply (timeout, reset, 5xx, a 2xx whose body was cut off) is
+ *   `StoreError(..., 'unknown')`.
+ * - What no core loop covers is retried here, with the `retry` policy: the maintenance
+ *   calls (table checks and creation, listing and dropping namespaces) and the resending
+ *   of a batch's unprocessed items (a partial success, not a failure).
  */
 
 export interface RetryPolicy {
-  /** Attempts per call for retryable failures (>= 1). */
+  /** Attempts of a maintenance call, and batch rounds without progress, before giving up (>= 1). */
   readonly maxAttempts: number;
   readonly baseDelayMs: number;
   readonly maxDelayMs: number;
@@ -127,14 +135,9 @@ function describeError(error: unknown): string {
   return String(error);
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** Exponential backoff with full jitter. `attempt` counts from 1. */
-export function backoffMs(policy: RetryPolicy, attempt: number): number {
-  const ceiling = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1));
-  return Math.random() * ceiling;
+/** The policy's delay before attempt `attempt + 1` (`attempt` counts from 1): core's one backoff. */
+function delayMs(policy: RetryPolicy, attempt: number): number {
+  return backoffMs(attempt - 1, policy.baseDelayMs, policy.maxDelayMs);
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: the SDK's command types are generic per operation
@@ -146,61 +149,84 @@ export class Caller {
     readonly policy: RetryPolicy,
   ) {}
 
-  /** An idempotent call (reads, deletes in dropNamespace): retried on any transient failure. */
-  async idempotent<T>(operation: string, command: AnyCommand): Promise<T> {
+  /** A read for a RowStore method: sent once (the core retries reads); any failure is 'no'. */
+  async read<T>(operation: string, command: AnyCommand): Promise<T> {
+    try {
+      return (await this.client.send(command)) as T;
+    } catch (error) {
+      throw notApplied(operation, error);
+    }
+  }
+
+  /**
+   * An idempotent maintenance call (table checks, namespace listing and dropping), which
+   * no core loop retries: retried here on any transient failure, with the policy.
+   */
+  async maintenance<T>(operation: string, command: AnyCommand): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
         return (await this.client.send(command)) as T;
       } catch (error) {
-        const failure = classify(error);
-        if (failure === 'rejected' || attempt >= this.policy.maxAttempts) {
-          throw new StoreError(`DynamoDB ${operation} failed: ${describeError(error)}`, 'no', {
-            cause: error,
-            retryable: !isAuthFailure(error),
-          });
+        if (classify(error) === 'rejected' || attempt >= this.policy.maxAttempts) {
+          throw notApplied(operation, error);
         }
-        await sleep(backoffMs(this.policy, attempt));
+        await sleep(delayMs(this.policy, attempt));
       }
     }
   }
 
   /**
-   * A write that must not be repeated blindly. Retried only when it certainly was not
-   * applied. Conditional failures (`ConditionalCheckFailedException`, a
+   * A write, sent once. Conditional failures (`ConditionalCheckFailedException`, a
    * `TransactionCanceledException` naming `ConditionalCheckFailed`) are rethrown as they
    * are, for the caller to turn into `{ ok: false }`.
    */
   async write<T>(operation: string, command: AnyCommand): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return (await this.client.send(command)) as T;
-      } catch (error) {
-        const failure = classify(error);
-        if (failure === 'server' || failure === 'lost') {
-          throw new StoreError(
-            `DynamoDB ${operation}: outcome unknown, the write may have been applied (${describeError(error)})`,
-            'unknown',
-            { cause: error },
-          );
-        }
-        if (failure === 'rejected') {
-          if (isConditionFailure(error)) throw error;
-          throw new StoreError(`DynamoDB ${operation} was rejected: ${describeError(error)}`, 'no', {
-            cause: error,
-            retryable: !isAuthFailure(error),
-          });
-        }
-        if (attempt >= this.policy.maxAttempts) {
-          throw new StoreError(
-            `DynamoDB ${operation} not applied after ${attempt} attempts: ${describeError(error)}`,
-            'no',
-            { cause: error },
-          );
-        }
-        await sleep(backoffMs(this.policy, attempt));
+    try {
+      return (await this.client.send(command)) as T;
+    } catch (error) {
+      const failure = classify(error);
+      if (failure === 'server' || failure === 'lost') {
+        throw new StoreError(
+          `DynamoDB ${operation}: outcome unknown, the write may have been applied (${describeError(error)})`,
+          'unknown',
+          { cause: error },
+        );
       }
+      if (isConditionFailure(error)) throw error;
+      throw new StoreError(`DynamoDB ${operation} was not applied: ${describeError(error)}`, 'no', {
+        cause: error,
+        retryable: !isAuthFailure(error),
+      });
     }
   }
+
+  /**
+   * Sends `items` with `send` (which answers the ones left unprocessed) until none are
+   * left, waiting with the policy's backoff; gives up after `maxAttempts` rounds in a row
+   * that made no progress. Safe only for idempotent requests (reads, deletes).
+   */
+  async untilProcessed<I>(what: string, items: I[], send: (items: I[]) => Promise<I[]>): Promise<void> {
+    let pending = items;
+    let idleRounds = 0;
+    while (pending.length > 0) {
+      const left = await send(pending);
+      idleRounds = left.length < pending.length ? 0 : idleRounds + 1;
+      if (left.length > 0) {
+        if (idleRounds >= this.policy.maxAttempts) {
+          throw new StoreError(`DynamoDB ${what} left ${left.length} items unprocessed after retries`, 'no');
+        }
+        await sleep(delayMs(this.policy, idleRounds + 1));
+      }
+      pending = left;
+    }
+  }
+}
+
+function notApplied(operation: string, error: unknown): StoreError {
+  return new StoreError(`DynamoDB ${operation} failed: ${describeError(error)}`, 'no', {
+    cause: error,
+    retryable: !isAuthFailure(error),
+  });
 }
 
 export function isConditionFailure(error: unknown): boolean {

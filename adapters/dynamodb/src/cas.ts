@@ -210,7 +210,7 @@ export async function readItem(
   ctx: CasContext,
   ref: { table: string; key: string },
 ): Promise<Item | undefined> {
-  const out = await ctx.caller.idempotent<GetItemCommandOutput>(
+  const out = await ctx.caller.read<GetItemCommandOutput>(
     'GetItem',
     new GetItemCommand({
       TableName: ctx.tableName,

@@ -5,9 +5,9 @@ import {
   type ScanCommandOutput,
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
-import { checkOptionKeys, type OptionKeys, StoreError } from '@percolator/core';
+import { checkOptionKeys, type OptionKeys } from '@percolator/core';
 import { validateNamespace } from '@percolator/core/kit';
-import { backoffMs, Caller, DEFAULT_RETRY, sleep } from './calls.js';
+import { Caller, DEFAULT_RETRY } from './calls.js';
 import { type ClientOptions, resolveClient } from './client.js';
 import { ATTR, counterPartition, type Item, notifyPartition, rowPartition } from './layout.js';
 import { validateDynamoTableName } from './table.js';
@@ -71,7 +71,7 @@ async function scanKeys(
 ): Promise<void> {
   let startKey: Item | undefined;
   do {
-    const page = await caller.idempotent<ScanCommandOutput>(
+    const page = await caller.maintenance<ScanCommandOutput>(
       'Scan',
       new ScanCommand({
         TableName: tableName,
@@ -152,25 +152,12 @@ export async function dropDynamoDbNamespace(
 }
 
 /** Deletes are idempotent, so resending them (and UnprocessedItems) is always safe. */
-async function writeChunk(caller: Caller, tableName: string, requests: WriteRequest[]): Promise<void> {
-  let pending = requests;
-  let idleRounds = 0;
-  while (pending.length > 0) {
-    const out = await caller.idempotent<BatchWriteItemCommandOutput>(
+export async function writeChunk(caller: Caller, tableName: string, requests: WriteRequest[]): Promise<void> {
+  await caller.untilProcessed('BatchWriteItem', requests, async (pending) => {
+    const out = await caller.maintenance<BatchWriteItemCommandOutput>(
       'BatchWriteItem',
       new BatchWriteItemCommand({ RequestItems: { [tableName]: pending } }),
     );
-    const left = out.UnprocessedItems?.[tableName] ?? [];
-    idleRounds = left.length < pending.length ? 0 : idleRounds + 1;
-    if (left.length > 0) {
-      if (idleRounds >= caller.policy.maxAttempts) {
-        throw new StoreError(
-          `DynamoDB BatchWriteItem left ${left.length} deletes unprocessed after retries`,
-          'no',
-        );
-      }
-      await sleep(backoffMs(caller.policy, idleRounds + 1));
-    }
-    pending = left;
-  }
+    return out.UnprocessedItems?.[tableName] ?? [];
+  });
 }

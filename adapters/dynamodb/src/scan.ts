@@ -98,7 +98,7 @@ async function queryRange(
   const out: Item[] = [];
   let startKey: Item | undefined;
   do {
-    const page = await ctx.caller.idempotent<QueryCommandOutput>(
+    const page = await ctx.caller.read<QueryCommandOutput>(
       'Query',
       new QueryCommand({
         TableName: ctx.tableName,

@@ -6,7 +6,8 @@ import {
   type TableDescription,
 } from '@aws-sdk/client-dynamodb';
 import { InvalidArgumentError, StoreError } from '@percolator/core';
-import { type Caller, errorName, sleep } from './calls.js';
+import { sleep } from '@percolator/core/kit';
+import { type Caller, errorName } from './calls.js';
 import { ATTR } from './layout.js';
 
 /** DynamoDB's own table-name rule. */
@@ -57,7 +58,7 @@ export async function ensureTable(
 
 async function describe(caller: Caller, tableName: string): Promise<TableDescription | null> {
   try {
-    const out = await caller.idempotent<DescribeTableCommandOutput>(
+    const out = await caller.maintenance<DescribeTableCommandOutput>(
       'DescribeTable',
       new DescribeTableCommand({ TableName: tableName }),
     );

@@ -206,31 +206,39 @@ describe('dynamodb store: ambiguous outcomes', () => {
     expect(await direct.incrementCounter('c', 1)).toBe(3);
   });
 
-  it('reads retry transient failures, and fail with applied "no" when they persist', async () => {
+  it('a read is sent once (the core retries reads): a failure is applied "no", the next read gets through', async () => {
     const { viaProxy, direct } = await stores(500);
     await direct.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('r') });
     proxy.mode = 'reply-500-once';
-    // The first attempt gets a 500; the retry gets through.
     const before = proxy.forwarded;
-    const row = await viaProxy.read('t', 'k');
-    expect(text(row?.state ?? new Uint8Array())).toBe('r');
-    expect(proxy.forwarded - before).toBe(2);
-
-    proxy.mode = 'drop-replies';
     const error = await viaProxy.read('t', 'k').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(StoreError);
     expect((error as StoreError).applied).toBe('no');
+    expect(proxy.forwarded - before).toBe(1);
+    const row = await viaProxy.read('t', 'k');
+    expect(text(row?.state ?? new Uint8Array())).toBe('r');
+
+    proxy.mode = 'drop-replies';
+    const lost = await viaProxy.read('t', 'k').catch((e: unknown) => e);
+    expect(lost).toBeInstanceOf(StoreError);
+    expect((lost as StoreError).applied).toBe('no');
   });
 
-  it('a throttled write is retried (it was not applied) and then succeeds once', async () => {
+  it('a throttled write is sent once and is applied "no", retryable (the core retries it)', async () => {
     const { viaProxy, direct } = await stores();
     proxy.mode = 'throttle-once';
     const before = proxy.forwarded;
+    const error = await viaProxy
+      .checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('t') })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('no');
+    expect((error as StoreError).retryable).toBe(true);
+    expect(await direct.read('t', 'k')).toBeNull();
+    // The throttle reply came from the proxy: nothing reached DynamoDB.
+    expect(proxy.forwarded - before).toBe(0);
     const result = await viaProxy.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('t') });
     expect(result.ok).toBe(true);
-    expect(proxy.mode).toBe('pass');
-    expect(proxy.forwarded - before).toBe(1);
-    expect((await direct.read('t', 'k'))?.version).toBe(result.ok ? result.version : '');
   });
 
   it('a refused connection is StoreError "no": nothing was sent', async () => {
