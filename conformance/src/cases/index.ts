@@ -1,5 +1,6 @@
 import type { ConformanceCase } from '../types.js';
 import { PARTS } from '../types.js';
+import { argumentCases } from './arguments.js';
 import { capabilityCases } from './capabilities.js';
 import { faultCases } from './faults.js';
 import { fuzzCases } from './fuzz.js';
@@ -14,6 +15,7 @@ import { storeCases } from './store.js';
 export function allCases(): ConformanceCase[] {
   const cases = [
     ...storeCases,
+    ...argumentCases,
     ...fuzzCases,
     ...capabilityCases,
     ...protocolCases('clean'),
