@@ -5,7 +5,7 @@ import {
   ListTablesCommand,
   PutItemCommand,
 } from '@aws-sdk/client-dynamodb';
-import { ClosedError, InvalidArgumentError, RowTooLargeError } from '@percolator/core';
+import { ClosedError, InvalidArgumentError } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { DYNAMODB_ITEM_LIMIT, MAX_STATE_BYTES } from '../src/layout.js';
 import { createDynamoDbStore } from '../src/store.js';
@@ -24,151 +24,6 @@ function rawClient(): DynamoDBClient {
 }
 
 describe('dynamodb store: single-row contract', () => {
-  it('creates, reads, updates and deletes a row with check-and-set', async () => {
-    const store = await db.store();
-    expect(store.name).toBe('dynamodb');
-    expect(await store.read('t', 'k')).toBeNull();
-
-    const created = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('one') });
-    expect(created.ok).toBe(true);
-    if (!created.ok) return;
-    const row = await store.read('t', 'k');
-    expect(row?.version).toBe(created.version);
-    expect(text(row?.state ?? new Uint8Array())).toBe('one');
-
-    // Creating again fails and reports the current row.
-    const again = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('x') });
-    expect(again).toEqual({ ok: false, current: { version: created.version, state: bytes('one') } });
-
-    const updated = await store.checkAndSet({
-      table: 't',
-      key: 'k',
-      expected: created.version,
-      state: bytes('two'),
-    });
-    expect(updated.ok).toBe(true);
-    if (!updated.ok) return;
-    expect(updated.version).not.toBe(created.version);
-
-    // A stale version fails and gets the current row back.
-    const stale = await store.checkAndSet({
-      table: 't',
-      key: 'k',
-      expected: created.version,
-      state: bytes('no'),
-    });
-    expect(stale).toEqual({ ok: false, current: { version: updated.version, state: bytes('two') } });
-
-    const staleDelete = await store.checkAndSet({
-      table: 't',
-      key: 'k',
-      expected: created.version,
-      state: null,
-    });
-    expect(staleDelete.ok).toBe(false);
-    const deleted = await store.checkAndSet({ table: 't', key: 'k', expected: updated.version, state: null });
-    expect(deleted.ok).toBe(true);
-    expect(await store.read('t', 'k')).toBeNull();
-
-    // The row is gone: a CAS expecting its last version fails with current = null.
-    const gone = await store.checkAndSet({
-      table: 't',
-      key: 'k',
-      expected: updated.version,
-      state: bytes('z'),
-    });
-    expect(gone).toEqual({ ok: false, current: null });
-  });
-
-  it('"delete if absent" succeeds only when the row is absent', async () => {
-    const store = await db.store();
-    const absent = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: null });
-    expect(absent.ok).toBe(true);
-    expect(await store.read('t', 'k')).toBeNull();
-    const made = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v') });
-    expect(made.ok).toBe(true);
-    const present = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: null });
-    expect(present.ok).toBe(false);
-    expect(await store.read('t', 'k')).not.toBeNull();
-  });
-
-  it('stores empty and binary states and NUL / emoji / astral keys exactly', async () => {
-    const store = await db.store();
-    const all = new Uint8Array(256).map((_, i) => i);
-    const keys = ['\u0000', 'a\u0000b', '😀', '\uFFFF', 'é', 'k'.repeat(10), '\u{10FFFF}'];
-    for (const [i, key] of keys.entries()) {
-      const state = i % 2 === 0 ? new Uint8Array(0) : all;
-      const result = await store.checkAndSet({ table: 'tbl.x-1', key, expected: null, state });
-      expect(result.ok).toBe(true);
-      const row = await store.read('tbl.x-1', key);
-      expect(row?.state).toEqual(state);
-    }
-    // A longest key (1024 UTF-8 bytes) works too.
-    const longKey = '😀'.repeat(256);
-    expect(
-      (await store.checkAndSet({ table: 't', key: longKey, expected: null, state: bytes('l') })).ok,
-    ).toBe(true);
-    expect(text((await store.read('t', longKey))?.state ?? new Uint8Array())).toBe('l');
-    // 'a\u0000b' and 'a' are different rows.
-    expect(await store.read('tbl.x-1', 'a')).toBeNull();
-  });
-
-  it('never reuses a version, even after delete and re-create (no ABA)', async () => {
-    const store = await db.store();
-    const seen = new Set<string>();
-    let firstVersion: string | undefined;
-    for (let round = 0; round < 5; round++) {
-      const created = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('same') });
-      if (!created.ok) throw new Error('create failed');
-      firstVersion ??= created.version;
-      expect(seen.has(created.version)).toBe(false);
-      seen.add(created.version);
-      const deleted = await store.checkAndSet({
-        table: 't',
-        key: 'k',
-        expected: created.version,
-        state: null,
-      });
-      expect(deleted.ok).toBe(true);
-      if (deleted.ok) seen.add(deleted.version);
-    }
-    const last = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('same') });
-    expect(last.ok).toBe(true);
-    // A CAS holding the first incarnation's version cannot succeed on the re-created row.
-    const aba = await store.checkAndSet({
-      table: 't',
-      key: 'k',
-      expected: firstVersion ?? '',
-      state: bytes('x'),
-    });
-    expect(aba.ok).toBe(false);
-  });
-
-  it('lets exactly one of many concurrent CAS win', async () => {
-    const store = await db.store();
-    const base = await store.checkAndSet({ table: 't', key: 'race', expected: null, state: bytes('0') });
-    if (!base.ok) throw new Error('create failed');
-    const results = await Promise.all(
-      Array.from({ length: 16 }, (_, i) =>
-        store.checkAndSet({ table: 't', key: 'race', expected: base.version, state: bytes(`w${i}`) }),
-      ),
-    );
-    const winners = results.filter((r) => r.ok);
-    expect(winners).toHaveLength(1);
-    const winner = winners[0] as { ok: true; version: string };
-    const final = await store.read('t', 'race');
-    expect(final?.version).toBe(winner.version);
-    for (const r of results) if (!r.ok) expect(r.current?.version).toBe(winner.version);
-
-    // Concurrent creation of an absent row: one winner too.
-    const creates = await Promise.all(
-      Array.from({ length: 16 }, (_, i) =>
-        store.checkAndSet({ table: 't', key: 'fresh', expected: null, state: bytes(`c${i}`) }),
-      ),
-    );
-    expect(creates.filter((r) => r.ok)).toHaveLength(1);
-  });
-
   it('isolates namespaces and drops one namespace completely', async () => {
     const t = db.target();
     // "x_ab" starts with "x_a": prefix matching must not confuse them.
@@ -220,28 +75,6 @@ describe('dynamodb store: input checks and limits', () => {
     await store.close();
   });
 
-  it('rejects bad rows, keys, versions and options without writing anything', async () => {
-    const store = await db.store();
-    const bad: unknown[] = [
-      { table: 'bad table', key: 'k', expected: null, state: bytes('x') },
-      { table: 't', key: '', expected: null, state: bytes('x') },
-      { table: 't', key: '\uD800', expected: null, state: bytes('x') },
-      { table: 't', key: 'k'.repeat(1025), expected: null, state: bytes('x') },
-      { table: 't', key: 'k', expected: 5, state: bytes('x') },
-      { table: 't', key: 'k', expected: null, state: 'text' },
-      { table: 't', key: 'k', expected: null, state: bytes('x'), notified: 'yes' },
-    ];
-    for (const request of bad) {
-      await expect(store.checkAndSet(request as never)).rejects.toBeInstanceOf(InvalidArgumentError);
-    }
-    await expect(store.read('t', '')).rejects.toBeInstanceOf(InvalidArgumentError);
-    await expect(store.scan('t', { limit: -1 })).rejects.toBeInstanceOf(InvalidArgumentError);
-    await expect(store.incrementCounter('c', 0)).rejects.toBeInstanceOf(InvalidArgumentError);
-    await expect(store.incrementCounter('', 1)).rejects.toBeInstanceOf(InvalidArgumentError);
-    await expect(store.readMany([{ table: 't', key: '' }])).rejects.toBeInstanceOf(InvalidArgumentError);
-    expect(await store.scan('t', { limit: 10 })).toEqual([]);
-  });
-
   it('declares a maxStateBytes that fits the 400 KB item limit in the worst case', async () => {
     const store = await db.store({ namespace: `z${uniqueNamespace('w').padEnd(31, '0')}`.slice(0, 32) });
     expect(store.namespace).toHaveLength(32);
@@ -281,45 +114,6 @@ describe('dynamodb store: input checks and limits', () => {
     } finally {
       client.destroy();
     }
-  });
-
-  it('rejects an oversized state with RowTooLargeError before sending anything', async () => {
-    const t = db.target();
-    const client = rawClient();
-    let sent = 0;
-    client.middlewareStack.add(
-      (next) => async (args) => {
-        sent++;
-        return next(args);
-      },
-      { step: 'initialize', name: 'countCommands' },
-    );
-    const store = db.track(
-      await createDynamoDbStore({
-        client,
-        tableName: t.tableName,
-        namespace: uniqueNamespace(),
-        createTable: true,
-      }),
-    );
-    const before = sent;
-    const tooBig = new Uint8Array(MAX_STATE_BYTES + 1);
-    await expect(
-      store.checkAndSet({ table: 't', key: 'k', expected: null, state: tooBig }),
-    ).rejects.toBeInstanceOf(RowTooLargeError);
-    await expect(
-      store.checkAndSet({ table: 't', key: 'k', expected: null, state: tooBig, notified: true }),
-    ).rejects.toBeInstanceOf(RowTooLargeError);
-    await expect(
-      store.checkAndSetMany([
-        { table: 't', key: 'small', expected: null, state: bytes('ok') },
-        { table: 't', key: 'k', expected: null, state: tooBig },
-      ]),
-    ).rejects.toBeInstanceOf(RowTooLargeError);
-    expect(sent).toBe(before);
-    expect(await store.read('t', 'small')).toBeNull();
-    await store.close();
-    client.destroy();
   });
 });
 
