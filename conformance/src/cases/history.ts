@@ -24,7 +24,7 @@ import { client, FakeClock, faultsFor, outcomeOf, settled } from './harness.js';
 interface HistoryCaseOptions {
   readonly faults: boolean;
   readonly crashes: boolean;
-  /** Client wall clocks apart by up to lockTtlMs (one behind, one right, one ahead). */
+  /** Client wall clocks apart by up to lockTtlMs (five clients: -TTL, -TTL/2, 0, +TTL/2, +TTL). */
   readonly skew?: boolean;
 }
 
@@ -48,11 +48,12 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   const store = await ctx.createStore();
   const clock = new FakeClock();
   const lockTtlMs = options.crashes || options.faults || options.skew ? 250 : 2000;
-  const skews = [-lockTtlMs, 0, lockTtlMs];
+  // The whole range a deployment may have: a full TTL behind, half, none, half, a full TTL ahead.
+  const skews = [-lockTtlMs, -lockTtlMs / 2, 0, lockTtlMs / 2, lockTtlMs];
   const faults = faultsFor(options.faults ? 'faulty' : 'clean');
   const plans = new Map<Percolator, CrashPlans>();
   const faultyStores: FaultyStore[] = [];
-  const clients = Array.from({ length: 3 }, (_, i) => {
+  const clients = Array.from({ length: options.skew ? skews.length : 3 }, (_, i) => {
     // A stop counts when it fires: a stop among the background secondaries fires after
     // commit() resolved. Locks of a stopped client expire for everyone at once.
     const crashPlans = new CrashPlans((point) => {
@@ -308,7 +309,7 @@ export function historyCases(): ConformanceCase[] {
     },
     {
       part: 'faults',
-      name: 'list-append workload with client clocks apart by up to lockTtlMs (behind, right, ahead) has no anomaly and loses no commit',
+      name: 'list-append workload with client clocks apart by up to lockTtlMs (-TTL, -TTL/2, 0, +TTL/2, +TTL) has no anomaly and loses no commit',
       timeoutMs: 90_000,
       run: (ctx) => listAppend(ctx, { faults: false, crashes: false, skew: true }),
     },
