@@ -1,5 +1,5 @@
 import { type CommitStepEvent, CompositeStore, Percolator, type RowStore } from '@percolator/core';
-import { ensureMySql } from '@percolator/mysql/testing';
+import { assertMySqlReachable } from '@percolator/mysql';
 import { defaultRedisUrl } from '@percolator/redis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { postgresUrl } from './support/backends.js';
@@ -112,7 +112,7 @@ const TARGETS: readonly Target[] = [
   {
     name: 'MariaDB',
     what: 'one client cut off from the server',
-    deploy: simple('mariadb', async () => ({ url: (await ensureMySql()).url })),
+    deploy: simple('mariadb', async () => ({ url: await assertMySqlReachable() })),
   },
   {
     name: 'Redis',

@@ -9,7 +9,6 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import type { RowStore } from '@percolator/core';
 import { createDynamoDbStore, type DynamoDbRowStore } from '@percolator/dynamodb';
-import { LOCAL_CREDENTIALS, LOCAL_REGION } from '@percolator/dynamodb/local';
 import { createMySqlStore, type MySqlStore } from '@percolator/mysql';
 import { createPostgresStore, type PostgresStore } from '@percolator/postgres';
 import { clusterOptions, createRedisStore, type RedisClient, type RedisStore } from '@percolator/redis';
@@ -20,6 +19,10 @@ const { Cluster } = createRequire(
 )('ioredis') as { Cluster: new (nodes: unknown[], options: unknown) => RedisClient & { disconnect(): void } };
 
 export type FaultStoreKind = 'postgres' | 'mariadb' | 'redis' | 'redis-cluster' | 'dynamodb';
+
+/** DynamoDB Local wants some credentials and a region, whatever they are. */
+const LOCAL_REGION = 'us-east-1';
+const LOCAL_CREDENTIALS = { accessKeyId: 'local', secretAccessKey: 'local' };
 
 /** Timeouts of the drivers in these tests: a swallowed request fails within this. */
 export const REQUEST_TIMEOUT_MS = 2000;
