@@ -29,6 +29,8 @@ const LOCK_TTL_MS = 1000;
 const RESTARTS = 3;
 /** Commits acknowledged between restarts (and after the last one: the clients are back). */
 const ACKS_BETWEEN = 15;
+/** How long the server stays down (plus its start time): long enough that clients notice. */
+const DOWN_MS = 1000;
 
 interface Target {
   readonly name: string;
@@ -119,7 +121,7 @@ async function restartDuringCommits(target: Target, restarts: number, lossy = fa
     for (let i = 0; i < restarts; i++) {
       await workload.waitForAcks(ACKS_BETWEEN, 60_000, `${target.name} before restart ${i + 1}`);
       await victim.kill();
-      await sleep(300);
+      await sleep(DOWN_MS);
       await victim.restart();
     }
     // The clients reconnect by themselves and commit again. (A server that came back
@@ -144,6 +146,11 @@ describe('the store server is SIGKILLed and restarted during concurrent commits'
       const verdict = await restartDuringCommits(target, RESTARTS);
       expect(clean(verdict), verdict.describe()).toBe(true);
       expect(verdict.stats.ok).toBeGreaterThanOrEqual(ACKS_BETWEEN * (RESTARTS + 1));
+      // The outages reached the clients: some store calls failed (not only conflicts).
+      const storeErrors = Object.entries(verdict.stats.errors)
+        .filter(([k]) => k.startsWith('StoreError') || k === 'CommitUnknownError')
+        .reduce((n, [, v]) => n + v, 0);
+      expect(storeErrors, JSON.stringify(verdict.stats.errors)).toBeGreaterThan(0);
     }, 240_000);
   }
 

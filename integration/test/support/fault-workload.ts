@@ -413,7 +413,8 @@ export function clean(v: Verdict): boolean {
 export function summary(v: Verdict): string {
   const { attempts, ok, fail, info } = v.stats;
   const settled = info - v.partial.length;
-  return `${attempts} attempts: ${ok} acknowledged (all verified: ${v.lost.length === 0}), ${fail} failed, ${info} unknown (${settled} resolved all-or-nothing); anomalies ${v.check.anomalies.length}`;
+  const verified = v.lost.length === 0 ? 'all present' : `${v.lost.length} acknowledged appends MISSING`;
+  return `${attempts} attempts: ${ok} acknowledged (${verified}), ${fail} failed, ${info} unknown (${settled} resolved all-or-nothing); anomalies ${v.check.anomalies.length}`;
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
