@@ -10,19 +10,17 @@ export default defineConfig({
     alias: [
       { find: /^@percolator\/core$/, replacement: here('./core/src/index.ts') },
       { find: /^@percolator\/core\/kit$/, replacement: here('./core/src/kit/index.ts') },
-      { find: /^@percolator\/core\/test-server$/, replacement: here('./core/src/test-server.ts') },
       { find: /^@percolator\/conformance$/, replacement: here('./conformance/src/index.ts') },
       { find: /^@percolator\/bench$/, replacement: here('./bench/src/index.ts') },
       { find: /^@percolator\/cli$/, replacement: here('./cli/src/index.ts') },
       { find: /^@percolator\/opentelemetry$/, replacement: here('./opentelemetry/src/index.ts') },
+      { find: /^@percolator\/connect$/, replacement: here('./connect/src/index.ts') },
+      { find: /^@percolator\/testkit$/, replacement: here('./testkit/src/index.ts') },
+      // Subpath exports (`@percolator/testkit/postgres`, `@percolator/testkit/dynamodb`, ...).
+      { find: /^@percolator\/testkit\/([a-z-]+)$/, replacement: here('./testkit/src/$1.ts') },
       {
         find: /^@percolator\/(postgres|mysql|redis|dynamodb)$/,
         replacement: here('./adapters/$1/src/index.ts'),
-      },
-      // Subpath exports (`@percolator/postgres/testing`, `@percolator/dynamodb/local`).
-      {
-        find: /^@percolator\/(postgres|mysql|redis|dynamodb)\/([a-z-]+)$/,
-        replacement: here('./adapters/$1/src/$2.ts'),
       },
     ],
   },

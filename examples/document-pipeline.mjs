@@ -1,16 +1,20 @@
 // The paper's document pipeline, run by observer workers on any backend:
 //
 //   node examples/document-pipeline.mjs [--backend memory|postgres|mysql|redis|
-//        redis-cluster|dynamodb] [--workers 3] [--writes 300] [--seed 1]
+//        redis-cluster|dynamodb] [--url URL] [--workers 3] [--writes 300] [--seed 1]
 //
+// The store is opened by @percolator/connect (its README lists each backend's URL and
+// environment variable), in a fresh namespace dropped at the end.
 // (`pnpm pipeline` builds first and runs it on the in-memory store; `pnpm pipeline --
 // --backend redis` on another.) Writers insert,
 // update and delete documents while several workers (each its own client, as separate
 // processes would be) run two observers: `dedupe` (content hash -> duplicate groups and
 // their canonical URL) and `index` (words -> canonical URL), the second triggered by the
 // first. Once the workers are idle, the derived tables are checked against the documents.
+
+import { parseArgs } from 'node:util';
+import { freshNamespace, openStore } from '@percolator/connect';
 import { Percolator } from '@percolator/core';
-import { argument, openStore } from './backends.mjs';
 import {
   checkPipeline,
   DOCUMENTS,
@@ -19,12 +23,28 @@ import {
   randomDocumentWrites,
 } from './document-pipeline-lib.mjs';
 
-const backend = argument('backend', 'memory');
-const workerCount = Number(argument('workers', '3'));
-const operations = Number(argument('writes', '300'));
-const seed = Number(argument('seed', '1'));
+// --backend and --url as @percolator/connect takes them (default: the backend's variable).
+const { values: args } = parseArgs({
+  args: process.argv.slice(2).filter((a) => a !== '--'),
+  options: {
+    backend: { type: 'string', default: 'memory' },
+    url: { type: 'string' },
+    workers: { type: 'string', default: '3' },
+    writes: { type: 'string', default: '300' },
+    seed: { type: 'string', default: '1' },
+  },
+});
+const workerCount = Number(args.workers);
+const operations = Number(args.writes);
+const seed = Number(args.seed);
 
-const { store, close } = await openStore(backend);
+// A fresh namespace, dropped at the end.
+const opened = await openStore(args.backend, { url: args.url, namespace: freshNamespace('ex') });
+const { store } = opened;
+const close = async () => {
+  await opened.dropNamespace();
+  await opened.close();
+};
 // Every client that writes an observed column must know it: writers list the columns,
 // and db.worker() registers its observers' columns on the client it runs on.
 const writers = [0, 1].map(() => new Percolator({ store, observedColumns: OBSERVED_COLUMNS }));

@@ -6,40 +6,34 @@
 // Needs PostgreSQL (PERCOLATOR_POSTGRES_URL, default postgres://postgres@127.0.0.1:5432/test)
 // and Java 17+: it starts DynamoDB Local itself, in memory, and stops it at the end.
 // The `accounts` table lives in PostgreSQL, `wallets` in DynamoDB; one CompositeStore routes
-// each row to its store, and PostgreSQL's counter is the timestamp oracle of both.
-import { randomBytes } from 'node:crypto';
-import { CompositeStore, Percolator } from '@percolator/core';
-import { createDynamoDbStore } from '@percolator/dynamodb';
-import { LOCAL_CREDENTIALS, LOCAL_REGION, startDynamoDbLocal } from '@percolator/dynamodb/local';
-import { createPostgresStore } from '@percolator/postgres';
+// each row to its store, and PostgreSQL's counter is the timestamp oracle of both. The
+// deployment is written as @percolator/connect's composite config; DynamoDB Local comes
+// from @percolator/testkit.
+import { freshNamespace, openComposite } from '@percolator/connect';
+import { Percolator } from '@percolator/core';
+import { startDynamoDbLocal } from '@percolator/testkit/dynamodb';
 
-const namespace = `example_${randomBytes(4).toString('hex')}`;
-const postgresUrl = process.env.PERCOLATOR_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test';
+const namespace = freshNamespace('example');
 
 console.log('starting DynamoDB Local ...');
 const dynamoLocal = await startDynamoDbLocal();
-let postgres;
-let dynamo;
-let store;
+let deployment;
 const clients = [];
 let ok = false;
 try {
-  postgres = await createPostgresStore({ connectionString: postgresUrl, namespace });
-  dynamo = await createDynamoDbStore({
-    endpoint: dynamoLocal.endpoint,
-    region: LOCAL_REGION,
-    credentials: { ...LOCAL_CREDENTIALS },
-    tableName: 'percolator_example',
-    namespace,
-    createTable: true,
-  });
-  store = new CompositeStore({
+  // The deployment as a config file would write it (@percolator/connect, "Composite deployments").
+  deployment = await openComposite({
+    stores: {
+      postgres: { backend: 'postgres', namespace }, // PERCOLATOR_POSTGRES_URL or the local default
+      dynamo: { backend: 'dynamodb', url: dynamoLocal.endpoint, dynamoTable: 'percolator_example', namespace },
+    },
     routes: [
-      { table: 'accounts', store: postgres },
-      { table: 'wallets', store: dynamo },
+      { table: 'accounts', store: 'postgres' },
+      { table: 'wallets', store: 'dynamo' },
     ],
-    counterStore: postgres,
+    counterStore: 'postgres',
   });
+  const { store } = deployment;
   // Three clients, as if three processes: they share the stores and so the oracle.
   for (let i = 0; i < 3; i++) clients.push(new Percolator({ store }));
   const db = clients[0];
@@ -100,10 +94,8 @@ try {
   console.log(ok ? 'OK: every transfer was atomic across PostgreSQL and DynamoDB' : 'BROKEN');
 } finally {
   await Promise.all(clients.map((c) => c.close()));
-  await postgres?.dropNamespace().catch(() => undefined);
-  await dynamo?.dropNamespace().catch(() => undefined);
-  if (store) await store.close();
-  else await Promise.all([postgres?.close(), dynamo?.close()]);
+  await deployment?.dropNamespace().catch(() => undefined);
+  await deployment?.close();
   await dynamoLocal.stop();
 }
 if (!ok) process.exit(1);

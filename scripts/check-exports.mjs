@@ -4,7 +4,16 @@ import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 
 const packages = {
-  '@percolator/core': ['Percolator', 'MemoryStore', 'CounterOracle', 'ConflictError', 'CommitUnknownError'],
+  '@percolator/core': [
+    'Percolator',
+    'MemoryStore',
+    'CounterOracle',
+    'ConflictError',
+    'CommitUnknownError',
+    'redactUrl',
+  ],
+  '@percolator/connect': ['BACKENDS', 'openStore', 'openComposite', 'redactUrl', 'storeFactory'],
+  '@percolator/testkit': ['ensureTestServer', 'uniqueNamespace'],
   '@percolator/conformance': ['conformanceSuite'],
   '@percolator/postgres': ['createPostgresStore'],
   '@percolator/mysql': ['createMySqlStore'],

@@ -4,18 +4,17 @@
  * integration/test/support/backends.ts).
  *
  * For nodes on 127.0.0.1 (the default 127.0.0.1:7001-7003, or PERCOLATOR_REDIS_CLUSTER_NODES)
- * this takes a lease with `scripts/redis-cluster.sh acquire <pid>`: that starts the cluster
+ * this takes a lease with `testkit/redis-cluster.sh acquire <pid>`: that starts the cluster
  * if nothing answers, and `release` at teardown stops it only if `acquire` started it and no
  * other live run still holds a lease. A remote cluster is never started or stopped.
  *
  * A failure here does not fail the whole run (most test files need no cluster): it is
  * handed to the cluster test files, which fail with it.
  */
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
+
+import { DEFAULT_CLUSTER_NODES, parseNodes } from '@percolator/redis';
+import { runClusterScript } from '@percolator/testkit/redis';
 import type { TestProject } from 'vitest/node';
-import { DEFAULT_CLUSTER_NODES, parseNodes } from '../adapters/redis/src/client.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -24,12 +23,8 @@ declare module 'vitest' {
   }
 }
 
-const SCRIPT = fileURLToPath(new URL('./redis-cluster.sh', import.meta.url));
-const run = promisify(execFile);
-
-async function clusterScript(command: 'acquire' | 'release', ports: string): Promise<void> {
-  const env = { ...process.env, PERCOLATOR_REDIS_CLUSTER_PORTS: ports };
-  await run('bash', [SCRIPT, command, String(process.pid)], { env, timeout: 240_000 });
+async function clusterScript(command: 'acquire' | 'release', ports: number[]): Promise<void> {
+  await runClusterScript(command, process.pid, { ports });
 }
 
 export default async function setup(project: TestProject) {
@@ -44,12 +39,11 @@ export default async function setup(project: TestProject) {
   }
   // The script runs nodes on 127.0.0.1 only.
   if (!nodes.every((n) => n.host === '127.0.0.1')) return;
-  const ports = nodes.map((n) => n.port).join(' ');
+  const ports = nodes.map((n) => n.port);
   try {
     await clusterScript('acquire', ports);
   } catch (error) {
-    const stderr = String((error as { stderr?: unknown }).stderr ?? '').trim();
-    fail(`scripts/redis-cluster.sh could not start it: ${stderr || (error as Error).message}`);
+    fail(`testkit/redis-cluster.sh could not start it: ${(error as Error).message}`);
     return;
   }
   return async () => {

@@ -1,4 +1,5 @@
-import { CompositeStore, MemoryStore, type PercolatorEventListener, type RowStore } from '@percolator/core';
+import { type ConnectedStore, openStore } from '@percolator/connect';
+import { CompositeStore, MemoryStore, type PercolatorEventListener, type RowStore, redactUrl } from '@percolator/core';
 import { CompositeCountingStore, CountingStore } from './counting-store.js';
 import { type DatasetShape, initialRows } from './dataset.js';
 import { type ProxyGroup, startProxies } from './delay-proxy.js';
@@ -64,10 +65,6 @@ export class BackendUnavailable extends Error {
   }
 }
 
-interface DroppableStore extends RowStore {
-  dropNamespace(): Promise<void>;
-}
-
 function message(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
@@ -98,10 +95,6 @@ function storeEngines(store: RowStore, settings: BackendSettings): Engine[] {
 function tracedEngine(counted: () => CountingStore, settings: BackendSettings): Engine[] {
   const { onEvent } = settings;
   return onEvent ? [new PercolatorEngine(counted(), settings.maxAttempts, { onEvent })] : [];
-}
-
-function redact(url: string): string {
-  return url.replace(/\/\/[^@/]*@/, '//***@');
 }
 
 /**
@@ -174,16 +167,13 @@ async function openStores(name: BackendName, settings: BackendSettings, via: Via
         throw new BackendUnavailable(name, message(error));
       }
       const url = await via(direct, 5432);
-      const store = await pg.createPostgresStore({
-        connectionString: url,
-        namespace,
-        maxConnections: poolSize,
-      });
+      const opened = await openStore('postgres', { url, namespace, maxConnections: poolSize });
+      const { store } = opened;
       let data: PostgresNativeData;
       try {
         data = await PostgresNativeData.create(url, nativeName, nativePool);
       } catch (error) {
-        await closeAll([() => store.dropNamespace(), () => store.close()]);
+        await closeAll([() => opened.dropNamespace(), () => opened.close()]);
         throw error;
       }
       const engines = [
@@ -193,15 +183,15 @@ async function openStores(name: BackendName, settings: BackendSettings, via: Via
       ];
       return {
         name,
-        target: pg.redactUrl(url),
+        target: redactUrl(url),
         engines,
         notes: [],
         version: await data.serverVersion().catch(() => undefined),
         close: () =>
           closeAll([
             ...engines.map((e) => () => e.close()),
-            () => store.dropNamespace(),
-            () => store.close(),
+            () => opened.dropNamespace(),
+            () => opened.close(),
             () => data.drop(),
           ]),
       };
@@ -215,12 +205,13 @@ async function openStores(name: BackendName, settings: BackendSettings, via: Via
         throw new BackendUnavailable(name, message(error));
       }
       const url = await via(direct, 3306);
-      const store = await my.createMySqlStore({ uri: url, namespace, maxConnections: poolSize });
+      const opened = await openStore('mysql', { url, namespace, maxConnections: poolSize });
+      const { store } = opened;
       let data: MySqlNativeData;
       try {
         data = await MySqlNativeData.create(url, nativeName, nativePool);
       } catch (error) {
-        await closeAll([() => store.dropNamespace(), () => store.close()]);
+        await closeAll([() => opened.dropNamespace(), () => opened.close()]);
         throw error;
       }
       const engines = [
@@ -230,15 +221,15 @@ async function openStores(name: BackendName, settings: BackendSettings, via: Via
       ];
       return {
         name,
-        target: my.redactUrl(url),
+        target: redactUrl(url),
         engines,
         notes: [],
         version: await data.serverVersion().catch(() => undefined),
         close: () =>
           closeAll([
             ...engines.map((e) => () => e.close()),
-            () => store.dropNamespace(),
-            () => store.close(),
+            () => opened.dropNamespace(),
+            () => opened.close(),
             () => data.drop(),
           ]),
       };
@@ -246,25 +237,25 @@ async function openStores(name: BackendName, settings: BackendSettings, via: Via
     case 'redis': {
       const redis = await import('@percolator/redis');
       const url = await via(redis.defaultRedisUrl(), 6379);
-      let store: DroppableStore;
+      let opened: ConnectedStore;
       try {
-        store = await redis.createRedisStore({ url, namespace });
+        opened = await openStore('redis', { url, namespace });
       } catch (error) {
         throw new BackendUnavailable(name, message(error));
       }
       const native = new RedisNativeEngine(url, nativeName, maxAttempts);
-      const engines = [...storeEngines(store, settings), native];
+      const engines = [...storeEngines(opened.store, settings), native];
       return {
         name,
-        target: redact(url),
+        target: opened.target,
         engines,
         notes: [],
         version: await native.serverVersion().catch(() => undefined),
         close: () =>
           closeAll([
             ...engines.map((e) => () => e.close()),
-            () => store.dropNamespace(),
-            () => store.close(),
+            () => opened.dropNamespace(),
+            () => opened.close(),
           ]),
       };
     }
@@ -289,7 +280,7 @@ async function openRedisCluster(settings: BackendSettings, namespace: string): P
     if (custom || !settings.startServices) {
       throw new BackendUnavailable(
         'redis-cluster',
-        `no Redis Cluster answers at ${target} (set PERCOLATOR_REDIS_CLUSTER_NODES, or run scripts/redis-cluster.sh start)`,
+        `no Redis Cluster answers at ${target} (set PERCOLATOR_REDIS_CLUSTER_NODES, or run testkit/redis-cluster.sh start)`,
       );
     }
     try {
@@ -302,32 +293,27 @@ async function openRedisCluster(settings: BackendSettings, namespace: string): P
   const stopCluster = async () => {
     if (started) await runClusterScript('stop');
   };
-  const client = redis.createRedisClusterClient(nodes);
-  // Failed commands reach the store as errors; without a listener ioredis prints each one.
-  client.on('error', () => {});
-  let store: DroppableStore;
+  let opened: ConnectedStore;
   try {
-    store = await redis.createRedisStore({ client, namespace });
+    opened = await openStore('redis-cluster', { url: target, namespace });
   } catch (error) {
-    client.disconnect();
     await stopCluster().catch(() => {});
     throw new BackendUnavailable('redis-cluster', message(error));
   }
-  const engines = storeEngines(store, settings);
+  const engines = storeEngines(opened.store, settings);
   return {
     name: 'redis-cluster',
     target,
     engines,
     notes: started
-      ? ['redis-cluster: started with scripts/redis-cluster.sh for this run and stopped after']
+      ? ['redis-cluster: started with testkit/redis-cluster.sh for this run and stopped after']
       : [],
     nativeMissing: 'WATCH/MULTI/EXEC cannot span hash slots',
     close: () =>
       closeAll([
         ...engines.map((e) => () => e.close()),
-        () => store.dropNamespace(),
-        () => store.close(),
-        () => client.quit(),
+        () => opened.dropNamespace(),
+        () => opened.close(),
         stopCluster,
       ]),
   };
@@ -455,22 +441,23 @@ async function openMixed(
   const url = await via(direct, 5432);
   const redisUrl = await via(redis.defaultRedisUrl(), 6379);
   const target = await dynamoDbTarget(settings, 'mixed', via);
-  const stores: DroppableStore[] = [];
+  const stores: Pick<ConnectedStore, 'store' | 'dropNamespace' | 'close'>[] = [];
   const dropAll = () => closeAll(stores.flatMap((s) => [() => s.dropNamespace(), () => s.close()]));
   try {
-    stores.push(await pg.createPostgresStore({ connectionString: url, namespace, maxConnections: poolSize }));
+    stores.push(await openStore('postgres', { url, namespace, maxConnections: poolSize }));
     try {
-      stores.push(await redis.createRedisStore({ url: redisUrl, namespace }));
+      stores.push(await openStore('redis', { url: redisUrl, namespace }));
     } catch (error) {
-      throw new BackendUnavailable('mixed', `needs Redis at ${redact(redisUrl)}: ${message(error)}`);
+      throw new BackendUnavailable('mixed', `needs Redis at ${redactUrl(redisUrl)}: ${message(error)}`);
     }
-    stores.push(await createDynamoStore(target, namespace, 'mixed'));
+    const dynamo = await createDynamoStore(target, namespace, 'mixed');
+    stores.push({ store: dynamo, dropNamespace: () => dynamo.dropNamespace(), close: () => dynamo.close() });
   } catch (error) {
     await dropAll().catch(() => {});
     throw error;
   }
   const counted = () => {
-    const parts = stores.map((s) => new CountingStore(s));
+    const parts = stores.map((s) => new CountingStore(s.store));
     const composite = new CompositeStore({
       name: 'mixed(postgres+redis+dynamodb)',
       default: { shards: parts },
@@ -486,7 +473,7 @@ async function openMixed(
   ];
   return {
     name: 'mixed',
-    target: `${pg.redactUrl(url)} + ${redact(redisUrl)} + ${dynamoLabel(target)}`,
+    target: `${redactUrl(url)} + ${redactUrl(redisUrl)} + ${dynamoLabel(target)}`,
     engines,
     notes: [
       'mixed: one CompositeStore; rows of every table sharded by key hash over PostgreSQL, Redis and ' +

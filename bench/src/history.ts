@@ -15,7 +15,7 @@ import type {
   Workload,
   WorkloadPrepare,
   WorkloadSession,
-} from './workloads.js';
+} from './workload.js';
 
 /**
  * The history workload: hot cells carrying long histories, next to cells written once.

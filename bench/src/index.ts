@@ -23,6 +23,11 @@ export {
   round,
   withRatios,
 } from './metrics.js';
+export {
+  measureObserverLatency,
+  type ObserverLatencyOptions,
+  type ObserverLatencyReport,
+} from './observer-latency.js';
 export { type ObserverHooks, ObserverSession } from './observers.js';
 export { type BenchOptions, DEFAULTS, parseDuration, parseOptions, USAGE } from './options.js';
 export { type Progress, silentProgress, stderrProgress } from './progress.js';

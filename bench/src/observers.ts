@@ -4,7 +4,7 @@ import { encodeValue } from './dataset.js';
 import { type Engine, TxFailure } from './engines/engine.js';
 import { PercolatorEngine } from './engines/percolator.js';
 import type { CheckOutcome } from './types.js';
-import type { Step, Workload, WorkloadSession } from './workloads.js';
+import type { Step, Workload, WorkloadSession } from './workload.js';
 
 const TABLE = 'docs';
 const IN = 'body';
@@ -32,7 +32,7 @@ export interface ObserverHooks {
  * trips include the writer's transaction, the worker's index scans and leases, and the
  * observer's transaction.
  *
- * (core's measureObserverLatency measures the same interval, but as a paced, fixed-count
+ * (measureObserverLatency, observer-latency.ts, measures the same interval, but as a paced, fixed-count
  * run with no per-cell window, round-trip counts or exactly-once check, so it is not reused.)
  */
 export class ObserverSession implements WorkloadSession {

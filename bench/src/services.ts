@@ -1,7 +1,6 @@
-import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { connect } from 'node:net';
-import { fileURLToPath } from 'node:url';
+import type { DynamoDbTarget } from '@percolator/testkit/dynamodb';
+import { runClusterScript as runScript } from '@percolator/testkit/redis';
 
 /** Local helpers for services the default run may start itself. */
 
@@ -25,18 +24,9 @@ export function redisAnswers(host: string, port: number, timeoutMs = 1000): Prom
   });
 }
 
-/** The workspace's script that runs a local 3-master Redis Cluster on ports 7001-7003. */
-export const REDIS_CLUSTER_SCRIPT = fileURLToPath(new URL('../../scripts/redis-cluster.sh', import.meta.url));
-
+/** The local Redis Cluster's script (@percolator/testkit/redis): start, stop or status. */
 export function runClusterScript(command: 'start' | 'stop' | 'status', timeoutMs = 60_000): Promise<string> {
-  if (!existsSync(REDIS_CLUSTER_SCRIPT))
-    return Promise.reject(new Error(`${REDIS_CLUSTER_SCRIPT} not found`));
-  return new Promise((resolve, reject) => {
-    execFile('bash', [REDIS_CLUSTER_SCRIPT, command], { timeout: timeoutMs }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`redis-cluster.sh ${command} failed: ${(stderr || error.message).trim()}`));
-      else resolve(stdout.trim());
-    });
-  });
+  return runScript(command, undefined, { timeoutMs });
 }
 
 /**
@@ -71,8 +61,6 @@ export async function httpAnswers(endpoint: string, timeoutMs = 2000): Promise<b
   }
 }
 
-type DynamoDbTarget = Awaited<ReturnType<typeof import('@percolator/dynamodb/local').dynamoDbTarget>>;
-
 /**
  * Services one run shares between backends: DynamoDB Local is started at most once (the
  * `dynamodb` and `mixed` backends both use it; each in its own namespace) and stopped by
@@ -83,7 +71,7 @@ export class SharedServices {
 
   /** $PERCOLATOR_DYNAMODB_ENDPOINT if set, else DynamoDB Local started on first use. */
   dynamoDb(): Promise<DynamoDbTarget> {
-    this.dynamo ??= import('@percolator/dynamodb/local').then((m) => m.dynamoDbTarget());
+    this.dynamo ??= import('@percolator/testkit/dynamodb').then((m) => m.dynamoDbTarget());
     return this.dynamo;
   }
 

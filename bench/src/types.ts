@@ -1,3 +1,5 @@
+import { BACKENDS as STORE_BACKENDS } from '@percolator/connect';
+
 /** What the bench measures and reports. The JSON file is a `BenchReport`. */
 
 /** `percolator`: through the library; `raw`: single-row calls on the adapter; `native`: the store's own transactions. */
@@ -5,15 +7,7 @@ export type Mode = 'percolator' | 'raw' | 'native';
 export const MODES: readonly Mode[] = ['percolator', 'raw', 'native'];
 
 /** `mixed`: one CompositeStore over PostgreSQL, Redis and DynamoDB, rows sharded by key hash. */
-export const BACKENDS = [
-  'memory',
-  'postgres',
-  'mysql',
-  'redis',
-  'redis-cluster',
-  'dynamodb',
-  'mixed',
-] as const;
+export const BACKENDS = [...STORE_BACKENDS, 'mixed'] as const;
 export type BackendName = (typeof BACKENDS)[number];
 
 /** Percolator's figure against one baseline measured in the same run (this / baseline). */

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CompositeStore, MemoryStore, type RowStore } from '@percolator/core';
 import { createDynamoDbStore } from '@percolator/dynamodb';
-import { dynamoDbTarget } from '@percolator/dynamodb/local';
+import { dynamoDbTarget } from '@percolator/testkit/dynamodb';
 import { createMySqlStore } from '@percolator/mysql';
 import { createPostgresStore } from '@percolator/postgres';
 import { createRedisClusterClient, createRedisStore, defaultClusterNodes } from '@percolator/redis';

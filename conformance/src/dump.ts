@@ -36,7 +36,7 @@ import {
   validateUserTable,
   versionRowRef,
 } from '@percolator/core';
-import { BACKENDS, type BackendName, load } from './backends.js';
+import { BACKENDS, type BackendName, connect } from './backends.js';
 import { NAMESPACE_NAME, openNamespaceAdmin } from './namespaces.js';
 
 export const DUMP_COMMANDS = ['dump', 'inspect'] as const;
@@ -441,130 +441,29 @@ export interface OpenedStore {
   close(): Promise<void>;
 }
 
-function redact(url: string): string {
-  return url.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
-}
-
-type Factory = (options: Record<string, unknown>) => Promise<RowStore>;
-
-function factory(module: Record<string, unknown>, name: string, specifier: string): Factory {
-  const fn = module[name];
-  if (typeof fn !== 'function') throw new Error(`${specifier} does not export ${name}() (is it built?)`);
-  return fn as Factory;
-}
-
-interface QuittableClient {
-  quit(): Promise<unknown>;
-  on(event: 'error', listener: (error: unknown) => void): unknown;
-}
-
 const DEFAULT_NAMESPACE = 'percolator';
 
 export async function openStoreForReading(args: DumpArgs): Promise<OpenedStore> {
   const namespace = args.namespace ?? DEFAULT_NAMESPACE;
-  const plain = (store: RowStore, target: string): OpenedStore => ({
-    store,
-    target,
-    namespace,
-    close: () => store.close(),
-  });
-  switch (args.backend) {
-    case 'postgres': {
-      const spec = '@percolator/postgres';
-      const url = args.url ?? process.env.PERCOLATOR_POSTGRES_URL;
-      const store = await factory(
-        await load(spec),
-        'createPostgresStore',
-        spec,
-      )({
-        ...(url === undefined ? {} : { connectionString: url }),
-        namespace,
-        createSchema: false,
-        maxConnections: 2,
-      });
-      return plain(store, redact(url ?? 'postgres://postgres@127.0.0.1:5432/test'));
-    }
-    case 'mysql': {
-      const spec = '@percolator/mysql';
-      const url = args.url ?? process.env.PERCOLATOR_MYSQL_URL;
-      const store = await factory(
-        await load(spec),
-        'createMySqlStore',
-        spec,
-      )({
-        ...(url === undefined ? {} : { uri: url }),
-        namespace,
-        createSchema: false,
-        maxConnections: 2,
-      });
-      return plain(store, redact(url ?? 'mysql://root@127.0.0.1:3306/test'));
-    }
-    case 'redis': {
-      const spec = '@percolator/redis';
-      const module = await load(spec);
-      const url = args.url ?? (module.defaultRedisUrl as () => string)();
-      const store = await factory(module, 'createRedisStore', spec)({ url, namespace });
-      return plain(store, redact(url));
-    }
-    case 'redis-cluster': {
-      const spec = '@percolator/redis';
-      const module = await load(spec);
-      const { createRedisClusterClient, parseNodes, defaultClusterNodes } = module as unknown as {
-        createRedisClusterClient: (nodes: unknown) => QuittableClient;
-        parseNodes: (list: string, source?: string) => unknown;
-        defaultClusterNodes: () => unknown;
-      };
-      const list = args.url?.replace(/^rediss?:\/\//, '');
-      const nodes = list ? parseNodes(list, '--url') : defaultClusterNodes();
-      const client = createRedisClusterClient(nodes);
-      client.on('error', () => undefined);
-      let store: RowStore;
-      try {
-        store = await factory(module, 'createRedisStore', spec)({ client, namespace });
-      } catch (error) {
-        await client.quit().catch(() => undefined);
-        throw error;
-      }
-      return {
-        store,
-        target: JSON.stringify(nodes),
-        namespace,
-        close: async () => {
-          await store.close().catch(() => undefined);
-          await client.quit().catch(() => undefined);
-        },
-      };
-    }
-    case 'dynamodb': {
-      const spec = '@percolator/dynamodb';
-      const endpoint = args.url ?? process.env.PERCOLATOR_DYNAMODB_ENDPOINT;
-      // A DynamoDB Local started for this command would be empty.
-      if (!endpoint)
-        throw new UsageError('dynamodb: pass --url (the endpoint) or set PERCOLATOR_DYNAMODB_ENDPOINT');
-      const module = await load(spec);
-      const region = args.region ?? (process.env.AWS_REGION || process.env.AWS_DEFAULT_REGION || 'us-east-1');
-      const tableName = args.dynamoTable ?? (process.env.PERCOLATOR_DYNAMODB_TABLE || 'percolator_test');
-      const loopback = /^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])[:/]/.test(endpoint);
-      let credentials: unknown;
-      if (loopback && !process.env.AWS_ACCESS_KEY_ID) {
-        const local = (await load(`${spec}/local`)) as { LOCAL_CREDENTIALS?: Record<string, string> };
-        credentials = local.LOCAL_CREDENTIALS ? { ...local.LOCAL_CREDENTIALS } : undefined;
-      }
-      // createTable is off by default: a missing table is an error, never created here.
-      const store = await factory(
-        module,
-        'createDynamoDbStore',
-        spec,
-      )({
-        endpoint,
-        region,
-        tableName,
-        namespace,
-        ...(credentials ? { credentials } : {}),
-      });
-      return plain(store, `${endpoint} table ${tableName}`);
-    }
+  if (args.backend === 'dynamodb' && connect.configuredUrl('dynamodb', { url: args.url }) === undefined) {
+    // A DynamoDB Local started for this command would be empty.
+    throw new UsageError('dynamodb: pass --url (the endpoint) or set PERCOLATOR_DYNAMODB_ENDPOINT');
   }
+  // create: false: a missing namespace or table is an error, never created here.
+  const opened = await connect.openStore(args.backend, {
+    ...(args.url === undefined ? {} : { url: args.url }),
+    ...(args.region === undefined ? {} : { region: args.region }),
+    ...(args.dynamoTable === undefined ? {} : { table: args.dynamoTable }),
+    namespace,
+    create: false,
+    maxConnections: 2,
+  });
+  return {
+    store: opened.store,
+    target: opened.target,
+    namespace,
+    close: () => opened.close(),
+  };
 }
 
 /**

@@ -13,7 +13,8 @@
  * not be reached (or failed).
  */
 import { parseArgs } from 'node:util';
-import { BACKENDS, type BackendName, load } from './backends.js';
+import type * as Connect from '@percolator/connect';
+import { BACKENDS, type BackendName, connect } from './backends.js';
 
 export const NAMESPACE_COMMANDS = ['namespaces', 'drop-namespace'] as const;
 export type NamespaceCommand = (typeof NAMESPACE_COMMANDS)[number];
@@ -99,207 +100,19 @@ function parse(argv: readonly string[]): NamespaceArgs | 'help' {
   };
 }
 
-/** One namespace as listed: its name, a one-line description, and the adapter's record. */
-interface Listed {
-  readonly namespace: string;
-  readonly detail: string;
-  readonly record: unknown;
-}
+type Listed = Connect.ListedNamespace;
+export type NamespaceAdmin = Connect.NamespaceAdmin;
 
-/** What the CLI needs of an adapter: list, drop (undefined when not there), close. */
-export interface NamespaceAdmin {
-  /** Where it connects, with any password hidden. */
-  readonly target: string;
-  list(): Promise<Listed[]>;
-  drop(namespace: string): Promise<string | undefined>;
-  close(): Promise<void>;
-}
-
-function redact(url: string): string {
-  return url.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
-}
-
-type Fn = (...args: never[]) => Promise<unknown>;
-
-function exported<T extends Fn>(module: Record<string, unknown>, name: string, specifier: string): T {
-  const fn = module[name];
-  if (typeof fn !== 'function')
-    throw new Error(`${specifier} does not export ${name}() (is it built and current?)`);
-  return fn as T;
-}
-
-interface SqlRecord {
-  readonly namespace: string;
-  readonly objects: string[];
-  readonly complete: boolean;
-}
-
-function sqlDetail(r: SqlRecord): string {
-  return `${r.objects.join(', ')}${r.complete ? '' : '  (incomplete)'}`;
-}
-
-async function sqlAdmin(
-  specifier: string,
-  listName: string,
-  dropName: string,
-  options: Record<string, unknown>,
-  target: string,
-): Promise<NamespaceAdmin> {
-  const module = await load(specifier);
-  const list = exported<(o: unknown) => Promise<SqlRecord[]>>(module, listName, specifier);
-  const drop = exported<(n: string, o: unknown) => Promise<SqlRecord | undefined>>(
-    module,
-    dropName,
-    specifier,
-  );
-  return {
-    target,
-    list: async () =>
-      (await list(options)).map((r) => ({ namespace: r.namespace, detail: sqlDetail(r), record: r })),
-    drop: async (namespace) => {
-      const dropped = await drop(namespace, options);
-      return dropped === undefined ? undefined : dropped.objects.join(', ');
-    },
-    close: async () => {},
-  };
-}
-
-interface KeyRecord {
-  readonly namespace: string;
-  readonly keys?: number;
-  readonly items?: number;
-  readonly kinds: Record<string, number>;
-}
-
-function countDetail(r: KeyRecord, unit: string): string {
-  const total = r.keys ?? r.items ?? 0;
-  const kinds = Object.entries(r.kinds)
-    .filter(([, n]) => n > 0)
-    .map(([kind, n]) => `${kind} ${n}`)
-    .join(', ');
-  return `${total} ${unit}${total === 1 ? '' : 's'} (${kinds})`;
-}
-
-interface QuittableClient {
-  quit(): Promise<unknown>;
-  on(event: 'error', listener: (error: unknown) => void): unknown;
-}
-
-async function redisAdmin(args: NamespaceArgs): Promise<NamespaceAdmin> {
-  const spec = '@percolator/redis';
-  const module = await load(spec);
-  const list = exported<(o: unknown) => Promise<KeyRecord[]>>(module, 'listRedisNamespaces', spec);
-  const drop = exported<(n: string, o: unknown) => Promise<{ keys: number } | undefined>>(
-    module,
-    'dropRedisNamespace',
-    spec,
-  );
-  let options: Record<string, unknown>;
-  let target: string;
-  let client: QuittableClient | undefined;
-  if (args.backend === 'redis') {
-    const url = args.url ?? (module.defaultRedisUrl as () => string)();
-    options = { url };
-    target = redact(url);
-  } else {
-    const { createRedisClusterClient, parseNodes, defaultClusterNodes } = module as unknown as {
-      createRedisClusterClient: (nodes: unknown) => QuittableClient;
-      parseNodes: (list: string, source?: string) => unknown;
-      defaultClusterNodes: () => unknown;
-    };
-    const list = args.url?.replace(/^rediss?:\/\//, '');
-    const nodes = list ? parseNodes(list, '--url') : defaultClusterNodes();
-    client = createRedisClusterClient(nodes);
-    client.on('error', () => undefined);
-    options = { client };
-    target = JSON.stringify(nodes);
-  }
-  return {
-    target,
-    list: async () =>
-      (await list(options)).map((r) => ({
-        namespace: r.namespace,
-        detail: countDetail(r, 'key'),
-        record: r,
-      })),
-    drop: async (namespace) => {
-      const dropped = await drop(namespace, options);
-      return dropped === undefined ? undefined : `${dropped.keys} key${dropped.keys === 1 ? '' : 's'}`;
-    },
-    close: async () => {
-      await client?.quit().catch(() => undefined);
-    },
-  };
-}
-
-async function dynamoDbAdmin(args: NamespaceArgs): Promise<NamespaceAdmin> {
-  const spec = '@percolator/dynamodb';
-  const endpoint = args.url ?? process.env.PERCOLATOR_DYNAMODB_ENDPOINT;
-  if (!endpoint) {
+export async function openNamespaceAdmin(args: NamespaceArgs): Promise<NamespaceAdmin> {
+  if (args.backend === 'dynamodb' && connect.configuredUrl('dynamodb', { url: args.url }) === undefined) {
     // A DynamoDB Local started for this command would be empty.
     throw new UsageError('dynamodb: pass --url (the endpoint) or set PERCOLATOR_DYNAMODB_ENDPOINT');
   }
-  const module = await load(spec);
-  const list = exported<(o: unknown) => Promise<KeyRecord[]>>(module, 'listDynamoDbNamespaces', spec);
-  const drop = exported<(n: string, o: unknown) => Promise<{ items: number } | undefined>>(
-    module,
-    'dropDynamoDbNamespace',
-    spec,
-  );
-  const region = args.region ?? (process.env.AWS_REGION || process.env.AWS_DEFAULT_REGION || 'us-east-1');
-  const tableName = args.table ?? (process.env.PERCOLATOR_DYNAMODB_TABLE || 'percolator_test');
-  // DynamoDB Local wants some credentials, whatever they are.
-  const loopback = /^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])[:/]/.test(endpoint);
-  let credentials: unknown;
-  if (loopback && !process.env.AWS_ACCESS_KEY_ID) {
-    const local = (await load(`${spec}/local`)) as { LOCAL_CREDENTIALS?: Record<string, string> };
-    credentials = local.LOCAL_CREDENTIALS ? { ...local.LOCAL_CREDENTIALS } : undefined;
-  }
-  const options = { endpoint, region, tableName, ...(credentials ? { credentials } : {}) };
-  return {
-    target: `${endpoint} table ${tableName}`,
-    list: async () =>
-      (await list(options)).map((r) => ({
-        namespace: r.namespace,
-        detail: countDetail(r, 'item'),
-        record: r,
-      })),
-    drop: async (namespace) => {
-      const dropped = await drop(namespace, options);
-      return dropped === undefined ? undefined : `${dropped.items} item${dropped.items === 1 ? '' : 's'}`;
-    },
-    close: async () => {},
-  };
-}
-
-export async function openNamespaceAdmin(args: NamespaceArgs): Promise<NamespaceAdmin> {
-  switch (args.backend) {
-    case 'postgres': {
-      const url = args.url ?? process.env.PERCOLATOR_POSTGRES_URL;
-      return sqlAdmin(
-        '@percolator/postgres',
-        'listPostgresNamespaces',
-        'dropPostgresNamespace',
-        url === undefined ? {} : { connectionString: url },
-        redact(url ?? 'postgres://postgres@127.0.0.1:5432/test'),
-      );
-    }
-    case 'mysql': {
-      const url = args.url ?? process.env.PERCOLATOR_MYSQL_URL;
-      return sqlAdmin(
-        '@percolator/mysql',
-        'listMySqlNamespaces',
-        'dropMySqlNamespace',
-        url === undefined ? {} : { uri: url },
-        redact(url ?? 'mysql://root@127.0.0.1:3306/test'),
-      );
-    }
-    case 'redis':
-    case 'redis-cluster':
-      return redisAdmin(args);
-    case 'dynamodb':
-      return dynamoDbAdmin(args);
-  }
+  return connect.openNamespaceAdmin(args.backend, {
+    ...(args.url === undefined ? {} : { url: args.url }),
+    ...(args.region === undefined ? {} : { region: args.region }),
+    ...(args.table === undefined ? {} : { table: args.table }),
+  });
 }
 
 export interface NamespaceIo {

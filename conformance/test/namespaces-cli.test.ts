@@ -114,7 +114,7 @@ const CASES: Record<string, Case> = {
     },
     async create(namespace) {
       const { createDynamoDbStore } = await import('@percolator/dynamodb');
-      const { LOCAL_CREDENTIALS, LOCAL_REGION } = await import('@percolator/dynamodb/local');
+      const { LOCAL_CREDENTIALS, LOCAL_REGION } = await import('@percolator/testkit/dynamodb');
       const store = await createDynamoDbStore({
         endpoint: dynamoEndpoint!,
         region: LOCAL_REGION,
@@ -131,7 +131,7 @@ const CASES: Record<string, Case> = {
 };
 
 beforeAll(async () => {
-  const { startDynamoDbLocal } = await import('@percolator/dynamodb/local');
+  const { startDynamoDbLocal } = await import('@percolator/testkit/dynamodb');
   const local = await startDynamoDbLocal();
   dynamoEndpoint = local.endpoint;
   stopDynamo = () => local.stop();

@@ -2,8 +2,8 @@ import type { PrunePolicy } from './cells.js';
 import type { EventSink } from './events.js';
 import type { TimestampOracle } from './oracle.js';
 import type { RowReader } from './row-reader.js';
-import type { RowStore } from './store.js';
-import type { Tidier } from './tidy.js';
+import type { RowState } from './row-state.js';
+import type { RowStore, StoredRow } from './store.js';
 
 export type CommitStep =
   | 'beforePrewrite'
@@ -58,7 +58,39 @@ export interface ProtocolEnv {
   /** Work that outlives a commit (the tidy step); awaited by close(). */
   readonly background: Set<Promise<unknown>>;
   /** Moves old values out of head rows, deletes pruned version rows, settles held records. */
-  readonly tidier: Tidier;
+  readonly tidier: RowTidier;
+}
+
+export interface TidyOptions {
+  /** Move every superseded inline value and settle every held record, not just past the thresholds. */
+  readonly force?: boolean;
+  /** Settle every held record (so pruning may drop it), whatever the batch thresholds; moves nothing extra. */
+  readonly settleHeld?: boolean;
+}
+
+export interface TidyReport {
+  /** Values moved to version rows. */
+  moved: number;
+  /** Bytes of those values. */
+  movedBytes: number;
+  /** Version rows deleted. */
+  deleted: number;
+  /** Commit records whose secondaries were settled. */
+  settled: number;
+}
+
+/**
+ * What the protocol asks of the tidy step; `Tidier` (tidy.ts) implements it. Declared here,
+ * not imported from tidy.ts, so this file of shared types depends on no protocol module.
+ */
+export interface RowTidier {
+  /** Every secondary of the transaction at `startTs` is committed: its primary record may drop its list. */
+  release(table: string, key: string, column: string, startTs: number): void;
+  /** Called on every head-row state about to be written. */
+  beforeWrite(table: string, key: string, state: RowState): void;
+  /** Called after every head-row write. */
+  afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void;
+  tidyRow(table: string, key: string, known?: StoredRow | null, options?: TidyOptions): Promise<TidyReport>;
 }
 
 /**

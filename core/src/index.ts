@@ -65,6 +65,7 @@ export {
   type TransactOptions,
 } from './percolator.js';
 export type { ResolvedLock, ResolveOptions } from './resolve.js';
+export { redactUrl } from './redact.js';
 export * from './store.js';
 export { ClientCrash } from './testing.js';
 export type { TidyOptions, TidyReport } from './tidy.js';

@@ -1,7 +1,7 @@
 import { heldRecords, heldWorthSettling, markMoving, pruneCell, rowNeedsTidy } from './cells.js';
 import { decodeRow, encodeVersionRow } from './codec.js';
 import { rowId } from './commit/context.js';
-import type { ProtocolEnv } from './env.js';
+import type { ProtocolEnv, RowTidier, TidyOptions, TidyReport } from './env.js';
 import type { TidyEvent } from './events.js';
 import { rollForwardCells } from './lock-resolver.js';
 import type { RowState } from './row-state.js';
@@ -26,24 +26,6 @@ import { versionKey, versionTable } from './versions.js';
  * orphan: the next commit on the row, or `gc`, picks the work up again.
  */
 
-export interface TidyOptions {
-  /** Move every superseded inline value and settle every held record, not just past the thresholds. */
-  readonly force?: boolean;
-  /** Settle every held record (so pruning may drop it), whatever the batch thresholds; moves nothing extra. */
-  readonly settleHeld?: boolean;
-}
-
-export interface TidyReport {
-  /** Values moved to version rows. */
-  moved: number;
-  /** Bytes of those values. */
-  movedBytes: number;
-  /** Version rows deleted. */
-  deleted: number;
-  /** Commit records whose secondaries were settled. */
-  settled: number;
-}
-
 /** Failed rounds in a row after which a row's tidy step is left for the next write, or gc. */
 const MAX_FAILED_ROUNDS = 3;
 
@@ -54,7 +36,9 @@ function part(column: string, ts: number): string {
 /** Rows whose released commit records this client remembers at most (oldest forgotten first). */
 const MAX_RELEASED_ROWS = 10_000;
 
-export class Tidier {
+export type { TidyOptions, TidyReport } from './env.js';
+
+export class Tidier implements RowTidier {
   /** Rows being tidied by this client: a write meanwhile asks for another round. */
   private readonly running = new Map<string, { again: boolean; known: StoredRow | undefined }>();
   /**

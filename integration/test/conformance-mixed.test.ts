@@ -1,7 +1,7 @@
 import { conformanceSuite } from '@percolator/conformance';
 import { CompositeStore } from '@percolator/core';
 import { createDynamoDbStore } from '@percolator/dynamodb';
-import { type DynamoDbTarget, dynamoDbTarget } from '@percolator/dynamodb/local';
+import { type DynamoDbTarget, dynamoDbTarget } from '@percolator/testkit/dynamodb';
 import { afterAll, beforeAll } from 'vitest';
 import { postgresPool, postgresStore, postgresUrl, redisStore, uniqueNamespace } from './support/backends.js';
 import { destroyComposite } from './support/composite.js';

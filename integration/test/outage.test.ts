@@ -8,9 +8,9 @@ import {
   StoreError,
 } from '@percolator/core';
 import { createDynamoDbStore, type DynamoDbRowStore } from '@percolator/dynamodb';
-import { type DynamoDbTarget, dynamoDbTarget } from '@percolator/dynamodb/local';
 import type { PostgresStore } from '@percolator/postgres';
 import { createRedisStore, type RedisStore } from '@percolator/redis';
+import { type DynamoDbTarget, dynamoDbTarget } from '@percolator/testkit/dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresPool, postgresStore, postgresUrl, uniqueNamespace } from './support/backends.js';
 import { type PrivateServer as PrivateRedis, startPrivateRedis } from './support/servers.js';

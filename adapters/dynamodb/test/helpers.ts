@@ -1,6 +1,5 @@
-import { randomBytes } from 'node:crypto';
+import { type DynamoDbTarget, dynamoDbTarget } from '@percolator/testkit/dynamodb';
 import { afterAll, beforeAll } from 'vitest';
-import { type DynamoDbTarget, dynamoDbTarget } from '../src/local.js';
 import { createDynamoDbStore, type DynamoDbRowStore, type DynamoDbStoreOptions } from '../src/store.js';
 
 /**
@@ -53,9 +52,8 @@ export function useDynamoDb() {
   };
 }
 
-export function uniqueNamespace(prefix = 't'): string {
-  return `${prefix}_${randomBytes(6).toString('hex')}`;
-}
+/** A fresh namespace per test, so concurrent runs never share data. */
+export { uniqueNamespace } from '@percolator/testkit';
 
 export const bytes = (text: string) => new TextEncoder().encode(text);
 export const text = (data: Uint8Array) => new TextDecoder().decode(data);

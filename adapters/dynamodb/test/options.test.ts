@@ -1,7 +1,7 @@
 // Option parsing needs no server: every case here fails before anything connects.
 import { InvalidArgumentError } from '@percolator/core';
+import { startDynamoDbLocal } from '@percolator/testkit/dynamodb';
 import { describe, expect, it } from 'vitest';
-import { startDynamoDbLocal } from '../src/local.js';
 import { createDynamoDbStore, type DynamoDbStoreOptions } from '../src/store.js';
 
 const reject = (options: unknown) => createDynamoDbStore(options as DynamoDbStoreOptions).catch((e) => e);

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { CounterOracle, Percolator, StoreError } from '@percolator/core';
 import { assertMySqlReachable, createMySqlStore, type MySqlStore } from '@percolator/mysql';
+import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
 import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureMySql, type TestServer } from '../src/testing.js';
 
 /**
  * Authentication and authorization failures are StoreErrors that are not retryable, so

@@ -2,12 +2,12 @@ import { randomBytes } from 'node:crypto';
 import { conformanceSuite } from '@percolator/conformance';
 import type { RowStore } from '@percolator/core';
 import { createMySqlStore, type MySqlStore } from '@percolator/mysql';
+import { ensureMySql } from '@percolator/testkit/mysql';
 import { createPool } from 'mysql2/promise';
 import { afterAll } from 'vitest';
-import { ensureMySql } from '../src/testing.js';
 
 // One pool for every store the suite creates; each store gets its own namespace (tables),
-// and destroyStore drops them. Fails (never skips) when no server can be found or started (see src/testing.ts).
+// and destroyStore drops them. Fails (never skips) when no server can be found or started (see @percolator/testkit).
 const server = await ensureMySql();
 const url = server.url;
 const pool = createPool({ uri: url, connectionLimit: 10, multipleStatements: true });

@@ -10,9 +10,9 @@ import {
   mysqlSchemaSql,
   resolveMySqlUrl,
 } from '@percolator/mysql';
+import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
 import { createPool, type Pool, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { ensureMySql, type TestServer } from '../src/testing.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);

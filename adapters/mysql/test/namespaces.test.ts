@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { InvalidArgumentError } from '@percolator/core';
 import { createMySqlStore, dropMySqlNamespace, listMySqlNamespaces } from '@percolator/mysql';
+import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
 import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureMySql, type TestServer } from '../src/testing.js';
 
 const fresh = () => `t_ns_${randomBytes(5).toString('hex')}`;
 

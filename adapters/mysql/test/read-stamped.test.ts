@@ -25,9 +25,9 @@ import {
   mysqlSchemaSql,
   mysqlSchemaStatements,
 } from '@percolator/mysql';
+import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
 import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { ensureMySql, type TestServer } from '../src/testing.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const uniqueNamespace = () => `rs_${randomBytes(6).toString('hex')}`;

@@ -14,9 +14,9 @@ import {
   writeStamp,
 } from '@percolator/core';
 import { createMySqlStore, type MySqlStore, mysqlSchemaStatements } from '@percolator/mysql';
+import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
 import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { ensureMySql, type TestServer } from '../src/testing.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const uniqueNamespace = () => `s_${randomBytes(6).toString('hex')}`;

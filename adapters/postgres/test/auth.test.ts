@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { CounterOracle, Percolator, StoreError } from '@percolator/core';
 import { assertPostgresReachable, createPostgresStore, type PostgresStore } from '@percolator/postgres';
+import { ensurePostgres, type TestServer } from '@percolator/testkit/postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensurePostgres, type TestServer } from '../src/testing.js';
 
 /**
  * Authentication and authorization failures are StoreErrors that are not retryable, so

@@ -2,12 +2,12 @@ import { randomBytes } from 'node:crypto';
 import { conformanceSuite } from '@percolator/conformance';
 import type { RowStore } from '@percolator/core';
 import { createPostgresStore, type PostgresStore } from '@percolator/postgres';
+import { ensurePostgres } from '@percolator/testkit/postgres';
 import pg from 'pg';
 import { afterAll } from 'vitest';
-import { ensurePostgres } from '../src/testing.js';
 
 // One pool for every store the suite creates; each store gets its own namespace (tables),
-// and destroyStore drops it. Fails (never skips) when no server can be found or started (see src/testing.ts).
+// and destroyStore drops it. Fails (never skips) when no server can be found or started (see @percolator/testkit).
 const server = await ensurePostgres();
 const url = server.url;
 const pool = new pg.Pool({ connectionString: url, max: 10 });

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { InvalidArgumentError } from '@percolator/core';
 import { createPostgresStore, dropPostgresNamespace, listPostgresNamespaces } from '@percolator/postgres';
+import { ensurePostgres, type TestServer } from '@percolator/testkit/postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensurePostgres, type TestServer } from '../src/testing.js';
 
 const fresh = () => `t_ns_${randomBytes(5).toString('hex')}`;
 

@@ -9,9 +9,9 @@ import {
   postgresSchemaSql,
   resolvePostgresUrl,
 } from '@percolator/postgres';
+import { ensurePostgres, type TestServer } from '@percolator/testkit/postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { ensurePostgres, type TestServer } from '../src/testing.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);

@@ -16,10 +16,10 @@ import {
   postgresNames,
   postgresSchemaSql,
 } from '@percolator/postgres';
+import { ensurePostgres, type TestServer } from '@percolator/testkit/postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresStatements } from '../src/statements.js';
-import { ensurePostgres, type TestServer } from '../src/testing.js';
 
 /*
  * readStamped (capability stampedRead) against a real server: the same answers as readMany,

@@ -15,10 +15,10 @@ import {
   type PostgresStore,
   postgresNames,
 } from '@percolator/postgres';
+import { ensurePostgres, type TestServer } from '@percolator/testkit/postgres';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresStatements } from '../src/statements.js';
-import { ensurePostgres, type TestServer } from '../src/testing.js';
 
 /*
  * checkAndSetStamped (capability stampedCheckAndSet) against a real server: the stamp, the

@@ -1,8 +1,3 @@
-export {
-  measureObserverLatency,
-  type ObserverLatencyOptions,
-  type ObserverLatencyReport,
-} from './latency.js';
 export { LEASE_TABLE } from './lease.js';
 export { isReservedColumn, RESERVED_COLUMN_PREFIX } from './reserved.js';
 export type {

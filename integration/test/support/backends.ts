@@ -5,7 +5,6 @@
  * `integration/` is not a package, so drivers the adapters depend on (`pg`) are loaded
  * the way the adapter itself resolves them.
  */
-import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import {
@@ -15,22 +14,13 @@ import {
   type PostgresStore,
   resolvePostgresUrl,
 } from '@percolator/postgres';
-import { ensurePostgres } from '@percolator/postgres/testing';
-import {
-  createRedisClusterClient,
-  createRedisStore,
-  DEFAULT_CLUSTER_NODES,
-  defaultClusterNodes,
-  defaultRedisUrl,
-  type RedisClient,
-  type RedisStore,
-} from '@percolator/redis';
+import { createRedisStore, defaultRedisUrl, type RedisStore } from '@percolator/redis';
+import { uniqueNamespace } from '@percolator/testkit';
+import { ensurePostgres } from '@percolator/testkit/postgres';
+import { assertRedisCluster, connectCluster } from '@percolator/testkit/redis';
 import { inject } from 'vitest';
 
-/** /^[a-z][a-z0-9_]{0,31}$/ and unique per call, so concurrent runs never share data. */
-export function uniqueNamespace(label: string): string {
-  return `${label}_${randomBytes(5).toString('hex')}`.slice(0, 32);
-}
+export { uniqueNamespace };
 
 interface PgModule {
   Pool: new (config: {
@@ -60,7 +50,7 @@ function withDatabase(url: string, database: string): string {
 let server: ReturnType<typeof ensurePostgres> | undefined;
 /**
  * The PostgreSQL server for this test file: $PERCOLATOR_POSTGRES_URL, else the local
- * default, else a testcontainers server where Docker runs (see @percolator/postgres/testing).
+ * default, else a testcontainers server where Docker runs (see @percolator/testkit/postgres).
  */
 export async function postgresUrl(): Promise<string> {
   server ??= ensurePostgres();
@@ -127,45 +117,18 @@ export async function redisStore(label = 'i', url = defaultRedisUrl()): Promise<
 
 /**
  * Fails unless the Redis Cluster at PERCOLATOR_REDIS_CLUSTER_NODES (default the local one)
- * answers with cluster_state:ok. The local cluster is started once per vitest run by
+ * answers. The local cluster is started once per vitest run by
  * scripts/vitest-global-setup.ts, never by a test file (a file that stopped it would break
  * the files and runs still using it).
  */
-export async function ensureRedisCluster(): Promise<void> {
-  const list = process.env.PERCOLATOR_REDIS_CLUSTER_NODES || DEFAULT_CLUSTER_NODES;
-  const client = createRedisClusterClient(defaultClusterNodes());
-  client.on('error', () => {});
-  try {
-    await client.connect();
-    const info = String(await client.cluster('INFO'));
-    if (!/cluster_state:ok/.test(info)) throw new Error('cluster_state is not ok');
-  } catch (error) {
-    // Typed in scripts/vitest-global-setup.ts, which integration's tsconfig does not include.
-    const setupError = (inject as (key: string) => unknown)('redisClusterSetupError');
-    throw new Error(
-      `Redis Cluster not reachable at PERCOLATOR_REDIS_CLUSTER_NODES=${list} (${(error as Error).message})` +
-        `${setupError ? `; ${String(setupError)}` : ''}. ` +
-        'Set PERCOLATOR_REDIS_CLUSTER_NODES to a running cluster, or free the ports for the local one.',
-      { cause: error },
-    );
-  } finally {
-    client.disconnect();
-  }
+export function ensureRedisCluster(): Promise<void> {
+  // Typed in scripts/vitest-global-setup.ts, which integration's tsconfig does not include.
+  return assertRedisCluster(String((inject as (key: string) => unknown)('redisClusterSetupError') ?? ''));
 }
 
 /** A store on its own Cluster client (like a separate process); `close()` quits the client too. */
 export async function redisClusterStore(label = 'i'): Promise<RedisStore> {
-  const client: RedisClient = createRedisClusterClient(defaultClusterNodes());
-  client.on('error', () => {});
-  try {
-    await client.connect();
-  } catch (error) {
-    client.disconnect();
-    throw new Error(
-      `Redis Cluster not reachable at ${JSON.stringify(defaultClusterNodes())}: set PERCOLATOR_REDIS_CLUSTER_NODES (${(error as Error).message})`,
-      { cause: error },
-    );
-  }
+  const client = await connectCluster();
   const store = await createRedisStore({ client, namespace: uniqueNamespace(label) });
   const close = store.close.bind(store);
   store.close = async () => {

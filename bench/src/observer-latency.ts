@@ -1,8 +1,5 @@
-import { sleep } from '../backoff.js';
-import type { TimestampOracle } from '../oracle.js';
-import { Percolator } from '../percolator.js';
-import type { RowStore } from '../store.js';
-import type { Observer } from './types.js';
+import { type Observer, Percolator, type RowStore, type TimestampOracle } from '@percolator/core';
+import { sleep } from './engines/engine.js';
 
 export interface ObserverLatencyOptions {
   readonly store: RowStore;

@@ -1,18 +1,18 @@
 import { randomBytes } from 'node:crypto';
+import { assertMySqlReachable, DEFAULT_MYSQL_URL, MYSQL_URL_ENV } from '@percolator/mysql';
+
+export type { EnsureOptions, TestServer } from './test-server.js';
+
 import {
   type EnsureOptions,
   ensureTestServer,
   type TestServer,
   type TestServerSpec,
   untilReachable,
-} from '@percolator/core/test-server';
-import { assertMySqlReachable, DEFAULT_MYSQL_URL, MYSQL_URL_ENV, redactUrl } from './env.js';
-
-export type { EnsureOptions, TestServer } from '@percolator/core/test-server';
-export { dockerInfoSucceeds } from '@percolator/core/test-server';
+} from './test-server.js';
 
 /**
- * A MySQL/MariaDB server for tests (`@percolator/mysql/testing`): `$PERCOLATOR_MYSQL_URL`
+ * A MySQL/MariaDB server for tests (`@percolator/testkit/mysql`): `$PERCOLATOR_MYSQL_URL`
  * if set (it must answer), else the local default if it answers, else a throwaway
  * `mariadb:10.11` container started with testcontainers if `docker info` succeeds
  * (testcontainers is loaded only then), else a StoreError naming the variable.
@@ -27,7 +27,6 @@ const MYSQL: TestServerSpec = {
   defaultUrl: DEFAULT_MYSQL_URL,
   exampleUrl: 'mysql://user:password@host:3306/db',
   probe: assertMySqlReachable,
-  redact: redactUrl,
   async startContainer() {
     const { GenericContainer, Wait } = await import('testcontainers');
     const password = randomBytes(12).toString('hex');

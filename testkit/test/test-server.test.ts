@@ -1,11 +1,11 @@
 import { createServer, type Server, Socket } from 'node:net';
-import { StoreError } from '@percolator/core';
+import { redactUrl, StoreError } from '@percolator/core';
 import {
   dockerInfoSucceeds,
   ensureTestServer,
   type TestServer,
   type TestServerSpec,
-} from '@percolator/core/test-server';
+} from '@percolator/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 /**
@@ -24,19 +24,17 @@ beforeAll(async () => {
 });
 afterAll(() => new Promise<void>((resolve) => listener.close(() => resolve())));
 
-const redact = (url: string) => url.replace(/:[^:@/]+@/, ':***@');
 const spec: TestServerSpec = {
   product: 'ExampleDB',
   envVar: 'PERCOLATOR_EXAMPLE_URL',
   defaultUrl: NOTHING_LISTENS,
   exampleUrl: 'tcp://user:password@host:1234',
-  redact,
   probe: (url) =>
     new Promise((resolve, reject) => {
       const { hostname, port } = new URL(url);
       const socket = new Socket();
       socket.once('connect', () => resolve(socket.destroy()));
-      socket.once('error', (error) => reject(new Error(`${redact(url)}: ${error.message}`)));
+      socket.once('error', (error) => reject(new Error(`${redactUrl(url)}: ${error.message}`)));
       socket.connect(Number(port), hostname);
     }),
   startContainer: () => Promise.reject(new Error('no container may be started here')),

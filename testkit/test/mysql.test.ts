@@ -1,11 +1,11 @@
 import { StoreError } from '@percolator/core';
 import { MYSQL_URL_ENV, resolveMySqlUrl } from '@percolator/mysql';
+import { ensureMySql } from '@percolator/testkit/mysql';
 import { describe, expect, it } from 'vitest';
-import { ensureMySql } from '../src/testing.js';
 
 /**
  * The choice itself (variable, local default, Docker, message) is tested once, in
- * core/test/test-server.test.ts. Here: that this adapter plugs in its own variable and a
+ * testkit/test/test-server.test.ts. Here: that this adapter plugs in its own variable and a
  * probe that really talks to the server.
  */
 const NOTHING_LISTENS = 'mysql://root:secret@127.0.0.1:1/test';

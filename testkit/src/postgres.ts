@@ -1,18 +1,18 @@
 import { randomBytes } from 'node:crypto';
+import { assertPostgresReachable, DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV } from '@percolator/postgres';
+
+export type { EnsureOptions, TestServer } from './test-server.js';
+
 import {
   type EnsureOptions,
   ensureTestServer,
   type TestServer,
   type TestServerSpec,
   untilReachable,
-} from '@percolator/core/test-server';
-import { assertPostgresReachable, DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, redactUrl } from './env.js';
-
-export type { EnsureOptions, TestServer } from '@percolator/core/test-server';
-export { dockerInfoSucceeds } from '@percolator/core/test-server';
+} from './test-server.js';
 
 /**
- * A PostgreSQL server for tests (`@percolator/postgres/testing`): `$PERCOLATOR_POSTGRES_URL`
+ * A PostgreSQL server for tests (`@percolator/testkit/postgres`): `$PERCOLATOR_POSTGRES_URL`
  * if set (it must answer), else the local default if it answers, else a throwaway
  * `postgres:15` container started with testcontainers if `docker info` succeeds
  * (testcontainers is loaded only then), else a StoreError naming the variable.
@@ -27,7 +27,6 @@ const POSTGRES: TestServerSpec = {
   defaultUrl: DEFAULT_POSTGRES_URL,
   exampleUrl: 'postgres://user:password@host:5432/db',
   probe: assertPostgresReachable,
-  redact: redactUrl,
   async startContainer() {
     const { GenericContainer, Wait } = await import('testcontainers');
     const password = randomBytes(12).toString('hex');

@@ -1,0 +1,419 @@
+import { InvalidArgumentError, MemoryStore, type RowStore, redactUrl } from '@percolator/core';
+import { ADAPTER_PACKAGES, BACKEND_ENV, BACKENDS, type BackendName, isBackendName } from './backends.js';
+import { loadAdapter } from './load.js';
+
+type PostgresModule = typeof import('@percolator/postgres');
+type MySqlModule = typeof import('@percolator/mysql');
+type RedisModule = typeof import('@percolator/redis');
+type DynamoDbModule = typeof import('@percolator/dynamodb');
+
+/** How to reach a backend. Everything is optional: unset fields come from the environment. */
+export interface ConnectOptions {
+  /**
+   * postgres, mysql, redis: the connection URL. redis-cluster: the node list
+   * "host:port,host:port" (a leading redis:// is allowed). dynamodb: the endpoint.
+   * Default: the backend's variable in `env` (BACKEND_ENV), else the adapter's default
+   * (the local test servers; DynamoDB: the AWS endpoint for the region).
+   */
+  readonly url?: string;
+  /** The store's namespace (/^[a-z][a-z0-9_]{0,31}$/). Default: the adapter's ("percolator"). */
+  readonly namespace?: string;
+  /** Where unset settings are read. Default `process.env`. */
+  readonly env?: NodeJS.ProcessEnv;
+  /** postgres, mysql: pool size. Default: the adapter's (10). */
+  readonly maxConnections?: number;
+  /** dynamodb: region. Default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1. */
+  readonly region?: string;
+  /** dynamodb: the table holding every namespace. Default PERCOLATOR_DYNAMODB_TABLE, else "percolator_test". */
+  readonly table?: string;
+  /**
+   * Create what the namespace needs if it is missing (SQL: its tables; DynamoDB: the
+   * table). Default true. false: a missing namespace or table is an error (for tools
+   * that only read).
+   */
+  readonly create?: boolean;
+}
+
+/** An open store and what to do with it when done. */
+export interface ConnectedStore {
+  readonly backend: BackendName;
+  readonly store: RowStore;
+  /** Where it connects, with any password hidden (for messages and reports). */
+  readonly target: string;
+  /** Deletes everything of the store's namespace (memory: nothing to do). The store stays open. */
+  dropNamespace(): Promise<void>;
+  /** Closes the store and any client opened for it. */
+  close(): Promise<void>;
+}
+
+/** DynamoDB Local checks that credentials are present, not what they are. */
+export const LOCAL_DYNAMODB_CREDENTIALS = Object.freeze({ accessKeyId: 'local', secretAccessKey: 'local' });
+export const DEFAULT_DYNAMODB_REGION = 'us-east-1';
+export const DEFAULT_DYNAMODB_TABLE = 'percolator_test';
+
+const OPTION_KEYS = new Set(['url', 'namespace', 'env', 'maxConnections', 'region', 'table', 'create']);
+
+function checkOptions(backend: unknown, options: ConnectOptions): asserts backend is BackendName {
+  if (!isBackendName(backend)) {
+    throw new InvalidArgumentError(
+      `unknown backend ${JSON.stringify(backend)}; choose one of ${BACKENDS.join(', ')}`,
+    );
+  }
+  if (typeof options !== 'object' || options === null) {
+    throw new InvalidArgumentError('openStore options must be an object');
+  }
+  for (const key of Object.keys(options)) {
+    if (!OPTION_KEYS.has(key)) {
+      throw new InvalidArgumentError(
+        `unknown openStore option "${key}"; options are ${[...OPTION_KEYS].join(', ')}`,
+      );
+    }
+  }
+  if (options.url !== undefined && (typeof options.url !== 'string' || options.url.trim() === '')) {
+    throw new InvalidArgumentError('url must be a non-empty string');
+  }
+}
+
+/** `options.url`, else the backend's variable in the environment (trimmed; empty counts as unset). */
+export function configuredUrl(backend: BackendName, options: ConnectOptions = {}): string | undefined {
+  if (options.url !== undefined) return options.url.trim();
+  if (backend === 'memory') return undefined;
+  const fromEnv = (options.env ?? process.env)[BACKEND_ENV[backend]]?.trim();
+  return fromEnv ? fromEnv : undefined;
+}
+
+/** Whether an endpoint is on this machine (then DynamoDB Local credentials are used if none are set). */
+export function isLoopbackUrl(url: string): boolean {
+  return /^[a-z]+:\/\/(127\.\d+\.\d+\.\d+|localhost|\[::1\])(?=[:/]|$)/i.test(url);
+}
+
+interface Droppable extends RowStore {
+  dropNamespace(): Promise<void>;
+}
+
+function connected(
+  backend: BackendName,
+  store: Droppable,
+  target: string,
+  after: () => Promise<unknown> = async () => {},
+): ConnectedStore {
+  let closed: Promise<void> | undefined;
+  return {
+    backend,
+    store,
+    target,
+    dropNamespace: () => store.dropNamespace(),
+    close: () => {
+      closed ??= (async () => {
+        try {
+          await store.close();
+        } finally {
+          await after();
+        }
+      })();
+      return closed;
+    },
+  };
+}
+
+/**
+ * How to reach a backend through its adapter: the adapter module, the connection part of
+ * its options (no namespace), where that is, and what to release after (a Cluster
+ * client opened here). The one place that turns a URL or the environment into adapter
+ * options; openStore and openNamespaceAdmin build on it.
+ */
+interface Connection<M> {
+  readonly module: M;
+  readonly options: Record<string, unknown>;
+  readonly target: string;
+  release(): Promise<void>;
+}
+
+const nothing = async () => {};
+
+async function connection(backend: Exclude<BackendName, 'memory'>, options: ConnectOptions) {
+  const url = configuredUrl(backend, options);
+  switch (backend) {
+    case 'postgres': {
+      const module = await loadAdapter<PostgresModule>(ADAPTER_PACKAGES.postgres);
+      const resolved = url ?? module.DEFAULT_POSTGRES_URL;
+      return {
+        module,
+        options: { connectionString: resolved },
+        target: redactUrl(resolved),
+        release: nothing,
+      };
+    }
+    case 'mysql': {
+      const module = await loadAdapter<MySqlModule>(ADAPTER_PACKAGES.mysql);
+      const resolved = url ?? module.DEFAULT_MYSQL_URL;
+      return { module, options: { uri: resolved }, target: redactUrl(resolved), release: nothing };
+    }
+    case 'redis': {
+      const module = await loadAdapter<RedisModule>(ADAPTER_PACKAGES.redis);
+      const resolved = url ?? module.DEFAULT_REDIS_URL;
+      return { module, options: { url: resolved }, target: redactUrl(resolved), release: nothing };
+    }
+    case 'redis-cluster': {
+      const module = await loadAdapter<RedisModule>(ADAPTER_PACKAGES.redis);
+      const { nodes, target } = clusterNodes(module, url, options);
+      // Its own Cluster client, like a separate process. Stores and namespace functions do
+      // not quit a client they were given, so release() does.
+      const client = module.createRedisClusterClient(nodes);
+      // Failed commands reach the store as errors; without a listener ioredis prints each one.
+      client.on('error', () => undefined);
+      return {
+        module,
+        options: { client },
+        target,
+        release: async () => {
+          await client.quit().catch(() => client.disconnect());
+        },
+      };
+    }
+    case 'dynamodb': {
+      const module = await loadAdapter<DynamoDbModule>(ADAPTER_PACKAGES.dynamodb);
+      const { region, tableName, local, target } = dynamoDbSettings(url, options);
+      return {
+        module,
+        options: {
+          ...(url === undefined ? {} : { endpoint: url }),
+          region,
+          tableName,
+          // The SDK annotates the credentials object it is given: a copy per use.
+          ...(local ? { credentials: { ...LOCAL_DYNAMODB_CREDENTIALS } } : {}),
+        },
+        target,
+        release: nothing,
+      };
+    }
+  }
+}
+
+type AnyConnection =
+  | Connection<PostgresModule>
+  | Connection<MySqlModule>
+  | Connection<RedisModule>
+  | Connection<DynamoDbModule>;
+
+function clusterNodes(redis: RedisModule, url: string | undefined, options: ConnectOptions) {
+  const source =
+    options.url !== undefined ? 'url' : url !== undefined ? BACKEND_ENV['redis-cluster'] : 'default';
+  const nodes = redis.parseNodes((url ?? redis.DEFAULT_CLUSTER_NODES).replace(/^rediss?:\/\//, ''), source);
+  return { nodes, target: nodes.map((n) => `${n.host}:${n.port}`).join(',') };
+}
+
+function dynamoDbSettings(url: string | undefined, options: ConnectOptions) {
+  const env = options.env ?? process.env;
+  const region = options.region ?? (env.AWS_REGION || env.AWS_DEFAULT_REGION || DEFAULT_DYNAMODB_REGION);
+  const tableName = options.table ?? (env.PERCOLATOR_DYNAMODB_TABLE || DEFAULT_DYNAMODB_TABLE);
+  const where = url === undefined ? `AWS DynamoDB (${region})` : redactUrl(url);
+  return {
+    region,
+    tableName,
+    // DynamoDB Local wants some credentials, whatever they are.
+    local: url !== undefined && isLoopbackUrl(url) && !env.AWS_ACCESS_KEY_ID,
+    target: `${where} table ${tableName}`,
+  };
+}
+
+/**
+ * Where `openStore(backend, options)` would connect, with any password hidden, without
+ * connecting (the adapter package is loaded for its defaults).
+ */
+export async function describeTarget(backend: BackendName, options: ConnectOptions = {}): Promise<string> {
+  checkOptions(backend, options);
+  const url = configuredUrl(backend, options);
+  switch (backend) {
+    case 'memory':
+      return 'in-process';
+    case 'redis-cluster':
+      return clusterNodes(await loadAdapter<RedisModule>(ADAPTER_PACKAGES.redis), url, options).target;
+    case 'dynamodb':
+      return dynamoDbSettings(url, options).target;
+    default: {
+      const c = await connection(backend, options);
+      await c.release();
+      return c.target;
+    }
+  }
+}
+
+/**
+ * Opens one store of a backend. The adapter package is imported only here, only for the
+ * backend chosen. The returned `target` never contains a password.
+ */
+export async function openStore(backend: BackendName, options: ConnectOptions = {}): Promise<ConnectedStore> {
+  checkOptions(backend, options);
+  if (backend === 'memory') {
+    const store = new MemoryStore();
+    return {
+      backend,
+      store,
+      target: 'in-process',
+      dropNamespace: async () => {},
+      close: () => store.close(),
+    };
+  }
+  const c = (await connection(backend, options)) as AnyConnection;
+  const namespace = options.namespace === undefined ? {} : { namespace: options.namespace };
+  const pool = options.maxConnections === undefined ? {} : { maxConnections: options.maxConnections };
+  const create = options.create ?? true;
+  let store: Droppable;
+  try {
+    switch (backend) {
+      case 'postgres':
+        store = await (c.module as PostgresModule).createPostgresStore({
+          ...c.options,
+          ...namespace,
+          ...pool,
+          createSchema: create,
+        });
+        break;
+      case 'mysql':
+        store = await (c.module as MySqlModule).createMySqlStore({
+          ...c.options,
+          ...namespace,
+          ...pool,
+          createSchema: create,
+        });
+        break;
+      case 'redis':
+      case 'redis-cluster':
+        store = await (c.module as RedisModule).createRedisStore({ ...c.options, ...namespace });
+        break;
+      case 'dynamodb':
+        store = await (c.module as DynamoDbModule).createDynamoDbStore({
+          ...(c.options as { tableName: string }),
+          ...namespace,
+          createTable: create,
+        });
+        break;
+    }
+  } catch (error) {
+    await c.release();
+    if (backend === 'redis-cluster' && error instanceof Error) {
+      error.message += ` (Redis Cluster at ${c.target}; set ${BACKEND_ENV[backend]} or pass a node list)`;
+    }
+    throw error;
+  }
+  return connected(backend, store, c.target, c.release);
+}
+
+/** One namespace a store holds: its name, a one-line description, and the adapter's own record. */
+export interface ListedNamespace {
+  readonly namespace: string;
+  readonly detail: string;
+  readonly record: unknown;
+}
+
+/** Lists and drops the namespaces of one backend (its catalog: tables, keys or items). */
+export interface NamespaceAdmin {
+  readonly backend: Exclude<BackendName, 'memory'>;
+  /** Where it connects, with any password hidden. */
+  readonly target: string;
+  list(): Promise<ListedNamespace[]>;
+  /** Drops everything of the namespace; resolves to what was dropped, or undefined if it was not there. */
+  drop(namespace: string): Promise<string | undefined>;
+  close(): Promise<void>;
+}
+
+interface SqlRecord {
+  readonly namespace: string;
+  readonly objects: string[];
+  readonly complete: boolean;
+}
+
+interface CountRecord {
+  readonly namespace: string;
+  readonly kinds: Readonly<Record<string, number>>;
+}
+
+function countDetail(total: number, kinds: Readonly<Record<string, number>>, unit: string): string {
+  const parts = Object.entries(kinds)
+    .filter(([, n]) => n > 0)
+    .map(([kind, n]) => `${kind} ${n}`)
+    .join(', ');
+  return `${total} ${unit}${total === 1 ? '' : 's'} (${parts})`;
+}
+
+function plural(n: number, unit: string): string {
+  return `${n} ${unit}${n === 1 ? '' : 's'}`;
+}
+
+/**
+ * Opens the namespace catalog of a backend (the memory store has none). Names are
+ * checked by the adapters, which build identifiers from the validated name only.
+ */
+export async function openNamespaceAdmin(
+  backend: BackendName,
+  options: Omit<ConnectOptions, 'namespace' | 'maxConnections' | 'create'> = {},
+): Promise<NamespaceAdmin> {
+  checkOptions(backend, options);
+  if (backend === 'memory') {
+    throw new InvalidArgumentError(
+      'the memory store lives inside one process: it has no namespaces to list or drop',
+    );
+  }
+  const c = (await connection(backend, options)) as AnyConnection;
+  const sql = (
+    list: (o: never) => Promise<SqlRecord[]>,
+    drop: (n: string, o: never) => Promise<SqlRecord | undefined>,
+  ) => ({
+    list: async () =>
+      (await list(c.options as never)).map((r) => ({
+        namespace: r.namespace,
+        detail: `${r.objects.join(', ')}${r.complete ? '' : '  (incomplete)'}`,
+        record: r as unknown,
+      })),
+    drop: async (namespace: string) => (await drop(namespace, c.options as never))?.objects.join(', '),
+  });
+  let ops: Pick<NamespaceAdmin, 'list' | 'drop'>;
+  switch (backend) {
+    case 'postgres': {
+      const m = c.module as PostgresModule;
+      ops = sql(m.listPostgresNamespaces, m.dropPostgresNamespace);
+      break;
+    }
+    case 'mysql': {
+      const m = c.module as MySqlModule;
+      ops = sql(m.listMySqlNamespaces, m.dropMySqlNamespace);
+      break;
+    }
+    case 'redis':
+    case 'redis-cluster': {
+      const m = c.module as RedisModule;
+      ops = {
+        list: async () =>
+          (await m.listRedisNamespaces(c.options)).map((r) => ({
+            namespace: r.namespace,
+            detail: countDetail(r.keys, (r as CountRecord).kinds, 'key'),
+            record: r as unknown,
+          })),
+        drop: async (namespace) => {
+          const dropped = await m.dropRedisNamespace(namespace, c.options);
+          return dropped === undefined ? undefined : plural(dropped.keys, 'key');
+        },
+      };
+      break;
+    }
+    case 'dynamodb': {
+      const m = c.module as DynamoDbModule;
+      const o = c.options as { tableName: string };
+      ops = {
+        list: async () =>
+          (await m.listDynamoDbNamespaces(o)).map((r) => ({
+            namespace: r.namespace,
+            detail: countDetail(r.items, (r as CountRecord).kinds, 'item'),
+            record: r as unknown,
+          })),
+        drop: async (namespace) => {
+          const dropped = await m.dropDynamoDbNamespace(namespace, o);
+          return dropped === undefined ? undefined : plural(dropped.items, 'item');
+        },
+      };
+      break;
+    }
+  }
+  return { backend, target: c.target, ...ops, close: c.release };
+}

@@ -1,0 +1,193 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  BACKENDS,
+  configuredUrl,
+  describeTarget,
+  openComposite,
+  openNamespaceAdmin,
+  openStore,
+  parseCompositeConfig,
+  readCompositeConfig,
+  storeFactory,
+} from '@percolator/connect';
+import { CompositeStore, InvalidArgumentError, MemoryStore, Percolator, redactUrl } from '@percolator/core';
+import { ensurePostgres } from '@percolator/testkit/postgres';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const postgres = await ensurePostgres();
+afterAll(() => postgres.stop());
+
+describe('redactUrl (core): the one redaction', () => {
+  it('hides the password and keeps the rest', () => {
+    expect(redactUrl('postgres://app:s3cret@db:5432/x')).toBe('postgres://app:***@db:5432/x');
+    expect(redactUrl('redis://:s3cret@127.0.0.1:6379')).toBe('redis://:***@127.0.0.1:6379');
+    expect(redactUrl('postgres://app@db/x')).toBe('postgres://app@db/x');
+  });
+
+  it('hides passwords in text that is not one URL', () => {
+    const text = redactUrl('redis://a:pw1@h1:1,redis://b:pw2@h2:2 [bad');
+    expect(text).not.toMatch(/pw1|pw2/);
+    expect(redactUrl('127.0.0.1:7001,127.0.0.1:7002')).toBe('127.0.0.1:7001,127.0.0.1:7002');
+  });
+});
+
+describe('openStore', () => {
+  it('opens the memory store with no adapter and no URL', async () => {
+    const opened = await openStore('memory');
+    expect(opened.store).toBeInstanceOf(MemoryStore);
+    expect(opened.target).toBe('in-process');
+    await opened.dropNamespace();
+    await opened.close();
+  });
+
+  it('refuses an unknown backend or option, and an empty URL', async () => {
+    await expect(openStore('oracle' as never)).rejects.toThrow(InvalidArgumentError);
+    await expect(openStore('memory', { uri: 'x' } as never)).rejects.toThrow(
+      /unknown openStore option "uri"/,
+    );
+    await expect(openStore('postgres', { url: ' ' })).rejects.toThrow(InvalidArgumentError);
+    expect(BACKENDS).toEqual(['memory', 'postgres', 'mysql', 'redis', 'redis-cluster', 'dynamodb']);
+  });
+
+  it('takes the URL from the option, else the backend variable', () => {
+    const env = { PERCOLATOR_REDIS_URL: ' redis://envhost:6379 ' };
+    expect(configuredUrl('redis', { env })).toBe('redis://envhost:6379');
+    expect(configuredUrl('redis', { env, url: 'redis://given:1' })).toBe('redis://given:1');
+    expect(configuredUrl('redis', { env: {} })).toBeUndefined();
+  });
+
+  it('opens PostgreSQL from a URL; the target hides the password; the namespace is dropped', async () => {
+    const withPassword = new URL(postgres.url);
+    const opened = await openStore('postgres', {
+      url: postgres.url,
+      namespace: 'connect_pg_t',
+      maxConnections: 2,
+    });
+    try {
+      expect(opened.target).not.toContain(withPassword.password || '\u0000');
+      const db = new Percolator({ store: opened.store });
+      await db.transact(async (tx) => tx.set('t', 'r', 'c', 'v'));
+      await db.close();
+      const admin = await openNamespaceAdmin('postgres', { url: postgres.url });
+      try {
+        expect((await admin.list()).map((n) => n.namespace)).toContain('connect_pg_t');
+      } finally {
+        await admin.close();
+      }
+    } finally {
+      await opened.dropNamespace();
+      await opened.close();
+    }
+    expect(await describeTarget('postgres', { url: 'postgres://u:pw@h:5432/d' })).toBe(
+      'postgres://u:***@h:5432/d',
+    );
+  });
+
+  it('with create: false, a namespace that is not there is an error and nothing is created', async () => {
+    await expect(
+      openStore('postgres', { url: postgres.url, namespace: 'connect_none_t', create: false }),
+    ).rejects.toThrow();
+    const admin = await openNamespaceAdmin('postgres', { url: postgres.url });
+    try {
+      expect((await admin.list()).map((n) => n.namespace)).not.toContain('connect_none_t');
+    } finally {
+      await admin.close();
+    }
+  });
+
+  it('an unreachable server fails with the URL, password hidden', async () => {
+    const error = await openStore('redis', { url: 'redis://:topsecret@127.0.0.1:1' }).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(error?.message).toContain('127.0.0.1:1');
+    expect(error?.message).not.toContain('topsecret');
+  });
+});
+
+describe('storeFactory', () => {
+  it('gives each store a fresh namespace and drops it', async () => {
+    const factory = await storeFactory('redis', { prefix: 'cf' });
+    const [a, b] = await Promise.all([factory.createStore(), factory.createStore()]);
+    expect((a as unknown as { namespace: string }).namespace).not.toBe(
+      (b as unknown as { namespace: string }).namespace,
+    );
+    await factory.destroyStore(a);
+    await factory.destroyStore(b);
+    await expect(factory.destroyStore(new MemoryStore())).rejects.toThrow(/not a store this factory created/);
+  });
+});
+
+describe('composite config', () => {
+  const good = {
+    name: 'shop',
+    stores: { a: { backend: 'memory' }, b: { backend: 'memory' } },
+    routes: [{ table: 'sessions', store: 'b' }],
+    default: { shards: ['a', 'b'] },
+    counterStore: 'a',
+  };
+
+  it('names the mistake', () => {
+    const bad = (value: unknown, message: RegExp) =>
+      expect(() => parseCompositeConfig(value)).toThrow(message);
+    bad([], /must hold a JSON object/);
+    bad({ ...good, extra: 1 }, /extra: unknown field/);
+    bad({ ...good, stores: {} }, /at least one named store/);
+    bad({ ...good, stores: { a: { backend: 'oracle' } } }, /stores\.a\.backend: must be one of/);
+    bad(
+      { ...good, stores: { a: { backend: 'memory', url: 'x', urlEnv: 'Y' } } },
+      /at most one of url and urlEnv/,
+    );
+    bad({ ...good, routes: [{ table: 't', store: 'zz' }] }, /routes\[0\]\.store: must name a store/);
+    bad({ ...good, routes: [{ table: 't', store: 'a', shards: ['a'] }] }, /exactly one of store and shards/);
+    bad({ ...good, default: { shards: [] } }, /default\.shards: must be a non-empty array/);
+    bad({ ...good, counterStore: undefined }, /counterStore: is required/);
+    expect(parseCompositeConfig(good)).toEqual(good);
+  });
+
+  it('opens a deployment from a file, with urlEnv, and routes rows by it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'connect-'));
+    try {
+      const file = join(dir, 'deployment.json');
+      writeFileSync(
+        file,
+        JSON.stringify({
+          stores: {
+            pg: { backend: 'postgres', urlEnv: 'CONNECT_TEST_PG', namespace: 'connect_comp_t' },
+            mem: { backend: 'memory' },
+          },
+          routes: [{ table: 'cache', store: 'mem' }],
+          default: 'pg',
+          counterStore: 'pg',
+        }),
+      );
+      const config = await readCompositeConfig(file);
+      await expect(openComposite(config, { env: {} })).rejects.toThrow(/CONNECT_TEST_PG is not set/);
+      const deployment = await openComposite(config, { env: { CONNECT_TEST_PG: postgres.url } });
+      try {
+        expect(deployment.store).toBeInstanceOf(CompositeStore);
+        expect([...deployment.stores.keys()]).toEqual(['pg', 'mem']);
+        const db = new Percolator({ store: deployment.store });
+        await db.transact(async (tx) => {
+          tx.set('accounts', 'alice', 'balance', '10');
+          tx.set('cache', 'alice', 'seen', '1');
+        });
+        await db.close();
+        // The routed table lives in the memory store only.
+        const mem = deployment.stores.get('mem')!.store;
+        expect(await mem.read('cache', 'alice')).not.toBeNull();
+        expect(await mem.read('accounts', 'alice')).toBeNull();
+      } finally {
+        await deployment.dropNamespace();
+        await deployment.close();
+      }
+      await expect(readCompositeConfig(join(dir, 'missing.json'))).rejects.toThrow(InvalidArgumentError);
+      writeFileSync(file, '{ not json');
+      await expect(readCompositeConfig(file)).rejects.toThrow(/is not JSON/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
