@@ -25,7 +25,12 @@ try {
   deployment = await openComposite({
     stores: {
       postgres: { backend: 'postgres', namespace }, // PERCOLATOR_POSTGRES_URL or the local default
-      dynamo: { backend: 'dynamodb', url: dynamoLocal.endpoint, dynamoTable: 'percolator_example', namespace },
+      dynamo: {
+        backend: 'dynamodb',
+        url: dynamoLocal.endpoint,
+        dynamoTable: 'percolator_example',
+        namespace,
+      },
     },
     routes: [
       { table: 'accounts', store: 'postgres' },

@@ -33,21 +33,8 @@ export function runClusterScript(command: 'start' | 'stop' | 'status', timeoutMs
  * Holds a lease on the local Redis Cluster for process `pid` (starting it if down), so a
  * test run that started it does not stop it under a long run; `release` drops it.
  */
-export function clusterLease(command: 'acquire' | 'release', pid = process.pid): Promise<void> {
-  if (!existsSync(REDIS_CLUSTER_SCRIPT))
-    return Promise.reject(new Error(`${REDIS_CLUSTER_SCRIPT} not found`));
-  return new Promise((resolve, reject) => {
-    execFile(
-      'bash',
-      [REDIS_CLUSTER_SCRIPT, command, String(pid)],
-      { timeout: 240_000 },
-      (error, _out, stderr) => {
-        if (error)
-          reject(new Error(`redis-cluster.sh ${command} failed: ${(stderr || error.message).trim()}`));
-        else resolve();
-      },
-    );
-  });
+export async function clusterLease(command: 'acquire' | 'release', pid = process.pid): Promise<void> {
+  await runScript(command, pid);
 }
 
 /** True if anything answers HTTP at `endpoint` (DynamoDB answers a bare GET with 400). */

@@ -10,10 +10,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CompositeStore, MemoryStore, type RowStore } from '@percolator/core';
 import { createDynamoDbStore } from '@percolator/dynamodb';
-import { dynamoDbTarget } from '@percolator/testkit/dynamodb';
 import { createMySqlStore } from '@percolator/mysql';
 import { createPostgresStore } from '@percolator/postgres';
 import { createRedisClusterClient, createRedisStore, defaultClusterNodes } from '@percolator/redis';
+import { dynamoDbTarget } from '@percolator/testkit/dynamodb';
 
 export const POSTGRES_URL = process.env.PERCOLATOR_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test';
 export const MYSQL_URL = process.env.PERCOLATOR_MYSQL_URL || 'mysql://root@127.0.0.1:3306/test';

@@ -64,8 +64,8 @@ export {
   type PercolatorOptions,
   type TransactOptions,
 } from './percolator.js';
-export type { ResolvedLock, ResolveOptions } from './resolve.js';
 export { redactUrl } from './redact.js';
+export type { ResolvedLock, ResolveOptions } from './resolve.js';
 export * from './store.js';
 export { ClientCrash } from './testing.js';
 export type { TidyOptions, TidyReport } from './tidy.js';

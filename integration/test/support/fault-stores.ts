@@ -12,6 +12,7 @@ import { createDynamoDbStore, type DynamoDbRowStore } from '@percolator/dynamodb
 import { createMySqlStore, type MySqlStore } from '@percolator/mysql';
 import { createPostgresStore, type PostgresStore } from '@percolator/postgres';
 import { clusterOptions, createRedisStore, type RedisClient, type RedisStore } from '@percolator/redis';
+import { LOCAL_CREDENTIALS, LOCAL_REGION } from '@percolator/testkit/dynamodb';
 
 // `integration/` is not a package: load ioredis the way the Redis adapter resolves it.
 const { Cluster } = createRequire(

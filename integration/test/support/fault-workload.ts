@@ -15,6 +15,15 @@
  * lockTtlMs + 1 s ahead of the moment it is called, in one attempt: every row is writable
  * again within lockTtlMs + 1 s of the fault's end, whatever locks the fault left.
  */
+
+import {
+  type CheckResult,
+  checkListAppend,
+  describeCheck,
+  type ListAppendMop,
+  type ListAppendOp,
+  Random,
+} from '@percolator/conformance';
 import {
   ClientCrash,
   CommitUnknownError,
@@ -27,14 +36,6 @@ import {
   type TimestampOracle,
   type Transaction,
 } from '@percolator/core';
-import {
-  type CheckResult,
-  checkListAppend,
-  describeCheck,
-  type ListAppendMop,
-  type ListAppendOp,
-} from '../../../conformance/src/history/checker.js';
-import { Random } from '../../../conformance/src/random.js';
 
 /** Lists k0..k3 and accounts a0..a3, each family over two tables (so a composite can split them). */
 export const LIST_TABLES = ['fw_lists_a', 'fw_lists_b'] as const;
