@@ -3,22 +3,23 @@
 // their `exports` names (`@percolator/core`, `@percolator/testkit/redis`), never by
 // `.../dist/...`, `.../src/...` or a relative path into them. Circles are checked within
 // each package's src/; deep imports everywhere (packages, integration, examples, scripts).
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 
 const ROOT = resolve(dirname(new URL(import.meta.url).pathname), '..');
+// Every workspace package, from pnpm-workspace.yaml (`dir` and `dir/*` entries).
 const PACKAGES = [
-  'core',
-  'connect',
-  'testkit',
-  'conformance',
-  'bench',
-  'cli',
-  'adapters/postgres',
-  'adapters/mysql',
-  'adapters/redis',
-  'adapters/dynamodb',
-];
+  ...readFileSync(join(ROOT, 'pnpm-workspace.yaml'), 'utf8').matchAll(/^\s*-\s*['"]?([^'"\s]+)['"]?\s*$/gm),
+]
+  .map((m) => m[1])
+  .flatMap((pattern) =>
+    pattern.endsWith('/*')
+      ? readdirSync(join(ROOT, pattern.slice(0, -2)), { withFileTypes: true })
+          .filter((e) => e.isDirectory())
+          .map((e) => `${pattern.slice(0, -2)}/${e.name}`)
+      : [pattern],
+  )
+  .filter((dir) => existsSync(join(ROOT, dir, 'package.json')));
 const SPECIFIER =
   /(?:^|[\s;])(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/g;
 

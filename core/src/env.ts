@@ -1,6 +1,7 @@
 import type { PrunePolicy } from './cells.js';
-import type { EventSink } from './events.js';
+import type { EventSink, TidyEvent } from './events.js';
 import type { TimestampOracle } from './oracle.js';
+import type { TidyOptions, TidyReport } from './reports.js';
 import type { RowReader } from './row-reader.js';
 import type { RowState } from './row-state.js';
 import type { RowStore, StoredRow } from './store.js';
@@ -61,24 +62,6 @@ export interface ProtocolEnv {
   readonly tidier: RowTidier;
 }
 
-export interface TidyOptions {
-  /** Move every superseded inline value and settle every held record, not just past the thresholds. */
-  readonly force?: boolean;
-  /** Settle every held record (so pruning may drop it), whatever the batch thresholds; moves nothing extra. */
-  readonly settleHeld?: boolean;
-}
-
-export interface TidyReport {
-  /** Values moved to version rows. */
-  moved: number;
-  /** Bytes of those values. */
-  movedBytes: number;
-  /** Version rows deleted. */
-  deleted: number;
-  /** Commit records whose secondaries were settled. */
-  settled: number;
-}
-
 /**
  * What the protocol asks of the tidy step; `Tidier` (tidy.ts) implements it. Declared here,
  * not imported from tidy.ts, so this file of shared types depends on no protocol module.
@@ -90,7 +73,13 @@ export interface RowTidier {
   beforeWrite(table: string, key: string, state: RowState): void;
   /** Called after every head-row write. */
   afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void;
-  tidyRow(table: string, key: string, known?: StoredRow | null, options?: TidyOptions): Promise<TidyReport>;
+  tidyRow(
+    table: string,
+    key: string,
+    known?: StoredRow | null,
+    options?: TidyOptions,
+    trigger?: TidyEvent['trigger'],
+  ): Promise<TidyReport>;
 }
 
 /**

@@ -1,5 +1,4 @@
-import type { GcReport } from './gc.js';
-import type { TidyReport } from './tidy.js';
+import type { GcReport, TidyReport } from './reports.js';
 
 /**
  * The event interface for metrics and tracing (docs/operations.md, "Metrics and tracing").

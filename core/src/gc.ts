@@ -2,6 +2,7 @@ import { heldRecords, pruneCell } from './cells.js';
 import { decodeRow, encodeRow } from './codec.js';
 import type { ProtocolEnv } from './env.js';
 import { inspectHeadRow, namedVersionRows } from './inspect.js';
+import type { GcReport } from './reports.js';
 import type { RowState } from './row-state.js';
 import { readRow, updateRow } from './row-update.js';
 import type { RowRef, StoredRow } from './store.js';
@@ -21,24 +22,7 @@ export interface GcOptions {
   readonly dryRun?: boolean;
 }
 
-export interface GcReport {
-  /** Head rows examined. */
-  rows: number;
-  /** Write records (versions, rollback records included) dropped from head rows. */
-  versions: number;
-  /** Bytes the head rows shrank by. */
-  headBytes: number;
-  /** Version rows deleted (values that had moved out of their head rows). */
-  versionRows: number;
-  /** Bytes those version rows held. */
-  versionRowBytes: number;
-  /**
-   * Commit records kept only because they still list secondaries. A real run settles
-   * them (rolls their secondaries forward as a reader would) and may then drop them; a
-   * dry run counts them and does not say how much settling would free.
-   */
-  held: number;
-}
+export type { GcReport } from './reports.js';
 
 export function emptyGcReport(): GcReport {
   return { rows: 0, versions: 0, headBytes: 0, versionRows: 0, versionRowBytes: 0, held: 0 };

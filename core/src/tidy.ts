@@ -1,9 +1,10 @@
 import { heldRecords, heldWorthSettling, markMoving, pruneCell, rowNeedsTidy } from './cells.js';
 import { decodeRow, encodeVersionRow } from './codec.js';
 import { rowId } from './commit/context.js';
-import type { ProtocolEnv, RowTidier, TidyOptions, TidyReport } from './env.js';
+import type { ProtocolEnv, RowTidier } from './env.js';
 import type { TidyEvent } from './events.js';
 import { rollForwardCells } from './lock-resolver.js';
+import type { TidyOptions, TidyReport } from './reports.js';
 import type { RowState } from './row-state.js';
 import { readRow, updateRow, updateRows } from './row-update.js';
 import type { CasRequest, CasResult, RowRef, StoredRow } from './store.js';
@@ -36,7 +37,7 @@ function part(column: string, ts: number): string {
 /** Rows whose released commit records this client remembers at most (oldest forgotten first). */
 const MAX_RELEASED_ROWS = 10_000;
 
-export type { TidyOptions, TidyReport } from './env.js';
+export type { TidyOptions, TidyReport } from './reports.js';
 
 export class Tidier implements RowTidier {
   /** Rows being tidied by this client: a write meanwhile asks for another round. */
