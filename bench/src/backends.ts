@@ -1,5 +1,11 @@
 import { type ConnectedStore, openStore } from '@percolator/connect';
-import { CompositeStore, MemoryStore, type PercolatorEventListener, type RowStore, redactUrl } from '@percolator/core';
+import {
+  CompositeStore,
+  MemoryStore,
+  type PercolatorEventListener,
+  type RowStore,
+  redactUrl,
+} from '@percolator/core';
 import { CompositeCountingStore, CountingStore } from './counting-store.js';
 import { type DatasetShape, initialRows } from './dataset.js';
 import { type ProxyGroup, startProxies } from './delay-proxy.js';
