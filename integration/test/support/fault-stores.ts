@@ -21,10 +21,6 @@ const { Cluster } = createRequire(
 
 export type FaultStoreKind = 'postgres' | 'mariadb' | 'redis' | 'redis-cluster' | 'dynamodb';
 
-/** DynamoDB Local wants some credentials and a region, whatever they are. */
-const LOCAL_REGION = 'us-east-1';
-const LOCAL_CREDENTIALS = { accessKeyId: 'local', secretAccessKey: 'local' };
-
 /** Timeouts of the drivers in these tests: a swallowed request fails within this. */
 export const REQUEST_TIMEOUT_MS = 2000;
 
