@@ -164,82 +164,9 @@ async function openStores(name: BackendName, settings: BackendSettings, via: Via
         close: () => closeAll(engines.map((e) => () => e.close())),
       };
     }
-    case 'postgres': {
-      const pg = await import('@percolator/postgres');
-      const direct = pg.resolvePostgresUrl();
-      try {
-        await pg.assertPostgresReachable(direct);
-      } catch (error) {
-        throw new BackendUnavailable(name, message(error));
-      }
-      const url = await via(direct, 5432);
-      const opened = await openStore('postgres', { url, namespace, maxConnections: poolSize });
-      const { store } = opened;
-      let data: PostgresNativeData;
-      try {
-        data = await PostgresNativeData.create(url, nativeName, nativePool);
-      } catch (error) {
-        await closeAll([() => opened.dropNamespace(), () => opened.close()]);
-        throw error;
-      }
-      const engines = [
-        ...storeEngines(store, settings),
-        new PostgresNativeEngine(data, 'repeatable-read', maxAttempts),
-        new PostgresNativeEngine(data, 'serializable', maxAttempts),
-      ];
-      return {
-        name,
-        target: redactUrl(url),
-        engines,
-        notes: [],
-        version: await data.serverVersion().catch(() => undefined),
-        close: () =>
-          closeAll([
-            ...engines.map((e) => () => e.close()),
-            () => opened.dropNamespace(),
-            () => opened.close(),
-            () => data.drop(),
-          ]),
-      };
-    }
-    case 'mysql': {
-      const my = await import('@percolator/mysql');
-      const direct = my.resolveMySqlUrl();
-      try {
-        await my.assertMySqlReachable(direct);
-      } catch (error) {
-        throw new BackendUnavailable(name, message(error));
-      }
-      const url = await via(direct, 3306);
-      const opened = await openStore('mysql', { url, namespace, maxConnections: poolSize });
-      const { store } = opened;
-      let data: MySqlNativeData;
-      try {
-        data = await MySqlNativeData.create(url, nativeName, nativePool);
-      } catch (error) {
-        await closeAll([() => opened.dropNamespace(), () => opened.close()]);
-        throw error;
-      }
-      const engines = [
-        ...storeEngines(store, settings),
-        new MySqlNativeEngine(data, 'repeatable-read', maxAttempts),
-        new MySqlNativeEngine(data, 'serializable', maxAttempts),
-      ];
-      return {
-        name,
-        target: redactUrl(url),
-        engines,
-        notes: [],
-        version: await data.serverVersion().catch(() => undefined),
-        close: () =>
-          closeAll([
-            ...engines.map((e) => () => e.close()),
-            () => opened.dropNamespace(),
-            () => opened.close(),
-            () => data.drop(),
-          ]),
-      };
-    }
+    case 'postgres':
+    case 'mysql':
+      return openSql(name, settings, namespace, nativeName, poolSize, nativePool, via);
     case 'redis': {
       const redis = await import('@percolator/redis');
       const url = await via(redis.defaultRedisUrl(), 6379);
@@ -272,6 +199,83 @@ async function openStores(name: BackendName, settings: BackendSettings, via: Via
     case 'mixed':
       return openMixed(settings, `${namespace}_mixed`, poolSize, via);
   }
+}
+
+/** What the bench needs of a SQL backend: where it is, and its native baseline. */
+interface SqlBackend<D extends { serverVersion(): Promise<string>; drop(): Promise<unknown> }> {
+  readonly port: number;
+  /** The server's URL (the adapter's variable or default), once it answers. */
+  reachable(): Promise<string>;
+  data(url: string, name: string, poolSize: number): Promise<D>;
+  engine(data: D, isolation: 'repeatable-read' | 'serializable', maxAttempts: number): Engine;
+}
+
+const SQL_BACKENDS = {
+  postgres: {
+    port: 5432,
+    async reachable() {
+      const pg = await import('@percolator/postgres');
+      return pg.assertPostgresReachable(pg.resolvePostgresUrl());
+    },
+    data: (url, name, poolSize) => PostgresNativeData.create(url, name, poolSize),
+    engine: (data, isolation, maxAttempts) => new PostgresNativeEngine(data, isolation, maxAttempts),
+  } satisfies SqlBackend<PostgresNativeData>,
+  mysql: {
+    port: 3306,
+    async reachable() {
+      const my = await import('@percolator/mysql');
+      return my.assertMySqlReachable(my.resolveMySqlUrl());
+    },
+    data: (url, name, poolSize) => MySqlNativeData.create(url, name, poolSize),
+    engine: (data, isolation, maxAttempts) => new MySqlNativeEngine(data, isolation, maxAttempts),
+  } satisfies SqlBackend<MySqlNativeData>,
+};
+
+/** PostgreSQL or MySQL: Percolator and raw engines, and the native engine at two isolation levels. */
+async function openSql(
+  name: 'postgres' | 'mysql',
+  settings: BackendSettings,
+  namespace: string,
+  nativeName: string,
+  poolSize: number,
+  nativePool: number,
+  via: Via,
+): Promise<OpenBackend> {
+  const sql = SQL_BACKENDS[name] as SqlBackend<PostgresNativeData | MySqlNativeData>;
+  let direct: string;
+  try {
+    direct = await sql.reachable();
+  } catch (error) {
+    throw new BackendUnavailable(name, message(error));
+  }
+  const url = await via(direct, sql.port);
+  const opened = await openStore(name, { url, namespace, maxConnections: poolSize });
+  let data: PostgresNativeData | MySqlNativeData;
+  try {
+    data = await sql.data(url, nativeName, nativePool);
+  } catch (error) {
+    await closeAll([() => opened.dropNamespace(), () => opened.close()]);
+    throw error;
+  }
+  const engines = [
+    ...storeEngines(opened.store, settings),
+    sql.engine(data, 'repeatable-read', settings.maxAttempts),
+    sql.engine(data, 'serializable', settings.maxAttempts),
+  ];
+  return {
+    name,
+    target: opened.target,
+    engines,
+    notes: [],
+    version: await data.serverVersion().catch(() => undefined),
+    close: () =>
+      closeAll([
+        ...engines.map((e) => () => e.close()),
+        () => opened.dropNamespace(),
+        () => opened.close(),
+        () => data.drop(),
+      ]),
+  };
 }
 
 async function openRedisCluster(settings: BackendSettings, namespace: string): Promise<OpenBackend> {

@@ -8,9 +8,11 @@ import { randomBytes } from 'node:crypto';
 
 export { freePort } from './ports.js';
 export {
+  type ContainerSpec,
   dockerInfoSucceeds,
   type EnsureOptions,
   ensureTestServer,
+  startContainer,
   type TestServer,
   type TestServerSpec,
   untilReachable,

@@ -1,15 +1,7 @@
-import { randomBytes } from 'node:crypto';
 import { assertMySqlReachable, DEFAULT_MYSQL_URL, MYSQL_URL_ENV } from '@percolator/mysql';
+import { type EnsureOptions, ensureTestServer, type TestServer, type TestServerSpec } from './test-server.js';
 
 export type { EnsureOptions, TestServer } from './test-server.js';
-
-import {
-  type EnsureOptions,
-  ensureTestServer,
-  type TestServer,
-  type TestServerSpec,
-  untilReachable,
-} from './test-server.js';
 
 /**
  * A MySQL/MariaDB server for tests (`@percolator/testkit/mysql`): `$PERCOLATOR_MYSQL_URL`
@@ -21,28 +13,16 @@ export function ensureMySql(options: EnsureOptions = {}): Promise<TestServer> {
   return ensureTestServer(MYSQL, options);
 }
 
-const MYSQL: TestServerSpec = {
+export const MYSQL: TestServerSpec = {
   product: 'MySQL/MariaDB',
   envVar: MYSQL_URL_ENV,
   defaultUrl: DEFAULT_MYSQL_URL,
   exampleUrl: 'mysql://user:password@host:3306/db',
   probe: assertMySqlReachable,
-  async startContainer() {
-    const { GenericContainer, Wait } = await import('testcontainers');
-    const password = randomBytes(12).toString('hex');
-    const container = await new GenericContainer('mariadb:10.11')
-      .withEnvironment({ MARIADB_ROOT_PASSWORD: password, MARIADB_DATABASE: 'test' })
-      .withExposedPorts(3306)
-      .withWaitStrategy(Wait.forListeningPorts())
-      .start();
-    const url = `mysql://root:${password}@${container.getHost()}:${container.getMappedPort(3306)}/test`;
-    const stop = async () => {
-      await container.stop();
-    };
-    await untilReachable(() => assertMySqlReachable(url)).catch(async (error: unknown) => {
-      await stop().catch(() => {});
-      throw error;
-    });
-    return { url, stop };
+  container: {
+    image: 'mariadb:10.11',
+    port: 3306,
+    environment: (password) => ({ MARIADB_ROOT_PASSWORD: password, MARIADB_DATABASE: 'test' }),
+    url: (host, port, password) => `mysql://root:${password}@${host}:${port}/test`,
   },
 };

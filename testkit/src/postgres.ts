@@ -1,15 +1,7 @@
-import { randomBytes } from 'node:crypto';
 import { assertPostgresReachable, DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV } from '@percolator/postgres';
+import { type EnsureOptions, ensureTestServer, type TestServer, type TestServerSpec } from './test-server.js';
 
 export type { EnsureOptions, TestServer } from './test-server.js';
-
-import {
-  type EnsureOptions,
-  ensureTestServer,
-  type TestServer,
-  type TestServerSpec,
-  untilReachable,
-} from './test-server.js';
 
 /**
  * A PostgreSQL server for tests (`@percolator/testkit/postgres`): `$PERCOLATOR_POSTGRES_URL`
@@ -21,28 +13,16 @@ export function ensurePostgres(options: EnsureOptions = {}): Promise<TestServer>
   return ensureTestServer(POSTGRES, options);
 }
 
-const POSTGRES: TestServerSpec = {
+export const POSTGRES: TestServerSpec = {
   product: 'PostgreSQL',
   envVar: POSTGRES_URL_ENV,
   defaultUrl: DEFAULT_POSTGRES_URL,
   exampleUrl: 'postgres://user:password@host:5432/db',
   probe: assertPostgresReachable,
-  async startContainer() {
-    const { GenericContainer, Wait } = await import('testcontainers');
-    const password = randomBytes(12).toString('hex');
-    const container = await new GenericContainer('postgres:15')
-      .withEnvironment({ POSTGRES_PASSWORD: password, POSTGRES_DB: 'test' })
-      .withExposedPorts(5432)
-      .withWaitStrategy(Wait.forListeningPorts())
-      .start();
-    const url = `postgres://postgres:${password}@${container.getHost()}:${container.getMappedPort(5432)}/test`;
-    const stop = async () => {
-      await container.stop();
-    };
-    await untilReachable(() => assertPostgresReachable(url)).catch(async (error: unknown) => {
-      await stop().catch(() => {});
-      throw error;
-    });
-    return { url, stop };
+  container: {
+    image: 'postgres:15',
+    port: 5432,
+    environment: (password) => ({ POSTGRES_PASSWORD: password, POSTGRES_DB: 'test' }),
+    url: (host, port, password) => `postgres://postgres:${password}@${host}:${port}/test`,
   },
 };

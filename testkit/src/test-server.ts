@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { redactUrl, StoreError } from '@percolator/core';
 
 /**
@@ -25,8 +26,19 @@ export interface TestServerSpec {
   readonly exampleUrl: string;
   /** Resolves if a server answers at the URL; rejects with a message that hides passwords. */
   probe(url: string): Promise<unknown>;
-  /** Starts the container (testcontainers is imported only here, only when Docker answers). */
-  startContainer(): Promise<TestServer>;
+  /** The throwaway container, started only when nothing else answers and Docker does. */
+  readonly container: ContainerSpec;
+}
+
+/** A container image that serves the product, and how to reach it. */
+export interface ContainerSpec {
+  readonly image: string;
+  /** The port the server listens on inside the container. */
+  readonly port: number;
+  /** The container's environment, given a fresh random password. */
+  environment(password: string): Record<string, string>;
+  /** The URL of the server at the mapped host and port. */
+  url(host: string, port: number, password: string): string;
 }
 
 /** Seams for testing the choice itself; every default is the real thing. */
@@ -67,7 +79,7 @@ export async function ensureTestServer(
     localError = error;
   }
   if (await (options.dockerAvailable ?? (() => dockerInfoSucceeds()))()) {
-    return (options.startContainer ?? (() => spec.startContainer()))();
+    return (options.startContainer ?? (() => startContainer(spec)))();
   }
   throw new StoreError(
     `No ${spec.product} for the tests: nothing answers at ${redactUrl(localUrl)} and Docker is not ` +
@@ -98,4 +110,29 @@ export async function untilReachable(probe: () => Promise<unknown>): Promise<voi
       await new Promise((resolve) => setTimeout(resolve, 500));
     }
   }
+}
+
+/**
+ * Starts the spec's container with testcontainers (imported only here, only when Docker
+ * answers) on a random port with a generated password, and waits until the probe answers.
+ * testcontainers' reaper removes the container if the process dies.
+ */
+export async function startContainer(spec: Pick<TestServerSpec, 'container' | 'probe'>): Promise<TestServer> {
+  const { GenericContainer, Wait } = await import('testcontainers');
+  const { image, port } = spec.container;
+  const password = randomBytes(12).toString('hex');
+  const container = await new GenericContainer(image)
+    .withEnvironment(spec.container.environment(password))
+    .withExposedPorts(port)
+    .withWaitStrategy(Wait.forListeningPorts())
+    .start();
+  const url = spec.container.url(container.getHost(), container.getMappedPort(port), password);
+  const stop = async () => {
+    await container.stop();
+  };
+  await untilReachable(() => spec.probe(url)).catch(async (error: unknown) => {
+    await stop().catch(() => {});
+    throw error;
+  });
+  return { url, stop };
 }

@@ -37,7 +37,12 @@ const spec: TestServerSpec = {
       socket.once('error', (error) => reject(new Error(`${redactUrl(url)}: ${error.message}`)));
       socket.connect(Number(port), hostname);
     }),
-  startContainer: () => Promise.reject(new Error('no container may be started here')),
+  container: {
+    image: 'no-such-image-may-be-started-here',
+    port: 1,
+    environment: () => ({}),
+    url: () => 'tcp://127.0.0.1:1',
+  },
 };
 
 async function failure(promise: Promise<unknown>): Promise<StoreError> {
