@@ -1,4 +1,5 @@
 import { RowTooLargeError } from './errors.js';
+import { fullCapabilities } from './kit/store-shape.js';
 import { compareKeys } from './names.js';
 import type {
   CasRequest,
@@ -109,16 +110,7 @@ export class MemoryStore implements RowStore {
   private lastVersion = 0;
 
   constructor(options: MemoryStoreOptions = {}) {
-    this.capabilities = {
-      batchRead: true,
-      batchCheckAndSet: true,
-      orderedScan: true,
-      atomicCounter: true,
-      notificationIndex: true,
-      stampedCheckAndSet: true,
-      stampedRead: true,
-      maxStateBytes: options.maxStateBytes ?? 16 * 1024 * 1024,
-    };
+    this.capabilities = fullCapabilities(options.maxStateBytes ?? 16 * 1024 * 1024);
   }
 
   private table(name: string): MemoryTable {

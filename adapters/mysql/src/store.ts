@@ -5,7 +5,6 @@ import {
   checkedStore,
   type NotificationScanOptions,
   type RowRef,
-  type RowStore,
   type ScannedStoredRow,
   type ScanOptions,
   STAMP_OFFSET,
@@ -19,7 +18,11 @@ import {
   DEFAULT_QUERY_TIMEOUT_MS,
   type EncodedRef,
   encodeRef,
+  type FullRowStore,
   failedWithCurrent,
+  fullCapabilities,
+  POOLED_STORE_OPTION_KEYS,
+  type PooledStoreOptions,
   packRounds,
   partlyApplied,
   planCas,
@@ -57,7 +60,7 @@ export function maxStateBytesFor(maxAllowedPacket: number): number {
   return Math.max(0, Math.min(STATE_CAP_BYTES, Math.floor((maxAllowedPacket - PACKET_HEADROOM_BYTES) / 2)));
 }
 
-export interface MySqlStoreOptions {
+export interface MySqlStoreOptions extends PooledStoreOptions {
   /** Used when no `pool` is given. Default: $PERCOLATOR_MYSQL_URL or mysql://root@127.0.0.1:3306/test. */
   readonly uri?: string;
   /**
@@ -65,18 +68,6 @@ export interface MySqlStoreOptions {
    * on it for one-round-trip `checkAndSetMany` (without it, requests are sent one by one).
    */
   readonly pool?: Pool;
-  /** Isolates this store's tables: /^[a-z][a-z0-9_]{0,31}$/, default 'percolator'. */
-  readonly namespace?: string;
-  /** Create the tables if missing (default true). Set false if you run the schema SQL yourself. */
-  readonly createSchema?: boolean;
-  /** Size of the pool the store opens when no `pool` is given (default 10). */
-  readonly maxConnections?: number;
-  /**
-   * How long one statement may wait for its reply before the store gives up (default
-   * 30000 ms). The connection is then destroyed and a write is StoreError 'unknown': it
-   * may still run on the server. Applies to every data statement, also on a pool you pass.
-   */
-  readonly queryTimeoutMs?: number;
 }
 
 export { DEFAULT_QUERY_TIMEOUT_MS };
@@ -84,33 +75,15 @@ export { DEFAULT_QUERY_TIMEOUT_MS };
 /** Versions are BIGINT UNSIGNED values; any other token matches no row. */
 const isIssuableVersion = canonicalIntegerVersions(18446744073709551615n);
 
-const OPTION_KEYS: OptionKeys<MySqlStoreOptions> = {
-  uri: true,
-  pool: true,
-  namespace: true,
-  createSchema: true,
-  maxConnections: true,
-  queryTimeoutMs: true,
-};
+const OPTION_KEYS: OptionKeys<MySqlStoreOptions> = { uri: true, ...POOLED_STORE_OPTION_KEYS };
 
-export interface MySqlStore extends RowStore {
+/**
+ * Every optional method is implemented. stampedCheckAndSet and stampedRead are declared
+ * only when the namespace has the stamped CAS / stamped read procedure (createSchema makes
+ * both); without it the method fails (StoreError 'no').
+ */
+export interface MySqlStore extends FullRowStore {
   readonly namespace: string;
-  // Every optional capability is implemented, so always present. stampedCheckAndSet and
-  // stampedRead are declared only when the namespace has the stamped CAS / stamped read
-  // procedure (createSchema makes both); without it the method fails (StoreError 'no').
-  readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
-  checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]>;
-  scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]>;
-  incrementCounter(name: string, delta: number): Promise<number>;
-  scanNotified(table: string, options: NotificationScanOptions): Promise<string[]>;
-  checkAndSetStamped(
-    request: CasRequest & { readonly state: Uint8Array },
-    counter: string,
-  ): Promise<CasResult & { timestamp?: number }>;
-  readStamped(
-    rows: readonly RowRef[],
-    counter: string,
-  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
   /** Drops this namespace's tables: all of its data. The store is unusable afterwards. */
   dropNamespace(): Promise<void>;
 }
@@ -295,16 +268,10 @@ class MySqlRowStore implements MySqlStore {
     this.namespace = names.namespace;
     this.sql = mysqlStatements(names);
     this.packetBudget = maxAllowedPacket - PACKET_HEADROOM_BYTES;
-    this.capabilities = {
-      batchRead: true,
-      batchCheckAndSet: true,
-      orderedScan: true,
-      atomicCounter: true,
-      notificationIndex: true,
+    this.capabilities = fullCapabilities(maxStateBytesFor(maxAllowedPacket), {
       stampedCheckAndSet: stamped,
       stampedRead,
-      maxStateBytes: maxStateBytesFor(maxAllowedPacket),
-    };
+    });
     this.versions = new VersionAllocator(async () => {
       const header = (await this.connector.run(
         'reserve a version block',

@@ -5,7 +5,6 @@ import {
   checkedStore,
   type NotificationScanOptions,
   type RowRef,
-  type RowStore,
   type ScannedStoredRow,
   type ScanOptions,
   type StoreCapabilities,
@@ -17,8 +16,12 @@ import {
   canonicalIntegerVersions,
   DEFAULT_QUERY_TIMEOUT_MS,
   encodeRef,
+  type FullRowStore,
   failedWithCurrent,
+  fullCapabilities,
   groupsWithDistinctRows,
+  POOLED_STORE_OPTION_KEYS,
+  type PooledStoreOptions,
   partlyApplied,
   planCas,
   resolveUrl,
@@ -53,23 +56,11 @@ export const POSTGRES_MAX_STATE_BYTES = 64 * 1024 * 1024;
 /** A deadlock or serialization failure rolls a whole statement back, so it is safe to send it again. */
 const TRANSIENT_ATTEMPTS = 4;
 
-export interface PostgresStoreOptions {
+export interface PostgresStoreOptions extends PooledStoreOptions {
   /** Used when no `pool` is given. Default: $PERCOLATOR_POSTGRES_URL or postgres://postgres@127.0.0.1:5432/test. */
   readonly connectionString?: string;
   /** A `pg.Pool` you own; `close()` leaves it open. */
   readonly pool?: PgPool;
-  /** Isolates this store's tables: /^[a-z][a-z0-9_]{0,31}$/, default 'percolator'. */
-  readonly namespace?: string;
-  /** Create the tables if missing (default true). Set false if you run the schema SQL yourself. */
-  readonly createSchema?: boolean;
-  /** Size of the pool the store opens when no `pool` is given (default 10). */
-  readonly maxConnections?: number;
-  /**
-   * How long one statement may wait for its reply before the store gives up (default
-   * 30000 ms). The connection is then destroyed and a write is StoreError 'unknown': it
-   * may still run on the server. Applies to every data statement, also on a pool you pass.
-   */
-  readonly queryTimeoutMs?: number;
 }
 
 export { DEFAULT_QUERY_TIMEOUT_MS };
@@ -77,32 +68,11 @@ export { DEFAULT_QUERY_TIMEOUT_MS };
 /** Versions are values of a BIGINT sequence; any other token matches no row. */
 const isIssuableVersion = canonicalIntegerVersions(9223372036854775807n);
 
-const OPTION_KEYS: OptionKeys<PostgresStoreOptions> = {
-  connectionString: true,
-  pool: true,
-  namespace: true,
-  createSchema: true,
-  maxConnections: true,
-  queryTimeoutMs: true,
-};
+const OPTION_KEYS: OptionKeys<PostgresStoreOptions> = { connectionString: true, ...POOLED_STORE_OPTION_KEYS };
 
-export interface PostgresStore extends RowStore {
+/** Every optional method is implemented (readStamped refuses, and stampedRead is false, only on a hand-made schema that lacks its function). */
+export interface PostgresStore extends FullRowStore {
   readonly namespace: string;
-  // Every optional capability is implemented, so always present (readStamped refuses, and
-  // stampedRead is false, only on a hand-made schema that lacks its function).
-  readMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
-  checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]>;
-  scan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]>;
-  incrementCounter(name: string, delta: number): Promise<number>;
-  scanNotified(table: string, options: NotificationScanOptions): Promise<string[]>;
-  checkAndSetStamped(
-    request: CasRequest & { readonly state: Uint8Array },
-    counter: string,
-  ): Promise<CasResult & { timestamp?: number }>;
-  readStamped(
-    rows: readonly RowRef[],
-    counter: string,
-  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
   /** Drops this namespace's tables and sequence: all of its data. The store is unusable afterwards. */
   dropNamespace(): Promise<void>;
 }
@@ -144,16 +114,7 @@ class PostgresRowStore implements PostgresStore {
   readonly name = 'postgres';
   // Not readonly here: verifySchema turns stampedRead off for a user-made schema without
   // the function, before the store is handed out.
-  capabilities: StoreCapabilities = {
-    batchRead: true,
-    batchCheckAndSet: true,
-    orderedScan: true,
-    atomicCounter: true,
-    notificationIndex: true,
-    stampedCheckAndSet: true,
-    stampedRead: true,
-    maxStateBytes: POSTGRES_MAX_STATE_BYTES,
-  };
+  capabilities: StoreCapabilities = fullCapabilities(POSTGRES_MAX_STATE_BYTES);
   readonly namespace: string;
   private readonly sql: PostgresStatements;
   private closed = false;

@@ -12,6 +12,7 @@ import {
   type StoredRow,
   StoreError,
 } from '@percolator/core';
+import { fullCapabilities } from '@percolator/core/kit';
 import type { Cluster, Redis } from 'ioredis';
 import { toStoreError } from './errors.js';
 import { walkIndex } from './index-walk.js';
@@ -106,16 +107,10 @@ export class RedisStore implements RowStore {
   ) {
     this.name = client.isCluster ? 'redis-cluster' : 'redis';
     const stamped = !client.isCluster;
-    this.capabilities = {
-      batchRead: true,
-      batchCheckAndSet: true,
-      orderedScan: true,
-      atomicCounter: true,
-      notificationIndex: true,
+    this.capabilities = fullCapabilities(REDIS_MAX_STATE_BYTES, {
       stampedCheckAndSet: stamped,
       stampedRead: stamped,
-      maxStateBytes: REDIS_MAX_STATE_BYTES,
-    };
+    });
     if (stamped) {
       this.checkAndSetStamped = this.stampedCas.bind(this);
       this.readStamped = this.stampedRead.bind(this);

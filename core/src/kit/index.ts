@@ -30,3 +30,9 @@ export {
 } from './failures.js';
 export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, validateNamespace } from './namespace.js';
 export { DEFAULT_QUERY_TIMEOUT_MS, validateQueryTimeout } from './options.js';
+export {
+  type FullRowStore,
+  fullCapabilities,
+  POOLED_STORE_OPTION_KEYS,
+  type PooledStoreOptions,
+} from './store-shape.js';
