@@ -49,4 +49,14 @@ export {
 } from './history/workload.js';
 export { DEFAULT_SEED, Random } from './random.js';
 export { runConformance, selectCases, summarise } from './runner.js';
+export {
+  type DrawThenRead,
+  drawThenReadMany,
+  type StampedRaceOptions,
+  type StampedRaceResult,
+  type StampedWrite,
+  stampedRace,
+  stampOf,
+  stampTemplate,
+} from './stamped-race.js';
 export * from './types.js';

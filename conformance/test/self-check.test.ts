@@ -1,5 +1,12 @@
-import { type Part, type Report, runConformance } from '@percolator/conformance';
-import { MemoryStore, type RowStore } from '@percolator/core';
+import {
+  drawThenReadMany,
+  type Part,
+  type Report,
+  runConformance,
+  type StampedWrite,
+  stampedRace,
+} from '@percolator/conformance';
+import { MemoryStore, type RowStore, writeStamp } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import {
   CreateOnlyNotificationsStore,
@@ -115,4 +122,20 @@ describe('the conformance suite catches broken stores', () => {
     expect(report.parts.store?.pass).toBe(report.results.filter((r) => r.part === 'store').length);
     expect(report.parts.protocol).toBeUndefined();
   }, 120_000);
+});
+
+describe('the stamped race catches a stamp drawn apart from its write', () => {
+  it('a write stamped from a draw made a moment before it breaks the rule the race checks', async () => {
+    const store = new MemoryStore();
+    // Not atomic: draw, then write in a second call a moment later.
+    const twoSteps: StampedWrite = async (request, counter) => {
+      const timestamp = await store.incrementCounter(counter, 1);
+      await new Promise((resolve) => setTimeout(resolve, 3));
+      const r = await store.checkAndSet({ ...request, state: writeStamp(request.state, timestamp) });
+      return r.ok ? { ...r, timestamp } : r;
+    };
+    const result = await stampedRace({ write: twoSteps, read: drawThenReadMany(store), rows: 20 });
+    expect(result.readsDuringWrites).toBeGreaterThan(0);
+    expect(result.violations.length).toBeGreaterThan(0);
+  }, 60_000);
 });

@@ -1,19 +1,11 @@
-import {
-  ClosedError,
-  InvalidArgumentError,
-  ORACLE_COUNTER,
-  RowTooLargeError,
-  STAMP_OFFSET,
-  StoreError,
-  writeStamp,
-} from '@percolator/core';
+import { ClosedError, ORACLE_COUNTER, STAMP_OFFSET, StoreError, writeStamp } from '@percolator/core';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createRedisClient, createRedisStore, defaultRedisUrl } from '../src/index.js';
 import { counterKeyName, notifyIndexName, rowKeyName, scanIndexName } from '../src/keys.js';
 import { CAS_LUA, CAS_SCRIPT, runScript } from '../src/scripts.js';
-import { REDIS_MAX_STATE_BYTES, type RedisStore } from '../src/store.js';
-import { bytes, namespaceKeys, standaloneStore, uniqueNamespace } from './helpers.js';
+import type { RedisStore } from '../src/store.js';
+import { bytes, standaloneStore, uniqueNamespace } from './helpers.js';
 
 /**
  * The stamped CAS on a standalone Redis (Redis at PERCOLATOR_REDIS_URL): the Lua script
@@ -206,29 +198,9 @@ describe('standalone: stamped check-and-set', () => {
     expect(await client.zcard(notifyIndexName(s.namespace, T))).toBe(2);
   });
 
-  it('rejects bad input and oversized states before sending anything', async () => {
+  // Bad input and oversized states are the core's contract check (conformance: bad arguments).
+  it('stamps the smallest state (the format byte and the slot), and refuses use after close', async () => {
     const s = await store();
-    const bad: [unknown, unknown][] = [
-      [{ table: T, key: 'k', expected: null, state: null }, 'c'],
-      [{ table: T, key: 'k', expected: null, state: 'not bytes' }, 'c'],
-      [{ table: T, key: 'k', expected: null, state: new Uint8Array(STAMP_OFFSET + 7) }, 'c'],
-      [{ table: 'bad table', key: 'k', expected: null, state: template() }, 'c'],
-      [{ table: T, key: '', expected: null, state: template() }, 'c'],
-      [{ table: T, key: 'k', expected: '', state: template() }, 'c'],
-      [{ table: T, key: 'k', expected: null, state: template() }, '\ud800'],
-      [{ table: T, key: 'k', expected: null, state: template() }, 42],
-      [null, 'c'],
-    ];
-    for (const [request, counter] of bad) {
-      await expect(stamped(s)(request as never, counter as never)).rejects.toBeInstanceOf(
-        InvalidArgumentError,
-      );
-    }
-    const huge = new Uint8Array(REDIS_MAX_STATE_BYTES + 1);
-    await expect(
-      stamped(s)({ table: T, key: 'big', expected: null, state: huge }, 'c'),
-    ).rejects.toBeInstanceOf(RowTooLargeError);
-    expect(await namespaceKeys(client, s.namespace)).toEqual([]);
     // The smallest state (just the format byte and the slot) works.
     const r = await stamped(s)(
       { table: T, key: 'k', expected: null, state: new Uint8Array(STAMP_OFFSET + 8) },
@@ -324,51 +296,5 @@ describe('standalone: stamped check-and-set', () => {
     for (const { key, row } of await peers[0]!.scan(T, { limit: 1000 })) {
       if (key !== 'shared') expect(all).toContain(stampOf(row.state));
     }
-  });
-
-  it('a stamped write is visible to anyone who draws a later counter value', async () => {
-    const ns = uniqueNamespace('st');
-    const writers = [await ownStore(ns), await ownStore(ns)];
-    const readers = [await ownStore(ns), await ownStore(ns)];
-    const c = ORACLE_COUNTER;
-    const created = await stamped(writers[0]!)(
-      { table: T, key: 'hot', expected: null, state: template() },
-      c,
-    );
-    const applied: number[] = [created.timestamp!];
-    const observed: { drawn: number; stamp: number }[] = [];
-    let running = true;
-    const writing = writers.map(async (s, w) => {
-      for (let i = 0; i < 250; i++) {
-        const current = (await s.read(T, 'hot'))!;
-        const r = await stamped(s)(
-          { table: T, key: 'hot', expected: current.version, state: template(bytes(`${w}.${i}`)) },
-          c,
-        );
-        if (r.ok) applied.push(r.timestamp!);
-      }
-    });
-    const reading = readers.map(async (s) => {
-      while (running) {
-        // Like a transaction's begin: draw a start timestamp, then read.
-        const drawn = await s.incrementCounter(c, 1);
-        const row = (await s.read(T, 'hot'))!;
-        observed.push({ drawn, stamp: stampOf(row.state) });
-      }
-    });
-    await Promise.all(writing);
-    running = false;
-    await Promise.all(reading);
-    applied.sort((a, b) => a - b);
-    expect(applied.length).toBeGreaterThan(200);
-    expect(observed.length).toBeGreaterThan(50);
-    let violations = 0;
-    for (const { drawn, stamp } of observed) {
-      // The latest write stamped below the reader's value must be visible (or a later one).
-      const latestBefore = applied.filter((ts) => ts < drawn).at(-1)!;
-      if (stamp < latestBefore) violations++;
-      expect(applied).toContain(stamp);
-    }
-    expect(violations).toBe(0);
   });
 });

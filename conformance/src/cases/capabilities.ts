@@ -4,7 +4,8 @@
  * runs only when its capability is declared, and is reported 'not declared' otherwise.
  */
 import { compareKeys, ORACLE_COUNTER, writeStamp } from '@percolator/core';
-import type { ConformanceCase } from '../types.js';
+import { drawThenReadMany, type StampedRaceResult, stampedRace } from '../stamped-race.js';
+import type { CaseContext, ConformanceCase } from '../types.js';
 import { bytes, check, checkEqual, format, pool, sameBytes, show, text } from '../util.js';
 import { ALL_BYTES, create, expectRow, mustRead, OTHER, T, TRICKY_KEYS } from './store-helpers.js';
 
@@ -412,4 +413,52 @@ export const capabilityCases: ConformanceCase[] = [
       }
     },
   },
+  {
+    part: 'store',
+    name: 'checkAndSetStamped under a race: whoever draws a later counter value and then reads sees the stamped write',
+    requires: 'stampedCheckAndSet',
+    timeoutMs: 120_000,
+    async run(ctx) {
+      const writer = await ctx.createStore();
+      const stamped = writer.checkAndSetStamped?.bind(writer);
+      check(stamped !== undefined, 'stampedCheckAndSet is declared but checkAndSetStamped is missing');
+      check(
+        writer.incrementCounter !== undefined,
+        'stampedCheckAndSet needs the counter incrementCounter serves',
+      );
+      const result = await stampedRace({
+        write: stamped,
+        read: drawThenReadMany(writer),
+        rows: ctx.scaled(60, 10),
+      });
+      checkRace(ctx, result);
+    },
+  },
+  {
+    part: 'store',
+    name: 'readStamped under a race with stamped writers: every read sees each write stamped below its timestamp',
+    requires: 'stampedRead',
+    timeoutMs: 120_000,
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const read = store.readStamped?.bind(store);
+      check(read !== undefined, 'stampedRead is declared but readStamped is missing');
+      const stamped = store.checkAndSetStamped?.bind(store);
+      if (!store.capabilities.stampedCheckAndSet || stamped === undefined) {
+        ctx.note('no stampedCheckAndSet: the race needs stamped writers, so only the step above was checked');
+        return;
+      }
+      const result = await stampedRace({ write: stamped, read, rows: ctx.scaled(60, 10) });
+      checkRace(ctx, result);
+    },
+  },
 ];
+
+function checkRace(ctx: CaseContext, result: StampedRaceResult): void {
+  checkEqual(result.violations.slice(0, 5), [], 'reads above a stamp that missed the stamped write');
+  checkEqual(result.repeatedValues, 0, 'counter values handed out twice');
+  check(result.readsDuringWrites > 0, 'no read raced the writes: the race checked nothing');
+  ctx.note(
+    `${result.writes} stamped writes, ${result.reads} reads (${result.readsDuringWrites} during the writes)`,
+  );
+}

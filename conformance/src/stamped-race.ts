@@ -1,0 +1,134 @@
+/**
+ * The race that proves a stamp and its write are one atomic step (store.ts,
+ * `checkAndSetStamped` and `readStamped`): stamped writers (creates, then updates, of
+ * rows of their own) race readers that draw a counter value and then read every row. A
+ * reader whose value is above a write's stamp must see that write (or a later one of the
+ * row). Used by the conformance suite for every store that declares the capability, and by
+ * adapter tests to show the check fails for a step that is not atomic.
+ */
+import { type CasRequest, type CasResult, type RowRef, STAMP_OFFSET, type StoredRow } from '@percolator/core';
+
+export type StampedWrite = (
+  request: CasRequest & { readonly state: Uint8Array },
+  counter: string,
+) => Promise<CasResult & { timestamp?: number }>;
+
+/** Draws a counter value, then reads `rows` (in request order). */
+export type DrawThenRead = (
+  rows: readonly RowRef[],
+  counter: string,
+) => Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
+
+export interface StampedRaceOptions {
+  readonly write: StampedWrite;
+  readonly read: DrawThenRead;
+  readonly counter?: string;
+  readonly table?: string;
+  /** Rows written (default 60), each `rounds` times (default 4). */
+  readonly rows?: number;
+  readonly rounds?: number;
+  /** Concurrent writers and readers (default 5 each). */
+  readonly writers?: number;
+  readonly readers?: number;
+}
+
+export interface StampedRaceResult {
+  /** Reads that break the rule: above a write's stamp, yet the row read missing or older. */
+  readonly violations: string[];
+  readonly writes: number;
+  readonly reads: number;
+  /** Reads whose value was below the last stamp: they raced the writes (the check means something). */
+  readonly readsDuringWrites: number;
+  /** Values handed out twice (by two reads, or by a read and a write): must be 0. */
+  readonly repeatedValues: number;
+}
+
+/** A state with the stamp slot (placeholder bytes) and a tail naming the write. */
+export function stampTemplate(tail: string): Uint8Array {
+  const text = new TextEncoder().encode(tail);
+  const out = new Uint8Array(STAMP_OFFSET + 8 + text.length).fill(0xee, STAMP_OFFSET, STAMP_OFFSET + 8);
+  out.set(text, STAMP_OFFSET + 8);
+  return out;
+}
+
+/** The stamp in a stored state. */
+export function stampOf(state: Uint8Array): number {
+  return Number(new DataView(state.buffer, state.byteOffset, state.byteLength).getBigUint64(STAMP_OFFSET));
+}
+
+export async function stampedRace(options: StampedRaceOptions): Promise<StampedRaceResult> {
+  const counter = options.counter ?? 'race.counter';
+  const table = options.table ?? 'race';
+  const rounds = options.rounds ?? 4;
+  const keys = Array.from({ length: options.rows ?? 60 }, (_, i) => `r${i}`);
+  const refs = keys.map((key) => ({ table, key }));
+  const writers = options.writers ?? 5;
+  const writes: { key: string; ts: number }[] = [];
+  const samples: { timestamp: number; stamps: (number | null)[] }[] = [];
+  let writing = true;
+
+  const writer = async (mine: string[]) => {
+    for (const key of mine) {
+      let expected: string | null = null;
+      for (let round = 0; round < rounds; round++) {
+        const r = await options.write(
+          { table, key, expected, state: stampTemplate(`${key}.${round}`) },
+          counter,
+        );
+        if (!r.ok || r.timestamp === undefined) {
+          throw new Error(`stamped write of ${key} round ${round} did not apply: ${JSON.stringify(r)}`);
+        }
+        writes.push({ key, ts: r.timestamp });
+        expected = r.version;
+      }
+    }
+  };
+  const reader = async () => {
+    while (writing) {
+      const { timestamp, rows } = await options.read(refs, counter);
+      samples.push({ timestamp, stamps: rows.map((row) => (row === null ? null : stampOf(row.state))) });
+    }
+  };
+  const running = Array.from({ length: writers }, (_, w) => writer(keys.filter((_, i) => i % writers === w)));
+  const reading = Array.from({ length: options.readers ?? 5 }, () => reader());
+  await Promise.all(running).finally(() => {
+    writing = false;
+  });
+  await Promise.all(reading);
+
+  const lastStamp = Math.max(...writes.map((w) => w.ts));
+  const all = [...samples.map((x) => x.timestamp), ...writes.map((w) => w.ts)];
+  const violations: string[] = [];
+  const index = new Map(keys.map((key, i) => [key, i]));
+  for (const { timestamp, stamps } of samples) {
+    for (const { key, ts } of writes) {
+      if (timestamp <= ts) continue;
+      const seen = stamps[index.get(key)!]!;
+      if (seen === null || seen < ts) {
+        violations.push(`drew ${timestamp} > stamp ${ts} of ${key}, then read ${seen ?? 'nothing'}`);
+      }
+    }
+  }
+  return {
+    violations,
+    writes: writes.length,
+    reads: samples.length,
+    readsDuringWrites: samples.filter((x) => x.timestamp < lastStamp).length,
+    repeatedValues: all.length - new Set(all).size,
+  };
+}
+
+/** `read` for stores without stampedRead: draw with `incrementCounter`, then `readMany` (or `read`s). */
+export function drawThenReadMany(store: {
+  incrementCounter?(name: string, delta: number): Promise<number>;
+  readMany?(rows: readonly RowRef[]): Promise<(StoredRow | null)[]>;
+  read(table: string, key: string): Promise<StoredRow | null>;
+}): DrawThenRead {
+  return async (rows, counter) => {
+    const timestamp = await store.incrementCounter!(counter, 1);
+    const found = store.readMany
+      ? await store.readMany(rows)
+      : await Promise.all(rows.map((r) => store.read(r.table, r.key)));
+    return { timestamp, rows: found };
+  };
+}
