@@ -1,4 +1,4 @@
-import { StoreError } from '@percolator/core';
+import { redactUrl, StoreError } from '@percolator/core';
 import { type UrlLookup, urlFromEnv } from '@percolator/core/kit';
 import { type Connection, createConnection } from 'mysql2/promise';
 import { isAuthFailure, messageOf } from './errors.js';
@@ -12,16 +12,8 @@ export function resolveMySqlUrl(env: NodeJS.ProcessEnv = process.env): string {
   return urlFromEnv(MYSQL_URL, env);
 }
 
-/** The URL without its password, for messages. */
-export function redactUrl(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password !== '') parsed.password = '***';
-    return parsed.toString();
-  } catch {
-    return '(unparsable URL)';
-  }
-}
+/** The URL without its password, for messages: core's one redaction, re-exported as before. */
+export { redactUrl };
 
 /**
  * Resolves the URL and proves the server answers; otherwise throws a StoreError('no')

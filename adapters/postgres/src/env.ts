@@ -1,4 +1,4 @@
-import { StoreError } from '@percolator/core';
+import { redactUrl, StoreError } from '@percolator/core';
 import { type UrlLookup, urlFromEnv } from '@percolator/core/kit';
 import { isAuthFailure, messageOf } from './errors.js';
 import { createPgPool } from './pg.js';
@@ -16,16 +16,8 @@ export function resolvePostgresUrl(env: NodeJS.ProcessEnv = process.env): string
   return urlFromEnv(POSTGRES_URL, env);
 }
 
-/** The URL without its password, for messages. */
-export function redactUrl(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password !== '') parsed.password = '***';
-    return parsed.toString();
-  } catch {
-    return '(unparsable URL)';
-  }
-}
+/** The URL without its password, for messages: core's one redaction, re-exported as before. */
+export { redactUrl };
 
 /**
  * Resolves the URL and proves the server answers; otherwise throws a StoreError('no')

@@ -1,4 +1,4 @@
-import { checkedStore, InvalidArgumentError, StoreError } from '@percolator/core';
+import { checkedStore, InvalidArgumentError, redactUrl, StoreError } from '@percolator/core';
 import { resolveUrl, validateNamespace } from '@percolator/core/kit';
 import type { Cluster, Redis } from 'ioredis';
 import { createRedisClient, REDIS_URL } from './client.js';
@@ -90,7 +90,7 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
       client.disconnect();
       const cause = authFailure ?? error;
       throw new StoreError(
-        `cannot connect to Redis at ${redact(url)} (from ${source}): ${(cause as Error).message}`,
+        `cannot connect to Redis at ${redactUrl(url)} (from ${source}): ${(cause as Error).message}`,
         'no',
         { cause, retryable: !isAuthFailure(cause) },
       );
@@ -175,8 +175,4 @@ function describeClient(client: RedisClient): string {
   }
   const { host, port } = client.options as { host?: string; port?: number };
   return `Redis at ${host}:${port}`;
-}
-
-function redact(url: string): string {
-  return url.replace(/\/\/[^@/]*@/, '//***@');
 }
