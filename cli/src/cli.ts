@@ -8,7 +8,8 @@
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { InvalidArgumentError, type RowStore } from '@percolator/core';
+import type { NamespaceAdmin } from '@percolator/connect';
+import { InvalidArgumentError, type RowStore, validateRowKey, validateUserTable } from '@percolator/core';
 import {
   type CommandResult,
   gcCommand,
@@ -17,8 +18,10 @@ import {
   notificationsCommand,
   resolveCommand,
 } from './commands.js';
+import { dumpCommand } from './dump.js';
 import { EXIT, type ExitCode, NotFoundError, UsageError } from './errors.js';
 import { parseDuration } from './format.js';
+import { dropNamespaceCommand, namespacesCommand } from './namespaces.js';
 import {
   BACKENDS,
   type BackendName,
@@ -27,6 +30,7 @@ import {
   type OpenedStore,
   openBackend,
   openComposite,
+  openNamespaceAdmin,
   UnreachableError,
 } from './open.js';
 
@@ -52,7 +56,12 @@ interface CommandSpec {
   readonly about: string;
   readonly positionals: { min: number; max: number };
   readonly options: Record<string, { type: 'string' | 'boolean' }>;
-  run(store: RowStore, positionals: string[], values: Values): Promise<CommandResult>;
+  /** Checks the arguments before anything is opened (UsageError). */
+  check?(positionals: string[], values: Values): void;
+  /** A command on one namespace's data. */
+  run?(store: RowStore, positionals: string[], values: Values): Promise<CommandResult>;
+  /** A command on a backend's catalog of namespaces (no --namespace, no --config). */
+  runAdmin?(admin: NamespaceAdmin, positionals: string[], values: Values): Promise<CommandResult>;
 }
 
 type Values = Record<string, string | boolean | undefined>;
@@ -75,6 +84,16 @@ function integerOption(values: Values, name: string, min: number): number | unde
   return n;
 }
 
+/** Table and row names as the library accepts them (never reaching a query as text). */
+function names(table: string, row?: string): void {
+  try {
+    validateUserTable(table);
+    if (row !== undefined) validateRowKey(row);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+}
+
 export const COMMANDS: Record<string, CommandSpec> = {
   inspect: {
     usage: 'percolator inspect TABLE ROW [connection options]',
@@ -85,6 +104,7 @@ notification and observer acks. Reads that row (and the primaries of its locks) 
 Exit 4 if the row is not stored.`,
     positionals: { min: 2, max: 2 },
     options: {},
+    check: ([table, row]) => names(table!, row),
     run: (store, [table, row]) => inspectCommand(store, { table: table!, row: row! }),
   },
   locks: {
@@ -96,6 +116,10 @@ past its TTL, and the next reader rolls it back). Reads only.
 Exit 0 if none, 1 if any lock is listed (for monitoring), 4 if TABLE holds no rows.`,
     positionals: { min: 1, max: 1 },
     options: { 'older-than': { type: 'string' } },
+    check: ([table], values) => {
+      names(table!);
+      durationOption(values, 'older-than');
+    },
     run: (store, [table], values) =>
       locksCommand(store, { table: table!, olderThanMs: durationOption(values, 'older-than') }),
   },
@@ -114,6 +138,10 @@ Exit 0 if every lock is settled (or there was none), 1 if a live lock was left, 
 row is not stored.`,
     positionals: { min: 2, max: 2 },
     options: { wait: { type: 'string' } },
+    check: ([table, row], values) => {
+      names(table!, row);
+      durationOption(values, 'wait');
+    },
     run: (store, [table, row], values) =>
       resolveCommand(store, { table: table!, row: row!, waitMs: durationOption(values, 'wait') }),
   },
@@ -128,11 +156,58 @@ observed tables.
 Exit 0 (with or without a backlog), 4 if a TABLE holds no rows.`,
     positionals: { min: 1, max: Number.POSITIVE_INFINITY },
     options: { observer: { type: 'string' } },
+    check: (tables) => {
+      for (const t of tables) names(t);
+    },
     run: (store, tables, values) =>
       notificationsCommand(store, {
         tables,
         ...(values.observer === undefined ? {} : { observer: String(values.observer) }),
       }),
+  },
+  dump: {
+    usage: 'percolator dump TABLE [--row KEY] [--limit N] [connection options]',
+    about: `The latest committed value of every column of every row of TABLE (or of one row),
+read through a Percolator snapshot transaction that is rolled back, never committed. Values
+print as JSON strings when they are valid UTF-8, else as 0x and hex. An uncommitted value is
+never shown: a lock is handled exactly as any reader handles it (one whose owner is gone is
+rolled back or forward through its primary), and the start timestamp is drawn from the
+store's counter like any reader's.
+  --row KEY   only this row
+  --limit N   at most N rows
+Exit 0 done, 4 if the table or row holds no committed value.`,
+    positionals: { min: 1, max: 1 },
+    options: { row: { type: 'string' }, limit: { type: 'string' } },
+    check: ([table], values) => {
+      names(table!, values.row === undefined ? undefined : String(values.row));
+      integerOption(values, 'limit', 1);
+    },
+    run: (store, [table], values) =>
+      dumpCommand(store, {
+        table: table!,
+        ...(values.row === undefined ? {} : { row: String(values.row) }),
+        ...(values.limit === undefined ? {} : { limit: integerOption(values, 'limit', 1)! }),
+      }),
+  },
+  namespaces: {
+    usage: 'percolator namespaces --backend B [--url URL] [--json]',
+    about: `The namespaces a store holds, from its own catalog (SQL tables by the adapters' naming
+rule, Redis keys by SCAN, DynamoDB partition keys by Scan), each with what it holds.
+Exit 0 done.`,
+    positionals: { min: 0, max: 0 },
+    options: {},
+    runAdmin: (admin) => namespacesCommand(admin),
+  },
+  'drop-namespace': {
+    usage: 'percolator drop-namespace NAME --backend B [--url URL] --yes',
+    about: `Drops every row of one namespace, for every client using it. Without --yes it only says
+what it would drop (exit 1).
+  --yes   really drop
+Exit 0 dropped, 1 refused without --yes, 4 no such namespace.`,
+    positionals: { min: 1, max: 1 },
+    options: { yes: { type: 'boolean' } },
+    runAdmin: (admin, [name], values) =>
+      dropNamespaceCommand(admin, { name: name!, yes: values.yes === true }),
   },
   gc: {
     usage: 'percolator gc TABLE [--dry-run] [--row KEY] [retention options] [connection options]',
@@ -154,6 +229,12 @@ snapshots fail sooner. Exit 0 done, 4 if TABLE holds no rows (or ROW is not stor
       retention: { type: 'string' },
       'max-versions': { type: 'string' },
       'inline-history-bytes': { type: 'string' },
+    },
+    check: ([table], values) => {
+      names(table!, values.row === undefined ? undefined : String(values.row));
+      durationOption(values, 'retention');
+      integerOption(values, 'max-versions', 1);
+      integerOption(values, 'inline-history-bytes', 0);
     },
     run: (store, [table], values) => {
       const retentionMs = durationOption(values, 'retention');
@@ -181,6 +262,9 @@ Commands:
   resolve TABLE ROW [--wait D]     settle a row's stuck locks exactly as a reader would
   notifications TABLE... [--observer NAME]   pending notifications, oldest change per column
   gc TABLE [--dry-run]             prune what the retention policy allows; versions and bytes freed
+  dump TABLE [--row KEY]           the latest committed values (read as a snapshot, never written)
+  namespaces                       the namespaces a store holds
+  drop-namespace NAME --yes        drop one namespace's data
 ${CONNECTION}
 ${EXITS}`;
 
@@ -200,6 +284,8 @@ export interface CliIo {
   readonly err: (text: string) => void;
   /** Replaces opening the store from the connection options (tests: an in-process store). */
   readonly openStore?: () => Promise<OpenedStore>;
+  /** Replaces opening a backend's namespace catalog. */
+  readonly openAdmin?: typeof openNamespaceAdmin;
 }
 
 const processIo: CliIo = {
@@ -211,13 +297,7 @@ function commandHelp(spec: CommandSpec): string {
   return `usage: ${spec.usage}\n${spec.about}\n${CONNECTION}\n${EXITS}`;
 }
 
-async function openFromValues(values: Values): Promise<OpenedStore> {
-  if (values.config !== undefined) {
-    if (values.backend !== undefined || values.url !== undefined)
-      throw new UsageError('--config names every store itself: leave out --backend and --url');
-    const config = await loadCompositeConfig(String(values.config));
-    return openComposite(config, values.namespace as string | undefined);
-  }
+function checkedBackend(values: Values): BackendName {
   const backend = values.backend;
   if (backend === undefined) throw new UsageError('--backend (or --config) is required');
   if (backend === 'memory')
@@ -226,8 +306,18 @@ async function openFromValues(values: Values): Promise<OpenedStore> {
     );
   if (!(BACKENDS as readonly string[]).includes(String(backend)))
     throw new UsageError(`--backend must be one of ${BACKENDS.join(', ')}`);
+  return backend as BackendName;
+}
+
+async function openFromValues(values: Values): Promise<OpenedStore> {
+  if (values.config !== undefined) {
+    if (values.backend !== undefined || values.url !== undefined)
+      throw new UsageError('--config names every store itself: leave out --backend and --url');
+    const config = await loadCompositeConfig(String(values.config));
+    return openComposite(config, values.namespace as string | undefined);
+  }
   return openBackend({
-    backend: backend as BackendName,
+    backend: checkedBackend(values),
     ...(values.url === undefined ? {} : { url: String(values.url) }),
     ...(values.namespace === undefined ? {} : { namespace: String(values.namespace) }),
     ...(values.region === undefined ? {} : { region: String(values.region) }),
@@ -274,6 +364,12 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
     io.err(`wrong number of arguments for ${name}\n\n${commandHelp(spec)}\n`);
     return EXIT.usage;
   }
+  try {
+    spec.check?.(positionals, values);
+  } catch (error) {
+    return report(error, name, spec, io);
+  }
+  if (spec.runAdmin) return runAdminCommand(name, spec, positionals, values, io);
   let opened: OpenedStore;
   try {
     opened = await (io.openStore ?? (() => openFromValues(values)))();
@@ -281,14 +377,53 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
     return report(error, name, spec, io);
   }
   try {
-    const result = await spec.run(opened.store, positionals, values);
-    if (values.json === true) io.out(`${JSON.stringify(result.data, null, 2)}\n`);
-    else io.out(`${result.text}\n  (${opened.target})\n`);
+    const result = await spec.run!(opened.store, positionals, values);
+    print(result, values, opened.target, io);
     return result.code;
   } catch (error) {
     return report(error, name, spec, io, opened.target);
   } finally {
     await opened.close().catch(() => undefined);
+  }
+}
+
+function print(result: CommandResult, values: Values, target: string, io: CliIo): void {
+  if (values.json === true) io.out(`${JSON.stringify(result.data, null, 2)}\n`);
+  else if (result.refused) io.err(`${result.text}\n  (${target})\n`);
+  else io.out(`${result.text}\n  (${target})\n`);
+}
+
+/** namespaces / drop-namespace: on a backend's catalog, not on one namespace's data. */
+async function runAdminCommand(
+  name: string,
+  spec: CommandSpec,
+  positionals: string[],
+  values: Values,
+  io: CliIo,
+): Promise<ExitCode> {
+  let admin: NamespaceAdmin;
+  try {
+    if (values.config !== undefined || values.namespace !== undefined)
+      throw new UsageError(`${name} works on a whole backend: leave out --config and --namespace`);
+    const backend = checkedBackend(values);
+    admin = await (io.openAdmin ?? openNamespaceAdmin)({
+      backend,
+      ...(values.url === undefined ? {} : { url: String(values.url) }),
+      ...(values.region === undefined ? {} : { region: String(values.region) }),
+      ...(values['dynamodb-table'] === undefined ? {} : { dynamoTable: String(values['dynamodb-table']) }),
+    });
+  } catch (error) {
+    return report(error, name, spec, io);
+  }
+  const target = `${values.backend} ${admin.target}`;
+  try {
+    const result = await spec.runAdmin!(admin, positionals, values);
+    print(result, values, target, io);
+    return result.code;
+  } catch (error) {
+    return report(error, name, spec, io, target);
+  } finally {
+    await admin.close().catch(() => undefined);
   }
 }
 

@@ -34,6 +34,8 @@ export interface CommandResult<T = unknown> {
   readonly code: ExitCode;
   readonly data: T;
   readonly text: string;
+  /** The command declined to act (printed on stderr). */
+  readonly refused?: boolean;
 }
 
 /** Names are checked before the store is asked anything: a bad one is a usage error. */

@@ -11,17 +11,25 @@ export {
   notificationsCommand,
   resolveCommand,
 } from './commands.js';
+export {
+  type DumpedCell,
+  dumpCommand,
+  dumpTable,
+  type ReadCommittedOptions,
+  readCommitted,
+  showValue,
+} from './dump.js';
 export { EXIT, type ExitCode, NotFoundError, UsageError } from './errors.js';
+export { dropNamespaceCommand, namespacesCommand } from './namespaces.js';
 export {
   BACKENDS,
   type BackendName,
-  type CompositeConfig,
   loadCompositeConfig,
   NamespaceNotFoundError,
   type OpenedStore,
   openBackend,
   openComposite,
-  parseCompositeConfig,
+  openNamespaceAdmin,
   type StoreTarget,
   UnreachableError,
 } from './open.js';

@@ -7,22 +7,13 @@
  * exits 1 if any case failed (2 on a usage or connection error). In this repository:
  * `pnpm conformance -- --backend ...` (builds first).
  *
- * percolator-conformance namespaces --backend B [--url URL]
- * percolator-conformance drop-namespace NAME --backend B [--url URL] --yes
- *
- * List a store's namespaces, or drop one (namespaces.ts).
- *
- * percolator-conformance dump TABLE --backend B [--url URL] [--namespace NS] [--row KEY] [--json]
- * percolator-conformance inspect TABLE ROW --backend B [--url URL] [--namespace NS] [--json]
- *
- * Read-only views of stored data: latest committed values, or one decoded head row (dump.ts).
+ * Operator commands (inspect, dump, locks, resolve, gc, namespaces, drop-namespace) are in the
+ * `percolator` CLI (@percolator/cli, docs/operations.md).
  */
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { BACKENDS, type Backend, type BackendName, DEFAULT_SCALES, openBackend } from './backends.js';
-import { isDumpCommand, runDumpCli } from './dump.js';
-import { isNamespaceCommand, runNamespaceCli } from './namespaces.js';
 import { defaultSeed } from './random.js';
 import { runConformance } from './runner.js';
 import { PARTS, type Part, type Report } from './types.js';
@@ -37,12 +28,11 @@ const USAGE = `usage: percolator-conformance --backend <${BACKENDS.join('|')}> [
   --grep TEXT      only cases whose "part: name" contains TEXT
   --region R       DynamoDB region      --table T   DynamoDB table name
   --json           print the report as JSON after the table
-Namespaces (see percolator-conformance namespaces --help):
-       percolator-conformance namespaces --backend <name> [--url URL]
-       percolator-conformance drop-namespace NAME --backend <name> [--url URL] --yes
-Read-only views of stored data (see percolator-conformance dump --help):
-       percolator-conformance dump TABLE --backend <name> [--url URL] [--namespace NS] [--row KEY] [--json]
-       percolator-conformance inspect TABLE ROW --backend <name> [--url URL] [--namespace NS] [--json]`;
+To look inside a deployment (inspect, dump, locks, resolve, gc, namespaces, drop-namespace),
+use the operator CLI: percolator --help (@percolator/cli; in this repository pnpm percolator).`;
+
+/** Operator commands that moved to @percolator/cli. */
+const MOVED_COMMANDS = ['dump', 'inspect', 'namespaces', 'drop-namespace', 'locks', 'resolve', 'gc'];
 
 class UsageError extends Error {}
 
@@ -152,10 +142,13 @@ const processIo: CliIo = {
 
 /** Runs the CLI; resolves to the exit code: 0 all passed, 1 a case failed, 2 usage or connection error. */
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
-  // `namespaces` / `drop-namespace`: see namespaces.ts (its own exit codes).
-  if (isNamespaceCommand(argv)) return runNamespaceCli(argv, io);
-  // `dump` / `inspect`: see dump.ts (read-only; its own exit codes).
-  if (isDumpCommand(argv)) return runDumpCli(argv, io);
+  const moved = argv.find((a) => a !== '--');
+  if (moved !== undefined && MOVED_COMMANDS.includes(moved)) {
+    io.err(
+      `percolator-conformance runs the conformance suite only; "${moved}" is a command of the operator CLI: percolator ${moved} --help (@percolator/cli)\n`,
+    );
+    return 2;
+  }
   let args: CliArgs;
   try {
     args = parseCliArgs(argv);

@@ -2,17 +2,6 @@
 export { allCases } from './cases/index.js';
 export { CrashPlans, type StopPoint, stopAt } from './crash.js';
 export {
-  type DumpedCell,
-  dumpTable,
-  type InspectedCell,
-  type InspectedRow,
-  inspectRow,
-  NothingThereError,
-  type ReadCommittedOptions,
-  readCommitted,
-  showValue,
-} from './dump.js';
-export {
   type CallListener,
   type FaultEvent,
   type FaultKind,

@@ -84,4 +84,15 @@ describe('conformance CLI', () => {
     ]);
     expect(args).toMatchObject({ backend: 'postgres', url: 'postgres://x', seed: 42, scale: 2 });
   });
+
+  it('runs the suite only: the operator commands point to the percolator CLI (exit 2)', async () => {
+    for (const command of ['dump', 'inspect', 'namespaces', 'drop-namespace']) {
+      const run = io();
+      expect(await runCli(['--', command, 'accounts', '--backend', 'postgres'], run.io)).toBe(2);
+      expect(run.err.join('')).toContain(`percolator ${command} --help`);
+    }
+    const help = io();
+    expect(await runCli(['--help'], help.io)).toBe(0);
+    expect(help.out.join('')).toContain('use the operator CLI: percolator --help');
+  });
 });

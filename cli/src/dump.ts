@@ -1,0 +1,159 @@
+/**
+ * `percolator dump TABLE [--row KEY] [--limit N]`: the latest committed values, read with
+ * the library's own decoder through a Percolator snapshot transaction that is rolled back,
+ * never committed. (Moved here from the conformance CLI.)
+ *
+ * A lock is handled exactly as any reader handles it: an uncommitted value is never shown,
+ * and a lock whose owner has gone is rolled back or forward through its primary
+ * (docs/protocol.md section 5), the protocol's own cleanup, not a write of data. Like any
+ * reader it draws its start timestamp from the store's counter; before that, one plain
+ * read checks that the table (or row) is stored at all, so asking for something that is
+ * not there changes nothing.
+ */
+import {
+  compareKeys,
+  inspectHeadRow,
+  isReservedColumn,
+  Percolator,
+  type RowStore,
+  UnsupportedOperationError,
+  validateRowKey,
+  validateUserTable,
+} from '@percolator/core';
+import type { CommandResult } from './commands.js';
+import { EXIT, NotFoundError } from './errors.js';
+import { plural, shown } from './format.js';
+
+export interface DumpedCell {
+  readonly row: string;
+  readonly column: string;
+  /** UTF-8 text when the bytes are valid UTF-8, else lowercase hex. */
+  readonly value: string;
+  readonly encoding: 'utf8' | 'hex';
+}
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** Bytes as UTF-8 text when they are valid UTF-8, else as hex. */
+export function showValue(bytes: Uint8Array): { value: string; encoding: 'utf8' | 'hex' } {
+  try {
+    return { value: strictUtf8.decode(bytes), encoding: 'utf8' };
+  } catch {
+    return {
+      value: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex'),
+      encoding: 'hex',
+    };
+  }
+}
+
+export interface ReadCommittedOptions {
+  /** Only this row. */
+  readonly row?: string;
+  /** At most this many rows. */
+  readonly limit?: number;
+}
+
+/**
+ * The latest committed value of every column of the rows of `table` (or of one row), in
+ * key order, through one snapshot transaction that is rolled back. Reserved (observer)
+ * columns are left out, as `tx.scan` leaves them out. NotFoundError, before any timestamp
+ * is drawn, when the table (or row) holds no stored row; UnsupportedOperationError without
+ * `row` on a store that cannot scan in key order.
+ */
+export async function* readCommitted(
+  store: RowStore,
+  table: string,
+  options: ReadCommittedOptions = {},
+): AsyncGenerator<{ row: string; column: string; value: Uint8Array }> {
+  validateUserTable(table);
+  const { row, limit } = options;
+  if (row !== undefined) validateRowKey(row);
+  if (row === undefined && (!store.capabilities.orderedScan || !store.scan)) {
+    throw new UnsupportedOperationError(
+      `store "${store.name}" cannot scan rows in key order: pass --row KEY to read one row`,
+    );
+  }
+  const exists =
+    row === undefined
+      ? (await store.scan!(table, { limit: 1 })).length > 0
+      : (await store.read(table, row)) !== null;
+  if (!exists)
+    throw new NotFoundError(
+      row === undefined
+        ? `table ${shown(table)} holds no rows`
+        : `row ${shown(row)} of ${shown(table)} is not stored`,
+    );
+  const db = new Percolator({ store });
+  // begin() draws the start timestamp now: every commit below it has its locks or records
+  // in the head rows read after this point.
+  const tx = await db.begin();
+  try {
+    if (row === undefined) {
+      for await (const scanned of tx.scan(table, { limit })) {
+        const columns = [...scanned.columns.keys()].sort(compareKeys);
+        for (const column of columns) yield { row: scanned.row, column, value: scanned.columns.get(column)! };
+      }
+      return;
+    }
+    // One row: its columns are named by its head row (read after the snapshot was drawn);
+    // each value is then read through the transaction, which resolves any lock first.
+    const stored = await store.read(table, row);
+    if (stored === null) return;
+    const columns = inspectHeadRow(stored.state)
+      .cells.map((c) => c.column)
+      .filter((c) => !isReservedColumn(c))
+      .sort(compareKeys);
+    for (const column of columns) {
+      const value = await tx.get(table, row, column);
+      if (value !== undefined) yield { row, column, value };
+    }
+  } finally {
+    await tx.rollback();
+    await db.close();
+  }
+}
+
+/** Every committed value readCommitted finds, shown as text or hex; NotFoundError when there is none. */
+export async function dumpTable(
+  store: RowStore,
+  table: string,
+  options: ReadCommittedOptions = {},
+): Promise<DumpedCell[]> {
+  const cells: DumpedCell[] = [];
+  for await (const c of readCommitted(store, table, options))
+    cells.push({ row: c.row, column: c.column, ...showValue(c.value) });
+  if (cells.length === 0)
+    throw new NotFoundError(
+      options.row === undefined
+        ? `table ${shown(table)} has no committed values`
+        : `row ${shown(options.row)} of ${shown(table)} has no committed values`,
+    );
+  return cells;
+}
+
+function cellText(c: DumpedCell): string {
+  return c.encoding === 'utf8' ? JSON.stringify(c.value) : `0x${c.value}`;
+}
+
+export async function dumpCommand(
+  store: RowStore,
+  args: { table: string; row?: string; limit?: number },
+): Promise<CommandResult<DumpedCell[]>> {
+  const cells = await dumpTable(store, args.table, {
+    ...(args.row === undefined ? {} : { row: args.row }),
+    ...(args.limit === undefined ? {} : { limit: args.limit }),
+  });
+  const lines = [`${shown(args.table)} (latest committed values)`];
+  let lastRow: string | undefined;
+  let rows = 0;
+  for (const cell of cells) {
+    if (cell.row !== lastRow) {
+      rows++;
+      lastRow = cell.row;
+      lines.push(shown(cell.row));
+    }
+    lines.push(`  ${shown(cell.column)}  ${cellText(cell)}`);
+  }
+  lines.push(`${plural(rows, 'row')}, ${plural(cells.length, 'value')}`);
+  return { code: EXIT.ok, data: cells, text: lines.join('\n') };
+}
