@@ -112,11 +112,14 @@ async function measure(spec: CellSpec, session: WorkloadSession | undefined): Pr
   const stats = new CellStats();
   const start = engine.counters();
   const runsBefore = session?.observerRuns?.();
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   await drive(steps, t0 + spec.durationMs, stats, spec.signal);
   const elapsedMs = performance.now() - t0;
   const runsAfter = session?.observerRuns?.();
   await engine.settle?.();
+  // After the background work of the window's commits, which is theirs too.
+  const cpu = process.cpuUsage(cpu0);
   const end = engine.counters();
   const observer =
     runsBefore === undefined || runsAfter === undefined
@@ -138,7 +141,8 @@ async function measure(spec: CellSpec, session: WorkloadSession | undefined): Pr
         ? { ok: false, detail: 'no transaction committed' }
         : await session!.verify()
       : verify(workload.check, ledger, committed, before, after);
-  return toResult(spec, stats, warmup, elapsedMs, start, end, check, observer, probed?.figures);
+  const cpuMs = (cpu.user + cpu.system) / 1000;
+  return toResult(spec, stats, warmup, elapsedMs, start, end, check, observer, probed?.figures, cpuMs);
 }
 
 /**
@@ -207,6 +211,7 @@ function toResult(
   check: CheckOutcome,
   observer: ObserverFigures | undefined,
   criticalPath: CriticalPathFigures | undefined,
+  cpuMs: number,
 ): BenchResult {
   const samples = [...warmup.errorSamples, ...stats.errorSamples].slice(0, 5);
   const roundTrips = end.roundTrips - start.roundTrips;
@@ -220,6 +225,7 @@ function toResult(
     variant: spec.engine.variant,
     concurrency: spec.concurrency,
     throughput: round(perSecond(stats.committed, elapsedMs), 1),
+    ...(stats.committed > 0 ? { clientCpuMsPerTx: round(cpuMs / stats.committed, 4) } : {}),
     p50Ms: round(stats.latency.percentileMs(50)),
     p95Ms: round(stats.latency.percentileMs(95)),
     p99Ms: round(stats.latency.percentileMs(99)),

@@ -50,6 +50,13 @@ export interface BenchResult {
    * Calls made by aborted attempts are included.
    */
   readonly roundTrips: number;
+  /**
+   * CPU time of this process (user + system) over the measured window, per committed
+   * transaction, in ms: the client's own cost (and the in-process store's, on memory), which
+   * a busy machine changes far less than throughput. Background work of other engines is
+   * not running then; the warm-up and probes are outside the window.
+   */
+  readonly clientCpuMsPerTx?: number;
   /** Store round trips in the measured window, in all (`roundTrips` × transactions, unrounded). */
   readonly storeCalls?: number;
   /** Commands per committed transaction where that differs from round trips (Redis MULTI blocks). */

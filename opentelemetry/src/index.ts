@@ -1,7 +1,6 @@
 import type {
   Attributes,
   Context,
-  Counter,
   Histogram,
   Meter,
   MeterProvider,
@@ -72,22 +71,15 @@ const ERROR = 2;
 /** Epoch milliseconds of a performance.now() reading (what the events carry). */
 const epochMs = (t: number): number => performance.timeOrigin + t;
 
-interface Instruments {
-  transactions: Counter;
-  retries: Counter;
-  resolutions: Counter;
+interface Histograms {
   transactionDuration: Histogram;
   stepDuration: Histogram;
   lockWaitDuration: Histogram;
   tidyDuration: Histogram;
-  tidyMoved: Counter;
-  tidyMovedBytes: Counter;
-  tidyDeleted: Counter;
-  observerRuns: Counter;
   observerRunDuration: Histogram;
 }
 
-function instruments(meter: Meter): Instruments {
+function histograms(meter: Meter): Histograms {
   const seconds = (name: string, description: string) =>
     meter.createHistogram(name, {
       description,
@@ -95,35 +87,60 @@ function instruments(meter: Meter): Instruments {
       advice: { explicitBucketBoundaries: DURATION_BUCKETS },
     });
   return {
-    transactions: meter.createCounter('percolator.transactions', {
-      description:
-        'Transactions ended, by percolator.outcome (committed, conflict, commitUnknown, snapshotTooOld, ...)',
-    }),
-    retries: meter.createCounter('percolator.retries', {
-      description: 'Attempts of db.transact run again after a retryable failure',
-    }),
-    resolutions: meter.createCounter('percolator.lock.resolutions', {
-      description: 'Locks of other transactions settled, by percolator.outcome (rolledForward, rolledBack)',
-    }),
-    transactionDuration: seconds('percolator.transaction.duration', 'Transaction duration, begin to end'),
+    transactionDuration: seconds(
+      'percolator.transaction.duration',
+      'Transaction duration, begin to end, by percolator.outcome',
+    ),
     stepDuration: seconds('percolator.commit.step.duration', 'Commit step duration, by percolator.step'),
     lockWaitDuration: seconds('percolator.lock.wait.duration', 'Time a read waited on a lock'),
     tidyDuration: seconds('percolator.tidy.duration', 'Tidy (GC) pass over one head row'),
-    tidyMoved: meter.createCounter('percolator.tidy.versions_moved', {
-      description: 'Old values moved to version rows',
-    }),
-    tidyMovedBytes: meter.createCounter('percolator.tidy.bytes_moved', {
-      description: 'Bytes of old values moved to version rows',
-      unit: 'By',
-    }),
-    tidyDeleted: meter.createCounter('percolator.tidy.versions_deleted', {
-      description: 'Pruned version rows deleted',
-    }),
-    observerRuns: meter.createCounter('percolator.observer.runs', {
-      description: 'Observer runs, by percolator.observer and percolator.outcome (ran, skipped, failed)',
-    }),
     observerRunDuration: seconds('percolator.observer.run.duration', 'Observer run duration'),
   };
+}
+
+/** The counters: name -> description (and unit). */
+const COUNTERS = {
+  'percolator.transactions':
+    'Transactions ended, by percolator.outcome (committed, conflict, commitUnknown, snapshotTooOld, ...)',
+  'percolator.retries': 'Attempts of db.transact run again after a retryable failure',
+  'percolator.lock.resolutions':
+    'Locks of other transactions settled, by percolator.outcome (rolledForward, rolledBack) and percolator.by',
+  'percolator.tidy.versions_moved': 'Old values moved to version rows',
+  'percolator.tidy.bytes_moved': 'Bytes of old values moved to version rows',
+  'percolator.tidy.versions_deleted': 'Pruned version rows deleted',
+  'percolator.observer.runs':
+    'Observer runs, by percolator.observer and percolator.outcome (ran, skipped, failed)',
+} as const;
+type CounterName = keyof typeof COUNTERS;
+
+/**
+ * Counters kept here as plain numbers and reported through observable counters when the
+ * SDK collects: an event costs an increment, not an SDK call (the SDK hashes the
+ * attributes of every synchronous measurement).
+ */
+class Counts {
+  private readonly series = new Map<CounterName, Map<string, { attributes: Attributes; value: number }>>();
+
+  constructor(meter: Meter) {
+    for (const [name, description] of Object.entries(COUNTERS) as [CounterName, string][]) {
+      const values = new Map<string, { attributes: Attributes; value: number }>();
+      this.series.set(name, values);
+      const counter = meter.createObservableCounter(name, {
+        description,
+        ...(name === 'percolator.tidy.bytes_moved' ? { unit: 'By' } : {}),
+      });
+      counter.addCallback((result) => {
+        for (const { attributes, value } of values.values()) result.observe(value, attributes);
+      });
+    }
+  }
+
+  add(name: CounterName, key: string, attributes: Attributes, n = 1): void {
+    const values = this.series.get(name)!;
+    const entry = values.get(key);
+    if (entry) entry.value += n;
+    else values.set(key, { attributes, value: n });
+  }
 }
 
 /** A listener for `new Percolator({ onEvent })` that records OpenTelemetry spans and metrics. */
@@ -132,10 +149,17 @@ export class PercolatorTelemetry {
   readonly onEvent: PercolatorEventListener;
   private readonly api: OpenTelemetryApi;
   private readonly tracer: Tracer | undefined;
-  private readonly meter: Instruments | undefined;
+  private readonly histograms: Histograms | undefined;
+  private readonly counts: Counts | undefined;
   private readonly attributes: Attributes;
+  private readonly hasAttributes: boolean;
+  /** Metric attribute sets, built once per distinct value (the options' attributes included). */
+  private readonly attributeSets = new Map<string, Attributes>();
   /** The open span of each transaction, and the context its child spans go under. */
-  private readonly spans = new WeakMap<TransactionRef, { span: Span; context: Context }>();
+  private readonly spans = new WeakMap<
+    TransactionRef,
+    { span: Span; context: Context; recording: boolean }
+  >();
 
   constructor(options: PercolatorTelemetryOptions = {}) {
     if (!api) {
@@ -146,13 +170,27 @@ export class PercolatorTelemetry {
     this.api = api;
     const { metrics, trace } = api;
     this.attributes = { ...options.attributes };
+    this.hasAttributes = Object.keys(this.attributes).length > 0;
     if (options.tracing !== false) {
       this.tracer = (options.tracerProvider ?? trace.getTracerProvider()).getTracer(NAME, VERSION);
     }
     if (options.metrics !== false) {
-      this.meter = instruments((options.meterProvider ?? metrics.getMeterProvider()).getMeter(NAME, VERSION));
+      const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(NAME, VERSION);
+      this.histograms = histograms(meter);
+      this.counts = new Counts(meter);
     }
     this.onEvent = (event) => this.record(event);
+  }
+
+  /** The metric attributes `{ ...options.attributes, [k1]: v1, [k2]: v2 }`, built once. */
+  private attrs(k1: string, v1: string, k2?: string, v2?: string): Attributes {
+    const key = k2 === undefined ? `${k1}=${v1}` : `${k1}=${v1}\u0000${k2}=${v2}`;
+    let set = this.attributeSets.get(key);
+    if (!set) {
+      set = { ...this.attributes, [k1]: v1, ...(k2 === undefined ? {} : { [k2]: v2 }) };
+      this.attributeSets.set(key, set);
+    }
+    return set;
   }
 
   private record(e: PercolatorEvent): void {
@@ -166,24 +204,26 @@ export class PercolatorTelemetry {
           'percolator.transaction',
           {
             startTime: epochMs(e.time),
-            attributes: {
-              ...this.attributes,
-              'percolator.store': e.store,
-              'percolator.attempt': e.transaction.attempt,
-            },
+            attributes: { 'percolator.store': e.store, 'percolator.attempt': e.transaction.attempt },
             links: e.retryOf ? linkTo(this.spans.get(e.retryOf)?.span) : undefined,
           },
           parent,
         );
-        this.spans.set(e.transaction, { span, context: this.api.trace.setSpan(parent, span) });
+        if (this.hasAttributes) span.setAttributes(this.attributes);
+        this.spans.set(e.transaction, {
+          span,
+          context: this.api.trace.setSpan(parent, span),
+          // Asked now: an ended span is not recording, and secondaries end after it.
+          recording: span.isRecording(),
+        });
         return;
       }
       case 'transaction.end': {
-        this.meter?.transactions.add(1, { ...this.attributes, 'percolator.outcome': e.outcome });
-        this.meter?.transactionDuration.record(e.durationMs / 1000, {
-          ...this.attributes,
-          'percolator.outcome': e.outcome,
-        });
+        if (this.histograms) {
+          const attributes = this.attrs('percolator.outcome', e.outcome);
+          this.counts!.add('percolator.transactions', e.outcome, attributes);
+          this.histograms.transactionDuration.record(e.durationMs / 1000, attributes);
+        }
         const open = this.spans.get(e.transaction);
         if (!open) return;
         const { span } = open;
@@ -196,42 +236,46 @@ export class PercolatorTelemetry {
         return;
       }
       case 'transaction.retry': {
-        this.meter?.retries.add(1, this.attributes);
+        this.counts?.add('percolator.retries', '', this.attributes);
         return;
       }
       case 'commit.step': {
-        this.meter?.stepDuration.record(e.durationMs / 1000, {
-          ...this.attributes,
-          'percolator.step': e.step,
-          'percolator.ok': e.error === undefined,
-        });
-        this.child(e.transaction, STEP_SPANS[e.step], e.time, e.durationMs, e.error, {
-          'percolator.rows': e.rows,
-          'percolator.start_ts': e.startTs,
-          ...(e.commitTs !== undefined ? { 'percolator.commit_ts': e.commitTs } : {}),
-        });
+        this.histograms?.stepDuration.record(e.durationMs / 1000, this.attrs('percolator.step', e.step));
+        const parent = this.parentOf(e.transaction);
+        if (!parent) return;
+        const span = this.child(parent, STEP_SPANS[e.step], e.time, e.durationMs, e.error);
+        span.setAttribute('percolator.rows', e.rows);
+        if (e.commitTs !== undefined) span.setAttribute('percolator.commit_ts', e.commitTs);
+        span.end(epochMs(e.time + e.durationMs));
         return;
       }
       case 'lock.wait': {
-        this.meter?.lockWaitDuration.record(e.durationMs / 1000, {
-          ...this.attributes,
-          'percolator.outcome': e.outcome,
-        });
-        this.child(e.transaction, 'percolator.lock_wait', e.time, e.durationMs, undefined, {
+        this.histograms?.lockWaitDuration.record(
+          e.durationMs / 1000,
+          this.attrs('percolator.outcome', e.outcome),
+        );
+        const parent = this.parentOf(e.transaction);
+        if (!parent) return;
+        const span = this.child(parent, 'percolator.lock_wait', e.time, e.durationMs, undefined);
+        span.setAttributes({
           'percolator.table': e.table,
           'percolator.row': e.row,
           'percolator.lock.start_ts': e.lockStartTs,
           'percolator.outcome': e.outcome,
         });
+        span.end(epochMs(e.time + e.durationMs));
         return;
       }
       case 'lock.resolve': {
-        this.meter?.resolutions.add(1, {
-          ...this.attributes,
-          'percolator.outcome': e.outcome,
-          'percolator.by': e.by,
-        });
-        this.child(e.transaction, 'percolator.resolve_lock', e.time, e.durationMs, undefined, {
+        this.counts?.add(
+          'percolator.lock.resolutions',
+          `${e.outcome}/${e.by}`,
+          this.attrs('percolator.outcome', e.outcome, 'percolator.by', e.by),
+        );
+        const parent = this.parentOf(e.transaction);
+        if (!parent) return;
+        const span = this.child(parent, 'percolator.resolve_lock', e.time, e.durationMs, undefined);
+        span.setAttributes({
           'percolator.table': e.table,
           'percolator.row': e.row,
           'percolator.lock.start_ts': e.lockStartTs,
@@ -239,41 +283,47 @@ export class PercolatorTelemetry {
           'percolator.by': e.by,
           ...(e.commitTs !== undefined ? { 'percolator.lock.commit_ts': e.commitTs } : {}),
         });
+        span.end(epochMs(e.time + e.durationMs));
         return;
       }
-      case 'tidy': {
-        const attributes = { ...this.attributes, 'percolator.trigger': e.trigger };
-        this.meter?.tidyDuration.record(e.durationMs / 1000, attributes);
-        if (e.report && this.meter) {
-          if (e.report.moved > 0) this.meter.tidyMoved.add(e.report.moved, attributes);
-          if (e.report.movedBytes > 0) this.meter.tidyMovedBytes.add(e.report.movedBytes, attributes);
-          if (e.report.deleted > 0) this.meter.tidyDeleted.add(e.report.deleted, attributes);
+      case 'tidy':
+      case 'gc': {
+        if (e.type === 'tidy' && this.histograms) {
+          const attributes = this.attrs('percolator.trigger', e.trigger);
+          this.histograms.tidyDuration.record(e.durationMs / 1000, attributes);
+          if (e.report) {
+            const counts = this.counts!;
+            if (e.report.moved > 0)
+              counts.add('percolator.tidy.versions_moved', e.trigger, attributes, e.report.moved);
+            if (e.report.movedBytes > 0)
+              counts.add('percolator.tidy.bytes_moved', e.trigger, attributes, e.report.movedBytes);
+            if (e.report.deleted > 0)
+              counts.add('percolator.tidy.versions_deleted', e.trigger, attributes, e.report.deleted);
+          }
         }
-        this.child(undefined, 'percolator.tidy', e.time, e.durationMs, e.error, {
+        const parent = this.parentOf(undefined);
+        if (!parent) return;
+        const span = this.child(parent, `percolator.${e.type}`, e.time, e.durationMs, e.error);
+        span.setAttributes({
           'percolator.store': e.store,
           'percolator.table': e.table,
-          'percolator.row': e.row,
-          'percolator.trigger': e.trigger,
-          ...(e.report
-            ? {
-                'percolator.tidy.moved': e.report.moved,
-                'percolator.tidy.moved_bytes': e.report.movedBytes,
-                'percolator.tidy.deleted': e.report.deleted,
-                'percolator.tidy.settled': e.report.settled,
-              }
-            : {}),
+          ...(e.row !== undefined ? { 'percolator.row': e.row } : {}),
+          ...(e.type === 'tidy' ? { 'percolator.trigger': e.trigger } : { 'percolator.dry_run': e.dryRun }),
+          ...reportAttributes(e.report),
         });
+        span.end(epochMs(e.time + e.durationMs));
         return;
       }
       case 'observer.run': {
-        const attributes = {
-          ...this.attributes,
-          'percolator.observer': e.observer,
-          'percolator.outcome': e.outcome,
-        };
-        this.meter?.observerRuns.add(1, attributes);
-        this.meter?.observerRunDuration.record(e.durationMs / 1000, attributes);
-        this.child(undefined, 'percolator.observer_run', e.time, e.durationMs, e.error, {
+        if (this.histograms) {
+          const attributes = this.attrs('percolator.observer', e.observer, 'percolator.outcome', e.outcome);
+          this.counts!.add('percolator.observer.runs', `${e.observer}/${e.outcome}`, attributes);
+          this.histograms.observerRunDuration.record(e.durationMs / 1000, attributes);
+        }
+        const parent = this.parentOf(undefined);
+        if (!parent) return;
+        const span = this.child(parent, 'percolator.observer_run', e.time, e.durationMs, e.error);
+        span.setAttributes({
           'percolator.observer': e.observer,
           'percolator.table': e.table,
           'percolator.row': e.row,
@@ -282,37 +332,43 @@ export class PercolatorTelemetry {
           ...(e.startTs !== undefined ? { 'percolator.start_ts': e.startTs } : {}),
           ...(e.commitTs !== undefined ? { 'percolator.commit_ts': e.commitTs } : {}),
         });
+        span.end(epochMs(e.time + e.durationMs));
         return;
       }
     }
   }
 
-  /** A finished span under the transaction's span (or the active context), from its event's timing. */
-  private child(
-    tx: TransactionRef | undefined,
-    name: string,
-    time: number,
-    durationMs: number,
-    error: unknown,
-    attributes: Attributes,
-  ): void {
-    const tracer = this.tracer;
-    if (!tracer) return;
-    const parent = (tx && this.spans.get(tx)?.context) ?? this.api.context.active();
-    const span = tracer.startSpan(
-      name,
-      { startTime: epochMs(time), attributes: { ...this.attributes, ...attributes } },
-      parent,
-    );
+  /**
+   * Where a child span goes: under its transaction's span, or the active context. Undefined
+   * when there is nothing to record: tracing off, or the transaction's span was not sampled
+   * (its children would not be either, so they are not even created).
+   */
+  private parentOf(tx: TransactionRef | undefined): Context | undefined {
+    if (!this.tracer) return undefined;
+    if (!tx) return this.api.context.active();
+    const open = this.spans.get(tx);
+    if (!open) return this.api.context.active();
+    return open.recording ? open.context : undefined;
+  }
+
+  /** A span under `parent` that started at `time`; the caller adds attributes and ends it. */
+  private child(parent: Context, name: string, time: number, durationMs: number, error: unknown): Span {
+    const span = this.tracer!.startSpan(name, { startTime: epochMs(time) }, parent);
+    if (this.hasAttributes) span.setAttributes(this.attributes);
     if (error !== undefined) {
-      span.setStatus({
-        code: ERROR,
-        message: error instanceof Error ? error.message : String(error),
-      });
+      span.setStatus({ code: ERROR, message: error instanceof Error ? error.message : String(error) });
       if (error instanceof Error) span.recordException(error, epochMs(time + durationMs));
     }
-    span.end(epochMs(time + durationMs));
+    return span;
   }
+}
+
+function reportAttributes(report: object | undefined): Attributes {
+  const out: Attributes = {};
+  for (const [key, value] of Object.entries(report ?? {})) {
+    if (typeof value === 'number') out[`percolator.report.${key}`] = value;
+  }
+  return out;
 }
 
 function linkTo(span: Span | undefined) {
