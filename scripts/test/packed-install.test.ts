@@ -118,7 +118,7 @@ describe('packed packages', () => {
       expect(manifest.license).toBe('Apache-2.0');
       expect(manifest.repository?.url, `${p.name} repository`).toMatch(/^git\+https:\/\//);
       expect(manifest.repository?.directory).toBe(p.dir);
-      expect(manifest.engines?.node).toBe('>=20');
+      expect(manifest.engines?.node).toBe('>=20.3.0');
       for (const [subpath, target] of Object.entries(manifest.exports))
         expect(target.require, `${p.name} exports ${subpath}`).toBe('./esm-only.cjs');
       // `workspace:*` was replaced by a version the registry (or these tarballs) can satisfy.
