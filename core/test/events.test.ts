@@ -24,6 +24,10 @@ function pausingWriter(store: InstrumentedStore, clock: ReturnType<typeof fakeCl
   const released = new Promise<void>((r) => {
     release = r;
   });
+  let pause!: () => void;
+  const paused = new Promise<void>((r) => {
+    pause = r;
+  });
   const db = new Percolator({
     store,
     clock,
@@ -31,11 +35,14 @@ function pausingWriter(store: InstrumentedStore, clock: ReturnType<typeof fakeCl
     hooks: {
       onCommitStep: async (e) => {
         if (e.step === crashAt) throw new ClientCrash();
-        if (crashAt === undefined && e.step === 'beforeCommitPrimary') await released;
+        if (crashAt === undefined && e.step === 'beforeCommitPrimary') {
+          pause();
+          await released;
+        }
       },
     },
   });
-  return { db, release };
+  return { db, release, paused };
 }
 
 async function until(condition: () => boolean) {
@@ -123,7 +130,7 @@ describe('onEvent', () => {
     tx.set('t', 'a', 'v', 'new');
     tx.set('t', 'b', 'v', 'new');
     const committing = tx.commit();
-    await until(() => store.calls.checkAndSet + store.calls.checkAndSetStamped >= 1);
+    await writer.paused; // every prewrite has landed: both rows are locked
     const rec = recorder();
     const reader = new Percolator({ store, clock, lockTtlMs: TTL, onEvent: rec.onEvent });
     const readsBefore = store.calls.read + store.calls.readStamped;
