@@ -13,15 +13,15 @@
 # only asks the last holder to stop it. Leases of dead processes are ignored.
 #
 # Env: PERCOLATOR_REDIS_CLUSTER_PORTS (default "7001 7002 7003"),
-#      PERCOLATOR_REDIS_CLUSTER_DIR (default <repo>/.redis-cluster, gitignored).
+#      PERCOLATOR_REDIS_CLUSTER_DIR (default $TMPDIR/percolator-redis-cluster-<ports>: the
+#      ports are a machine-wide resource, so the nodes' work dirs, the leases and the lock
+#      are keyed by ports, not by checkout, and runs from different checkouts share them).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PORTS="${PERCOLATOR_REDIS_CLUSTER_PORTS:-7001 7002 7003}"
-DIR="${PERCOLATOR_REDIS_CLUSTER_DIR:-$ROOT/.redis-cluster}"
 HOST=127.0.0.1
 KEY="$(echo $PORTS | tr ' ' '-')"
-# Ports are a machine-wide resource, so the lock is keyed by ports, not by checkout.
+DIR="${PERCOLATOR_REDIS_CLUSTER_DIR:-${TMPDIR:-/tmp}/percolator-redis-cluster-$KEY}"
 LOCK="${TMPDIR:-/tmp}/percolator-redis-cluster-$KEY.lock"
 LEASES="$DIR/leases-$KEY"
 AUTOSTOP="$DIR/autostop-$KEY"

@@ -11,9 +11,9 @@ import { createDynamoDbStore, type DynamoDbRowStore } from '@percolator/dynamodb
 import type { PostgresStore } from '@percolator/postgres';
 import { createRedisStore, type RedisStore } from '@percolator/redis';
 import { type DynamoDbTarget, dynamoDbTarget } from '@percolator/testkit/dynamodb';
+import { type PrivateServer as PrivateRedis, startPrivateRedis } from '@percolator/testkit/private';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresPool, postgresStore, postgresUrl, uniqueNamespace } from './support/backends.js';
-import { type PrivateServer as PrivateRedis, startPrivateRedis } from './support/servers.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 /**

@@ -1,6 +1,11 @@
 import { type CommitStepEvent, CompositeStore, Percolator, type RowStore } from '@percolator/core';
 import { assertMySqlReachable } from '@percolator/mysql';
 import { defaultRedisUrl } from '@percolator/redis';
+import {
+  type PrivateServer,
+  startPrivateDynamoDb,
+  startPrivateRedisCluster,
+} from '@percolator/testkit/private';
 import { afterEach, describe, expect, it } from 'vitest';
 import { postgresUrl } from './support/backends.js';
 import { dropStore, type FaultStoreKind, faultNamespace, openStore } from './support/fault-stores.js';
@@ -12,7 +17,6 @@ import {
   sleep,
   summary,
 } from './support/fault-workload.js';
-import { type PrivateServer, startPrivateDynamoDb, startPrivateRedisCluster } from './support/servers.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 /**

@@ -1,7 +1,4 @@
 import { Percolator, type RowStore } from '@percolator/core';
-import { afterEach, describe, expect, it } from 'vitest';
-import { dropStore, type FaultStoreKind, faultNamespace, openStore } from './support/fault-stores.js';
-import { clean, FaultWorkload, sleep, summary } from './support/fault-workload.js';
 import {
   type PrivateServer,
   startPrivateDynamoDb,
@@ -9,7 +6,10 @@ import {
   startPrivatePostgres,
   startPrivateRedis,
   startPrivateRedisCluster,
-} from './support/servers.js';
+} from '@percolator/testkit/private';
+import { afterEach, describe, expect, it } from 'vitest';
+import { dropStore, type FaultStoreKind, faultNamespace, openStore } from './support/fault-stores.js';
+import { clean, FaultWorkload, sleep, summary } from './support/fault-workload.js';
 
 /**
  * The store's server itself dies (SIGKILL to its process group: no shutdown, no flush)

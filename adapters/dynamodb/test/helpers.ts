@@ -1,3 +1,4 @@
+import { uniqueNamespace } from '@percolator/testkit';
 import { type DynamoDbTarget, dynamoDbTarget } from '@percolator/testkit/dynamodb';
 import { afterAll, beforeAll } from 'vitest';
 import { createDynamoDbStore, type DynamoDbRowStore, type DynamoDbStoreOptions } from '../src/store.js';
@@ -53,7 +54,7 @@ export function useDynamoDb() {
 }
 
 /** A fresh namespace per test, so concurrent runs never share data. */
-export { uniqueNamespace } from '@percolator/testkit';
+export { uniqueNamespace };
 
 export const bytes = (text: string) => new TextEncoder().encode(text);
 export const text = (data: Uint8Array) => new TextDecoder().decode(data);

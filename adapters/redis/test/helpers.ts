@@ -1,15 +1,13 @@
-import {
-  assertRedisCluster,
-  connectCluster,
-  startPrivateRedis as startRedisServer,
-} from '@percolator/testkit/redis';
+import { uniqueNamespace } from '@percolator/testkit';
+import { startPrivateRedis as startRedisServer } from '@percolator/testkit/private';
+import { assertRedisCluster, connectCluster } from '@percolator/testkit/redis';
 import { Redis } from 'ioredis';
 import { inject } from 'vitest';
 import { createRedisStore, defaultRedisUrl } from '../src/index.js';
 import type { RedisClient, RedisStore } from '../src/store.js';
 
 /** A fresh namespace per test, so concurrent runs never share data. */
-export { uniqueNamespace } from '@percolator/testkit';
+export { uniqueNamespace };
 
 export async function standaloneStore(namespace = uniqueNamespace()): Promise<RedisStore> {
   try {
@@ -61,11 +59,11 @@ export interface PrivateRedis {
 }
 
 /**
- * A redis-server of our own on a free port (@percolator/testkit/redis), for tests that
- * pause, flush or kill things and must not disturb the shared server on 6379.
+ * A redis-server of our own on a free port (@percolator/testkit/private; nothing on disk),
+ * for tests that pause, flush or kill things and must not disturb the shared server on 6379.
  */
 export async function startPrivateRedis(): Promise<PrivateRedis> {
-  const server = await startRedisServer();
+  const server = await startRedisServer('none');
   const admin = new Redis({
     port: server.port,
     host: '127.0.0.1',
@@ -77,7 +75,7 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     await admin.connect();
   } catch (error) {
     admin.disconnect();
-    await server.stop();
+    await server.destroy();
     throw error;
   }
   return {
@@ -86,7 +84,7 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     admin,
     async stop() {
       admin.disconnect();
-      await server.stop();
+      await server.destroy();
     },
   };
 }

