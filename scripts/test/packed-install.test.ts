@@ -305,3 +305,40 @@ describe('the installed percolator-conformance bin', () => {
     expect(run.err).toContain('usage: percolator-conformance');
   });
 });
+
+describe('the installed percolator bin (operator CLI)', () => {
+  const bin = () => join(app, 'node_modules', '.bin', 'percolator');
+
+  it('runs from the tarballs: --help, a stuck lock on PostgreSQL listed and resolved, a missing namespace', async () => {
+    const help = await inApp(bin(), ['--help']);
+    expect(help.code, help.err).toBe(0);
+    expect(help.out).toContain('usage: percolator <command>');
+    // A committed transaction whose client stopped before its secondary: one lock to list and roll forward.
+    const namespace = `packed_cli_${process.pid}`;
+    const file = script(
+      'stuck.mjs',
+      "import { ClientCrash, Percolator } from '@percolator/core';\n" +
+        "import { createPostgresStore } from '@percolator/postgres';\n" +
+        `const store = await createPostgresStore({ connectionString: process.env.PG_URL, namespace: ${JSON.stringify(namespace)} });\n` +
+        "const db = new Percolator({ store, lockTtlMs: 600000, hooks: { onCommitStep: (e) => { if (e.step === 'afterCommitPrimary') throw new ClientCrash(); } } });\n" +
+        "await db.transact(async (tx) => { tx.set('t', 'a', 'v', '1'); tx.set('t', 'b', 'v', '1'); }, { maxAttempts: 1 }).catch(() => {});\n" +
+        'await store.close();\n',
+    );
+    const staged = await inApp(process.execPath, [file], { PG_URL: postgresUrl });
+    expect(staged.code, staged.err).toBe(0);
+    const argv = ['--backend', 'postgres', '--url', postgresUrl, '--namespace', namespace];
+    try {
+      const locks = await inApp(bin(), ['locks', 't', ...argv]);
+      expect(locks.code, locks.err).toBe(1);
+      expect(locks.out).toContain('committed at');
+      const row = locks.out.includes('\nb ') ? 'b' : 'a';
+      const resolved = await inApp(bin(), ['resolve', 't', row, ...argv]);
+      expect(resolved.code, resolved.err).toBe(0);
+      expect(resolved.out).toContain('rolled forward');
+      const missing = await inApp(bin(), ['locks', 't', ...argv.slice(0, -1), 'packed_cli_absent']);
+      expect(missing.code, missing.err).toBe(4);
+    } finally {
+      await inApp(bin(), ['drop-namespace', namespace, ...argv.slice(0, 4), '--yes']);
+    }
+  }, 120_000);
+});
