@@ -71,11 +71,14 @@ describe('the CLI runs when started through a link, as an installed bin is', () 
   });
   afterAll(() => rm(dir, { recursive: true, force: true }));
 
-  test('package.json names dist/bin.js as the percolator-bench bin', async () => {
+  test('package.json names dist/bin.js as the percolator-bench bin (and the soak its own)', async () => {
     const pkg = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as {
       bin: Record<string, string>;
     };
-    expect(pkg.bin).toEqual({ 'percolator-bench': './dist/bin.js' });
+    expect(pkg.bin).toEqual({
+      'percolator-bench': './dist/bin.js',
+      'percolator-soak': './dist/soak/bin.js',
+    });
   });
 
   test.each(['bin.js', 'cli.js'])(
