@@ -1,7 +1,7 @@
-import { redactUrl, StoreError } from '@percolator/core';
-import { type UrlLookup, urlFromEnv } from '@percolator/core/kit';
+import { redactUrl } from '@percolator/core';
+import { type UrlLookup, unreachableError, urlFromEnv } from '@percolator/core/kit';
 import { type Connection, createConnection } from 'mysql2/promise';
-import { isAuthFailure, messageOf } from './errors.js';
+import { isAuthFailure } from './errors.js';
 
 export const MYSQL_URL_ENV = 'PERCOLATOR_MYSQL_URL';
 export const DEFAULT_MYSQL_URL = 'mysql://root@127.0.0.1:3306/test';
@@ -12,7 +12,7 @@ export function resolveMySqlUrl(env: NodeJS.ProcessEnv = process.env): string {
   return urlFromEnv(MYSQL_URL, env);
 }
 
-/** The URL without its password, for messages: core's one redaction, re-exported as before. */
+/** One redaction for every package (core); re-exported here for compatibility. */
 export { redactUrl };
 
 /**
@@ -26,12 +26,7 @@ export async function assertMySqlReachable(url: string = resolveMySqlUrl()): Pro
     await connection.query('SELECT 1');
     return url;
   } catch (error) {
-    throw new StoreError(
-      `MySQL/MariaDB is not reachable at ${redactUrl(url)}: ${messageOf(error)}. ` +
-        `Start a server or set ${MYSQL_URL_ENV} (default ${DEFAULT_MYSQL_URL}).`,
-      'no',
-      { cause: error, retryable: !isAuthFailure(error) },
-    );
+    throw unreachableError('MySQL/MariaDB', url, MYSQL_URL, error, isAuthFailure);
   } finally {
     await connection?.end().catch(() => {});
   }

@@ -1,6 +1,6 @@
-import { redactUrl, StoreError } from '@percolator/core';
-import { type UrlLookup, urlFromEnv } from '@percolator/core/kit';
-import { isAuthFailure, messageOf } from './errors.js';
+import { redactUrl } from '@percolator/core';
+import { type UrlLookup, unreachableError, urlFromEnv } from '@percolator/core/kit';
+import { isAuthFailure } from './errors.js';
 import { createPgPool } from './pg.js';
 
 export const POSTGRES_URL_ENV = 'PERCOLATOR_POSTGRES_URL';
@@ -16,7 +16,7 @@ export function resolvePostgresUrl(env: NodeJS.ProcessEnv = process.env): string
   return urlFromEnv(POSTGRES_URL, env);
 }
 
-/** The URL without its password, for messages: core's one redaction, re-exported as before. */
+/** One redaction for every package (core); re-exported here for compatibility. */
 export { redactUrl };
 
 /**
@@ -35,12 +35,7 @@ export async function assertPostgresReachable(url: string = resolvePostgresUrl()
     }
     return url;
   } catch (error) {
-    throw new StoreError(
-      `PostgreSQL is not reachable at ${redactUrl(url)}: ${messageOf(error)}. ` +
-        `Start a server or set ${POSTGRES_URL_ENV} (default ${DEFAULT_POSTGRES_URL}).`,
-      'no',
-      { cause: error, retryable: !isAuthFailure(error) },
-    );
+    throw unreachableError('PostgreSQL', url, POSTGRES_URL, error, isAuthFailure);
   } finally {
     await pool.end();
   }

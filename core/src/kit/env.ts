@@ -1,3 +1,7 @@
+import { StoreError } from '../errors.js';
+import { redactUrl } from '../redact.js';
+import { messageOf } from './failures.js';
+
 /**
  * Where an adapter's connection URL comes from: the option, else an environment variable,
  * else a local default. `source` says which, so a failure to connect names what to fix.
@@ -32,4 +36,23 @@ export function resolveUrl(
     url: lookup.fallback,
     source: `the default; pass ${lookup.option} or set ${lookup.variable}`,
   };
+}
+
+/**
+ * The error when a server cannot be reached at `url`: StoreError 'no' (nothing was sent)
+ * whose message names the environment variable to set; not retryable for an auth failure.
+ */
+export function unreachableError(
+  server: string,
+  url: string,
+  lookup: Pick<UrlLookup, 'variable' | 'fallback'>,
+  error: unknown,
+  isAuthFailure: (error: unknown) => boolean,
+): StoreError {
+  return new StoreError(
+    `${server} is not reachable at ${redactUrl(url)}: ${messageOf(error)}. ` +
+      `Start a server or set ${lookup.variable} (default ${lookup.fallback}).`,
+    'no',
+    { cause: error, retryable: !isAuthFailure(error) },
+  );
 }

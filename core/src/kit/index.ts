@@ -20,7 +20,7 @@ export {
   toBytes,
   toSafeCounter,
 } from './cas-plan.js';
-export { resolveUrl, type UrlLookup, urlFromEnv } from './env.js';
+export { resolveUrl, type UrlLookup, unreachableError, urlFromEnv } from './env.js';
 export {
   type FailureMapping,
   type FailureRules,
