@@ -18,25 +18,23 @@ import {
   DEFAULT_QUERY_TIMEOUT_MS,
   type EncodedRef,
   encodeRef,
-  type FullRowStore,
   failedWithCurrent,
   fullCapabilities,
+  type NamespacedStore,
+  openPooled,
   POOLED_STORE_OPTION_KEYS,
   type PooledStoreOptions,
   packRounds,
   partlyApplied,
   planCas,
-  resolveUrl,
   settleBatch,
   toBytes,
   toSafeCounter,
-  validateNamespace,
-  validateQueryTimeout,
 } from '@percolator/core/kit';
 import { createPool, format, type Pool, type PoolConnection, type SqlValue } from 'mysql2/promise';
-import { MYSQL_URL, redactUrl } from './env.js';
+import { MYSQL_URL } from './env.js';
 import { connectError, ER_DUP_ENTRY, errnoOf, isConnectionBroken, readError, writeError } from './errors.js';
-import { checkOptionKeys, type OptionKeys } from './options.js';
+import type { OptionKeys } from './options.js';
 import {
   type MySqlNames,
   mysqlDropStatements,
@@ -82,19 +80,12 @@ const OPTION_KEYS: OptionKeys<MySqlStoreOptions> = { uri: true, ...POOLED_STORE_
  * only when the namespace has the stamped CAS / stamped read procedure (createSchema makes
  * both); without it the method fails (StoreError 'no').
  */
-export interface MySqlStore extends FullRowStore {
-  readonly namespace: string;
-  /** Drops this namespace's tables: all of its data. The store is unusable afterwards. */
-  dropNamespace(): Promise<void>;
-}
+export type MySqlStore = NamespacedStore;
 
 export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise<MySqlStore> {
-  checkOptionKeys('createMySqlStore', options, OPTION_KEYS);
-  const names = mysqlNames(validateNamespace(options.namespace));
-  const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
-  const ownsPool = options.pool === undefined;
-  // Where the URI came from, so a failure names what to fix.
-  const { url: uri, source } = resolveUrl(MYSQL_URL, options.uri);
+  const opening = openPooled('createMySqlStore', options, OPTION_KEYS, MYSQL_URL);
+  const { url: uri, ownsPool, queryTimeoutMs } = opening;
+  const names = mysqlNames(opening.namespace);
   const pool =
     options.pool ??
     createPool({
@@ -133,10 +124,8 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
     if (error instanceof Error && options.createSchema === false) {
       error.message += ` (is the schema of namespace ${names.namespace} created? see mysqlSchemaSql())`;
     }
-    if (ownsPool) {
-      await pool.end().catch(() => {});
-      if (error instanceof Error) error.message += ` (connecting to ${redactUrl(uri)}, from ${source})`;
-    }
+    if (ownsPool) await pool.end().catch(() => {});
+    opening.explain(error);
     throw error;
   }
 }

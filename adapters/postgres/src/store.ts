@@ -16,24 +16,22 @@ import {
   canonicalIntegerVersions,
   DEFAULT_QUERY_TIMEOUT_MS,
   encodeRef,
-  type FullRowStore,
   failedWithCurrent,
   fullCapabilities,
   groupsWithDistinctRows,
+  type NamespacedStore,
+  openPooled,
   POOLED_STORE_OPTION_KEYS,
   type PooledStoreOptions,
   partlyApplied,
   planCas,
-  resolveUrl,
   settleBatch,
   toBytes,
   toSafeCounter,
-  validateNamespace,
-  validateQueryTimeout,
 } from '@percolator/core/kit';
-import { POSTGRES_URL, redactUrl } from './env.js';
+import { POSTGRES_URL } from './env.js';
 import { connectError, isConnectionBroken, isTransientRollback, readError, writeError } from './errors.js';
-import { checkOptionKeys, type OptionKeys } from './options.js';
+import type { OptionKeys } from './options.js';
 import {
   createPgPool,
   type PgPool,
@@ -70,20 +68,16 @@ const isIssuableVersion = canonicalIntegerVersions(9223372036854775807n);
 
 const OPTION_KEYS: OptionKeys<PostgresStoreOptions> = { connectionString: true, ...POOLED_STORE_OPTION_KEYS };
 
-/** Every optional method is implemented (readStamped refuses, and stampedRead is false, only on a hand-made schema that lacks its function). */
-export interface PostgresStore extends FullRowStore {
-  readonly namespace: string;
-  /** Drops this namespace's tables and sequence: all of its data. The store is unusable afterwards. */
-  dropNamespace(): Promise<void>;
-}
+/**
+ * Every optional method is implemented (readStamped refuses, and stampedRead is false, only
+ * on a hand-made schema that lacks its function); dropNamespace also drops the sequence.
+ */
+export type PostgresStore = NamespacedStore;
 
 export async function createPostgresStore(options: PostgresStoreOptions = {}): Promise<PostgresStore> {
-  checkOptionKeys('createPostgresStore', options, OPTION_KEYS);
-  const names = postgresNames(validateNamespace(options.namespace));
-  const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
-  const ownsPool = options.pool === undefined;
-  // Where the URL came from, so a failure names what to fix.
-  const { url, source } = resolveUrl(POSTGRES_URL, options.connectionString);
+  const opening = openPooled('createPostgresStore', options, OPTION_KEYS, POSTGRES_URL);
+  const { url, ownsPool, queryTimeoutMs } = opening;
+  const names = postgresNames(opening.namespace);
   const pool =
     options.pool ??
     createPgPool({
@@ -102,9 +96,7 @@ export async function createPostgresStore(options: PostgresStoreOptions = {}): P
     else await store.verifySchema();
   } catch (error) {
     await store.close();
-    if (ownsPool) {
-      (error as Error).message += ` (connecting to ${redactUrl(url)}, from ${source})`;
-    }
+    opening.explain(error);
     throw error;
   }
   return checkedStore<PostgresStore>(store);

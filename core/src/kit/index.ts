@@ -33,6 +33,9 @@ export { DEFAULT_QUERY_TIMEOUT_MS, validateQueryTimeout } from './options.js';
 export {
   type FullRowStore,
   fullCapabilities,
+  type NamespacedStore,
+  openPooled,
   POOLED_STORE_OPTION_KEYS,
+  type PooledOpening,
   type PooledStoreOptions,
 } from './store-shape.js';

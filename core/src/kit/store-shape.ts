@@ -1,4 +1,9 @@
+import { checkOptionKeys, type OptionKeys } from '../options.js';
+import { redactUrl } from '../redact.js';
 import type { RowStore, StoreCapabilities } from '../store.js';
+import { resolveUrl, type UrlLookup } from './env.js';
+import { validateNamespace } from './namespace.js';
+import { validateQueryTimeout } from './options.js';
 
 /** The optional methods of a RowStore, one per capability. */
 type OptionalMethod =
@@ -35,8 +40,17 @@ export function fullCapabilities(
   };
 }
 
-/** The options every pooled (SQL) store takes, besides its connection URL and its pool. */
+/** A store in a namespace of its own, which it can drop. */
+export type NamespacedStore = FullRowStore & {
+  readonly namespace: string;
+  /** Drops this namespace's tables: all of its data. The store is unusable afterwards. */
+  dropNamespace(): Promise<void>;
+};
+
+/** The options every pooled (SQL) store takes, besides its connection URL. */
 export interface PooledStoreOptions {
+  /** A driver pool you own; `close()` leaves it open. */
+  readonly pool?: unknown;
   /** Isolates this store's tables: /^[a-z][a-z0-9_]{0,31}$/, default 'percolator'. */
   readonly namespace?: string;
   /** Create the tables if missing (default true). Set false if you run the schema SQL yourself. */
@@ -59,3 +73,42 @@ export const POOLED_STORE_OPTION_KEYS = {
   maxConnections: true,
   queryTimeoutMs: true,
 } as const;
+
+/** What a pooled store's factory settles before it connects. */
+export interface PooledOpening {
+  readonly namespace: string;
+  readonly queryTimeoutMs: number;
+  /** No pool was passed: the store opens one and ends it on close. */
+  readonly ownsPool: boolean;
+  readonly url: string;
+  /** Where the URL came from, so a failure names what to fix. */
+  readonly source: string;
+  /** Adds where the store tried to connect to a failure's message (for a pool it opened). */
+  explain(error: unknown): void;
+}
+
+/** Checks a pooled store's options and resolves its URL (the option `lookup.option` names). */
+export function openPooled<O extends PooledStoreOptions>(
+  factory: string,
+  options: O,
+  keys: OptionKeys<O>,
+  lookup: UrlLookup,
+): PooledOpening {
+  checkOptionKeys(factory, options, keys);
+  const given = (options as Record<string, unknown>)[lookup.option] as string | undefined;
+  const namespace = validateNamespace(options.namespace);
+  const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
+  const ownsPool = options.pool === undefined;
+  const { url, source } = resolveUrl(lookup, given);
+  return {
+    namespace,
+    queryTimeoutMs,
+    ownsPool,
+    url,
+    source,
+    explain(error) {
+      if (ownsPool && error instanceof Error)
+        error.message += ` (connecting to ${redactUrl(url)}, from ${source})`;
+    },
+  };
+}
