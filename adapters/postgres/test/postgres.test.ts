@@ -77,7 +77,8 @@ describe('postgres store: optional capabilities', () => {
     expect(typeof store.readStamped).toBe('function');
   });
 
-  it('checkAndSetMany applies each request on its own, in one round trip', async () => {
+  // What each request of a batch does is the conformance suite's; this is the round trip.
+  it('sends checkAndSetMany in one round trip, and the same row twice in request order', async () => {
     const pool = new pg.Pool({ connectionString: url, max: 2 });
     pool.on('error', () => {});
     let acquired = 0;
@@ -90,9 +91,6 @@ describe('postgres store: optional capabilities', () => {
       const vd = version(
         await s.checkAndSet({ table: 'cm', key: 'del', expected: null, state: bytes('d0') }),
       );
-      const vx = version(
-        await s.checkAndSet({ table: 'cm', key: 'exists', expected: null, state: bytes('x') }),
-      );
       acquired = 0;
       const results = await s.checkAndSetMany([
         { table: 'cm', key: 'new', expected: null, state: bytes('n'), notified: true },
@@ -104,27 +102,6 @@ describe('postgres store: optional capabilities', () => {
       expect(results.every((r) => r.ok)).toBe(true);
       const versions = results.map(version);
       expect(new Set(versions).size).toBe(4);
-      expect(await s.read('cm', 'new')).toEqual({ version: versions[0], state: bytes('n') });
-      expect(await s.read('cm', 'upd')).toEqual({ version: versions[1], state: bytes('u1') });
-      expect(await s.read('cm', 'del')).toBeNull();
-      expect(await s.scanNotified('cm', { limit: 10 })).toEqual(['new']);
-
-      // Failures do not stop the others, and report the current row.
-      const mixed = await s.checkAndSetMany([
-        { table: 'cm', key: 'exists', expected: null, state: bytes('dup') },
-        { table: 'cm', key: 'upd', expected: vu, state: bytes('stale') },
-        { table: 'cm', key: 'other', expected: null, state: bytes('o') },
-        { table: 'cm', key: 'upd', expected: 'not-a-version', state: bytes('?') },
-        { table: 'cm', key: 'never', expected: vd, state: null },
-        { table: 'cm', key: 'exists', expected: null, state: null },
-      ]);
-      expect(mixed[0]).toEqual({ ok: false, current: { version: vx, state: bytes('x') } });
-      expect(mixed[1]).toEqual({ ok: false, current: { version: versions[1], state: bytes('u1') } });
-      expect(mixed[2]!.ok).toBe(true);
-      expect(mixed[3]).toEqual({ ok: false, current: { version: versions[1], state: bytes('u1') } });
-      expect(mixed[4]).toEqual({ ok: false, current: null });
-      expect(mixed[5]).toEqual({ ok: false, current: { version: vx, state: bytes('x') } });
-
       // The same row twice: applied in request order.
       const seq = await s.checkAndSetMany([
         { table: 'cm', key: 'twice', expected: null, state: bytes('1') },

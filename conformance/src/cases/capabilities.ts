@@ -7,7 +7,16 @@ import { compareKeys, ORACLE_COUNTER, writeStamp } from '@percolator/core';
 import { drawThenReadMany, type StampedRaceResult, stampedRace } from '../stamped-race.js';
 import type { CaseContext, ConformanceCase } from '../types.js';
 import { bytes, check, checkEqual, format, pool, sameBytes, show, text } from '../util.js';
-import { ALL_BYTES, create, expectRow, mustRead, OTHER, T, TRICKY_KEYS } from './store-helpers.js';
+import {
+  ALL_BYTES,
+  checkCurrent,
+  create,
+  expectRow,
+  mustRead,
+  OTHER,
+  T,
+  TRICKY_KEYS,
+} from './store-helpers.js';
 
 export const capabilityCases: ConformanceCase[] = [
   {
@@ -91,6 +100,47 @@ export const capabilityCases: ConformanceCase[] = [
         'a failed request of checkAndSetMany must not create a row',
       );
       await expectRow(store, T, '🦄\u0000', (results[5] as { version: string }).version, new Uint8Array(0));
+
+      // Every kind in one batch, then failures of every kind: each settles on its own, and a
+      // failure's `current`, when given, is the row as it is now.
+      const vu = await create(store, T, 'upd', bytes('u0'));
+      const vd = await create(store, T, 'del', bytes('d0'));
+      const _vx = await create(store, T, 'exists', bytes('x'));
+      const kinds = await casMany([
+        { table: T, key: 'fresh', expected: null, state: bytes('n'), notified: true },
+        { table: T, key: 'upd', expected: vu, state: bytes('u1') },
+        { table: T, key: 'del', expected: vd, state: null },
+        { table: T, key: 'gone', expected: null, state: null },
+      ]);
+      checkEqual(
+        kinds.map((r) => r.ok),
+        [true, true, true, true],
+        'create, update, delete and must-be-absent',
+      );
+      const newVersions = kinds.map((r) => (r as { version: string }).version);
+      checkEqual(new Set(newVersions).size, 4, 'distinct versions in one batch');
+      await expectRow(store, T, 'upd', newVersions[1]!, bytes('u1'));
+      const mixed = await casMany([
+        { table: T, key: 'exists', expected: null, state: bytes('dup') },
+        { table: T, key: 'upd', expected: vu, state: bytes('stale') },
+        { table: T, key: 'other', expected: null, state: bytes('o') },
+        { table: T, key: 'never', expected: vd, state: null },
+        { table: T, key: 'exists', expected: null, state: null },
+      ]);
+      checkEqual(
+        mixed.map((r) => r.ok),
+        [false, false, true, false, false],
+        'a batch of failures and one success',
+      );
+      for (const [i, key] of [
+        [0, 'exists'],
+        [1, 'upd'],
+        [3, 'never'],
+        [4, 'exists'],
+      ] as const) {
+        const r = mixed[i]!;
+        if (!r.ok) checkCurrent(r.current, await store.read(T, key), `failed request ${i} of a batch`);
+      }
 
       // Racing batches on the same rows: one winner per row.
       const racers = 6;
