@@ -112,45 +112,6 @@ afterAll(async () => {
 });
 
 describe('mysql stamped check-and-set: the step', () => {
-  it('creates and updates with the next counter value written big-endian at STAMP_OFFSET', async () => {
-    const counter = 'st.basic';
-    const before = await store.incrementCounter(counter, 5);
-    const created = applied(
-      await store.checkAndSetStamped(
-        { table: 't', key: 'k', expected: null, state: template('one') },
-        counter,
-      ),
-    );
-    expect(created.timestamp).toBe(before + 1);
-    expect(await store.read('t', 'k')).toEqual({
-      version: created.version,
-      state: writeStamp(template('one'), before + 1),
-    });
-    // The very counter incrementCounter serves.
-    expect(await store.incrementCounter(counter, 1)).toBe(before + 2);
-    const updated = applied(
-      await store.checkAndSetStamped(
-        { table: 't', key: 'k', expected: created.version, state: template('two') },
-        counter,
-      ),
-    );
-    expect(updated.timestamp).toBe(before + 3);
-    expect(BigInt(updated.version)).toBeGreaterThan(BigInt(created.version));
-    expect(await store.read('t', 'k')).toEqual({
-      version: updated.version,
-      state: writeStamp(template('two'), before + 3),
-    });
-    // A counter that does not exist yet is created, as incrementCounter does.
-    const fresh = applied(
-      await store.checkAndSetStamped(
-        { table: 't', key: 'k2', expected: null, state: template('') },
-        'st.new',
-      ),
-    );
-    expect(fresh.timestamp).toBe(1);
-    expect(await store.incrementCounter('st.new', 1)).toBe(2);
-  });
-
   it('fails like checkAndSet, answers the current row, and does not advance the counter', async () => {
     const counter = 'st.fail';
     const v = applied(
@@ -182,51 +143,6 @@ describe('mysql stamped check-and-set: the step', () => {
     expect(await store.read('f', 'k')).toEqual(current);
     // None of the failures drew from the counter.
     expect(await store.incrementCounter(counter, 1)).toBe(v.timestamp + 1);
-  });
-
-  it('writes a stamp above 2^40 (and up to 2^53 - 1) exactly, keeping every other byte', async () => {
-    const counter = 'st.big';
-    const tail = Uint8Array.from({ length: 256 }, (_, i) => i);
-    for (const target of [2 ** 40 + 7, 2 ** 48 + 2 ** 40 + 255, Number.MAX_SAFE_INTEGER]) {
-      const now = await store.incrementCounter(counter, 1);
-      if (target - 1 > now) await store.incrementCounter(counter, target - 1 - now);
-      const key = `big${target}`;
-      const r = applied(
-        await store.checkAndSetStamped({ table: 'b', key, expected: null, state: template(tail) }, counter),
-      );
-      expect(r.timestamp).toBe(target);
-      const row = await store.read('b', key);
-      expect(row?.state).toEqual(writeStamp(template(tail), target));
-      expect(stampOf(row!.state)).toBe(target);
-    }
-    // Beyond 2^53 the write applies but the value is no JS number: an error, never ok: false.
-    const error = await errorOf(
-      store.checkAndSetStamped({ table: 'b', key: 'over', expected: null, state: template('x') }, counter),
-    );
-    expect(error).toBeInstanceOf(RangeError);
-    expect(stampOf((await store.read('b', 'over'))!.state)).toBe(2 ** 53);
-  });
-
-  it('keeps the notified index like checkAndSet', async () => {
-    const counter = 'st.notified';
-    const a = applied(
-      await store.checkAndSetStamped(
-        { table: 'n', key: 'a', expected: null, state: template('a'), notified: true },
-        counter,
-      ),
-    );
-    await store.checkAndSetStamped({ table: 'n', key: 'b', expected: null, state: template('b') }, counter);
-    expect(await store.scanNotified('n', { limit: 10 })).toEqual(['a']);
-    const b = await store.read('n', 'b');
-    await store.checkAndSetStamped(
-      { table: 'n', key: 'b', expected: b!.version, state: template('b2'), notified: true },
-      counter,
-    );
-    await store.checkAndSetStamped(
-      { table: 'n', key: 'a', expected: a.version, state: template('a2') },
-      counter,
-    );
-    expect(await store.scanNotified('n', { limit: 10 })).toEqual(['b']);
   });
 
   it('never splices table, key or counter text into SQL', async () => {

@@ -373,6 +373,45 @@ export const capabilityCases: ConformanceCase[] = [
       check(!stale.ok, 'a stamped CAS with a wrong version must fail');
       await expectRow(store, T, 's', r.version, writeStamp(template(tail), ts));
 
+      // A failed stamped CAS answers like checkAndSet: the row as it is now, when given.
+      const existing = await stamped(
+        { table: T, key: 's', expected: null, state: template(bytes('dup')) },
+        counter,
+      );
+      check(!existing.ok, 'a stamped create of an existing row must fail');
+      if (!existing.ok)
+        checkCurrent(existing.current, await store.read(T, 's'), 'stamped create of an existing row');
+      const absent = await stamped(
+        { table: T, key: 'nope', expected: r.version, state: template(bytes('n')) },
+        counter,
+      );
+      check(!absent.ok, 'a stamped CAS expecting a version on an absent row must fail');
+      if (!absent.ok) checkCurrent(absent.current, null, 'stamped CAS on an absent row');
+      // The notified flag is kept like checkAndSet's: set, then cleared by a later write.
+      if (store.capabilities.notificationIndex && store.scanNotified) {
+        const n = await stamped(
+          { table: OTHER, key: 'n', expected: null, state: template(bytes('n')), notified: true },
+          counter,
+        );
+        await stamped({ table: OTHER, key: 'plain', expected: null, state: template(bytes('p')) }, counter);
+        checkEqual(await store.scanNotified(OTHER, { limit: 10 }), ['n'], 'rows notified by a stamped CAS');
+        check(n.ok, 'a stamped create with notified');
+        await stamped(
+          {
+            table: OTHER,
+            key: 'n',
+            expected: (n as { version: string }).version,
+            state: template(bytes('n2')),
+          },
+          counter,
+        );
+        checkEqual(
+          await store.scanNotified(OTHER, { limit: 10 }),
+          [],
+          'a stamped CAS without notified clears the flag',
+        );
+      }
+
       const racers = 8;
       const results = await Promise.all(
         Array.from({ length: racers }, (_, i) =>
@@ -411,6 +450,21 @@ export const capabilityCases: ConformanceCase[] = [
           (c as { version: string }).version,
           writeStamp(template(bytes('c')), big + 1),
         );
+        // The largest stamp a JS number holds exactly, every byte kept.
+        const top = Number.MAX_SAFE_INTEGER;
+        await inc(counter, top - 1 - (await inc(counter, 1)));
+        const d = await stamped({ table: T, key: 'd', expected: null, state: template(ALL_BYTES) }, counter);
+        check(
+          d.ok && d.timestamp === top,
+          `the stamp after ${top - 1} must be ${top}, got ${format(d.timestamp)}`,
+        );
+        await expectRow(
+          store,
+          T,
+          'd',
+          (d as { version: string }).version,
+          writeStamp(template(ALL_BYTES), top),
+        );
       }
     },
   },
@@ -448,6 +502,52 @@ export const capabilityCases: ConformanceCase[] = [
         );
       const second = await read([], counter).catch(() => undefined);
       if (second) check(second.timestamp > first.timestamp, 'a later readStamped draws a later timestamp');
+      // The rows are exactly what readMany answers: request order, duplicates, absent and
+      // deleted rows, an empty state, many rows in one call.
+      await create(store, OTHER, 'r1', new Uint8Array(0));
+      const gone = await create(store, T, 'gone', bytes('x'));
+      await store.checkAndSet({ table: T, key: 'gone', expected: gone, state: null });
+      const refs = [
+        { table: OTHER, key: 'r1' },
+        { table: T, key: 'missing' },
+        { table: T, key: 'r1' },
+        { table: T, key: 'gone' },
+        { table: T, key: 'r1' },
+      ];
+      const same = await read(refs, counter);
+      const plain = await Promise.all(refs.map((r) => store.read(r.table, r.key)));
+      checkEqual(same.rows.length, refs.length, 'rows in the reply');
+      same.rows.forEach((row, i) => {
+        check(
+          (row === null) === (plain[i] === null) &&
+            (row === null || (row.version === plain[i]!.version && sameBytes(row.state, plain[i]!.state))),
+          `row ${i} of readStamped differs from read: ${show(row?.state)} vs ${show(plain[i]?.state)}`,
+        );
+      });
+      const many = Array.from({ length: 300 }, (_, i) => ({ table: T, key: i % 7 === 0 ? 'r1' : `m${i}` }));
+      const manyRows = (await read(many, counter)).rows;
+      check(
+        manyRows.length === many.length && manyRows.every((row, i) => (row === null) === (i % 7 !== 0)),
+        'readStamped of 300 rows: the present ones at their positions',
+      );
+      // One counter, shared: each draw adds exactly 1, whoever draws.
+      if (inc) {
+        const a = await inc(counter, 5);
+        const b = (await read([], counter)).timestamp;
+        checkEqual(b, a + 1, 'readStamped after incrementCounter draws the next value');
+        checkEqual(await inc(counter, 1), b + 1, 'incrementCounter after readStamped draws the next value');
+      }
+      // Concurrent calls draw distinct values, each above every value drawn before it was sent.
+      const floor = (await read([], counter)).timestamp;
+      const drawn = await Promise.all(
+        Array.from({ length: 16 }, () => read([{ table: T, key: 'r1' }], counter)),
+      );
+      const values = drawn.map((d) => d.timestamp);
+      checkEqual(new Set(values).size, values.length, 'distinct timestamps of concurrent readStamped calls');
+      check(
+        values.every((v) => v > floor),
+        'every concurrent readStamped draws above the value drawn before',
+      );
       // A write stamped from the same counter before the read is seen by it.
       const stamped = store.checkAndSetStamped?.bind(store);
       if (stamped) {
