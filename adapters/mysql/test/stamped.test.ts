@@ -238,7 +238,7 @@ describe('mysql stamped check-and-set: the step', () => {
 
 describe('mysql stamped check-and-set: a later counter value implies the write is visible', () => {
   // The race itself (whoever draws later sees the write) is the conformance suite's
-  // (store: checkAndSetStamped under a race), run on every store that declares it.
+  // (store: checkAndSetStamped draws a timestamp ...), run on every store that declares it.
   it('makes a later incrementCounter wait until the stamped write has committed', async () => {
     // White box: the stamped transaction holds the counter row from its increment to its
     // COMMIT. Hold it there by making its final row write wait: a locking scan of the

@@ -295,5 +295,5 @@ describe('postgres checkAndSetStamped: a later counter value sees the write', ()
     }
   });
   // The race itself (whoever draws later sees the write) is the conformance suite's
-  // (store: checkAndSetStamped under a race), run on every store that declares it.
+  // (store: checkAndSetStamped draws a timestamp ...), run on every store that declares it.
 });
