@@ -9,7 +9,13 @@ import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { NamespaceAdmin } from '@percolator/connect';
-import { InvalidArgumentError, type RowStore, validateRowKey, validateUserTable } from '@percolator/core';
+import {
+  InvalidArgumentError,
+  type RowStore,
+  UnsupportedOperationError,
+  validateRowKey,
+  validateUserTable,
+} from '@percolator/core';
 import {
   type CommandResult,
   gcCommand,
@@ -438,6 +444,11 @@ function report(error: unknown, name: string, spec: CommandSpec, io: CliIo, wher
     return EXIT.notFound;
   }
   const e = error as Error;
+  if (error instanceof UnsupportedOperationError) {
+    // The store cannot do what the command needs (a scan): not something a retry fixes.
+    io.err(`${e.message}${at}\n`);
+    return EXIT.usage;
+  }
   if (error instanceof InvalidArgumentError) {
     io.err(`${e.message}${at}\n`);
     // A table no composite route covers: the deployment has no such table.
