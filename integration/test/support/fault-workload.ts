@@ -276,23 +276,16 @@ export class FaultWorkload {
    * Final read plus a write to every row, in one attempt by a client whose clock is
    * lockTtlMs + 1 s ahead; then every check. Call after stop() and after the fault ended.
    */
-  async verify(options: {
-    store: RowStore;
-    oracle?: TimestampOracle;
-    lockTtlMs: number;
-    /** The workload's clients' clocks, if not Date.now (the checker's runs ahead of the latest). */
-    clockAheadOf?: () => number;
-  }): Promise<Verdict> {
-    const base = options.clockAheadOf ?? Date.now;
+  async verify(options: { store: RowStore; oracle?: TimestampOracle; lockTtlMs: number }): Promise<Verdict> {
     const ahead = options.lockTtlMs + 1000;
     const checker = new Percolator({
       store: options.store,
       ...(options.oracle ? { oracle: options.oracle } : {}),
       lockTtlMs: options.lockTtlMs,
       lockWaitMs: 100,
-      clock: () => base() + ahead,
+      clock: () => Date.now() + ahead,
     });
-    let finalRead: ListAppendMop[] = [];
+    const finalRead: ListAppendMop[] = [];
     const balances = new Map<string, number>();
     try {
       const tx = await checker.begin();
@@ -312,7 +305,6 @@ export class FaultWorkload {
     } finally {
       await checker.close();
     }
-    finalRead = finalRead.map((m) => m);
     const history: ListAppendOp[] = [...this.history, { type: 'ok', txn: finalRead }].map((op, id) => ({
       ...op,
       id,
