@@ -2,7 +2,8 @@
  * @percolator/testkit: where tests, benchmarks and the conformance CLI find or start
  * local servers. The backend-specific parts are subpaths, each needing its adapter:
  * `/postgres` (ensurePostgres), `/mysql` (ensureMySql), `/redis` (Redis Cluster, private
- * redis-server), `/dynamodb` (DynamoDB Local).
+ * redis-server), `/dynamodb` (DynamoDB Local), `/private` (private servers a test may
+ * SIGKILL and restart: PostgreSQL, MariaDB, Redis, a Redis Cluster, DynamoDB Local).
  */
 import { randomBytes } from 'node:crypto';
 

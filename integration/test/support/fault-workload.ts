@@ -287,19 +287,37 @@ export class FaultWorkload {
     });
     const finalRead: ListAppendMop[] = [];
     const balances = new Map<string, number>();
+    // Locks get no second chance: a conflict or an unresolved lock fails at once. A request
+    // the network lost (StoreError, CommitUnknownError; on a loaded machine a request can
+    // time out) is tried again, for at most 60 s: a client that does not reconnect fails.
+    const deadline = Date.now() + 60_000;
+    let transportRetries = 0;
     try {
-      const tx = await checker.begin();
-      for (const key of [...LIST_KEYS, ...ACCOUNT_KEYS]) {
-        const [t, r] = cell(key);
-        const list = parseList(await tx.getString(t, r, key.startsWith('a') ? 'log' : 'list'));
-        finalRead.push({ f: 'r', key, value: list });
-        if (key.startsWith('a')) balances.set(key, Number((await tx.getString(t, r, 'bal')) ?? 'NaN'));
-        tx.set(t, r, 'probe', String(Date.now()));
+      for (;;) {
+        finalRead.length = 0;
+        balances.clear();
+        try {
+          const tx = await checker.begin();
+          for (const key of [...LIST_KEYS, ...ACCOUNT_KEYS]) {
+            const [t, r] = cell(key);
+            const list = parseList(await tx.getString(t, r, key.startsWith('a') ? 'log' : 'list'));
+            finalRead.push({ f: 'r', key, value: list });
+            if (key.startsWith('a')) balances.set(key, Number((await tx.getString(t, r, 'bal')) ?? 'NaN'));
+            tx.set(t, r, 'probe', String(Date.now()));
+          }
+          await tx.commit();
+          break;
+        } catch (error) {
+          const transport = error instanceof StoreError || error instanceof CommitUnknownError;
+          if (!transport || Date.now() > deadline) throw error;
+          transportRetries++;
+          await sleep(250);
+        }
       }
-      await tx.commit();
     } catch (error) {
       throw new Error(
-        `a row was not writable ${ahead} ms (lockTtlMs + 1 s) after the fault ended: ${(error as Error).constructor.name}: ${(error as Error).message}`,
+        `a row was not writable ${ahead} ms (lockTtlMs + 1 s) after the fault ended: ${(error as Error).constructor.name}: ${(error as Error).message}` +
+          (transportRetries > 0 ? ` (after ${transportRetries} tries the network failed)` : ''),
         { cause: error },
       );
     } finally {
@@ -360,6 +378,7 @@ export class FaultWorkload {
       phantom,
       partial,
       balanceErrors,
+      transportRetries,
       stats: this.stats,
       unexpected: [...this.unexpected],
       describe: () =>
@@ -386,6 +405,8 @@ export interface Verdict {
   /** Transactions (any outcome) of which some appends landed and some did not. */
   readonly partial: readonly string[];
   readonly balanceErrors: readonly string[];
+  /** Final-check attempts lost to the network (not to locks) before one went through. */
+  readonly transportRetries: number;
   readonly stats: WorkloadStats;
   readonly unexpected: readonly string[];
   describe(): string;
@@ -407,7 +428,9 @@ export function summary(v: Verdict): string {
   const { attempts, ok, fail, info } = v.stats;
   const settled = info - v.partial.length;
   const verified = v.lost.length === 0 ? 'all present' : `${v.lost.length} acknowledged appends MISSING`;
-  return `${attempts} attempts: ${ok} acknowledged (${verified}), ${fail} failed, ${info} unknown (${settled} resolved all-or-nothing); anomalies ${v.check.anomalies.length}`;
+  const retried =
+    v.transportRetries > 0 ? `; final check retried ${v.transportRetries}x on network errors` : '';
+  return `${attempts} attempts: ${ok} acknowledged (${verified}), ${fail} failed, ${info} unknown (${settled} resolved all-or-nothing); anomalies ${v.check.anomalies.length}${retried}`;
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
