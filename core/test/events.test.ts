@@ -197,7 +197,7 @@ describe('onEvent', () => {
     await reader.close();
   });
 
-  it('reports rollbacks, the caller’s own errors and tidy passes', async () => {
+  it('reports rollbacks, the caller’s own errors, tidy passes and gc runs', async () => {
     const store = new MemoryStore();
     const rec = recorder();
     const db = new Percolator({ store, onEvent: rec.onEvent });
@@ -219,6 +219,10 @@ describe('onEvent', () => {
     const tidy = rec.of('tidy').filter((e) => e.trigger === 'gc');
     expect(tidy).toHaveLength(1);
     expect(tidy[0]).toMatchObject({ table: 't', row: 'a', report, store: store.name });
+    const gc = await db.gc('t', { row: 'a', dryRun: true });
+    const [gcEvent] = rec.of('gc');
+    expect(gcEvent).toMatchObject({ table: 't', row: 'a', dryRun: true, report: gc, store: store.name });
+    expect(gcEvent!.durationMs).toBeGreaterThanOrEqual(0);
     await db.close();
   });
 
