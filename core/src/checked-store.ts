@@ -77,7 +77,13 @@ class CheckedStore implements RowStore {
   ) => Promise<StampedCasResult>;
   declare readonly readStamped?: (rows: readonly RowRef[], counter: string) => Promise<StampedReadResult>;
 
+  /** Reply checks of the hot calls, bound once: a call allocates no closure of its own. */
+  private readonly onRead: (row: StoredRow | null) => StoredRow | null;
+  private readonly onCas: (result: CasResult) => CasResult;
+
   constructor(readonly inner: RowStore) {
+    this.onRead = (row) => replyRow(inner, 'read', row, 'no');
+    this.onCas = (result) => replyCas(inner, 'checkAndSet', result);
     // Only the methods the store has: the core looks at capabilities, but a caller that
     // tests for a method must see the same shape as the store's own.
     const self = this as {
@@ -109,7 +115,7 @@ class CheckedStore implements RowStore {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.read(table, key).then((row) => replyRow(this.inner, 'read', row, 'no'));
+    return this.inner.read(table, key).then(this.onRead);
   }
 
   checkAndSet(request: CasRequest): Promise<CasResult> {
@@ -118,7 +124,7 @@ class CheckedStore implements RowStore {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.checkAndSet(request).then((result) => replyCas(this.inner, 'checkAndSet', result));
+    return this.inner.checkAndSet(request).then(this.onCas);
   }
 
   close(): Promise<void> {
@@ -193,7 +199,7 @@ class CheckedStore implements RowStore {
 
   private checkedScan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
     try {
-      validateTable(table);
+      checkTable(table);
       checkScanOptions(options);
       checkBound('start', options.start);
       checkBound('end', options.end);
@@ -220,7 +226,7 @@ class CheckedStore implements RowStore {
 
   private checkedScanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
     try {
-      validateTable(table);
+      checkTable(table);
       checkScanOptions(options);
     } catch (error) {
       return Promise.reject(error);
@@ -284,8 +290,21 @@ function passThrough(outer: object, inner: RowStore): void {
   }
 }
 
-function checkRef(table: unknown, key: unknown): void {
+/**
+ * Table names already found valid. A deployment has few tables and the hot path names the
+ * same ones again and again, so a set lookup replaces the pattern test; bounded, so a
+ * caller inventing names cannot grow it without end.
+ */
+const validTables = new Set<string>();
+
+function checkTable(table: unknown): void {
+  if (typeof table === 'string' && validTables.has(table)) return;
   validateTable(table);
+  if (validTables.size < 4096) validTables.add(table);
+}
+
+function checkRef(table: unknown, key: unknown): void {
+  checkTable(table);
   validateRowKey(key);
 }
 
