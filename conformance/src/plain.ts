@@ -14,6 +14,7 @@ export {
   type StoreOperation,
   WRITE_OPERATIONS,
 } from './faulty-store.js';
+export { recordFailures, transactOnce } from './give-up.js';
 export {
   type Anomaly,
   type AnomalyType,

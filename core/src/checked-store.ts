@@ -1,5 +1,7 @@
 import { InvalidArgumentError, RowTooLargeError, StoreError } from './errors.js';
 import { compareKeys, describe, MAX_KEY_BYTES, utf8Length, validateRowKey, validateTable } from './names.js';
+// The RowStore contract's own types: every store (and the contract check) names the same
+// list, by necessity; `duplicates` pairs these import lists.
 import {
   type CasRequest,
   type CasResult,

@@ -3,6 +3,8 @@ import {
   UpdateItemCommand,
   type UpdateItemCommandOutput,
 } from '@aws-sdk/client-dynamodb';
+// The RowStore contract's own types: every store (and the contract check) names the same
+// list, by necessity; `duplicates` pairs these import lists.
 import {
   type CasRequest,
   type CasResult,

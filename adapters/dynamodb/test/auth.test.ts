@@ -1,5 +1,6 @@
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { transactOnce } from '@percolator/conformance';
 import { CounterOracle, Percolator, StoreError } from '@percolator/core';
 import { LOCAL_CREDENTIALS, LOCAL_REGION } from '@percolator/testkit/dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -148,14 +149,7 @@ describe('dynamodb: db.transact makes one attempt once the credentials are refus
 
     front.deny = AUTH_EXCEPTIONS[0];
     front.requests = 0;
-    let attempts = 0;
-    const error = await db
-      .transact(async (tx) => {
-        attempts++;
-        await tx.get('t', 'r', 'c');
-        tx.set('t', 'r', 'c', 'after');
-      })
-      .catch((e: unknown) => e);
+    const { error, attempts } = await transactOnce(db);
     expect(error).toBeInstanceOf(StoreError);
     expect((error as StoreError).retryable).toBe(false);
     // One request (the start timestamp), no retry by the adapter or by transact.

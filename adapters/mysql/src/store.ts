@@ -1,3 +1,5 @@
+// The RowStore contract's own types: every store (and the contract check) names the same
+// list, by necessity; `duplicates` pairs these import lists.
 import {
   type CasRequest,
   type CasResult,
@@ -58,6 +60,13 @@ export function maxStateBytesFor(maxAllowedPacket: number): number {
   return Math.max(0, Math.min(STATE_CAP_BYTES, Math.floor((maxAllowedPacket - PACKET_HEADROOM_BYTES) / 2)));
 }
 
+/*
+ * What the SQL adapters share lives in @percolator/core/kit (openPooled, planCas,
+ * settleBatch, failureMapping, ...). What is left here has the same shape in both on
+ * purpose (options, the version rule, the store type, the factory, connection handling,
+ * row decoding) and holds this dialect's values and statements; `duplicates` pairs them
+ * by shape.
+ */
 export interface MySqlStoreOptions extends PooledStoreOptions {
   /** Used when no `pool` is given. Default: $PERCOLATOR_MYSQL_URL or mysql://root@127.0.0.1:3306/test. */
   readonly uri?: string;

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { recordFailures, transactOnce } from '@percolator/conformance';
 import { CounterOracle, Percolator, StoreError } from '@percolator/core';
 import { assertMySqlReachable, createMySqlStore, type MySqlStore } from '@percolator/mysql';
 import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
@@ -84,18 +85,7 @@ describe('mysql: authentication and authorization failures are not retryable', (
     try {
       store = await createMySqlStore({ pool, namespace, createSchema: false });
       // Counts the store calls that fail.
-      const failed: string[] = [];
-      const counted = new Proxy(store, {
-        get(target, property, receiver) {
-          const value = Reflect.get(target, property, receiver);
-          if (typeof value !== 'function') return value;
-          return (...args: unknown[]) =>
-            Promise.resolve(value.apply(target, args)).catch((error: unknown) => {
-              failed.push(String(property));
-              throw error;
-            });
-        },
-      });
+      const { store: counted, failed } = recordFailures(store);
       // The oracle given explicitly (the same store counter as the default) keeps the start
       // timestamp out of stamped first reads, whose fallback would add a second call.
       const db = new Percolator({ store: counted, oracle: new CounterOracle(counted) });
@@ -113,14 +103,7 @@ describe('mysql: authentication and authorization failures are not retryable', (
       for (let i = 0; i < 100 && all() > 0; i++) await new Promise((r) => setTimeout(r, 50));
       expect(all()).toBe(0);
 
-      let attempts = 0;
-      const error = await db
-        .transact(async (tx) => {
-          attempts++;
-          await tx.get('t', 'r', 'c');
-          tx.set('t', 'r', 'c', 'after');
-        })
-        .catch((e: unknown) => e);
+      const { error, attempts } = await transactOnce(db);
       expectNotRetryable(error, [1045, 1698]);
       // Given up at once: one failed call, and the function ran at most once (not at all
       // if the start timestamp is what failed). A retryable error would be tried 10 times.

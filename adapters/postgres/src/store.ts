@@ -1,3 +1,5 @@
+// The RowStore contract's own types: every store (and the contract check) names the same
+// list, by necessity; `duplicates` pairs these import lists.
 import {
   type CasRequest,
   type CasResult,
@@ -54,6 +56,13 @@ export const POSTGRES_MAX_STATE_BYTES = 64 * 1024 * 1024;
 /** A deadlock or serialization failure rolls a whole statement back, so it is safe to send it again. */
 const TRANSIENT_ATTEMPTS = 4;
 
+/*
+ * What the SQL adapters share lives in @percolator/core/kit (openPooled, planCas,
+ * settleBatch, failureMapping, ...). What is left here has the same shape in both on
+ * purpose (options, the version rule, the store type, the factory, connection handling,
+ * row decoding) and holds this dialect's values and statements; `duplicates` pairs them
+ * by shape.
+ */
 export interface PostgresStoreOptions extends PooledStoreOptions {
   /** Used when no `pool` is given. Default: $PERCOLATOR_POSTGRES_URL or postgres://postgres@127.0.0.1:5432/test. */
   readonly connectionString?: string;

@@ -1,3 +1,5 @@
+// The RowStore contract's own types: every store (and the contract check) names the same
+// list, by necessity; `duplicates` pairs these import lists.
 import {
   type CasRequest,
   type CasResult,

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { recordFailures, transactOnce } from '@percolator/conformance';
 import { CounterOracle, Percolator, StoreError } from '@percolator/core';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -95,18 +96,7 @@ describe('redis: authentication and authorization failures are not retryable', (
     try {
       store = await createRedisStore({ url: withCredentials(user, password), namespace });
       // Counts the store calls that fail.
-      const failed: string[] = [];
-      const counted = new Proxy(store, {
-        get(target, property, receiver) {
-          const value = Reflect.get(target, property, receiver);
-          if (typeof value !== 'function') return value;
-          return (...args: unknown[]) =>
-            Promise.resolve(value.apply(target, args)).catch((error: unknown) => {
-              failed.push(String(property));
-              throw error;
-            });
-        },
-      });
+      const { store: counted, failed } = recordFailures(store);
       // The oracle given explicitly (the same store counter as the default) keeps the start
       // timestamp out of stamped first reads, whose fallback would add a second call.
       const db = new Percolator({ store: counted, oracle: new CounterOracle(counted) });
@@ -114,14 +104,7 @@ describe('redis: authentication and authorization failures are not retryable', (
 
       // ACL changes apply to connections already open: every command now gets NOPERM.
       await admin.acl('SETUSER', user, 'nocommands', '+ping', '+quit');
-      let attempts = 0;
-      const error = await db
-        .transact(async (tx) => {
-          attempts++;
-          await tx.get('t', 'r', 'c');
-          tx.set('t', 'r', 'c', 'after');
-        })
-        .catch((e: unknown) => e);
+      const { error, attempts } = await transactOnce(db);
       expectNotRetryable(error, /NOPERM/);
       // Given up at once: one failed call, and the function ran at most once (not at all
       // if the start timestamp is what failed). A retryable error would be tried 10 times.
