@@ -40,8 +40,10 @@ export {
 export { DEFAULT_SEED, Random } from './random.js';
 export { runConformance, selectCases, summarise } from './runner.js';
 export {
+  appliedStamp,
   type DrawThenRead,
   drawThenReadMany,
+  errorOf,
   type StampedRaceOptions,
   type StampedRaceResult,
   type StampedWrite,

@@ -132,3 +132,22 @@ export function drawThenReadMany(store: {
     return { timestamp, rows: found };
   };
 }
+
+/** A stamped CAS that must have applied: its version and timestamp (throws otherwise). */
+export function appliedStamp(result: CasResult & { timestamp?: number }): {
+  version: string;
+  timestamp: number;
+} {
+  if (!result.ok || result.timestamp === undefined) {
+    throw new Error(`expected the stamped CAS to apply: ${JSON.stringify(result)}`);
+  }
+  return { version: result.version, timestamp: result.timestamp };
+}
+
+/** The error a promise rejects with (undefined if it resolves). */
+export function errorOf(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+}

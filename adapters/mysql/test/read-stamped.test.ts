@@ -8,7 +8,7 @@
  */
 
 import { randomBytes } from 'node:crypto';
-import { stampedRace } from '@percolator/conformance';
+import { errorOf, appliedStamp as stamped, stampedRace } from '@percolator/conformance';
 import {
   type CasResult,
   type RowRef,
@@ -66,20 +66,6 @@ function userPool(options: Parameters<typeof createPool>[0] & object = {}): Pool
 function version(result: CasResult): string {
   if (!result.ok) throw new Error(`expected the CAS to apply: ${JSON.stringify(result)}`);
   return result.version;
-}
-
-function stamped(result: CasResult & { timestamp?: number }): { version: string; timestamp: number } {
-  if (!result.ok || result.timestamp === undefined) {
-    throw new Error(`expected the stamped CAS to apply: ${JSON.stringify(result)}`);
-  }
-  return { version: result.version, timestamp: result.timestamp };
-}
-
-async function errorOf(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
 }
 
 /** InnoDB transactions that wait for a lock, with the statement they wait in. */

@@ -4,7 +4,8 @@
  * commit point: whoever draws a later counter value and then reads sees the write.
  */
 import { randomBytes } from 'node:crypto';
-import { type CasResult, STAMP_OFFSET, StoreError, writeStamp } from '@percolator/core';
+import { appliedStamp as applied, errorOf, stampOf } from '@percolator/conformance';
+import { StoreError, writeStamp } from '@percolator/core';
 import { createMySqlStore, type MySqlStore, mysqlSchemaStatements } from '@percolator/mysql';
 import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
 import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
@@ -17,8 +18,6 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** A stamped state: a format byte, the 8-byte slot (placeholder), then `tail`. */
 const template = (tail: Uint8Array | string) =>
   Uint8Array.from([9, 0, 0, 0, 0, 0, 0, 0, 0, ...(typeof tail === 'string' ? bytes(tail) : tail)]);
-const stampOf = (state: Uint8Array) =>
-  Number(new DataView(state.buffer, state.byteOffset, state.byteLength).getBigUint64(STAMP_OFFSET));
 
 let server: TestServer | undefined;
 let url: string;
@@ -37,20 +36,6 @@ function userPool(options: Parameters<typeof createPool>[0] & object = {}): Pool
   const pool = createPool({ uri: url, connectionLimit: 4, ...options });
   pools.push(pool);
   return pool;
-}
-
-function applied(result: CasResult & { timestamp?: number }): { version: string; timestamp: number } {
-  if (!result.ok || result.timestamp === undefined) {
-    throw new Error(`expected the stamped CAS to apply: ${JSON.stringify(result)}`);
-  }
-  return { version: result.version, timestamp: result.timestamp };
-}
-
-async function errorOf(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
 }
 
 /** InnoDB transactions of `namespace`'s store connections that wait for a lock. */

@@ -111,7 +111,6 @@ describe('postgres store: optional capabilities', () => {
 
   // The notification index's semantics are the conformance suite's; this is its SQL.
   it('answers scanNotified from its partial index on notified rows', async () => {
-    const _table = 'notes';
     const plan = await admin.query(
       `EXPLAIN SELECT key FROM "${store.namespace}_rows" WHERE tbl = '\\x6e'::bytea AND notified ORDER BY key LIMIT 5`,
     );

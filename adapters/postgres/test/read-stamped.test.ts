@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { stampedRace } from '@percolator/conformance';
+import { errorOf, appliedStamp as stamped, stampedRace } from '@percolator/conformance';
 import {
   type CasResult,
   type RowRef,
@@ -59,20 +59,6 @@ async function openStore(options: Parameters<typeof createPostgresStore>[0] = {}
 function _version(result: CasResult): string {
   if (!result.ok) throw new Error(`expected the CAS to apply: ${JSON.stringify(result)}`);
   return result.version;
-}
-
-function stamped(result: CasResult & { timestamp?: number }): { version: string; timestamp: number } {
-  if (!result.ok || result.timestamp === undefined) {
-    throw new Error(`expected the stamped CAS to apply: ${JSON.stringify(result)}`);
-  }
-  return { version: result.version, timestamp: result.timestamp };
-}
-
-async function errorOf(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
 }
 
 /**

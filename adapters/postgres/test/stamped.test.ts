@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
-import { type CasResult, STAMP_OFFSET, StoreError, writeStamp } from '@percolator/core';
+import { appliedStamp as applied, errorOf, stampOf } from '@percolator/conformance';
+import { StoreError, writeStamp } from '@percolator/core';
 import {
   createPostgresStore,
   type PgPoolClient,
@@ -25,8 +26,6 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** A format byte, the 8-byte stamp slot (zeros), then `tail`. */
 const template = (tail: Uint8Array | string) =>
   Uint8Array.from([2, 0, 0, 0, 0, 0, 0, 0, 0, ...(typeof tail === 'string' ? bytes(tail) : tail)]);
-const stampOf = (state: Uint8Array) =>
-  Number(new DataView(state.buffer, state.byteOffset, state.byteLength).getBigUint64(STAMP_OFFSET));
 
 let server: TestServer | undefined;
 let url: string;
@@ -38,20 +37,6 @@ async function openStore(options: Parameters<typeof createPostgresStore>[0] = {}
   const s = await createPostgresStore({ connectionString: url, ...options });
   opened.push(s);
   return s;
-}
-
-function applied(result: CasResult & { timestamp?: number }): { version: string; timestamp: number } {
-  if (!result.ok || result.timestamp === undefined) {
-    throw new Error(`expected the stamped CAS to apply: ${JSON.stringify(result)}`);
-  }
-  return { version: result.version, timestamp: result.timestamp };
-}
-
-async function errorOf(promise: Promise<unknown>): Promise<unknown> {
-  return promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
 }
 
 beforeAll(async () => {
