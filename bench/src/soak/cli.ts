@@ -1,20 +1,45 @@
 #!/usr/bin/env node
 /**
  * pnpm soak -- --backend NAME [--duration 1h] [--interval 10s] [--json] ...
+ * pnpm soak -- summarize RUN.json...   (the docs table of finished runs)
  *
  * Runs the soak (soak.ts) against one backend, prints a line per sample on stderr and the
  * report on stdout (a table, or JSON with --json), and exits 0 when every check passed,
  * 1 when one failed or a metric grew without bound, 2 on bad arguments. SIGINT or SIGTERM
  * stops the workloads early; the final checks and cleanup still run, and it exits 130/143.
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { InvalidArgumentError } from '@percolator/core';
 import { isMainModule } from '../cli.js';
 import { parseSoakOptions, SOAK_USAGE } from './options.js';
-import { sampleLine, soakTable } from './report.js';
-import { runSoak } from './soak.js';
+import { sampleLine, soakSummaryTable, soakTable } from './report.js';
+import { judgeMetrics, runSoak, type SoakReport, soakFailures } from './soak.js';
+
+/**
+ * `summarize FILE...`: the docs table of finished runs from their --out JSON files, with
+ * each run judged again by the current rule (soakSummaryTable).
+ */
+function summarize(files: readonly string[]): number {
+  const runs = files.map((file) => {
+    const report = JSON.parse(readFileSync(file, 'utf8')) as SoakReport;
+    const growth = judgeMetrics(report.samples, report.options.warmupMs, report.options.observedRows);
+    const rejudged = soakFailures({
+      checks: report.checks,
+      growth,
+      samples: report.samples,
+      ranMs: report.ranMs,
+      totals: report.totals,
+      ...(report.interrupted ? { interrupted: report.interrupted } : {}),
+    });
+    return { report, rejudged };
+  });
+  process.stdout.write(`${soakSummaryTable(runs)}\n`);
+  return 0;
+}
 
 export async function soakMain(argv: readonly string[], signal?: AbortSignal): Promise<number> {
+  if (argv[0] === 'summarize' || (argv[0] === '--' && argv[1] === 'summarize'))
+    return summarize(argv.slice(argv.indexOf('summarize') + 1));
   let options: ReturnType<typeof parseSoakOptions>;
   try {
     options = parseSoakOptions(argv);

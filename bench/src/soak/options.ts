@@ -45,6 +45,7 @@ export const SOAK_DEFAULTS = {
 } as const;
 
 export const SOAK_USAGE = `pnpm soak -- --backend NAME [options]
+pnpm soak -- summarize RUN.json...   (a table of finished runs, from their --out files)
 
 Runs transfers (money conserved), list-append transactions (checked for snapshot-isolation
 anomalies window by window), an observer with a worker (counting, checked) and gc against

@@ -3,7 +3,14 @@
  * store client, this process's active resources, pending notifications and the size of the
  * history the soak's rows keep.
  */
-import { inspectHeadRow, namedVersionRows, type RowRef, type RowStore, versionTable } from '@percolator/core';
+import {
+  inspectHeadRow,
+  namedVersionRows,
+  type RowRef,
+  type RowStore,
+  type StoredRow,
+  versionTable,
+} from '@percolator/core';
 import { loadDriver } from '../drivers.js';
 
 /** Counts the soak store's connections as the server sees them. */
@@ -187,14 +194,14 @@ export async function historySize(store: RowStore, rows: readonly RowRef[]): Pro
   let versionRows = 0;
   let versionBytes = 0;
   const named: RowRef[] = [];
-  for (const ref of rows) {
-    const stored = await store.read(ref.table, ref.key);
-    if (!stored) continue;
+  const heads = await readAll(store, rows);
+  heads.forEach((stored, i) => {
+    if (!stored) return;
     headRows++;
     headBytes += stored.state.length;
-    if (!canScan(store))
-      named.push(...namedVersionRows(ref.table, ref.key, inspectHeadRow(stored.state)).named);
-  }
+    const { table, key } = rows[i]!;
+    if (!canScan(store)) named.push(...namedVersionRows(table, key, inspectHeadRow(stored.state)).named);
+  });
   if (canScan(store)) {
     for (const table of new Set(rows.map((r) => r.table))) {
       let after: string | undefined;
@@ -212,14 +219,27 @@ export async function historySize(store: RowStore, rows: readonly RowRef[]): Pro
       }
     }
   } else {
-    for (const ref of named) {
-      const stored = await store.read(ref.table, ref.key);
+    for (const stored of await readAll(store, named)) {
       if (!stored) continue;
       versionRows++;
       versionBytes += stored.state.length;
     }
   }
   return { headRows, headBytes, versionRows, versionBytes };
+}
+
+/** Reads rows in batches (one round trip each where the store reads many at once). */
+async function readAll(store: RowStore, rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
+  const out: (StoredRow | null)[] = [];
+  for (let i = 0; i < rows.length; i += 25) {
+    const chunk = rows.slice(i, i + 25);
+    out.push(
+      ...(store.capabilities.batchRead && store.readMany
+        ? await store.readMany(chunk)
+        : await Promise.all(chunk.map((r) => store.read(r.table, r.key)))),
+    );
+  }
+  return out;
 }
 
 /** What historySize counts version rows by, for the report. */

@@ -125,3 +125,65 @@ export function soakTable(report: SoakReport): string {
   );
   return `${out.join('\n')}\n`;
 }
+
+/** Commits per second over every workload that commits on its own (observer runs apart). */
+function txPerSecond(s: SoakSample): number {
+  return s.perSecond.transfers + s.perSecond.lists + s.perSecond.observerWrites;
+}
+
+function duration(ms: number): string {
+  const minutes = ms / 60_000;
+  return minutes >= 2 ? `${minutes.toFixed(1)} min` : `${Math.round(ms / 1000)} s`;
+}
+
+/**
+ * The docs/reliability.md table of finished runs, from their JSON reports: one row per run.
+ * `rejudged` is the verdict the current growth rule and checks give the same samples.
+ */
+export function soakSummaryTable(
+  runs: readonly { readonly report: SoakReport; readonly rejudged: readonly string[] }[],
+): string {
+  const header = [
+    'store',
+    'ran',
+    'commits (transfers / list-append / observer writes / observer runs)',
+    'tx/s first → last interval',
+    'heap start → end',
+    'RSS start → end',
+    'connections start → end (max)',
+    'pending notifications median (max)',
+    'history rows / KiB start → end (max)',
+    'list-append windows checked',
+    'verdict',
+  ];
+  const rows = runs.map(({ report, rejudged }) => {
+    const s = report.samples;
+    const first = s[1] ?? s[0]!;
+    const last = s[s.length - 1]!;
+    const conn = (x: SoakSample) => (Number.isFinite(x.connections) ? x.connections : x.sockets);
+    const connections = s.map(conn);
+    const label = s.some((x) => Number.isFinite(x.connections)) ? '' : ' sockets';
+    const pending = s.map((x) => x.pendingNotifications).filter(Number.isFinite);
+    const sorted = [...pending].sort((a, b) => a - b);
+    const history = (x: SoakSample) => `${num(x.historyRows)} / ${num(x.historyBytes / 1024, 1)}`;
+    const maxHistory = s.reduce((m, x) => (x.historyBytes > m.historyBytes ? x : m), s[0]!);
+    const t = report.totals;
+    const verdict = report.ok ? 'PASS' : `FAIL: ${report.failures.slice(0, 3).join('; ')}`;
+    const again = rejudged.length === 0 ? 'PASS' : `FAIL: ${rejudged.slice(0, 3).join('; ')}`;
+    return [
+      report.backend === 'mixed' ? 'composite' : report.backend,
+      duration(report.ranMs),
+      `${num(t.transfers)} / ${num(t.lists)} / ${num(t.observerWrites)} / ${num(t.observerRuns)}`,
+      `${num(txPerSecond(first), 1)} → ${num(txPerSecond(last), 1)}`,
+      `${mib(s[0]!.heapUsedBytes)} → ${mib(last.heapUsedBytes)}`,
+      `${mib(s[0]!.rssBytes)} → ${mib(last.rssBytes)}`,
+      `${connections[0]} → ${connections[connections.length - 1]} (${Math.max(...connections)})${label}`,
+      `${num(sorted[sorted.length >> 1] ?? Number.NaN)} (${num(sorted[sorted.length - 1] ?? Number.NaN)})`,
+      `${history(s[0]!)} → ${history(last)} (${history(maxHistory)})`,
+      `${report.checks.lists.windows} (${num(report.checks.lists.ok)} ok txns, ${report.checks.lists.anomalies.length} anomalies)`,
+      verdict === again ? verdict : `${verdict} (current rule: ${again})`,
+    ];
+  });
+  const line = (cells: readonly string[]) => `| ${cells.join(' | ')} |`;
+  return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n');
+}

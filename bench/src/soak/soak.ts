@@ -21,9 +21,11 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
+  type CheckResult,
   checkListAppend,
   describeCheck,
   LIST_COLUMN,
+  type ListAppendMop,
   type ListAppendOp,
   listCell,
   parseList,
@@ -103,6 +105,8 @@ export interface SoakSample {
   readonly versionBytes: number;
   /** Total of the accounts at this sample (must never change). */
   readonly total?: number;
+  /** Ms this sample took to take (its reads go to the store like any client's). */
+  readonly sampleMs: number;
 }
 
 export interface SoakReport {
@@ -521,10 +525,9 @@ export async function runSoak(options: SoakOptions, deps: SoakDeps = {}): Promis
       const final = await settled('reading the lists', () =>
         checkDb.transact((tx) => readAllLists(tx, options.lists)),
       );
-      history.push({ id: history.length, process: -1, type: 'ok', txn: final });
-      const result = checkListAppend(history);
+      const result = checkWindow(history, final);
       lists.windows++;
-      lists.largestWindow = Math.max(lists.largestWindow, history.length);
+      lists.largestWindow = Math.max(lists.largestWindow, history.length + 1);
       if (!result.valid && lists.anomalies.length < MAX_KEPT)
         lists.anomalies.push(`window ${lists.windows}: ${describeCheck(result)}`);
       if (result.allowed.length > 0) lists.allowedWindows++;
@@ -696,6 +699,7 @@ export async function runSoak(options: SoakOptions, deps: SoakDeps = {}): Promis
     const resources = activeResources();
     const s: SoakSample = {
       t: Math.round(t),
+      sampleMs: Math.round(performance.now() - t0 - t),
       commits,
       perSecond,
       heapUsedBytes: heapUsed(),
@@ -813,37 +817,15 @@ export async function runSoak(options: SoakOptions, deps: SoakDeps = {}): Promis
   await services.stop().catch((error) => unexpected('stopping services', error));
 
   const growth = judgeMetrics(samples, options.warmupMs, options.observedRows);
-  const failures: string[] = [];
-  for (const v of transfers.violations) failures.push(`conservation: ${v}`);
-  for (const a of lists.anomalies) failures.push(`list-append: ${a}`);
-  for (const p of observers.problems) failures.push(`observers: ${p}`);
-  for (const e of errors) failures.push(`unexpected error: ${e}`);
-  for (const v of growth) {
-    if (v.grows)
-      failures.push(
-        `${v.metric} grows: last-third median ${fmt(v.lastMedian)} > limit ${fmt(v.limit)} ` +
-          `(first-third median ${fmt(v.firstMedian)}), slope ${fmt(v.slopePerHour)}/h`,
-      );
-  }
-  if (growth.every((v) => !v.judged))
-    failures.push('no metric could be judged: too few samples after the warm-up');
-  if (transfers.conservationChecks === 0) failures.push('conservation was never checked');
-  if (lists.windows === 0) failures.push('no list-append window was checked');
-  // Liveness: every workload kept committing in the last third of the run.
-  const lastThird = samples.filter((s) => s.t >= (ranMs * 2) / 3);
-  if (!interrupted && lastThird.length > 0) {
-    for (const w of WORKLOADS) {
-      if (lastThird.reduce((sum, s) => sum + s.commits[w], 0) === 0)
-        failures.push(`${w}: no commits in the last third of the run`);
-    }
-  }
-  if (
-    totals.transfers === 0 ||
-    totals.lists === 0 ||
-    totals.observerWrites === 0 ||
-    totals.observerRuns === 0
-  )
-    failures.push(`a workload committed nothing: ${JSON.stringify(totals)}`);
+  const checks = { transfers, lists, observers, gc: gcStats, errors };
+  const failures = soakFailures({
+    checks,
+    growth,
+    samples,
+    ranMs,
+    totals,
+    ...(interrupted ? { interrupted } : {}),
+  });
 
   const { help: _h, json: _j, out: _o, ...shown } = options;
   return {
@@ -867,7 +849,7 @@ export async function runSoak(options: SoakOptions, deps: SoakDeps = {}): Promis
     },
     totals,
     samples,
-    checks: { transfers, lists, observers, gc: gcStats, errors },
+    checks,
     growth,
     failures,
     ok: failures.length === 0,
@@ -915,4 +897,64 @@ export function judgeMetrics(
 function fmt(n: number): string {
   if (!Number.isFinite(n)) return String(n);
   return Math.abs(n) >= 1000 ? Math.round(n).toLocaleString('en-US') : String(Math.round(n * 100) / 100);
+}
+
+/**
+ * One list-append window's check: its history, closed by a read of every list, through the
+ * conformance suite's checker. The window starts from emptied lists, so a value left from
+ * an earlier window (an emptying that was lost) is a read of a value nobody appended here.
+ */
+export function checkWindow(
+  history: readonly ListAppendOp[],
+  finalRead: readonly ListAppendMop[],
+): CheckResult {
+  return checkListAppend([...history, { id: history.length, process: -1, type: 'ok', txn: finalRead }]);
+}
+
+export interface VerdictInput {
+  readonly checks: SoakReport['checks'];
+  readonly growth: readonly GrowthVerdict[];
+  readonly samples: readonly SoakSample[];
+  readonly ranMs: number;
+  readonly totals: Record<WorkloadName, number>;
+  readonly interrupted?: string;
+}
+
+/** Every reason the run fails; none means it passed. */
+export function soakFailures({
+  checks,
+  growth,
+  samples,
+  ranMs,
+  totals,
+  interrupted,
+}: VerdictInput): string[] {
+  const { transfers, lists, observers, errors } = checks;
+  const failures: string[] = [];
+  for (const v of transfers.violations) failures.push(`conservation: ${v}`);
+  for (const a of lists.anomalies) failures.push(`list-append: ${a}`);
+  for (const p of observers.problems) failures.push(`observers: ${p}`);
+  for (const e of errors) failures.push(`unexpected error: ${e}`);
+  for (const v of growth) {
+    if (v.grows)
+      failures.push(
+        `${v.metric} grows: last-third median ${fmt(v.lastMedian)} > limit ${fmt(v.limit)} ` +
+          `(first-third median ${fmt(v.firstMedian)}), slope ${fmt(v.slopePerHour)}/h`,
+      );
+  }
+  if (growth.every((v) => !v.judged))
+    failures.push('no metric could be judged: too few samples after the warm-up');
+  if (transfers.conservationChecks === 0) failures.push('conservation was never checked');
+  if (lists.windows === 0) failures.push('no list-append window was checked');
+  // Liveness: every workload kept committing in the last third of the run.
+  const lastThird = samples.filter((s) => s.t >= (ranMs * 2) / 3);
+  if (!interrupted && lastThird.length > 0) {
+    for (const w of WORKLOADS) {
+      if (lastThird.reduce((sum, s) => sum + s.commits[w], 0) === 0)
+        failures.push(`${w}: no commits in the last third of the run`);
+    }
+  }
+  if (WORKLOADS.some((w) => totals[w] === 0))
+    failures.push(`a workload committed nothing: ${JSON.stringify(totals)}`);
+  return failures;
 }
