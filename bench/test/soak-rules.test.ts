@@ -278,7 +278,15 @@ function passing() {
         drained: true,
         problems: [],
       },
-      gc: { passes: 2, versions: 10, headBytes: 100, versionRows: 0, versionRowBytes: 0, errors: 0 },
+      gc: {
+        passes: 2,
+        rows: 144,
+        versions: 10,
+        headBytes: 100,
+        versionRows: 0,
+        versionRowBytes: 0,
+        errors: 0,
+      },
       errors: [],
     } satisfies SoakReport['checks'],
   };

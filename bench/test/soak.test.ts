@@ -1,6 +1,12 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, test } from 'vitest';
+import {
+  type DynamoDbLocal,
+  LOCAL_CREDENTIALS,
+  LOCAL_REGION,
+  startDynamoDbLocal,
+} from '@percolator/testkit/dynamodb';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { SoakReport } from '../src/soak/soak.js';
 
 /**
@@ -38,10 +44,11 @@ interface Run {
   readonly stderr: string;
 }
 
-function soak(backend: string): Promise<Run> {
+function soak(backend: string, env: NodeJS.ProcessEnv): Promise<Run> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--expose-gc', CLI, '--backend', backend, ...ARGS], {
       stdio: ['ignore', 'pipe', 'pipe'],
+      env,
     });
     let stdout = '';
     let stderr = '';
@@ -56,8 +63,29 @@ function soak(backend: string): Promise<Run> {
 }
 
 describe('pnpm soak, 2 minutes per store', () => {
+  // One DynamoDB Local for the dynamodb and composite soaks (each in its own namespace),
+  // unless PERCOLATOR_DYNAMODB_ENDPOINT names one: two JVMs starting at once next to
+  // five busy soaks can miss their start timeout on 2 cores.
+  let dynamo: DynamoDbLocal | undefined;
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  beforeAll(async () => {
+    if (env.PERCOLATOR_DYNAMODB_ENDPOINT) return;
+    dynamo = await startDynamoDbLocal({ startTimeoutMs: 120_000 });
+    env.PERCOLATOR_DYNAMODB_ENDPOINT = dynamo.endpoint;
+    // An endpoint from the environment gets the SDK's credential chain: DynamoDB Local
+    // wants some credentials, whatever they are.
+    env.AWS_ACCESS_KEY_ID ??= LOCAL_CREDENTIALS.accessKeyId;
+    env.AWS_SECRET_ACCESS_KEY ??= LOCAL_CREDENTIALS.secretAccessKey;
+    env.AWS_REGION ??= LOCAL_REGION;
+  }, 150_000);
+  afterAll(async () => {
+    await dynamo?.stop();
+  });
+
   test('every store: exits 0, every check ran, no metric grows', { timeout: 8 * 60_000 }, async () => {
-    const runs = await Promise.all(BACKENDS.map(async (backend) => ({ backend, run: await soak(backend) })));
+    const runs = await Promise.all(
+      BACKENDS.map(async (backend) => ({ backend, run: await soak(backend, env) })),
+    );
     // Every store's problems at once, not only the first store's.
     const problems: string[] = [];
     for (const { backend, run } of runs) {
@@ -78,8 +106,8 @@ describe('pnpm soak, 2 minutes per store', () => {
         ['a list-append window checked', report.checks.lists.windows > 0 && report.checks.lists.ok > 0],
         ['conservation checked > 10 times', report.checks.transfers.conservationChecks > 10],
         ['observers drained', report.checks.observers.drained],
-        ['a gc pass', report.checks.gc.passes > 0],
-        ['>= 12 samples', report.samples.length >= 12],
+        ['gc ran', report.checks.gc.rows > 0],
+        ['>= 8 samples', report.samples.length >= 8],
         ['>= 8 metrics judged', judged >= 8],
         [
           'server-side connections counted',

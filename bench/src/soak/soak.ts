@@ -152,7 +152,9 @@ export interface SoakReport {
       readonly problems: readonly string[];
     };
     readonly gc: {
+      /** Whole passes over every row, and rows collected (a pass cut short by the end counts its rows). */
       readonly passes: number;
+      readonly rows: number;
       /** Write records dropped from head rows, version rows deleted, and their bytes (db.gc). */
       readonly versions: number;
       readonly headBytes: number;
@@ -388,7 +390,15 @@ export async function runSoak(options: SoakOptions, deps: SoakDeps = {}): Promis
     drained: false,
     problems: [] as string[],
   };
-  const gcStats = { passes: 0, versions: 0, headBytes: 0, versionRows: 0, versionRowBytes: 0, errors: 0 };
+  const gcStats = {
+    passes: 0,
+    rows: 0,
+    versions: 0,
+    headBytes: 0,
+    versionRows: 0,
+    versionRowBytes: 0,
+    errors: 0,
+  };
   const samples: SoakSample[] = [];
   let stopping = false;
   let interrupted: string | undefined;
@@ -398,13 +408,30 @@ export async function runSoak(options: SoakOptions, deps: SoakDeps = {}): Promis
     writes: new Pacer(options.rate),
   };
 
-  // Load: every account with the initial balance, every observed row at 0, empty lists.
-  await transferDb.transact(async (tx) => {
-    for (const a of accounts) tx.set(ACCOUNTS, a, BALANCE, String(INITIAL_BALANCE));
-  });
-  await writerDb.transact(async (tx) => {
-    for (const o of observedRows) tx.set(OBSERVED, o, COUNT, '0');
-  });
+  // Load: every account with the initial balance, every observed row at 0. Nothing else
+  // runs yet and the writes are blind, so an attempt whose outcome is unknown is simply
+  // made again.
+  const load = async (what: string, fn: () => Promise<void>) => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await fn();
+      } catch (error) {
+        if (attempt >= 10 || (outcomeOf(error) === undefined && !isRetryable(error)))
+          throw new Error(`loading ${what}: ${message(error)}`, { cause: error });
+        await sleep(500 * attempt);
+      }
+    }
+  };
+  await load('the accounts', () =>
+    transferDb.transact(async (tx) => {
+      for (const a of accounts) tx.set(ACCOUNTS, a, BALANCE, String(INITIAL_BALANCE));
+    }),
+  );
+  await load('the observed rows', () =>
+    writerDb.transact(async (tx) => {
+      for (const o of observedRows) tx.set(OBSERVED, o, COUNT, '0');
+    }),
+  );
   const expectedTotal = options.accounts * INITIAL_BALANCE;
 
   // Transfers.
@@ -617,6 +644,7 @@ export async function runSoak(options: SoakOptions, deps: SoakDeps = {}): Promis
       if (stopping) return;
       try {
         const report = await checkDb.gc(table, { row: key });
+        gcStats.rows++;
         gcStats.versions += report.versions;
         gcStats.headBytes += report.headBytes;
         gcStats.versionRows += report.versionRows;
@@ -676,26 +704,37 @@ export async function runSoak(options: SoakOptions, deps: SoakDeps = {}): Promis
     }
     last = { ...totals };
     lastT = t;
-    const total = await checkConservation();
-    let connections = Number.NaN;
-    try {
-      if (opened.connections) connections = await opened.connections.count();
-    } catch (error) {
-      log(`connection count failed: ${message(error)}`);
-    }
-    let pending = Number.NaN;
-    let size = {
+    // The store-side figures are read concurrently: on a slow store a sample stays short.
+    const [total, connections, storeSide] = await Promise.all([
+      checkConservation(),
+      (async () => {
+        try {
+          return opened.connections ? await opened.connections.count() : Number.NaN;
+        } catch (error) {
+          log(`connection count failed: ${message(error)}`);
+          return Number.NaN;
+        }
+      })(),
+      (async () => {
+        try {
+          const [pending, size] = await Promise.all([
+            pendingNotifications(store, OBSERVED),
+            historySize(store, allRows),
+          ]);
+          return { pending, size };
+        } catch (error) {
+          if (outcomeOf(error) === undefined && !isRetryable(error)) unexpected('sampling', error);
+          return undefined;
+        }
+      })(),
+    ]);
+    const pending = storeSide?.pending ?? Number.NaN;
+    const size = storeSide?.size ?? {
       headRows: Number.NaN,
       headBytes: Number.NaN,
       versionRows: Number.NaN,
       versionBytes: Number.NaN,
     };
-    try {
-      pending = await pendingNotifications(store, OBSERVED);
-      size = await historySize(store, allRows);
-    } catch (error) {
-      if (outcomeOf(error) === undefined && !isRetryable(error)) unexpected('sampling', error);
-    }
     const resources = activeResources();
     const s: SoakSample = {
       t: Math.round(t),
