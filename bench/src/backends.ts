@@ -364,7 +364,8 @@ async function directDynamoDbTarget(
   }
   // Probe first: an unreachable endpoint otherwise surfaces as whatever the SDK trips on
   // first (often CredentialsProviderError), which hides the real reason.
-  if (endpoint && !(await httpAnswers(endpoint))) {
+  // Patient: a JVM on a busy machine can take seconds to answer.
+  if (endpoint && !(await httpAnswers(endpoint, 10_000))) {
     throw new BackendUnavailable(
       backend,
       `nothing answers at PERCOLATOR_DYNAMODB_ENDPOINT=${endpoint} (unset it to start DynamoDB Local)`,
