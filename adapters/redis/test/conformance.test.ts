@@ -1,16 +1,14 @@
 import { conformanceSuite } from '@percolator/conformance';
-import type { RowStore } from '@percolator/core';
-import type { RedisStore } from '../src/store.js';
-import { standaloneStore, uniqueNamespace } from './helpers.js';
+import { storeFactory } from '@percolator/connect';
 
-// Every store gets its own namespace and its own connection (the store's client), and is
-// dropped afterwards. Redis answers in ~0.1 ms on loopback, so a mid-size scale fits.
+// Stores from @percolator/connect (PERCOLATOR_REDIS_URL or the local default): each in its
+// own namespace with its own connection, dropped afterwards. Redis answers in ~0.1 ms on
+// loopback, so a mid-size scale fits.
+const stores = await storeFactory('redis', { prefix: 'conf' });
+
 conformanceSuite({
   name: 'redis',
-  createStore: () => standaloneStore(uniqueNamespace('conf')),
-  destroyStore: async (store: RowStore) => {
-    await (store as RedisStore).dropNamespace();
-    await store.close();
-  },
+  createStore: stores.createStore,
+  destroyStore: stores.destroyStore,
   scale: Number(process.env.PERCOLATOR_CONFORMANCE_SCALE ?? 0.5),
 });
