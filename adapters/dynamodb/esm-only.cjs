@@ -1,4 +1,6 @@
 'use strict';
+// Every package carries this same file by necessity: an `exports` target must lie inside its
+// own package, so one shared copy cannot serve them all.
 // This package is an ES module only. Its `exports` map sends require() here so that
 // CommonJS callers get this explanation instead of ERR_PACKAGE_PATH_NOT_EXPORTED.
 const { name } = require('./package.json');

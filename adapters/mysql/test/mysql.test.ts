@@ -1,3 +1,6 @@
+// Twin of the PostgreSQL adapter's test of the same name: both check what each adapter does
+// with its own driver (statements, failure mapping, timeouts, schema); the contract is the
+// conformance suite's. Their setup and test shapes match on purpose (`duplicates` pairs them).
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { type CasResult, ClosedError, InvalidArgumentError, StoreError } from '@percolator/core';

@@ -1,3 +1,6 @@
+// Twin of the PostgreSQL adapter's test of the same name: both check what each adapter does
+// with its own driver (statements, failure mapping, timeouts, schema); the contract is the
+// conformance suite's. Their setup and test shapes match on purpose (`duplicates` pairs them).
 /**
  * readStamped (capability stampedRead) on a real server: the same answers as readMany, the
  * timestamp from the counter incrementCounter and checkAndSetStamped use, the schema's

@@ -1,3 +1,6 @@
+// Twin of the PostgreSQL adapter's test of the same name: both check what each adapter does
+// with its own driver (statements, failure mapping, timeouts, schema); the contract is the
+// conformance suite's. Their setup and test shapes match on purpose (`duplicates` pairs them).
 /**
  * The stamped check-and-set (capability stampedCheckAndSet) on a real server: layout of the
  * stamp, the shared counter, failure mapping, and the guarantee that makes it usable as a
