@@ -1,19 +1,23 @@
 import { conformanceSuite } from '@percolator/conformance';
-import type { RowStore } from '@percolator/core';
-import { createDynamoDbStore, type DynamoDbRowStore } from '../src/store.js';
-import { uniqueNamespace, useDynamoDb } from './helpers.js';
+import { storeFactory } from '@percolator/connect';
+import { dynamoDbTarget } from '@percolator/testkit/dynamodb';
+import { afterAll } from 'vitest';
 
-// DynamoDB Local (or PERCOLATOR_DYNAMODB_ENDPOINT) for this file; every store gets its own namespace.
-const db = useDynamoDb();
+// DynamoDB Local (or PERCOLATOR_DYNAMODB_ENDPOINT) for this file; stores from
+// @percolator/connect, each in its own namespace, dropped afterwards.
+const db = await dynamoDbTarget();
+afterAll(() => db.stop());
+const stores = await storeFactory('dynamodb', {
+  url: db.endpoint,
+  region: db.region,
+  table: db.tableName,
+  prefix: 'c',
+});
 
 conformanceSuite({
   name: 'dynamodb',
   // Round trips take milliseconds (the memory store's take microseconds).
   scale: Number(process.env.PERCOLATOR_CONFORMANCE_SCALE ?? 0.1),
-  createStore: () => createDynamoDbStore(db.target().storeOptions(uniqueNamespace('c'))),
-  destroyStore: async (store: RowStore) => {
-    const dynamo = store as DynamoDbRowStore;
-    await dynamo.dropNamespace().catch(() => {});
-    await dynamo.close();
-  },
+  createStore: stores.createStore,
+  destroyStore: stores.destroyStore,
 });
