@@ -12,7 +12,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { InvalidArgumentError } from '@percolator/core';
 import { isMainModule } from '../cli.js';
 import { parseSoakOptions, SOAK_USAGE } from './options.js';
-import { sampleLine, soakSummaryTable, soakTable } from './report.js';
+import { sampleLine, soakGrowthTable, soakSummaryTable, soakTable } from './report.js';
 import { judgeMetrics, runSoak, type SoakReport, soakFailures } from './soak.js';
 
 /**
@@ -31,9 +31,9 @@ function summarize(files: readonly string[]): number {
       totals: report.totals,
       ...(report.interrupted ? { interrupted: report.interrupted } : {}),
     });
-    return { report, rejudged };
+    return { report, rejudged, growth };
   });
-  process.stdout.write(`${soakSummaryTable(runs)}\n`);
+  process.stdout.write(`${soakSummaryTable(runs)}\n\n${soakGrowthTable(runs)}\n`);
   return 0;
 }
 

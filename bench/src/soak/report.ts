@@ -1,3 +1,4 @@
+import type { GrowthVerdict } from './growth.js';
 import type { SoakReport, SoakSample } from './soak.js';
 
 const MiB = 2 ** 20;
@@ -148,9 +149,9 @@ export function soakSummaryTable(
     'ran',
     'commits (transfers / list-append / observer writes / observer runs)',
     'tx/s first → last interval',
-    'heap start → end',
-    'RSS start → end',
-    'connections start → end (max)',
+    'heap: start → warm-up end → end',
+    'RSS: start → warm-up end → end',
+    'connections: start → warm-up end → end (max)',
     'pending notifications median (max)',
     'history rows / KiB start → end (max)',
     'list-append windows checked',
@@ -160,6 +161,7 @@ export function soakSummaryTable(
     const s = report.samples;
     const first = s[1] ?? s[0]!;
     const last = s[s.length - 1]!;
+    const warm = s.find((x) => x.t >= report.options.warmupMs) ?? last;
     const conn = (x: SoakSample) => (Number.isFinite(x.connections) ? x.connections : x.sockets);
     const connections = s.map(conn);
     const label = s.some((x) => Number.isFinite(x.connections)) ? '' : ' sockets';
@@ -175,9 +177,9 @@ export function soakSummaryTable(
       duration(report.ranMs),
       `${num(t.transfers)} / ${num(t.lists)} / ${num(t.observerWrites)} / ${num(t.observerRuns)}`,
       `${num(txPerSecond(first), 1)} → ${num(txPerSecond(last), 1)}`,
-      `${mib(s[0]!.heapUsedBytes)} → ${mib(last.heapUsedBytes)}`,
-      `${mib(s[0]!.rssBytes)} → ${mib(last.rssBytes)}`,
-      `${connections[0]} → ${connections[connections.length - 1]} (${Math.max(...connections)})${label}`,
+      `${mib(s[0]!.heapUsedBytes)} → ${mib(warm.heapUsedBytes)} → ${mib(last.heapUsedBytes)}`,
+      `${mib(s[0]!.rssBytes)} → ${mib(warm.rssBytes)} → ${mib(last.rssBytes)}`,
+      `${connections[0]} → ${conn(warm)} → ${connections[connections.length - 1]} (${Math.max(...connections)})${label}`,
       `${num(sorted[sorted.length >> 1] ?? Number.NaN)} (${num(sorted[sorted.length - 1] ?? Number.NaN)})`,
       `${history(s[0]!)} → ${history(last)} (${history(maxHistory)})`,
       `${report.checks.lists.windows} (${num(report.checks.lists.ok)} ok txns, ${report.checks.lists.anomalies.length} anomalies)`,
@@ -186,4 +188,40 @@ export function soakSummaryTable(
   });
   const line = (cells: readonly string[]) => `| ${cells.join(' | ')} |`;
   return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n');
+}
+
+/** Per run, what the growth rule compared: first-third → last-third median (limit) per metric. */
+export function soakGrowthTable(
+  runs: readonly { readonly report: SoakReport; readonly growth: readonly GrowthVerdict[] }[],
+): string {
+  const metrics = [
+    'heapUsedBytes',
+    'rssBytes',
+    'connections',
+    'sockets',
+    'handles',
+    'timers',
+    'historyBytes',
+    'historyRows',
+  ];
+  const cell = (v: GrowthVerdict | undefined) => {
+    if (!v) return '–';
+    if (!v.judged) return 'not judged';
+    const f = (n: number) =>
+      v.metric === 'historyBytes' ? `${num(n / 1024, 1)} KiB` : v.metric.endsWith('Bytes') ? mib(n) : num(n);
+    return `${f(v.firstMedian)} → ${f(v.lastMedian)} (${f(v.limit)})${v.grows ? ' GROWS' : ''}`;
+  };
+  const header = ['store', 'samples judged', ...metrics];
+  const line = (cells: readonly string[]) => `| ${cells.join(' | ')} |`;
+  return [
+    line(header),
+    line(header.map(() => '---')),
+    ...runs.map(({ report, growth }) =>
+      line([
+        report.backend === 'mixed' ? 'composite' : report.backend,
+        String(growth[0]?.samples ?? 0),
+        ...metrics.map((m) => cell(growth.find((v) => v.metric === m))),
+      ]),
+    ),
+  ].join('\n');
 }
