@@ -323,7 +323,7 @@ export class FaultWorkload {
     } finally {
       await checker.close();
     }
-    const history: ListAppendOp[] = [...this.history, { type: 'ok', txn: finalRead }].map((op, id) => ({
+    const history: ListAppendOp[] = [...this.history, { type: 'ok' as const, txn: finalRead }].map((op, id) => ({
       ...op,
       id,
     }));
