@@ -323,10 +323,12 @@ export class FaultWorkload {
     } finally {
       await checker.close();
     }
-    const history: ListAppendOp[] = [...this.history, { type: 'ok' as const, txn: finalRead }].map((op, id) => ({
-      ...op,
-      id,
-    }));
+    const history: ListAppendOp[] = [...this.history, { type: 'ok' as const, txn: finalRead }].map(
+      (op, id) => ({
+        ...op,
+        id,
+      }),
+    );
     const check = checkListAppend(history);
     const final = new Map(finalRead.map((m) => [m.key, m.f === 'r' ? (m.value ?? []) : []]));
     const lost: string[] = [];
