@@ -1,4 +1,4 @@
-import { type CommitStepEvent, CompositeStore, Percolator, type RowStore } from '@percolator/core';
+import { type CommitStepEvent, Percolator, type RowStore } from '@percolator/core';
 import { assertMySqlReachable } from '@percolator/mysql';
 import { defaultRedisUrl } from '@percolator/redis';
 import {
@@ -8,15 +8,14 @@ import {
 } from '@percolator/testkit/private';
 import { afterEach, describe, expect, it } from 'vitest';
 import { postgresUrl } from './support/backends.js';
-import { dropStore, type FaultStoreKind, faultNamespace, openStore } from './support/fault-stores.js';
 import {
-  ACCOUNT_TABLES,
-  clean,
-  FaultWorkload,
-  LIST_TABLES,
-  sleep,
-  summary,
-} from './support/fault-workload.js';
+  compositeOf,
+  dropStore,
+  type FaultStoreKind,
+  faultNamespace,
+  openStore,
+} from './support/fault-stores.js';
+import { clean, FaultWorkload, sleep, summary } from './support/fault-workload.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 /**
@@ -192,15 +191,7 @@ const TARGETS: readonly Target[] = [
         pgProxies.push(pgProxy);
         const pg = await openStore('postgres', { url: pgProxy.url(pgTarget) }, pgNamespace);
         const redis = await openStore('redis', { url: redisProxy.url(redisTarget) }, redisNamespace);
-        stores.push(
-          new CompositeStore({
-            routes: [
-              ...[LIST_TABLES[0], ACCOUNT_TABLES[0]].map((table) => ({ table, store: pg })),
-              ...[LIST_TABLES[1], ACCOUNT_TABLES[1]].map((table) => ({ table, store: redis })),
-            ],
-            counterStore: pg,
-          }),
-        );
+        stores.push(compositeOf(pg, redis));
       }
       return {
         stores,
@@ -208,8 +199,7 @@ const TARGETS: readonly Target[] = [
         faultedClient: 0,
         cleanup: async () => {
           await Promise.all(proxies.map((p) => p.restore()));
-          const members = (stores[0] as CompositeStore).stores;
-          await Promise.all(members.map((m) => dropStore(m)));
+          await dropStore(stores[0]!);
           await Promise.all(stores.slice(1).map((s) => s.close().catch(() => undefined)));
           await Promise.all(proxies.map((p) => p.cut()));
         },

@@ -8,14 +8,22 @@ import {
   startPrivateRedisCluster,
 } from '@percolator/testkit/private';
 import { afterEach, describe, expect, it } from 'vitest';
-import { dropStore, type FaultStoreKind, faultNamespace, openStore } from './support/fault-stores.js';
+import {
+  compositeOf,
+  dropStore,
+  type FaultStoreKind,
+  faultNamespace,
+  openStore,
+} from './support/fault-stores.js';
 import { clean, FaultWorkload, sleep, summary } from './support/fault-workload.js';
 
 /**
  * The store's server itself dies (SIGKILL to its process group: no shutdown, no flush)
  * and comes back, three times, while three clients (each on a store instance of its own,
  * like separate processes) commit transfers and list-append transactions. Every server is
- * private (own port, own data directory) and configured to be durable. After the last
+ * private (own port, own data directory) and configured to be durable. (The composite
+ * store, PostgreSQL + Redis with each transaction's rows on both, loses one member's
+ * server at a time: Redis, PostgreSQL, Redis.) After the last
  * restart the clients must commit again (they reconnect by themselves), and then: no
  * snapshot-isolation anomaly (the Elle-style checker), every acknowledged commit present,
  * no certainly-failed one present, balances agree with the transfer logs and the total is
@@ -34,40 +42,73 @@ const DOWN_MS = 1000;
 
 interface Target {
   readonly name: string;
-  readonly kind: FaultStoreKind;
+  /** Starts the private servers; what a restart kills, and how a client opens its store. */
   readonly start: () => Promise<{
-    server: PrivateServer;
-    victim: PrivateServer;
-    address: Parameters<typeof openStore>[1];
+    /** Destroyed at the end. */
+    servers: readonly PrivateServer[];
+    /** Restart i kills victims[i % victims.length]. */
+    victims: readonly PrivateServer[];
+    open: (namespace: string) => Promise<RowStore>;
   }>;
 }
 
 const single =
-  (start: () => Promise<PrivateServer>): Target['start'] =>
+  (kind: FaultStoreKind, start: () => Promise<PrivateServer>): Target['start'] =>
   async () => {
     const server = await start();
-    return { server, victim: server, address: { url: server.url } };
+    return {
+      servers: [server],
+      victims: [server],
+      open: (namespace) => openStore(kind, { url: server.url }, namespace),
+    };
   };
 
 const DURABLE: readonly Target[] = [
   {
     name: 'PostgreSQL (fsync, synchronous_commit on)',
-    kind: 'postgres',
-    start: single(startPrivatePostgres),
+    start: single('postgres', startPrivatePostgres),
   },
   {
     name: 'MariaDB (innodb_flush_log_at_trx_commit=1)',
-    kind: 'mariadb',
-    start: single(startPrivateMariaDb),
+    start: single('mariadb', startPrivateMariaDb),
   },
-  { name: 'Redis (appendfsync always)', kind: 'redis', start: single(() => startPrivateRedis('always')) },
-  { name: 'DynamoDB Local (-dbPath)', kind: 'dynamodb', start: single(() => startPrivateDynamoDb(true)) },
+  { name: 'Redis (appendfsync always)', start: single('redis', () => startPrivateRedis('always')) },
+  { name: 'DynamoDB Local (-dbPath)', start: single('dynamodb', () => startPrivateDynamoDb(true)) },
   {
     name: 'Redis Cluster (one of 3 masters, appendfsync always)',
-    kind: 'redis-cluster',
     start: async () => {
       const cluster = await startPrivateRedisCluster(3);
-      return { server: cluster, victim: cluster.node(1), address: { url: '', nodes: cluster.nodes } };
+      return {
+        servers: [cluster],
+        victims: [cluster.node(1)],
+        open: (namespace) => openStore('redis-cluster', { url: '', nodes: cluster.nodes }, namespace),
+      };
+    },
+  },
+  {
+    // Each transaction's rows span both members (fault-stores' compositeOf); the oracle is
+    // PostgreSQL's counter. The restarts alternate: Redis, PostgreSQL, Redis.
+    name: 'a composite store (PostgreSQL + Redis appendfsync always, each restarted in turn)',
+    start: async () => {
+      const [pg, redis] = await Promise.allSettled([startPrivatePostgres(), startPrivateRedis('always')]);
+      if (pg.status === 'rejected' || redis.status === 'rejected') {
+        for (const s of [pg, redis]) if (s.status === 'fulfilled') await s.value.destroy();
+        throw pg.status === 'rejected' ? pg.reason : (redis as PromiseRejectedResult).reason;
+      }
+      return {
+        servers: [pg.value, redis.value],
+        victims: [redis.value, pg.value],
+        open: async (namespace) => {
+          const first = await openStore('postgres', { url: pg.value.url }, namespace);
+          const second = await openStore('redis', { url: redis.value.url }, namespace).catch(
+            async (error: unknown) => {
+              await first.close();
+              throw error;
+            },
+          );
+          return compositeOf(first, second);
+        },
+      };
     },
   },
 ];
@@ -75,10 +116,12 @@ const DURABLE: readonly Target[] = [
 const LOSSY: readonly Target[] = [
   {
     name: 'Redis without an append-only file',
-    kind: 'redis',
-    start: single(() => startPrivateRedis('none')),
+    start: single('redis', () => startPrivateRedis('none')),
   },
-  { name: 'DynamoDB Local -inMemory', kind: 'dynamodb', start: single(() => startPrivateDynamoDb(false)) },
+  {
+    name: 'DynamoDB Local -inMemory',
+    start: single('dynamodb', () => startPrivateDynamoDb(false)),
+  },
 ];
 
 const cleanups: Array<() => Promise<void>> = [];
@@ -87,11 +130,13 @@ afterEach(async () => {
 });
 
 async function deploy(target: Target) {
-  const { server, victim, address } = await target.start();
-  cleanups.push(() => server.destroy());
+  const { servers, victims, open } = await target.start();
+  cleanups.push(async () => {
+    await Promise.all(servers.map((s) => s.destroy()));
+  });
   const namespace = faultNamespace('restart');
   const stores: RowStore[] = [];
-  for (let i = 0; i < 3; i++) stores.push(await openStore(target.kind, address, namespace));
+  for (let i = 0; i < 3; i++) stores.push(await open(namespace));
   const clients = stores.map(
     (store) => new Percolator({ store, lockTtlMs: LOCK_TTL_MS, lockWaitMs: LOCK_TTL_MS }),
   );
@@ -106,20 +151,21 @@ async function deploy(target: Target) {
   );
   await workload.setUp(clients[0]!);
   const reopen = async () => {
-    const store = await openStore(target.kind, address, namespace);
+    const store = await open(namespace);
     stores.push(store);
     return store;
   };
-  return { victim, stores, workload, reopen };
+  return { victims, stores, workload, reopen };
 }
 
 async function restartDuringCommits(target: Target, restarts: number, lossy = false) {
   const started = Date.now();
-  const { victim, stores, workload, reopen } = await deploy(target);
+  const { victims, stores, workload, reopen } = await deploy(target);
   workload.start();
   try {
     for (let i = 0; i < restarts; i++) {
       await workload.waitForAcks(ACKS_BETWEEN, 60_000, `${target.name} before restart ${i + 1}`);
+      const victim = victims[i % victims.length]!;
       await victim.kill();
       await sleep(DOWN_MS);
       await victim.restart();

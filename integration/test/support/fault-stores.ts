@@ -7,12 +7,13 @@
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import type { RowStore } from '@percolator/core';
+import { CompositeStore, type RowStore } from '@percolator/core';
 import { createDynamoDbStore, type DynamoDbRowStore } from '@percolator/dynamodb';
 import { createMySqlStore, type MySqlStore } from '@percolator/mysql';
 import { createPostgresStore, type PostgresStore } from '@percolator/postgres';
 import { clusterOptions, createRedisStore, type RedisClient, type RedisStore } from '@percolator/redis';
 import { LOCAL_CREDENTIALS, LOCAL_REGION } from '@percolator/testkit/dynamodb';
+import { ACCOUNT_TABLES, LIST_TABLES } from './fault-workload.js';
 
 // `integration/` is not a package: load ioredis the way the Redis adapter resolves it.
 const { Cluster } = createRequire(
@@ -96,9 +97,28 @@ export async function openStore(
   }
 }
 
-/** Drops the namespace (best effort: the server may be gone) and closes the store. */
+/**
+ * The fault tests' composite: each family of the workload's rows (lists, accounts) split
+ * over both members (its first table in `first`, its second in `second`), so transfers
+ * and list-appends span both; the oracle is `first`'s counter. `close()` closes both.
+ */
+export function compositeOf(first: RowStore, second: RowStore): CompositeStore {
+  return new CompositeStore({
+    routes: [
+      ...[LIST_TABLES[0], ACCOUNT_TABLES[0]].map((table) => ({ table, store: first })),
+      ...[LIST_TABLES[1], ACCOUNT_TABLES[1]].map((table) => ({ table, store: second })),
+    ],
+    counterStore: first,
+  });
+}
+
+/**
+ * Drops the namespace (a composite's: each member's), best effort (the server may be
+ * gone), and closes the store.
+ */
 export async function dropStore(store: RowStore): Promise<void> {
-  await (store as Droppable).dropNamespace?.().catch(() => undefined);
+  const members = store instanceof CompositeStore ? store.stores : [store];
+  await Promise.all(members.map((m) => (m as Droppable).dropNamespace?.().catch(() => undefined)));
   await store.close().catch(() => undefined);
 }
 
