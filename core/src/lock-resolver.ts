@@ -1,8 +1,9 @@
 import { addRecord, findRecord, tidyCell } from './cells.js';
 import type { ProtocolEnv } from './env.js';
+import { StoreError } from './errors.js';
 import type { TransactionRef } from './events.js';
 import { type Cell, cellOf, type Lock, type RowState } from './row-state.js';
-import { updateRow } from './row-update.js';
+import { AmbiguousOutcome, updateRow } from './row-update.js';
 
 /**
  * Resolving a lock another transaction left (docs/protocol.md section 5). The primary cell
@@ -28,11 +29,27 @@ export async function resolveLock(
   as: 'read' | 'prewrite' | 'operator' = 'read',
 ): Promise<LockFate | 'alive'> {
   const time = env.events ? performance.now() : 0;
-  const fate = await decideFate(env, lock);
-  if (fate === 'alive') return 'alive';
-  const p = lock.primary;
-  // The primary row was settled by decideFate itself; other rows need their own CAS.
-  if (!(p.table === table && p.row === row)) await settleRow(env, table, row, lock.startTs, fate);
+  let fate: LockFate | 'alive';
+  try {
+    fate = await decideFate(env, lock);
+    if (fate === 'alive') return 'alive';
+    const p = lock.primary;
+    // The primary row was settled by decideFate itself; other rows need their own CAS.
+    if (!(p.table === table && p.row === row)) await settleRow(env, table, row, lock.startTs, fate);
+  } catch (error) {
+    // A rollback or roll-forward CAS whose outcome could not be verified (the store failed
+    // before the loop could re-read). It belongs to the other transaction, whose fate the
+    // primary records either way; the transaction that met the lock has written nothing,
+    // so for it this is a store failure it may retry, never an internal error.
+    if (error instanceof AmbiguousOutcome) {
+      throw new StoreError(
+        `resolving the lock of transaction ${lock.startTs} on ${table}/${row}: the store failed before the outcome could be verified (that transaction's primary records its fate either way)`,
+        'no',
+        { cause: error },
+      );
+    }
+    throw error;
+  }
   env.events?.emit({
     type: 'lock.resolve',
     transaction: by,

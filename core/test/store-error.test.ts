@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { isRetryable, LocalOracle, MemoryStore, Percolator, StoreError } from '../src/index.js';
+import { ClientCrash, isRetryable, LocalOracle, MemoryStore, Percolator, StoreError } from '../src/index.js';
+import { fakeClock } from './support.js';
 
 describe('StoreError retryable', () => {
   it('defaults to retryable exactly when the call was not applied (as before)', () => {
@@ -54,5 +55,75 @@ describe('StoreError retryable', () => {
       expect(attempts).toBe(retryable ? 3 : 1);
       await db.close();
     }
+  });
+});
+
+describe('a lock resolution whose write cannot be verified', () => {
+  it('reaches the reader as a retryable StoreError (never an internal error), and a retry settles the lock', async () => {
+    const memory = new MemoryStore();
+    // Armed: the next CAS fails with its outcome unknown, and every read the loop's reader
+    // tries after it (6) fails too, so the resolver cannot find out whether its rollback
+    // record landed.
+    let armed = false;
+    let failReads = 0;
+    const store = new Proxy(memory, {
+      get(target, property, receiver) {
+        const value = Reflect.get(target, property, receiver);
+        if (typeof value !== 'function') return value;
+        if (property === 'checkAndSet')
+          return async (request: Parameters<MemoryStore['checkAndSet']>[0]) => {
+            if (armed) {
+              armed = false;
+              failReads = 6;
+              throw new StoreError('reply lost', 'unknown');
+            }
+            return target.checkAndSet(request);
+          };
+        if (property === 'read' || property === 'readMany')
+          return async (...args: unknown[]) => {
+            if (failReads > 0) {
+              failReads--;
+              throw new StoreError('connection reset', 'no');
+            }
+            return (value as (...a: unknown[]) => unknown).apply(target, args);
+          };
+        return value.bind(target);
+      },
+    });
+    const clock = fakeClock();
+    const ttl = 1_000;
+    const owner = new Percolator({
+      store,
+      clock,
+      lockTtlMs: ttl,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    const tx = await owner.begin();
+    tx.set('t', 'a', 'v', 'never');
+    tx.set('t', 'b', 'v', 'never');
+    await expect(tx.commit()).rejects.toBeInstanceOf(ClientCrash);
+    clock.advance(ttl * 5); // the owner is gone: a reader rolls its locks back
+
+    const reader = new Percolator({ store, clock, lockTtlMs: ttl });
+    armed = true;
+    const error = await reader
+      .transact((t) => t.getString('t', 'b', 'v'), { maxAttempts: 1 })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(error).toBeInstanceOf(StoreError);
+    expect(isRetryable(error)).toBe(true);
+    expect((error as StoreError).message).toMatch(/resolving the lock/);
+
+    // Nothing was decided by the failure: the next reader (or a retry) rolls the locks back.
+    armed = true;
+    expect(await reader.transact((t) => t.getString('t', 'b', 'v'))).toBeUndefined();
+    expect(await reader.transact((t) => t.getString('t', 'a', 'v'))).toBeUndefined();
+    await Promise.all([owner.close(), reader.close()]);
   });
 });
