@@ -8,6 +8,7 @@ import type {
   ScanOptions,
   StoredRow,
 } from '@percolator/core';
+import { ROW_STORE_MEMBERS } from '@percolator/core';
 import { trackCall } from './critical-path.js';
 
 /** `readStamped` (a timestamp and reads in one round trip), where a store has it. */
@@ -82,23 +83,6 @@ function zeroCounts(): CallCounts {
     other: 0,
   };
 }
-
-/** The methods this proxy forwards and counts by name. */
-const KNOWN = new Set([
-  'constructor',
-  'name',
-  'capabilities',
-  'read',
-  'checkAndSet',
-  'readMany',
-  'checkAndSetMany',
-  'scan',
-  'incrementCounter',
-  'scanNotified',
-  'checkAndSetStamped',
-  'readStamped',
-  'close',
-]);
 
 /** Every method name of `object` and its prototypes (Object.prototype excluded). */
 export function methodNames(object: object): string[] {
@@ -206,7 +190,7 @@ export class CountingStore implements RowStore {
       });
     }
     for (const method of methodNames(inner)) {
-      if (KNOWN.has(method) || method in this) continue;
+      if (ROW_STORE_MEMBERS.has(method) || method in this) continue;
       const fn = (inner as unknown as Record<string, (...args: unknown[]) => unknown>)[method]!;
       Object.defineProperty(this, method, {
         value: (...args: unknown[]) => {

@@ -92,7 +92,8 @@ function list(value: string): string[] {
     .filter((s) => s.length > 0);
 }
 
-function integer(
+/** An integer option in [min, max], or the fallback when absent. */
+export function integer(
   name: string,
   value: string | undefined,
   fallback: number,

@@ -6,6 +6,7 @@ import {
   type CasRequest,
   type CasResult,
   type NotificationScanOptions,
+  ROW_STORE_MEMBERS,
   type RowRef,
   type RowStore,
   type ScannedStoredRow,
@@ -45,23 +46,6 @@ export function checkedStore<S extends RowStore>(store: S): S {
 export function uncheckedStore<S extends RowStore>(store: S): S {
   return store instanceof CheckedStore ? (store.inner as S) : store;
 }
-
-/** The contract's own members: checked here. Every other member of a store is passed through. */
-const CONTRACT = new Set([
-  'constructor',
-  'name',
-  'capabilities',
-  'read',
-  'checkAndSet',
-  'readMany',
-  'checkAndSetMany',
-  'scan',
-  'incrementCounter',
-  'scanNotified',
-  'checkAndSetStamped',
-  'readStamped',
-  'close',
-]);
 
 type StampedRequest = CasRequest & { readonly state: Uint8Array };
 type StampedCasResult = CasResult & { timestamp?: number };
@@ -276,7 +260,7 @@ function passThrough(outer: object, inner: RowStore): void {
   const target = inner as unknown as Record<string, unknown>;
   for (let o: object | null = inner; o !== null && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
     for (const name of Object.getOwnPropertyNames(o)) {
-      if (CONTRACT.has(name) || name in outer) continue;
+      if (ROW_STORE_MEMBERS.has(name) || name in outer) continue;
       const value = target[name];
       Object.defineProperty(
         outer,

@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from '@percolator/core';
+import { integer } from '../options.js';
 import { BACKENDS, type BackendName } from '../types.js';
 
 /** What one soak run does. Every rate is per workload, over all of its workers. */
@@ -83,23 +84,6 @@ export function parseTime(name: string, value: string | undefined, fallback: num
   return ms;
 }
 
-function parseInteger(
-  name: string,
-  value: string | undefined,
-  fallback: number,
-  min: number,
-  max: number,
-): number {
-  if (value === undefined) return fallback;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) {
-    throw new InvalidArgumentError(
-      `--${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}`,
-    );
-  }
-  return n;
-}
-
 const FLAGS = new Set(['json', 'help']);
 const VALUED = new Set([
   'backend',
@@ -154,12 +138,12 @@ export function parseSoakOptions(argv: readonly string[]): SoakOptions {
     durationMs,
     intervalMs,
     warmupMs: parseTime('warmup', values.get('warmup'), Math.round(durationMs / 4)),
-    concurrency: parseInteger('concurrency', values.get('concurrency'), SOAK_DEFAULTS.concurrency, 1, 64),
-    rate: parseInteger('rate', values.get('rate'), SOAK_DEFAULTS.rate, 0, 100_000),
-    accounts: parseInteger('accounts', values.get('accounts'), SOAK_DEFAULTS.accounts, 2, 10_000),
-    lists: parseInteger('lists', values.get('lists'), SOAK_DEFAULTS.lists, 1, 1000),
-    windowTxns: parseInteger('window', values.get('window'), SOAK_DEFAULTS.windowTxns, 10, 100_000),
-    observedRows: parseInteger(
+    concurrency: integer('concurrency', values.get('concurrency'), SOAK_DEFAULTS.concurrency, 1, 64),
+    rate: integer('rate', values.get('rate'), SOAK_DEFAULTS.rate, 0, 100_000),
+    accounts: integer('accounts', values.get('accounts'), SOAK_DEFAULTS.accounts, 2, 10_000),
+    lists: integer('lists', values.get('lists'), SOAK_DEFAULTS.lists, 1, 1000),
+    windowTxns: integer('window', values.get('window'), SOAK_DEFAULTS.windowTxns, 10, 100_000),
+    observedRows: integer(
       'observed-rows',
       values.get('observed-rows'),
       SOAK_DEFAULTS.observedRows,
@@ -174,7 +158,7 @@ export function parseSoakOptions(argv: readonly string[]): SoakOptions {
     seed:
       seedArg === undefined
         ? Math.floor(Math.random() * 2 ** 31)
-        : parseInteger('seed', seedArg, 0, 0, 2 ** 31 - 1),
+        : integer('seed', seedArg, 0, 0, 2 ** 31 - 1),
     json: flags.has('json'),
     ...(values.has('out') ? { out: values.get('out')! } : {}),
     help,
