@@ -67,10 +67,20 @@ export async function stampedRace(options: StampedRaceOptions): Promise<StampedR
   const samples: { timestamp: number; stamps: (number | null)[] }[] = [];
   let writing = true;
 
+  // Each writer holds its last write until some read has come back, so at least one read
+  // draws its timestamp below the last stamp, however fast the writes are on this store.
+  let readBack!: () => void;
+  let readFailed!: (error: unknown) => void;
+  const firstRead = new Promise<void>((resolve, reject) => {
+    readBack = resolve;
+    readFailed = reject;
+  });
+  firstRead.catch(() => undefined);
   const writer = async (mine: string[]) => {
-    for (const key of mine) {
+    for (const [k, key] of mine.entries()) {
       let expected: string | null = null;
       for (let round = 0; round < rounds; round++) {
+        if (k === mine.length - 1 && round === rounds - 1) await firstRead;
         const r = await options.write(
           { table, key, expected, state: stampTemplate(`${key}.${round}`) },
           counter,
@@ -84,9 +94,15 @@ export async function stampedRace(options: StampedRaceOptions): Promise<StampedR
     }
   };
   const reader = async () => {
-    while (writing) {
-      const { timestamp, rows } = await options.read(refs, counter);
-      samples.push({ timestamp, stamps: rows.map((row) => (row === null ? null : stampOf(row.state))) });
+    try {
+      while (writing) {
+        const { timestamp, rows } = await options.read(refs, counter);
+        samples.push({ timestamp, stamps: rows.map((row) => (row === null ? null : stampOf(row.state))) });
+        readBack();
+      }
+    } catch (error) {
+      readFailed(error);
+      throw error;
     }
   };
   const running = Array.from({ length: writers }, (_, w) => writer(keys.filter((_, i) => i % writers === w)));
