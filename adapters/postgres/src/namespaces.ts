@@ -2,7 +2,7 @@ import { checkOptionKeys, InvalidArgumentError, type OptionKeys } from '@percola
 import { NAMESPACE_PATTERN } from '@percolator/core/kit';
 import { resolvePostgresUrl } from './env.js';
 import { connectError, readError, writeError } from './errors.js';
-import { createPgPool, type PgPool, type PgPoolClient } from './pg.js';
+import { createPgPool, guardClientErrors, type PgPool, type PgPoolClient } from './pg.js';
 import { postgresNames, schemaLockKey } from './schema.js';
 
 /*
@@ -123,6 +123,7 @@ async function withClient<T>(
       application_name: 'percolator:namespaces',
     });
   if (options.pool === undefined) pool.on('error', () => {});
+  guardClientErrors(pool);
   try {
     let client: PgPoolClient;
     try {
@@ -130,11 +131,8 @@ async function withClient<T>(
     } catch (error) {
       throw connectError(error);
     }
-    const onError = () => {};
-    client.on('error', onError);
     try {
       const result = await work(client);
-      client.removeListener('error', onError);
       client.release();
       return result;
     } catch (error) {

@@ -36,6 +36,7 @@ import { connectError, isConnectionBroken, isTransientRollback, readError, write
 import type { OptionKeys } from './options.js';
 import {
   createPgPool,
+  guardClientErrors,
   type PgPool,
   type PgPoolClient,
   type PgQueryConfig,
@@ -99,6 +100,7 @@ export async function createPostgresStore(options: PostgresStoreOptions = {}): P
   // An idle connection that dies (server restart, pg_terminate_backend) emits 'error' on
   // the pool; without a listener that would crash the process.
   if (ownsPool) pool.on('error', () => {});
+  guardClientErrors(pool);
   const store = new PostgresRowStore(pool, ownsPool, names, queryTimeoutMs);
   try {
     if (options.createSchema !== false) await store.createSchema();
@@ -311,14 +313,11 @@ class PostgresRowStore implements PostgresStore {
   /** DDL in one transaction under an advisory lock, so concurrent starters queue up. */
   private async underSchemaLock(statements: readonly string[]): Promise<void> {
     const client = await this.connect();
-    const onError = () => {};
-    client.on('error', onError);
     try {
       await client.query('BEGIN');
       await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [schemaLockKey(this.namespace)]);
       for (const statement of statements) await client.query(statement);
       await client.query('COMMIT');
-      client.removeListener('error', onError);
       client.release();
     } catch (error) {
       // Destroying the connection also ends the open transaction.
@@ -379,23 +378,19 @@ class PostgresRowStore implements PostgresStore {
   }
 
   private async run(what: string, mode: 'read' | 'write', config: PgQueryConfig): Promise<PgQueryResult> {
-    const client = await this.connect();
     // A dying connection may also emit 'error' on the client; the pending query gets the
-    // error anyway, and an unhandled 'error' event would crash the process.
-    const onError = () => {};
-    client.on('error', onError);
+    // error anyway, and `guardClientErrors` keeps the event from crashing the process.
+    const client = await this.connect();
     try {
       // On timeout pg rejects but leaves the statement running; `isConnectionBroken` is
       // true for that error, so the connection is destroyed below, not reused.
       const result = await client.query({ ...config, query_timeout: this.queryTimeoutMs });
-      client.removeListener('error', onError);
       client.release();
       return result;
     } catch (error) {
       if (isConnectionBroken(error)) {
         client.release(error instanceof Error ? error : true);
       } else {
-        client.removeListener('error', onError);
         client.release();
       }
       throw mode === 'read' ? readError(what, error) : writeError(what, error);

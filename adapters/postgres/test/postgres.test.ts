@@ -230,6 +230,25 @@ describe('postgres store: limits and failures', () => {
       /secret/,
     );
   });
+
+  // pg-pool drops its own 'error' listener from a client as it hands the client out; an
+  // ErrorResponse arriving before the caller can attach one (a server going down in the same
+  // network chunk as ReadyForQuery) would be an unhandled 'error' event and crash the process.
+  it('keeps an error on a freshly handed-out client of a pool it uses from crashing the process', async () => {
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    pool.on('error', () => {});
+    const s = await createPostgresStore({ pool, namespace: store.namespace, createSchema: false });
+    try {
+      const client = await pool.connect();
+      expect(client.listenerCount('error')).toBe(1);
+      expect(() => client.emit('error', new Error('terminating connection'))).not.toThrow();
+      client.release(true);
+      expect(await s.read('t', 'never-written')).toBeNull();
+    } finally {
+      await s.close();
+      await pool.end();
+    }
+  });
 });
 
 describe('postgres store: namespaces and lifecycle', () => {
