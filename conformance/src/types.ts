@@ -6,7 +6,8 @@ export type Part = 'store' | 'protocol' | 'history' | 'faults' | 'observers';
 export const PARTS: readonly Part[] = ['store', 'protocol', 'history', 'faults', 'observers'];
 
 /** Optional capabilities a case may need (the boolean fields of StoreCapabilities). */
-export type Capability = Exclude<keyof StoreCapabilities, 'maxStateBytes'>;
+/** The capability flags that govern a store method (`stampedReadUnderLoad` is a cost hint, not one). */
+export type Capability = Exclude<keyof StoreCapabilities, 'maxStateBytes' | 'stampedReadUnderLoad'>;
 
 export interface ConformanceOptions {
   /** Shown in test names and reports, e.g. "memory" or "postgres". */

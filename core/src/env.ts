@@ -2,6 +2,7 @@ import type { PrunePolicy } from './cells.js';
 import type { EventSink, TidyEvent } from './events.js';
 import type { TimestampOracle } from './oracle.js';
 import type { TidyOptions, TidyReport } from './reports.js';
+import type { RowCache } from './row-cache.js';
 import type { RowReader } from './row-reader.js';
 import type { RowState } from './row-state.js';
 import type { RowStore, StoredRow } from './store.js';
@@ -60,6 +61,8 @@ export interface ProtocolEnv {
   readonly background: Set<Promise<unknown>>;
   /** Moves old values out of head rows, deletes pruned version rows, settles held records. */
   readonly tidier: RowTidier;
+  /** Head rows as this client last saw them: guesses for a CAS's expected version (row-cache.ts). */
+  readonly rowCache: RowCache | undefined;
 }
 
 /**
@@ -88,13 +91,18 @@ export interface RowTidier {
  * write among every transaction that asks while a fetch is in flight. So a client uses a
  * stamped read only while it is otherwise idle: no oracle fetch in flight or waiting, and
  * no other stamped read in flight. Under load, transactions share oracle batches; a lone
- * transaction saves its round trip.
+ * transaction saves its round trip. A store that declares `stampedReadUnderLoad` (its
+ * stamped read writes nothing durable: Redis) gets stamped reads under load too.
  */
 export class StampedReadGauge {
   inFlight = 0;
-  constructor(private readonly oracleBusy: () => boolean) {}
+  constructor(
+    private readonly oracleBusy: () => boolean,
+    /** The store's `stampedReadUnderLoad`: a stamped read is as cheap as a read, so always use one. */
+    private readonly underLoad = false,
+  ) {}
   preferOracle(): boolean {
-    return this.inFlight > 0 || this.oracleBusy();
+    return !this.underLoad && (this.inFlight > 0 || this.oracleBusy());
   }
 }
 

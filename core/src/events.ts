@@ -211,8 +211,9 @@ export class EventSink {
     readonly store: string,
   ) {}
 
-  newTransaction(attempt: number): { id: number; startTs: number | undefined; attempt: number } {
-    return { id: this.nextId++, startTs: undefined, attempt };
+  /** The next transaction id of this client. */
+  newTransaction(): number {
+    return this.nextId++;
   }
 
   emit(event: PercolatorEvent): void {

@@ -22,10 +22,61 @@ interface MemoryRow {
 
 class MemoryTable {
   readonly rows = new Map<string, MemoryRow>();
-  /** Row keys in compareKeys order, for scans. */
-  readonly sortedKeys: string[] = [];
+  /**
+   * The scan index, kept lazily: a write costs a push or a set insert, never a splice in
+   * a long array (the tidy step creates and deletes version rows all the time, and the
+   * transactions themselves never scan). `keys()` brings it up to date for a scan.
+   */
+  private sortedKeys: string[] = [];
+  /** Keys of rows created since the index was last brought up to date (unsorted). */
+  private pending: string[] = [];
+  /** Keys in `sortedKeys` or `pending` whose row is gone. */
+  private readonly stale = new Set<string>();
   /** Keys of rows with a pending notification, in compareKeys order: a page costs a search, not a sort. */
   readonly notified: string[] = [];
+
+  /** A row was created. */
+  added(key: string): void {
+    // Deleted and created again before the index caught up: its key is still listed.
+    if (this.stale.delete(key)) return;
+    this.pending.push(key);
+  }
+
+  /** A row was deleted. */
+  removed(key: string): void {
+    this.stale.add(key);
+    if (this.stale.size * 2 > this.sortedKeys.length + this.pending.length) this.catchUp();
+  }
+
+  /** Row keys in compareKeys order, for a scan. */
+  keys(): readonly string[] {
+    if (this.pending.length > 0 || this.stale.size > 0) this.catchUp();
+    return this.sortedKeys;
+  }
+
+  private catchUp(): void {
+    const live = (key: string) => !this.stale.has(key);
+    const added = this.pending.filter(live).sort(compareKeys);
+    this.sortedKeys = mergeSorted(
+      this.stale.size > 0 ? this.sortedKeys.filter(live) : this.sortedKeys,
+      added,
+    );
+    this.pending = [];
+    this.stale.clear();
+  }
+}
+
+/** Two arrays in compareKeys order, merged. */
+function mergeSorted(a: readonly string[], b: readonly string[]): string[] {
+  if (b.length === 0) return a as string[];
+  const out: string[] = new Array(a.length + b.length);
+  let i = 0;
+  let j = 0;
+  let k = 0;
+  while (i < a.length && j < b.length) out[k++] = compareKeys(a[i]!, b[j]!) <= 0 ? a[i++]! : b[j++]!;
+  while (i < a.length) out[k++] = a[i++]!;
+  while (j < b.length) out[k++] = b[j++]!;
+  return out;
 }
 
 function insertSorted(keys: string[], key: string): void {
@@ -189,13 +240,13 @@ export class MemoryStore implements RowStore {
     if (state === null) {
       if (row) {
         table.rows.delete(key);
-        removeSorted(table.sortedKeys, key);
+        table.removed(key);
         if (row.notified) removeSorted(table.notified, key);
       }
       return { ok: true, version };
     }
     const notified = request.notified ?? false;
-    if (!row) insertSorted(table.sortedKeys, key);
+    if (!row) table.added(key);
     table.rows.set(key, { version, state: state.slice(), notified });
     if (notified && !row?.notified) insertSorted(table.notified, key);
     if (!notified && row?.notified) removeSorted(table.notified, key);
@@ -209,14 +260,15 @@ export class MemoryStore implements RowStore {
   private scanNow(tableName: string, options: ScanOptions): ScannedStoredRow[] {
     const table = this.tables.get(tableName);
     if (!table) return [];
-    const keys = table.sortedKeys;
+    const keys = table.keys();
     let i = options.start === undefined ? 0 : lowerBound(keys, options.start);
     i = Math.max(i, firstAfter(keys, options.after));
     const out: ScannedStoredRow[] = [];
     for (; i < keys.length && out.length < options.limit; i++) {
       const key = keys[i]!;
       if (options.end !== undefined && compareKeys(key, options.end) >= 0) break;
-      const row = table.rows.get(key)!;
+      const row = table.rows.get(key);
+      if (!row) continue; // deleted: a stale key of the index
       out.push({ key, row: { version: row.version, state: row.state.slice() } });
     }
     return out;

@@ -12,6 +12,7 @@ import { ObserverWorker, validateObservers } from './observers/worker.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
 import { CounterOracle, type TimestampOracle } from './oracle.js';
 import { type ResolvedLock, type ResolveOptions, resolveRowLocks } from './resolve.js';
+import { RowCache } from './row-cache.js';
 import { RowReader } from './row-reader.js';
 import { readRow } from './row-update.js';
 import type { RowStore } from './store.js';
@@ -53,7 +54,18 @@ export interface PercolatorOptions {
    * reported once and never affects a transaction. Without it no event is built.
    */
   readonly onEvent?: PercolatorEventListener;
+  /**
+   * Bytes of head rows this client remembers as it reads and writes them (default 8 MiB;
+   * 0: none). A write to a row it remembers goes straight to its CAS, expecting the
+   * remembered version, instead of reading the row first: a one-row blind write is then one
+   * round trip. A row that has changed since costs one failed CAS, which returns the row as
+   * it is (row-cache.ts says why a guess is never a wrong write).
+   */
+  readonly rowCacheBytes?: number;
 }
+
+/** The default of `rowCacheBytes`. */
+export const DEFAULT_ROW_CACHE_BYTES = 8 * 1024 * 1024;
 
 export interface TransactOptions {
   /** Attempts before giving up with the last retryable error (a ConflictError for conflicts). Default 10. */
@@ -78,6 +90,7 @@ const CLIENT_OPTIONS: OptionKeys<PercolatorOptions> = {
   observedColumns: true,
   hooks: true,
   onEvent: true,
+  rowCacheBytes: true,
 };
 const GC_OPTIONS: OptionKeys<PrunePolicy> = {
   retentionMs: true,
@@ -124,6 +137,9 @@ export class Percolator {
     }
     if (options.onEvent !== undefined && typeof options.onEvent !== 'function')
       throw new InvalidArgumentError('onEvent must be a function');
+    const rowCacheBytes = options.rowCacheBytes ?? DEFAULT_ROW_CACHE_BYTES;
+    if (!Number.isSafeInteger(rowCacheBytes) || rowCacheBytes < 0)
+      throw new InvalidArgumentError('rowCacheBytes must be a non-negative integer');
     const observed = new Set<string>();
     for (const { table, column } of options.observedColumns ?? []) {
       validateUserTable(table);
@@ -151,13 +167,17 @@ export class Percolator {
           ? defaultOracle.counterName
           : undefined,
       // A first read stamped with the start timestamp must draw it from the oracle's counter.
-      stampedReads: new StampedReadGauge(() => (defaultOracle ? defaultOracle.busy : true)),
+      stampedReads: new StampedReadGauge(
+        () => (defaultOracle ? defaultOracle.busy : true),
+        store.capabilities.stampedReadUnderLoad === true,
+      ),
       stampedReadCounter:
         defaultOracle && store.capabilities.stampedRead === true && store.readStamped
           ? defaultOracle.counterName
           : undefined,
       observed,
       background: new Set(),
+      rowCache: rowCacheBytes > 0 ? new RowCache(rowCacheBytes) : undefined,
     };
     env.tidier = new Tidier(env as ProtocolEnv);
     this.env = env as ProtocolEnv;

@@ -24,6 +24,30 @@ export interface AttemptInfo {
 
 export type Decide<T> = (row: RowState | undefined, attempt: AttemptInfo) => RowDecision<T>;
 
+/**
+ * A row as this client last saw it, from its row cache (row-cache.ts): sent as a CAS's
+ * expected version, but never decided on alone. A decision on a guess that does not end
+ * in a successful CAS (nothing to write, or an error) is made again on the row as read.
+ */
+export class Guess {
+  constructor(readonly row: StoredRow | null) {}
+}
+
+/** What the caller knows of a row: the row, null (absent), undefined (nothing), or a guess. */
+export type Known = StoredRow | null | undefined | Guess;
+
+/** The caller's knowledge, else the row cache's guess, else nothing. */
+export function knownOrGuess(
+  env: ProtocolEnv,
+  table: string,
+  key: string,
+  known: StoredRow | null | undefined,
+): Known {
+  if (known !== undefined || !env.rowCache) return known;
+  const row = env.rowCache.get(table, key);
+  return row === undefined ? undefined : new Guess(row);
+}
+
 /** The outcome stayed unknown: the loop could not re-read after an ambiguous CAS. */
 export class AmbiguousOutcome extends Error {
   constructor(cause: unknown) {
@@ -52,7 +76,7 @@ export async function updateRow<T>(
   env: ProtocolEnv,
   table: string,
   key: string,
-  known: StoredRow | null | undefined,
+  known: Known,
   decide: Decide<T>,
   startAmbiguous = false,
   /**
@@ -61,7 +85,10 @@ export async function updateRow<T>(
    */
   stampCounter?: string,
 ): Promise<RowUpdateResult<T>> {
-  let current = known;
+  const cache = env.rowCache;
+  // A guess only before anything may have landed: after an ambiguous CAS, the row as read.
+  let guessed = known instanceof Guess && !startAmbiguous;
+  let current = known instanceof Guess ? (guessed ? known.row : undefined) : known;
   let ambiguous = startAmbiguous;
   let lastError: unknown;
   let failures = 0;
@@ -73,9 +100,27 @@ export async function updateRow<T>(
         if (ambiguous) throw new AmbiguousOutcome(error);
         throw error;
       }
+      cache?.set(table, key, current);
     }
-    const decision = decide(current ? decodeRow(current.state) : undefined, { ambiguous });
-    if (!('write' in decision)) return { result: decision.done, stored: current };
+    let decision: RowDecision<T>;
+    if (guessed) {
+      // Only a write, checked by its CAS, is taken on a guess; anything else is decided
+      // again on the row as it is.
+      guessed = false;
+      try {
+        decision = decide(current ? decodeRow(current.state) : undefined, { ambiguous });
+      } catch {
+        current = undefined;
+        continue;
+      }
+      if (!('write' in decision)) {
+        current = undefined;
+        continue;
+      }
+    } else {
+      decision = decide(current ? decodeRow(current.state) : undefined, { ambiguous });
+      if (!('write' in decision)) return { result: decision.done, stored: current };
+    }
     const request = casRequest(env, table, key, current?.version ?? null, decision.write);
     try {
       if (stampCounter !== undefined && request.state) {
@@ -85,26 +130,31 @@ export async function updateRow<T>(
         );
         if (outcome.ok && outcome.timestamp !== undefined) {
           const stored = { version: outcome.version, state: writeStamp(request.state, outcome.timestamp) };
+          cache?.set(table, key, stored);
           env.tidier.afterWrite(table, key, decision.write, stored);
           return { result: decision.result, stored, timestamp: outcome.timestamp };
         }
         // Applied without a timestamp breaks the contract: re-read, and the decision finds out.
         current = outcome.ok ? undefined : outcome.current;
         if (outcome.ok) ambiguous = true;
+        if (current !== undefined) cache?.set(table, key, current);
         continue;
       }
       const outcome = await env.store.checkAndSet(request);
       if (outcome.ok) {
         const stored = request.state ? { version: outcome.version, state: request.state } : null;
+        cache?.set(table, key, stored);
         env.tidier.afterWrite(table, key, decision.write, stored);
         return { result: decision.result, stored };
       }
       current = outcome.current;
+      if (current !== undefined) cache?.set(table, key, current);
     } catch (error) {
       if (error instanceof RowTooLargeError) throw error;
       lastError = error;
       if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
       current = undefined;
+      cache?.delete(table, key);
       if (++failures >= MAX_STORE_FAILURES) break;
       await sleep(backoffMs(failures, 5, 500));
     }
@@ -120,14 +170,17 @@ export async function updateRow<T>(
 export interface RowUpdate<T> {
   readonly table: string;
   readonly key: string;
-  /** The row as the caller last saw it; undefined = read it (coalesced with the others). */
-  readonly known: StoredRow | null | undefined;
+  /**
+   * The row as the caller last saw it; undefined = read it (coalesced with the others); a
+   * `Guess` = try a CAS against it, and read it if the decision is not a write.
+   */
+  readonly known: Known;
   readonly decide: Decide<T>;
   /**
    * How this row is settled when the batch did not settle it (a lost race, an unknown
    * outcome, a decision that threw): by default `updateRow` from the row as now known.
    */
-  readonly single?: (known: StoredRow | null | undefined, ambiguous: boolean) => Promise<RowUpdateResult<T>>;
+  readonly single?: (known: Known, ambiguous: boolean) => Promise<RowUpdateResult<T>>;
 }
 
 export interface UpdateRowsOptions {
@@ -161,7 +214,7 @@ export async function startRowUpdates<T>(
   updates: readonly RowUpdate<T>[],
   options: UpdateRowsOptions = {},
 ): Promise<Promise<RowUpdateResult<T>>[]> {
-  const single = (u: RowUpdate<T>, known: StoredRow | null | undefined, ambiguous: boolean) => {
+  const single = (u: RowUpdate<T>, known: Known, ambiguous: boolean) => {
     const p = u.single
       ? u.single(known, ambiguous)
       : updateRow(env, u.table, u.key, known, u.decide, ambiguous);
@@ -170,18 +223,28 @@ export async function startRowUpdates<T>(
     return p;
   };
   const { store } = env;
+  const cache = env.rowCache;
   if (updates.length <= 1 || !store.capabilities.batchCheckAndSet || !store.checkAndSetMany) {
     return updates.map((u) => single(u, u.known, false));
   }
+  const guessed = updates.map((u) => u.known instanceof Guess);
   const known = await Promise.all(
-    updates.map(
-      (u) => (u.known !== undefined ? u.known : env.reader.read(u.table, u.key).catch(() => undefined)), // left unknown: settled on its own
-    ),
+    updates.map((u) => {
+      if (u.known instanceof Guess) return u.known.row;
+      if (u.known !== undefined) return u.known;
+      return env.reader.read(u.table, u.key).then(
+        (row) => {
+          cache?.set(u.table, u.key, row);
+          return row;
+        },
+        () => undefined, // left unknown: settled on its own
+      );
+    }),
   );
   type Planned = { index: number; request: CasRequest; state: RowState | null; result: T };
   const planned: Planned[] = [];
   const settled: (Promise<RowUpdateResult<T>> | undefined)[] = updates.map(() => undefined);
-  const retry: { index: number; row: StoredRow | null }[] = [];
+  const retry: { index: number; row: StoredRow | null | undefined }[] = [];
   let abort: { error: unknown } | undefined;
   for (const [index, u] of updates.entries()) {
     const row = known[index];
@@ -192,11 +255,16 @@ export async function startRowUpdates<T>(
       if ('write' in decision) {
         const request = casRequest(env, u.table, u.key, row?.version ?? null, decision.write);
         planned.push({ index, request, state: decision.write, result: decision.result });
+      } else if (guessed[index]) {
+        // Nothing to write, on a guess: decide again on the row as it is.
+        retry.push({ index, row: undefined });
       } else {
         settled[index] = Promise.resolve({ result: decision.done, stored: row });
       }
     } catch (error) {
-      if (options.abortIf?.(error)) abort ??= { error };
+      // An error decided on a guess says nothing: the row as read decides (never an abort).
+      if (guessed[index]) retry.push({ index, row: undefined });
+      else if (options.abortIf?.(error)) abort ??= { error };
       else retry.push({ index, row });
     }
   }
@@ -217,11 +285,14 @@ export async function startRowUpdates<T>(
     const u = updates[p.index]!;
     if (outcome?.ok) {
       const stored = p.request.state ? { version: outcome.version, state: p.request.state } : null;
+      cache?.set(u.table, u.key, stored);
       env.tidier.afterWrite(u.table, u.key, p.state, stored);
       settled[p.index] = Promise.resolve({ result: p.result, stored });
     } else if (outcome) {
+      if (outcome.current !== undefined) cache?.set(u.table, u.key, outcome.current);
       settled[p.index] = single(u, outcome.current, false);
     } else {
+      cache?.delete(u.table, u.key);
       settled[p.index] = single(u, undefined, true);
     }
   }

@@ -98,6 +98,15 @@ export interface StoreCapabilities {
    * false). Lets a transaction's first reads need no separate round trip to the oracle.
    */
   readonly stampedRead?: boolean;
+  /**
+   * With `stampedRead`: a stamped read costs the store about what a plain read does, with
+   * no durable write or lock of its own (Redis: the counter's INCR runs in memory, in the
+   * same script). The client then uses stamped reads under load too, one round trip per
+   * transaction, instead of sharing the batched oracle's fetches (two round trips). Absent
+   * or false (PostgreSQL, MySQL: a stamped read commits a counter update, which serialises
+   * on the counter row): stamped reads only while the client is otherwise idle.
+   */
+  readonly stampedReadUnderLoad?: boolean;
   /** Largest state (bytes) one row may hold. */
   readonly maxStateBytes: number;
 }

@@ -67,6 +67,28 @@ type CellView = { value: Uint8Array | undefined } | { moved: number } | { lock: 
 const GONE = Symbol('gone');
 
 /**
+ * A transaction's identity in events. A class, not an object literal with a getter: one
+ * cheap allocation per transaction. The transaction is a private field, so a listener that
+ * serialises the ref gets `{ id, attempt, startTs }`, not the transaction.
+ */
+class Ref implements TransactionRef {
+  readonly #tx: Transaction;
+  constructor(
+    readonly id: number,
+    readonly attempt: number,
+    tx: Transaction,
+  ) {
+    this.#tx = tx;
+  }
+  get startTs(): number | undefined {
+    return this.#tx.drawnStartTs;
+  }
+  toJSON(): { id: number; attempt: number; startTs: number | undefined } {
+    return { id: this.id, attempt: this.attempt, startTs: this.startTs };
+  }
+}
+
+/**
  * A snapshot-isolation transaction (docs/protocol.md section 4). Reads see exactly what was
  * committed before `startTs`, plus this transaction's own buffered writes. Writes are
  * buffered until `commit()`.
@@ -111,43 +133,45 @@ export class Transaction {
     this.ts = startTs;
     const events = env.events;
     if (events) {
-      const { id } = events.newTransaction(attempt);
-      const tx = this;
-      this.ref = {
-        id,
-        attempt,
-        get startTs() {
-          return tx.ts;
-        },
-      };
+      this.ref = new Ref(events.newTransaction(), attempt, this);
       this.began = performance.now();
       events.emit({
         type: 'transaction.begin',
         transaction: this.ref,
         store: events.store,
-        ...(retryOf?.ref ? { retryOf: retryOf.ref } : {}),
+        retryOf: retryOf?.ref,
         time: this.began,
       });
     }
+  }
+
+  /** @internal The start timestamp if drawn yet (for events: `TransactionRef.startTs`). */
+  get drawnStartTs(): number | undefined {
+    return this.ts;
   }
 
   /** Emits `transaction.end` (with a listener only). */
   private ended(outcome: TransactionOutcome, commitTs: number | undefined, error: unknown): void {
     const events = this.env.events;
     if (!events) return;
-    const tables = new Set<string>();
-    for (const m of this.mutations.values()) tables.add(m.table);
+    // Built field by field, no spreads: this runs once per transaction with a listener.
+    let tables = 0;
+    if (this.mutations.size > 0) {
+      const seen = new Set<string>();
+      for (const m of this.mutations.values()) seen.add(m.table);
+      tables = seen.size;
+    }
     events.emit({
       type: 'transaction.end',
       transaction: this.ref!,
       outcome,
       startTs: this.ts,
-      ...(commitTs !== undefined ? { commitTs } : {}),
+      commitTs,
       rows: this.mutations.size,
-      tables: tables.size,
+      tables,
       time: this.began,
       durationMs: performance.now() - this.began,
-      ...(error !== undefined ? { error } : {}),
+      error,
     });
   }
 
@@ -565,6 +589,7 @@ export class Transaction {
     try {
       for (let attempt = 0; ; attempt++) {
         this.knownRows.set(rowId(table, key), stored);
+        this.env.rowCache?.set(table, key, stored);
         const columns = new Map<string, Uint8Array>();
         if (!stored) {
           if (met) this.waited(table, key, met, waitStart, undefined);
@@ -645,6 +670,7 @@ export class Transaction {
     const stored =
       this.ts === undefined ? await this.firstRead(table, row) : await this.env.reader.read(table, row);
     this.knownRows.set(rowId(table, row), stored);
+    this.env.rowCache?.set(table, row, stored);
     return stored;
   }
 

@@ -24,6 +24,8 @@ export class InstrumentedStore implements RowStore {
   readonly inner: MemoryStore;
   readonly capabilities: StoreCapabilities;
   calls = { read: 0, readStamped: 0, checkAndSet: 0, checkAndSetStamped: 0, incrementCounter: 0, scan: 0 };
+  /** Rows read, by `read` and `readStamped` alike (a stamped read of no rows draws only a timestamp). */
+  rowReads = 0;
   /** Decides a fault for each CAS; return undefined to let it through. */
   casFault: (request: CasRequest) => Fault = () => undefined;
   readFault: (table: string, key: string) => boolean = () => false;
@@ -52,6 +54,7 @@ export class InstrumentedStore implements RowStore {
 
   async read(table: string, key: string): Promise<StoredRow | null> {
     this.calls.read++;
+    this.rowReads++;
     if (this.readFault(table, key)) throw new StoreError('injected read failure', 'no');
     return this.inner.read(table, key);
   }
@@ -91,6 +94,7 @@ export class InstrumentedStore implements RowStore {
 
   async readStamped(refs: readonly RowRef[], counter: string) {
     this.calls.readStamped++;
+    this.rowReads += refs.length;
     for (const r of refs)
       if (this.readFault(r.table, r.key)) throw new StoreError('injected read failure', 'no');
     return this.inner.readStamped(refs, counter);

@@ -2,8 +2,14 @@ import { addRecord, findRecord, tidyCell } from '../cells.js';
 import { STAMP } from '../codec.js';
 import { CommitUnknownError, ConflictError, RowTooLargeError } from '../errors.js';
 import { cellOf, emptyRow, type RowState } from '../row-state.js';
-import { AmbiguousOutcome, type AttemptInfo, type RowDecision, updateRow } from '../row-update.js';
-import type { StoredRow } from '../store.js';
+import {
+  AmbiguousOutcome,
+  type AttemptInfo,
+  type Known,
+  knownOrGuess,
+  type RowDecision,
+  updateRow,
+} from '../row-update.js';
 import { alive, type CommitContext, isPrimaryRow, notAborted, rowId } from './context.js';
 import { applyPrewrite, relievePressure, withLockResolution } from './prewrite.js';
 
@@ -114,12 +120,14 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
     }
     return { write: state, result: STAMP };
   };
-  const send = async (known: StoredRow | null | undefined) => {
+  const send = async (known: Known) => {
     const { result, timestamp } = await updateRow(env, m.table, m.row, known, decide, false, counter);
     return timestamp ?? result;
   };
   return withLockResolution(ctx, m, async (attempt) => {
-    const known = attempt === 0 ? ctx.knownRows.get(id) : undefined;
+    // A row this transaction never read (a blind write): the client's last sight of it, as
+    // a guess. One stamped CAS then commits it, with no read first.
+    const known = attempt === 0 ? knownOrGuess(env, m.table, m.row, ctx.knownRows.get(id)) : undefined;
     try {
       return await send(known);
     } catch (error) {

@@ -4,7 +4,14 @@ import { observedKey } from '../env.js';
 import { ConflictError, RowTooLargeError, SnapshotTooOldError } from '../errors.js';
 import { resolveLock } from '../lock-resolver.js';
 import { cellOf, emptyRow, type RowState } from '../row-state.js';
-import { type Decide, type RowUpdateResult, startRowUpdates, updateRow } from '../row-update.js';
+import {
+  type Decide,
+  type Known,
+  knownOrGuess,
+  type RowUpdateResult,
+  startRowUpdates,
+  updateRow,
+} from '../row-update.js';
 import type { StoredRow } from '../store.js';
 import {
   alive,
@@ -138,7 +145,7 @@ function prewriteDecision(ctx: CommitContext, m: RowMutations): Decide<undefined
 function prewriteRow(
   ctx: CommitContext,
   m: RowMutations,
-  first: StoredRow | null | undefined,
+  first: Known,
   ambiguous: boolean,
 ): Promise<RowUpdateResult<undefined>> {
   const decide = prewriteDecision(ctx, m);
@@ -167,10 +174,10 @@ export async function prewriteAll(ctx: CommitContext, heartbeat: Heartbeat): Pro
     ctx.rows.map((m) => ({
       table: m.table,
       key: m.row,
-      known: ctx.knownRows.get(rowId(m.table, m.row)),
+      // A row this transaction never read: the client's last sight of it, as a guess.
+      known: knownOrGuess(ctx.env, m.table, m.row, ctx.knownRows.get(rowId(m.table, m.row))),
       decide: prewriteDecision(ctx, m),
-      single: (known: StoredRow | null | undefined, ambiguous: boolean) =>
-        prewriteRow(ctx, m, known, ambiguous),
+      single: (known: Known, ambiguous: boolean) => prewriteRow(ctx, m, known, ambiguous),
     })),
     // A conflict fails the transaction: nothing is sent. A lock is resolved, and a row
     // too large is made room for, row by row.

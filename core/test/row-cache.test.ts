@@ -1,0 +1,153 @@
+import { ClientCrash, InvalidArgumentError, MemoryStore, Percolator } from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { RowCache } from '../src/row-cache.js';
+import { Guess, updateRow } from '../src/row-update.js';
+import { fakeClock, InstrumentedStore } from './support.js';
+
+/** Rows read and CAS sent (stamped or not); the start timestamp's draw is left out. */
+const calls = (store: InstrumentedStore) => ({
+  rowReads: store.rowReads,
+  cas: store.calls.checkAndSet + store.calls.checkAndSetStamped,
+});
+const delta = (store: InstrumentedStore, before: ReturnType<typeof calls>) => {
+  const now = calls(store);
+  return { rowReads: now.rowReads - before.rowReads, cas: now.cas - before.cas };
+};
+
+describe('RowCache', () => {
+  const row = (bytes: number, version = 'v1') => ({ version, state: new Uint8Array(bytes) });
+
+  it('keeps rows up to its byte bound, least recently used out first', () => {
+    const cache = new RowCache(1000);
+    cache.set('t', 'a', row(300));
+    cache.set('t', 'b', row(300));
+    expect(cache.get('t', 'a')?.version).toBe('v1'); // a is now the most recent
+    cache.set('t', 'c', row(300)); // over the bound: b goes
+    expect(cache.get('t', 'b')).toBeUndefined();
+    expect(cache.get('t', 'a')).toBeDefined();
+    expect(cache.get('t', 'c')).toBeDefined();
+    cache.set('t', 'a', row(300, 'v2')); // replaced, not counted twice
+    expect(cache.get('t', 'a')?.version).toBe('v2');
+    expect(cache.size).toBe(2);
+  });
+
+  it('remembers absent rows, forgets on delete, and never holds a row larger than its bound', () => {
+    const cache = new RowCache(1000);
+    cache.set('t', 'gone', null);
+    expect(cache.get('t', 'gone')).toBeNull();
+    cache.delete('t', 'gone');
+    expect(cache.get('t', 'gone')).toBeUndefined();
+    cache.set('t', 'big', row(5000));
+    expect(cache.get('t', 'big')).toBeUndefined();
+    expect(cache.size).toBe(0);
+  });
+});
+
+describe('the row cache in transactions', () => {
+  // Stores that draw a start timestamp together with reads read a blind write's rows in that
+  // same round trip; on the others, the row cache saves the read before the CAS.
+  const noStampedReads = () => new InstrumentedStore(new MemoryStore(), { stampedRead: false });
+
+  it('a blind one-row write to a row the client has seen goes straight to its CAS, with no read', async () => {
+    const store = noStampedReads();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'k', 'v', '1'));
+    const before = calls(store);
+    await db.transact(async (tx) => tx.set('t', 'k', 'v', '2'));
+    // One stamped CAS; the row is not read.
+    expect(delta(store, before)).toEqual({ rowReads: 0, cas: 1 });
+    expect(await db.transact((tx) => tx.getString('t', 'k', 'v'))).toBe('2');
+    await db.close();
+  });
+
+  it('rowCacheBytes 0 turns it off (the row is read first); bad values are refused', async () => {
+    const store = noStampedReads();
+    const db = new Percolator({ store, rowCacheBytes: 0 });
+    await db.transact(async (tx) => tx.set('t', 'k', 'v', '1'));
+    const before = calls(store);
+    await db.transact(async (tx) => tx.set('t', 'k', 'v', '2'));
+    expect(delta(store, before)).toEqual({ rowReads: 1, cas: 1 });
+    await db.close();
+    for (const rowCacheBytes of [-1, 1.5, Number.NaN, '8' as unknown as number]) {
+      expect(() => new Percolator({ store, rowCacheBytes })).toThrow(InvalidArgumentError);
+    }
+  });
+
+  it('a stale guess costs one failed CAS, never a lost write: the other client’s value stays in the history', async () => {
+    const store = noStampedReads();
+    const a = new Percolator({ store });
+    const b = new Percolator({ store });
+    await a.transact(async (tx) => tx.set('t', 'k', 'v', 'a1'));
+    const afterA1 = await b.begin();
+    await b.transact(async (tx) => tx.set('t', 'k', 'v', 'b1'));
+    const afterB1 = await b.begin();
+    const before = calls(store);
+    await a.transact(async (tx) => tx.set('t', 'k', 'v', 'a2')); // a's cache still holds a1's row
+    // The guess failed its CAS, whose reply carried the row as it is; the second CAS landed.
+    expect(delta(store, before)).toEqual({ rowReads: 0, cas: 2 });
+    expect(await afterA1.getString('t', 'k', 'v')).toBe('a1');
+    expect(await afterB1.getString('t', 'k', 'v')).toBe('b1');
+    expect(await a.transact((tx) => tx.getString('t', 'k', 'v'))).toBe('a2');
+    await Promise.all([afterA1.rollback(), afterB1.rollback(), a.close(), b.close()]);
+  });
+
+  it('a stale guess that shows no lock, on a row another client has locked: the lock is found and settled first', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    const clock = fakeClock();
+    const a = new Percolator({ store, clock, lockTtlMs: 1000 });
+    await a.transact(async (tx) => tx.set('t', 'k', 'v', 'a1'));
+    // b prewrites k (and another row, so k is its primary with a secondary) and crashes.
+    const b = new Percolator({
+      store,
+      clock,
+      lockTtlMs: 1000,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    const tx = await b.begin();
+    tx.set('t', 'k', 'v', 'b1');
+    tx.set('t', 'other', 'v', 'b1');
+    await expect(tx.commit()).rejects.toBeInstanceOf(ClientCrash);
+    await b.close();
+    clock.advance(2000); // b's locks are past their TTL
+    // a's cache shows k without b's lock; the CAS on that guess fails and a sees the lock.
+    await a.transact(async (t) => {
+      t.set('t', 'k', 'v', 'a2');
+      t.set('t', 'other', 'v', 'a2');
+    });
+    const values = await a.transact((t) =>
+      Promise.all([t.getString('t', 'k', 'v'), t.getString('t', 'other', 'v')]),
+    );
+    expect(values).toEqual(['a2', 'a2']);
+    await a.close();
+  });
+
+  it('a decision on a guess that writes nothing, or throws, is made again on the row as read', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'k', 'v', 'real'));
+    const env = (db as unknown as { env: Parameters<typeof updateRow>[0] }).env;
+    const seen: (string | undefined)[] = [];
+    // On the guess (no row) the decision says "done"; on the real row it says so too,
+    // but only the real row's answer may be returned.
+    const done = await updateRow(env, 't', 'k', new Guess(null), (row) => {
+      seen.push(row ? `${row.cells.size} cells` : 'none');
+      return { done: row ? 'real row' : 'guess' };
+    });
+    expect(done.result).toBe('real row');
+    expect(seen).toEqual(['none', '1 cells']);
+    // A decision that throws on the guess is not the answer either.
+    let calls = 0;
+    const thrown = await updateRow(env, 't', 'k', new Guess(null), (row) => {
+      calls++;
+      if (!row) throw new Error('decided on the guess');
+      return { done: 'decided on the real row' };
+    });
+    expect(thrown.result).toBe('decided on the real row');
+    expect(calls).toBe(2);
+    await db.close();
+  });
+});
