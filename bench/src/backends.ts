@@ -50,8 +50,8 @@ export interface BackendSettings {
   readonly services: SharedServices;
   /** `--rtt`: milliseconds added to every round trip to a backend (0 or absent: none). */
   readonly rttMs?: number;
-  /** `--tracing otel`: a second Percolator engine with this listener. */
-  readonly onEvent?: PercolatorEventListener;
+  /** `--tracing`: another Percolator engine per listener (variant `si+<kind>`). */
+  readonly traced?: readonly { readonly kind: string; readonly onEvent: PercolatorEventListener }[];
 }
 
 /** The URL clients should use for the server at `url`: itself, or (with --rtt) its delay proxy. */
@@ -97,10 +97,22 @@ function storeEngines(store: RowStore, settings: BackendSettings): Engine[] {
   ];
 }
 
-/** With `--tracing otel`: the Percolator engine again, with the OpenTelemetry listener. */
+/** With `--tracing`: the Percolator engine again per kind, with its OpenTelemetry listener. */
 function tracedEngine(counted: () => CountingStore, settings: BackendSettings): Engine[] {
-  const { onEvent } = settings;
-  return onEvent ? [new PercolatorEngine(counted(), settings.maxAttempts, { onEvent })] : [];
+  // Each with its own tables (`otel_acct`, `otel_events_acct`): their cells are interleaved
+  // with the plain engine's (runner.ts).
+  return (settings.traced ?? []).map(
+    ({ kind, onEvent }) =>
+      new PercolatorEngine(
+        counted(),
+        settings.maxAttempts,
+        { onEvent },
+        {
+          tablePrefix: `${kind.replace(/-/g, '_')}_`,
+          variant: `si+${kind}`,
+        },
+      ),
+  );
 }
 
 /**

@@ -19,7 +19,7 @@ import { withRatios } from './metrics.js';
 import type { BenchOptions } from './options.js';
 import { type Progress, silentProgress } from './progress.js';
 import { shellArgs } from './report/format.js';
-import { runCell } from './runner.js';
+import { runCell, runInterleaved } from './runner.js';
 import { SharedServices } from './services.js';
 import { startOtelTracing } from './tracing.js';
 import type { BenchReport, BenchResult, HistoryRows, SkippedCell } from './types.js';
@@ -156,34 +156,67 @@ async function runBackend(
     prepared.set(prepare.key, data);
     if (data.history) collected.history.push(data.history);
   }
-  for (const [i, [workload, concurrency, engine]] of cells.entries()) {
+  let done = 0;
+  for (const group of interleavedGroups(cells, options.rounds)) {
     if (signal?.aborted) return;
-    const where = `${name} ${workload.name} ${label(engine)} c=${concurrency}`;
-    progress.cellStart(i + 1, cells.length, where);
-    const result = await runCell({
-      backend: name,
-      engine,
-      workload,
-      concurrency,
-      durationMs: options.durationMs,
-      warmupMs: options.warmupMs,
-      shape: options.shape,
-      seed: options.seed,
-      opsPerTxn: options.opsPerTxn,
-      prepared: workload.prepare ? prepared.get(workload.prepare.key) : undefined,
-      signal,
+    const specs = group.map(([workload, concurrency, engine]) => {
+      progress.cellStart(++done, cells.length, `${name} ${workload.name} ${label(engine)} c=${concurrency}`);
+      return {
+        backend: name,
+        engine,
+        workload,
+        concurrency,
+        durationMs: options.durationMs,
+        warmupMs: options.warmupMs,
+        shape: options.shape,
+        seed: options.seed,
+        opsPerTxn: options.opsPerTxn,
+        prepared: workload.prepare ? prepared.get(workload.prepare.key) : undefined,
+        signal,
+      };
     });
+    const results = await runInterleaved(specs, group.length > 1 ? options.rounds : 1);
     if (signal?.aborted) return;
-    collected.results.push(result);
-    progress.cellDone(result);
-    if (!result.check.ok)
-      collected.failures.push(`${where}: correctness check failed: ${result.check.detail}`);
-    if (result.errors > 0) {
-      collected.failures.push(
-        `${where}: ${result.errors} errors (${result.errorSamples?.[0] ?? 'no message'})`,
-      );
+    for (const [j, result] of results.entries()) {
+      const [workload, concurrency, engine] = group[j]!;
+      const where = `${name} ${workload.name} ${label(engine)} c=${concurrency}`;
+      collected.results.push(result);
+      progress.cellDone(result);
+      if (!result.check.ok)
+        collected.failures.push(`${where}: correctness check failed: ${result.check.detail}`);
+      if (result.errors > 0) {
+        collected.failures.push(
+          `${where}: ${result.errors} errors (${result.errorSamples?.[0] ?? 'no message'})`,
+        );
+      }
     }
   }
+}
+
+/**
+ * With `--rounds` above 1, the cells of one workload and concurrency are measured
+ * interleaved (runner.ts runInterleaved), as long as no two of them share data: the native
+ * engines' isolation levels share one schema, so a second one starts a new group. With 1,
+ * each cell alone, one after the other.
+ */
+export function interleavedGroups<C extends readonly [Workload, number, Pick<Engine, 'dataKey'>]>(
+  cells: readonly C[],
+  rounds: number,
+): C[][] {
+  const groups: C[][] = [];
+  for (const cell of cells) {
+    const last = groups.at(-1);
+    const [workload, concurrency, engine] = cell;
+    const fits =
+      rounds > 1 &&
+      last !== undefined &&
+      last[0]![0] === workload &&
+      last[0]![1] === concurrency &&
+      !last.some(([, , other]) => other.dataKey === engine.dataKey);
+    if (fits) last.push(cell);
+    else groups.push([cell]);
+  }
+  return groups;
 }
 
 /**
@@ -208,7 +241,7 @@ export async function runBench(
   };
   const { signal } = deps;
   const services = new SharedServices();
-  const tracing = options.tracing === 'otel' ? await startOtelTracing() : undefined;
+  const tracing = options.tracing ? await startOtelTracing(options.tracing) : undefined;
   const settings = {
     runId,
     maxConcurrency: Math.max(...options.concurrency),
@@ -216,7 +249,7 @@ export async function runBench(
     startServices: options.startServices,
     services,
     rttMs: options.rttMs,
-    ...(tracing ? { onEvent: tracing.onEvent } : {}),
+    ...(tracing ? { traced: tracing.listeners } : {}),
   };
   let network: BenchReport['network'];
   try {
@@ -243,9 +276,11 @@ export async function runBench(
     if (tracing) {
       await tracing.shutdown();
       collected.notes.push(
-        `--tracing otel: rows "percolator+otel" ran with @percolator/opentelemetry on the OpenTelemetry SDK ` +
-          `(batch span processor, spans and metrics dropped by the exporter; ${tracing.exported()} spans exported); ` +
-          `their ratio is to "percolator" in the same run`,
+        `--tracing ${options.tracing!.join(',')}: rows ${options.tracing!.map((k) => `"percolator+${k}"`).join(', ')} ` +
+          `ran with @percolator/opentelemetry on the OpenTelemetry SDK, commit steps as child spans (otel) or as ` +
+          `span events (otel-events) (batch span processor, spans and metrics dropped by the exporter; ` +
+          `${tracing.exported()} spans exported); their ratio is to "percolator" in the same run, ` +
+          `measured in ${options.rounds} interleaved rounds`,
       );
     }
   }

@@ -4,6 +4,10 @@ import type { DatasetShape } from './dataset.js';
 import { BACKENDS, type BackendName, MODES, type Mode } from './types.js';
 import { ALL_WORKLOADS, DEFAULT_WORKLOADS, WORKLOAD_GROUPS, workloadByName } from './workloads.js';
 
+/** How the traced engines record commit steps (`@percolator/opentelemetry`'s `commitSteps`). */
+export const TRACING_KINDS = ['otel', 'otel-events'] as const;
+export type TracingKind = (typeof TRACING_KINDS)[number];
+
 export interface BenchOptions {
   readonly backends: readonly BackendName[];
   /** False when the backends were not named: unreachable ones are skipped, not fatal. */
@@ -28,8 +32,17 @@ export interface BenchOptions {
   readonly startServices: boolean;
   /** Milliseconds added to every round trip to a backend (0: none). */
   readonly rttMs: number;
-  /** `--tracing otel`: also run the Percolator engine with OpenTelemetry on (bench/src/tracing.ts). */
-  readonly tracing?: 'otel';
+  /**
+   * `--tracing otel[,otel-events]`: also run the Percolator engine with OpenTelemetry on
+   * (bench/src/tracing.ts), once per kind: commit steps as child spans (`otel`), or as span
+   * events (`otel-events`).
+   */
+  readonly tracing?: readonly TracingKind[];
+  /**
+   * `--rounds`: each group of cells (one workload and concurrency, every engine) measured in
+   * this many interleaved slices (runner.ts runInterleaved). 1: one window per cell.
+   */
+  readonly rounds: number;
   readonly help: boolean;
 }
 
@@ -48,6 +61,7 @@ export const DEFAULTS = {
   maxAttempts: 20,
   seed: 42,
   outDir: '.bench-out',
+  tracingRounds: 6,
 } as const;
 
 export const USAGE = `usage: pnpm bench -- [options]
@@ -80,9 +94,16 @@ export const USAGE = `usage: pnpm bench -- [options]
   --rtt TIME          add a fixed network round trip to every backend call, e.g. 1 or 1ms:
                       a loopback TCP proxy delays both directions (memory: an in-process
                       wait per call); not on redis-cluster (default 0)
-  --tracing otel      also run Percolator with @percolator/opentelemetry on a real SDK
-                      (batch span processor, spans and metrics dropped): rows
-                      "percolator+otel", with their ratio to "percolator" in the same run
+  --tracing LIST      otel and/or otel-events: also run Percolator with
+                      @percolator/opentelemetry on a real SDK, commit steps as child spans
+                      (otel) or as span events on the transaction's span (otel-events);
+                      a batch span processor, spans and metrics dropped. Rows
+                      "percolator+otel", "percolator+otel-events", each with its ratio to
+                      "percolator" in the same run
+  --rounds N          cut each cell's window into N slices and let the cells of one workload
+                      and concurrency take turns (A B, B A, ...), so a drift during the run
+                      (machine load, growing row history) falls on all alike
+                      (default 1; ${DEFAULTS.tracingRounds} with --tracing)
   -h, --help`;
 
 function list(value: string): string[] {
@@ -140,11 +161,17 @@ function expandWorkloads(value: string | undefined): string[] {
   return out;
 }
 
-function parseTracing(value: string | undefined): { tracing?: 'otel' } {
+function parseTracing(value: string | undefined): { tracing?: readonly TracingKind[] } {
   if (value === undefined) return {};
-  if (value !== 'otel')
-    throw new InvalidArgumentError(`--tracing must be "otel", got ${JSON.stringify(value)}`);
-  return { tracing: 'otel' };
+  const kinds = list(value);
+  for (const kind of kinds) {
+    if (!TRACING_KINDS.includes(kind as TracingKind))
+      throw new InvalidArgumentError(
+        `--tracing takes ${TRACING_KINDS.join(' and/or ')}, got ${JSON.stringify(value)}`,
+      );
+  }
+  if (kinds.length === 0) throw new InvalidArgumentError('--tracing is empty');
+  return { tracing: [...new Set(kinds)] as TracingKind[] };
 }
 
 /** `--rtt`: "1", "1ms", "0.5ms", "2s"; up to 1 s. */
@@ -191,6 +218,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
         'no-start': { type: 'boolean' },
         rtt: { type: 'string' },
         tracing: { type: 'string' },
+        rounds: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -258,6 +286,13 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     startServices: values['no-start'] !== true,
     rttMs: parseRtt(str('rtt')),
     ...parseTracing(str('tracing')),
+    rounds: integer(
+      'rounds',
+      str('rounds'),
+      str('tracing') === undefined ? 1 : DEFAULTS.tracingRounds,
+      1,
+      100,
+    ),
     help: values.help === true,
   };
 }

@@ -1,7 +1,7 @@
 import { addIo } from './counting-store.js';
 import { type CallTrace, stopTracing, traced } from './critical-path.js';
 import type { DatasetShape } from './dataset.js';
-import { type Counters, type Engine, TxFailure } from './engines/engine.js';
+import { type Counters, type Engine, type LogicalTable, TxFailure } from './engines/engine.js';
 import { Ledger, verify } from './ledger.js';
 import { abortRate, CellStats, perSecond, perUnit, retryRate, round } from './metrics.js';
 import { seededRandom } from './random.js';
@@ -69,19 +69,71 @@ function hash(text: string): number {
  * what the clients know they committed.
  */
 export async function runCell(spec: CellSpec): Promise<BenchResult> {
-  const session = await spec.workload.session?.(spec.engine, {
-    concurrency: spec.concurrency,
-    shape: spec.shape,
-    prepared: spec.prepared,
-  });
+  const [result] = await runInterleaved([spec], 1);
+  return result!;
+}
+
+/**
+ * Runs cells side by side: each is warmed up, then the measured window of each is cut into
+ * `rounds` slices, and the slices take turns (A B, B A, A B, ...), each cell's slice alone on
+ * the machine. A drift during the run (a slower machine, rows whose history grows, a heap
+ * that grows) then falls on every cell alike, and the ratios between them hold; one window
+ * after the other would credit the drift to whichever cell ran first. The cells must not
+ * share data (each engine its own tables): each checks its own after its last slice.
+ * `rounds` 1 is one window per cell, one after the other.
+ */
+export async function runInterleaved(specs: readonly CellSpec[], rounds: number): Promise<BenchResult[]> {
+  const runs: CellRun[] = [];
   try {
-    return await measure(spec, session);
+    for (const spec of specs) {
+      const session = await spec.workload.session?.(spec.engine, {
+        concurrency: spec.concurrency,
+        shape: spec.shape,
+        prepared: spec.prepared,
+      });
+      const run = await openRun(spec, session);
+      runs.push(run);
+      // One cell at a time when not interleaved: warm each just before its window.
+      if (rounds > 1) await warm(run);
+    }
+    if (rounds <= 1) {
+      for (const run of runs) {
+        await warm(run);
+        await slice(run, run.spec.durationMs);
+      }
+    } else {
+      for (let r = 0; r < rounds; r++) {
+        const order = r % 2 === 0 ? runs : [...runs].reverse();
+        for (const run of order) await slice(run, run.spec.durationMs / rounds);
+      }
+    }
+    const results: BenchResult[] = [];
+    for (const run of runs) results.push(await finish(run));
+    return results;
   } finally {
-    await session?.close();
+    for (const run of runs) await run.session?.close();
   }
 }
 
-async function measure(spec: CellSpec, session: WorkloadSession | undefined): Promise<BenchResult> {
+/** One cell's state across its slices. */
+interface CellRun {
+  readonly spec: CellSpec;
+  readonly session: WorkloadSession | undefined;
+  readonly ledger: Ledger;
+  readonly table: LogicalTable | undefined;
+  readonly before: Map<string, string> | undefined;
+  readonly steps: Step[];
+  readonly warmup: CellStats;
+  readonly stats: CellStats;
+  start?: Counters;
+  end?: Counters;
+  runsBefore?: number;
+  runsAfter?: number;
+  elapsedMs: number;
+  cpuMs: number;
+}
+
+async function openRun(spec: CellSpec, session: WorkloadSession | undefined): Promise<CellRun> {
   const { engine, workload, concurrency, shape } = spec;
   const ledger = new Ledger(concurrency);
   const table =
@@ -104,35 +156,60 @@ async function measure(spec: CellSpec, session: WorkloadSession | undefined): Pr
           opsPerTxn: spec.opsPerTxn,
         }),
   );
+  return {
+    spec,
+    session,
+    ledger,
+    table,
+    before,
+    steps,
+    warmup: new CellStats(),
+    stats: new CellStats(),
+    elapsedMs: 0,
+    cpuMs: 0,
+  };
+}
 
-  const warmup = new CellStats();
-  if (spec.warmupMs > 0) await drive(steps, performance.now() + spec.warmupMs, warmup, spec.signal);
-  await engine.settle?.();
+async function warm(run: CellRun): Promise<void> {
+  const { spec } = run;
+  if (spec.warmupMs > 0) await drive(run.steps, performance.now() + spec.warmupMs, run.warmup, spec.signal);
+  await spec.engine.settle?.();
+}
 
-  const stats = new CellStats();
-  const start = engine.counters();
-  const runsBefore = session?.observerRuns?.();
+/** One slice of the measured window, then the background work of its commits. */
+async function slice(run: CellRun, durationMs: number): Promise<void> {
+  const { spec, session } = run;
+  run.start ??= spec.engine.counters();
+  run.runsBefore ??= session?.observerRuns?.();
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
-  await drive(steps, t0 + spec.durationMs, stats, spec.signal);
-  const elapsedMs = performance.now() - t0;
-  const runsAfter = session?.observerRuns?.();
-  await engine.settle?.();
-  // After the background work of the window's commits, which is theirs too.
+  await drive(run.steps, t0 + durationMs, run.stats, spec.signal);
+  run.elapsedMs += performance.now() - t0;
+  run.runsAfter = session?.observerRuns?.();
+  await spec.engine.settle?.();
+  // After the background work of the slice's commits, which is theirs too.
   const cpu = process.cpuUsage(cpu0);
-  const end = engine.counters();
+  run.cpuMs += (cpu.user + cpu.system) / 1000;
+  run.end = spec.engine.counters();
+}
+
+async function finish(run: CellRun): Promise<BenchResult> {
+  const { spec, session, stats, warmup, elapsedMs } = run;
+  const { engine, workload } = spec;
+  const start = run.start ?? engine.counters();
+  const end = run.end ?? start;
   const observer =
-    runsBefore === undefined || runsAfter === undefined
+    run.runsBefore === undefined || run.runsAfter === undefined
       ? undefined
       : {
-          runsPerSecond: round(perSecond(runsAfter - runsBefore, elapsedMs), 1),
-          runs: runsAfter - runsBefore,
+          runsPerSecond: round(perSecond(run.runsAfter - run.runsBefore, elapsedMs), 1),
+          runs: run.runsAfter - run.runsBefore,
           samples: stats.committed,
         };
 
-  const probed = session ? undefined : await probe(steps[0]!, engine, spec.probes ?? PROBES, spec.signal);
+  const probed = session ? undefined : await probe(run.steps[0]!, engine, spec.probes ?? PROBES, spec.signal);
 
-  const after = table ? await engine.snapshot(table) : undefined;
+  const after = run.table ? await engine.snapshot(run.table) : undefined;
   // Warm-up and probe transactions count for the check (they changed the data) but not the figures.
   const committed = stats.committed + warmup.committed + (probed?.committed ?? 0);
   const check: CheckOutcome =
@@ -140,9 +217,8 @@ async function measure(spec: CellSpec, session: WorkloadSession | undefined): Pr
       ? committed === 0
         ? { ok: false, detail: 'no transaction committed' }
         : await session!.verify()
-      : verify(workload.check, ledger, committed, before, after);
-  const cpuMs = (cpu.user + cpu.system) / 1000;
-  return toResult(spec, stats, warmup, elapsedMs, start, end, check, observer, probed?.figures, cpuMs);
+      : verify(workload.check, run.ledger, committed, run.before, after);
+  return toResult(spec, stats, warmup, elapsedMs, start, end, check, observer, probed?.figures, run.cpuMs);
 }
 
 /**

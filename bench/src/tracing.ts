@@ -1,4 +1,5 @@
 import { InvalidArgumentError, type PercolatorEventListener } from '@percolator/core';
+import type { TracingKind } from './options.js';
 
 /**
  * `--tracing otel`: the Percolator engine runs a second time per cell with the
@@ -11,13 +12,14 @@ import { InvalidArgumentError, type PercolatorEventListener } from '@percolator/
  * Percolator too.
  */
 export interface Tracing {
-  readonly onEvent: PercolatorEventListener;
+  /** One listener per kind asked for, all on the same SDK providers. */
+  readonly listeners: readonly { readonly kind: TracingKind; readonly onEvent: PercolatorEventListener }[];
   /** Spans exported so far (proof that spans are made and exported). */
   exported(): number;
   shutdown(): Promise<void>;
 }
 
-export async function startOtelTracing(): Promise<Tracing> {
+export async function startOtelTracing(kinds: readonly TracingKind[]): Promise<Tracing> {
   const [{ BasicTracerProvider, BatchSpanProcessor }, sdkMetrics, { PercolatorTelemetry }] =
     await Promise.all([
       import('@opentelemetry/sdk-trace-base'),
@@ -54,9 +56,16 @@ export async function startOtelTracing(): Promise<Tracing> {
       }),
     ],
   });
-  const telemetry = new PercolatorTelemetry({ tracerProvider, meterProvider });
+  const listeners = kinds.map((kind) => ({
+    kind,
+    onEvent: new PercolatorTelemetry({
+      tracerProvider,
+      meterProvider,
+      commitSteps: kind === 'otel-events' ? 'events' : 'spans',
+    }).onEvent,
+  }));
   return {
-    onEvent: telemetry.onEvent,
+    listeners,
     exported: () => spans,
     async shutdown() {
       await tracerProvider.forceFlush();

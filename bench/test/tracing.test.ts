@@ -14,10 +14,13 @@ describe('--tracing otel', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  test('accepts only "otel"', () => {
-    expect(parseOptions(['--tracing', 'otel']).tracing).toBe('otel');
+  test('accepts "otel" and "otel-events"', () => {
+    expect(parseOptions(['--tracing', 'otel']).tracing).toEqual(['otel']);
+    expect(parseOptions(['--tracing', 'otel,otel-events']).tracing).toEqual(['otel', 'otel-events']);
     expect(parseOptions([]).tracing).toBeUndefined();
     expect(() => parseOptions(['--tracing', 'zipkin'])).toThrow(InvalidArgumentError);
+    expect(() => parseOptions(['--tracing', 'otel,jaeger'])).toThrow(InvalidArgumentError);
+    expect(() => parseOptions(['--tracing', ','])).toThrow(InvalidArgumentError);
   });
 
   test('runs Percolator again with OpenTelemetry on, compared with Percolator in the same run', async () => {
@@ -46,7 +49,7 @@ describe('--tracing otel', () => {
         '--accounts',
         '32',
         '--tracing',
-        'otel',
+        'otel,otel-events',
         '--out',
         dir,
       ]),
@@ -58,14 +61,19 @@ describe('--tracing otel', () => {
     expect(report.results.map((r) => [r.mode, r.variant])).toEqual([
       ['percolator', 'si'],
       ['percolator', 'si+otel'],
+      ['percolator', 'si+otel-events'],
     ]);
-    const [plain, traced] = report.results;
-    expect(traced!.check.ok).toBe(true);
-    expect(traced!.transactions).toBeGreaterThan(0);
-    expect(traced!.ratios.map((r) => r.baseline)).toEqual(['percolator']);
-    expect(traced!.ratios[0]!.throughput).toBeCloseTo(traced!.throughput / plain!.throughput, 2);
-    const note = report.notes.find((n) => n.startsWith('--tracing otel'));
+    const [plain, ...traced] = report.results;
+    for (const result of traced) {
+      expect(result.check.ok).toBe(true);
+      expect(result.transactions).toBeGreaterThan(0);
+      expect(result.ratios.map((r) => r.baseline)).toEqual(['percolator']);
+      expect(result.ratios[0]!.throughput).toBeCloseTo(result.throughput / plain!.throughput, 2);
+    }
+    const note = report.notes.find((n) => n.startsWith('--tracing otel,otel-events'));
+    expect(note).toContain('6 interleaved rounds');
     expect(Number(/(\d+) spans exported/.exec(note ?? '')?.[1])).toBeGreaterThan(0);
     expect(text).toContain('percolator+otel');
+    expect(text).toContain('percolator+otel-events');
   });
 });

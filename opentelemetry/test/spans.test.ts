@@ -49,7 +49,7 @@ function tree(spans: readonly ReadableSpan[]): Node[] {
 const names = (nodes: readonly Node[]) => nodes.map((n) => n.span.name);
 const attrs = (node: Node | undefined) => node!.span.attributes;
 
-async function traceTransfers() {
+async function traceTransfers(commitSteps?: 'spans' | 'events') {
   const exporter = new InMemorySpanExporter();
   const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
   const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
@@ -62,6 +62,7 @@ async function traceTransfers() {
     tracerProvider,
     meterProvider,
     attributes: { 'test.run': 'spans' },
+    ...(commitSteps ? { commitSteps } : {}),
   });
   const store = new MemoryStore();
   const db = new Percolator({ store, lockTtlMs: LOCK_TTL_MS, onEvent: telemetry.onEvent });
@@ -194,5 +195,44 @@ describe('PercolatorTelemetry spans', () => {
     });
     expect(await db.transact((tx) => tx.getString('accounts', 'bob', 'balance'))).toBe('2');
     await db.close();
+  });
+
+  it("with commitSteps 'events': one span per transaction, its steps as span events; the secondaries, after its end, a child span", async () => {
+    const { roots, balances } = await traceTransfers('events');
+    expect(balances).toEqual([71, 130]);
+    const [commits, retried, waited] = roots;
+    const events = (node: Node | undefined) => node!.span.events.map((e) => e.name);
+
+    const tx1 = commits!.children[0]!;
+    expect(events(tx1)).toEqual(['percolator.prewrite', 'percolator.commit_primary']);
+    const commitTs = attrs(tx1)['percolator.commit_ts'];
+    const [prewrite, commitPrimary] = tx1.span.events;
+    expect(prewrite!.attributes).toMatchObject({ 'percolator.rows': 2 });
+    expect(prewrite!.attributes!['percolator.duration_ms']).toBeGreaterThanOrEqual(0);
+    expect(commitPrimary!.attributes).toMatchObject({ 'percolator.commit_ts': commitTs });
+    expect(names(tx1.children)).toEqual(['percolator.commit_secondaries']);
+
+    // The failed attempt: its prewrite event names the error, then the rollback, then the
+    // exception of the transaction itself (type and message: a conflict has no stack).
+    const [failed, retry] = retried!.children;
+    expect(events(failed)).toEqual(['percolator.prewrite', 'percolator.rollback', 'exception']);
+    expect(failed!.span.events[0]!.attributes).toMatchObject({ 'percolator.error': 'ConflictError' });
+    expect(failed!.span.events[2]!.attributes).toMatchObject({ 'exception.type': 'ConflictError' });
+    expect(failed!.span.events[2]!.attributes!['exception.stacktrace']).toBeUndefined();
+    expect(failed!.children).toEqual([]);
+    expect(events(retry)).toEqual(['percolator.prewrite', 'percolator.commit_primary']);
+
+    // Lock waits and resolutions stay child spans.
+    const tx3 = waited!.children[0]!;
+    expect(
+      names(tx3.children)
+        .filter((n) => n !== 'percolator.commit_secondaries')
+        .sort(),
+    ).toEqual([
+      'percolator.lock_wait',
+      'percolator.lock_wait',
+      'percolator.resolve_lock',
+      'percolator.resolve_lock',
+    ]);
   });
 });

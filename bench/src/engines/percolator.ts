@@ -26,7 +26,10 @@ const LOAD_PARALLEL = 4;
 const decoder = new TextDecoder();
 
 class PercolatorKvTx implements KvTx {
-  constructor(private readonly tx: Transaction) {}
+  constructor(
+    private readonly tx: Transaction,
+    private readonly prefix: string,
+  ) {}
 
   read(
     table: LogicalTable,
@@ -34,19 +37,22 @@ class PercolatorKvTx implements KvTx {
     _options?: ReadOptions,
   ): Promise<(string | undefined)[]> {
     // The core has no multi-get: the gets go out together, as an application would send them.
-    return Promise.all(keys.map((key) => this.tx.getString(table, key, COLUMN)));
+    const physical = this.prefix + table;
+    return Promise.all(keys.map((key) => this.tx.getString(physical, key, COLUMN)));
   }
 
   write(table: LogicalTable, entries: ReadonlyArray<readonly [string, string]>): void {
-    for (const [key, value] of entries) this.tx.set(table, key, COLUMN, value);
+    const physical = this.prefix + table;
+    for (const [key, value] of entries) this.tx.set(physical, key, COLUMN, value);
   }
 }
 
 /** Transactions through @percolator/core on a counted store; one client shared by all workers. */
 export class PercolatorEngine implements Engine {
   readonly mode = 'percolator';
-  /** 'si', or 'si+otel' for the engine with OpenTelemetry on (`--tracing otel`). */
+  /** 'si', or 'si+otel' / 'si+otel-events' for the engines with OpenTelemetry on (`--tracing`). */
   readonly variant: string;
+  private readonly tablePrefix: string;
   readonly maxRowsPerTxn = Number.POSITIVE_INFINITY;
   readonly singleRowOnly = false;
   readonly dataKey: string;
@@ -58,9 +64,20 @@ export class PercolatorEngine implements Engine {
     private readonly maxAttempts: number,
     /** Client options other than the store (tests shorten lock TTLs). */
     readonly clientOptions: Omit<PercolatorOptions, 'store'> = {},
+    options: {
+      /**
+       * Put before every table name: an engine with its own prefix has its own data, so
+       * its cells can be interleaved with another Percolator engine's on the same store.
+       */
+      readonly tablePrefix?: string;
+      /** Default 'si'; the traced engines are 'si+otel', 'si+otel-events'. */
+      readonly variant?: string;
+    } = {},
   ) {
-    this.variant = clientOptions.onEvent ? 'si+otel' : 'si';
-    this.dataKey = `percolator:${store.name}`;
+    this.tablePrefix = options.tablePrefix ?? '';
+    const tablePrefix = this.tablePrefix;
+    this.variant = options.variant ?? 'si';
+    this.dataKey = `percolator:${store.name}:${tablePrefix}`;
     this.db = this.newClient();
     // A second client of the same counter: timestamps stay unique across both.
     this.oracle = new CounterOracle(store);
@@ -77,7 +94,7 @@ export class PercolatorEngine implements Engine {
       const value = await this.db.transact(
         (tx) => {
           attempts++;
-          return fn(new PercolatorKvTx(tx));
+          return fn(new PercolatorKvTx(tx, this.tablePrefix));
         },
         { maxAttempts: this.maxAttempts },
       );
@@ -102,7 +119,9 @@ export class PercolatorEngine implements Engine {
     const loader = async () => {
       while (next < chunks.length) {
         const chunk = chunks[next++]!;
-        await this.db.transact(async (tx) => new PercolatorKvTx(tx).write(table, chunk), { maxAttempts: 20 });
+        await this.db.transact(async (tx) => new PercolatorKvTx(tx, this.tablePrefix).write(table, chunk), {
+          maxAttempts: 20,
+        });
       }
     };
     await Promise.all(Array.from({ length: LOAD_PARALLEL }, loader));
@@ -112,7 +131,7 @@ export class PercolatorEngine implements Engine {
     const out = new Map<string, string>();
     const tx = await this.db.begin();
     try {
-      for await (const row of tx.scan(table)) {
+      for await (const row of tx.scan(this.tablePrefix + table)) {
         const value = row.columns.get(COLUMN);
         if (value) out.set(row.row, decoder.decode(value));
       }
