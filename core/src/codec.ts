@@ -10,8 +10,9 @@ import type { Cell, Lock, RecordKind, RowKey, RowState, ValuePlace, WriteRecord 
  *   format=2, stamp (8 bytes, big endian, at STAMP_OFFSET), n cells, per cell: name,
  *   flags(bit0 lock, bit1 notify, bit2 garbage), prunedThrough, n data {startTs, bytes},
  *   [lock {startTs, table, row, column, kind, ttlMs, wallTimeMs, n secondaries {table, row}}],
- *   n writes, newest first, each {bits (kind | place<<2 | hasSecondaries<<4 | stamped<<5),
- *     unstamped: zigzag(commitTs - base), commitTs - startTs; stamped: startTs;
+ *   n writes, newest first, each {bits (kind | place<<2 | hasSecondaries<<4 | stamped<<5
+ *     | startStamped<<6), unstamped: zigzag(commitTs - base), commitTs - startTs; stamped:
+ *     startTs; start-stamped: nothing (base 0 after it);
  *     wallTimeMs (the first absolute, then zigzag of the newer one's minus this),
  *     [n secondaries]}, where base is the newer record's commitTs (its startTs if stamped),
  *     0 for the first;
@@ -20,6 +21,8 @@ import type { Cell, Lock, RecordKind, RowKey, RowState, ValuePlace, WriteRecord 
  * it into the 8-byte slot in the same atomic step as the write, so a one-phase commit (or a
  * primary commit) needs no round trip for its commit timestamp. In memory such a record
  * carries commitTs STAMP until then; every later write re-encodes it with its real value.
+ * A start-stamped record (a one-phase blind write, section 4) also has startTs = the stamp:
+ * in memory its startTs and its data key are STAMP, encoded as the bit and data key 0.
  * Version row, format 16: format=16, then the value's bytes.
  *
  * A row in any other format (format 1 was the first version's single-blob layout) is a
@@ -187,7 +190,8 @@ export function encodeRow(row: RowState): Uint8Array {
     w.uint(cell.prunedThrough);
     w.uint(cell.data.size);
     for (const [ts, value] of cell.data) {
-      w.uint(ts);
+      // 0 (never a real timestamp): the value of a record whose startTs is the stamp.
+      w.uint(ts === STAMP ? 0 : ts);
       w.bytes(value);
     }
     if (cell.lock) {
@@ -206,14 +210,18 @@ export function encodeRow(row: RowState): Uint8Array {
     let newerWall = 0;
     for (const [i, rec] of cell.writes.entries()) {
       const stamped = rec.commitTs === STAMP;
+      const startStamped = stamped && rec.startTs === STAMP;
       const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
       w.uint(
         KINDS.indexOf(rec.kind) |
           (PLACES.indexOf(rec.value) << 2) |
           (hasSecondaries ? 16 : 0) |
-          (stamped ? 32 : 0),
+          (stamped ? 32 : 0) |
+          (startStamped ? 64 : 0),
       );
-      if (stamped) {
+      if (startStamped) {
+        base = 0;
+      } else if (stamped) {
         w.uint(rec.startTs);
         base = rec.startTs;
       } else {
@@ -266,7 +274,8 @@ export function decodeRow(bytes: Uint8Array): RowState {
     const nData = r.uint();
     for (let j = 0; j < nData; j++) {
       const ts = r.uint();
-      data.set(ts, r.bytes());
+      if (ts === 0 && stamp === 0) throw new CorruptRowError('row state has a stamped value but no stamp');
+      data.set(ts === 0 ? stamp : ts, r.bytes());
     }
     let lock: Lock | undefined;
     if (flags & 1) {
@@ -285,11 +294,16 @@ export function decodeRow(bytes: Uint8Array): RowState {
       const bits = r.uint();
       const kind = KINDS[bits & 3];
       const value = PLACES[(bits >> 2) & 3];
-      if (!kind || !value || bits >= 64)
+      if (!kind || !value || bits >= 128 || (bits & 96) === 64)
         throw new CorruptRowError('row state has an unknown write record kind');
       let commitTs: number;
       let startTs: number;
-      if (bits & 32) {
+      if (bits & 64) {
+        if (stamp === 0) throw new CorruptRowError('row state has a stamped record but no stamp');
+        commitTs = stamp;
+        startTs = stamp;
+        base = 0;
+      } else if (bits & 32) {
         if (stamp === 0) throw new CorruptRowError('row state has a stamped record but no stamp');
         commitTs = stamp;
         startTs = r.uint();

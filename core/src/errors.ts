@@ -26,8 +26,9 @@ export class ConflictError extends PercolatorError {
  * may or may not be committed. Never retried automatically.
  */
 export class CommitUnknownError extends PercolatorError {
-  readonly startTs: number;
-  constructor(message: string, startTs: number, options?: { cause?: unknown }) {
+  /** Undefined for a one-phase blind write, whose start timestamp the store drew. */
+  readonly startTs: number | undefined;
+  constructor(message: string, startTs: number | undefined, options?: { cause?: unknown }) {
     super('COMMIT_UNKNOWN', message, { ...options, retryable: false });
     this.startTs = startTs;
   }

@@ -102,7 +102,11 @@ export interface CommitStepEndEvent extends Timed {
   readonly type: 'commit.step';
   readonly transaction: TransactionRef;
   readonly step: CommitStepName;
-  readonly startTs: number;
+  /**
+   * Undefined only for a one-phase blind write that failed: the store draws its start
+   * timestamp with its commit timestamp (equal to it once committed).
+   */
+  readonly startTs: number | undefined;
   /** Known once the commit point is passed. */
   readonly commitTs?: number;
   /** Rows the step wrote (or tried to). */

@@ -1,6 +1,6 @@
 import { backoffMs, sleep } from './backoff.js';
 import { visibleWrite } from './cells.js';
-import { decodeRow, decodeVersionRow } from './codec.js';
+import { decodeRow, decodeVersionRow, STAMP } from './codec.js';
 import { abortedError, timed } from './commit/context.js';
 import {
   type CommitContext,
@@ -9,7 +9,7 @@ import {
   type RowMutations,
   rowId,
 } from './commit/index.js';
-import type { ProtocolEnv } from './env.js';
+import { observedKey, type ProtocolEnv } from './env.js';
 import {
   AbortedError,
   ClosedError,
@@ -497,6 +497,13 @@ export class Transaction {
   }
 
   private async commitMutations(signal: AbortSignal | undefined): Promise<number> {
+    if (this.stampsItsStart()) {
+      // One stamped CAS is the whole transaction: its start and commit timestamp are the one
+      // value the store draws in the atomic step (commitOnePhase).
+      const commitTs = await this.commitRows(this.rowMutations(), signal, STAMP);
+      this.ts = commitTs;
+      return commitTs;
+    }
     if (
       this.ts === undefined &&
       this.env.stampedReadCounter !== undefined &&
@@ -507,10 +514,7 @@ export class Transaction {
       await Promise.all([...this.mutations.values()].map((m) => this.readAndRemember(m.table, m.row)));
     }
     await this.ready(); // otherwise drawn now
-    const rows: RowMutations[] = [...this.mutations.entries()].map(([id, m]) => ({
-      ...m,
-      notify: this.notifications.get(id)?.columns,
-    }));
+    const rows = this.rowMutations();
     const notified = [...this.notifications.values()];
     if (rows.length === 0) {
       // Nothing to commit: the weak notifications are the whole transaction.
@@ -529,13 +533,42 @@ export class Transaction {
     return commitTs;
   }
 
-  private async commitRows(rows: RowMutations[], signal: AbortSignal | undefined): Promise<number> {
+  private rowMutations(): RowMutations[] {
+    return [...this.mutations.entries()].map(([id, m]) => ({
+      ...m,
+      notify: this.notifications.get(id)?.columns,
+    }));
+  }
+
+  /**
+   * Whether this transaction can be one stamped CAS with no start timestamp drawn first: it
+   * read nothing (no start timestamp yet), writes one row, and has nothing that needs a
+   * start timestamp before the write (a notification mark, an observed column, whose
+   * notification is stamped with it).
+   */
+  private stampsItsStart(): boolean {
+    if (this.ts !== undefined || this.starting !== undefined || this.env.stampCounter === undefined) {
+      return false;
+    }
+    if (this.mutations.size !== 1 || this.notifications.size > 0) return false;
+    const m = this.mutations.values().next().value!;
+    for (const column of m.cells.keys()) {
+      if (this.env.observed.has(observedKey(m.table, column))) return false;
+    }
+    return true;
+  }
+
+  private async commitRows(
+    rows: RowMutations[],
+    signal: AbortSignal | undefined,
+    startTs: number = this.startTs,
+  ): Promise<number> {
     // A deterministic primary: the first row in (table, key) order.
     rows.sort((a, b) => (a.table === b.table ? compareKeys(a.row, b.row) : a.table < b.table ? -1 : 1));
     const first = rows[0]!;
     const ctx: CommitContext = {
       env: this.env,
-      startTs: this.startTs,
+      startTs,
       rows,
       primary: { table: first.table, row: first.row, column: first.cells.keys().next().value! },
       knownRows: this.knownRows,

@@ -3,6 +3,7 @@ import {
   CommitUnknownError,
   ConflictError,
   InvalidArgumentError,
+  inspectHeadRow,
   MemoryStore,
   Percolator,
   StoreError,
@@ -399,23 +400,59 @@ describe('transactions on the memory store', () => {
     await db.close();
   });
 
-  it('a blind one-row write is two round trips where the store stamps: a stamped read of the row, then a stamped CAS', async () => {
+  it('a blind one-row write is one stamped CAS where the store stamps: no start timestamp of its own, no read once the row is cached', async () => {
     const store = new InstrumentedStore();
     const db = new Percolator({ store });
     await db.flush();
-    const before = { ...store.calls };
-    await db.transact(async (tx) => tx.set('t', 'blind', 'v', '1'));
-    const delta = Object.fromEntries(
-      Object.entries(store.calls).map(([k, v]) => [k, v - before[k as keyof typeof before]]),
-    );
-    expect(delta).toEqual({
+    const delta = async (fn: () => Promise<unknown>) => {
+      const before = { ...store.calls };
+      await fn();
+      return Object.fromEntries(
+        Object.entries(store.calls).map(([k, v]) => [k, v - before[k as keyof typeof before]]),
+      );
+    };
+    const none = {
       read: 0,
-      readStamped: 1,
+      readStamped: 0,
       checkAndSet: 0,
-      checkAndSetStamped: 1,
+      checkAndSetStamped: 0,
       incrementCounter: 0,
       scan: 0,
+    };
+    // A row this client never saw: read once, then the one CAS.
+    expect(await delta(() => db.transact(async (tx) => tx.set('t', 'blind', 'v', '1')))).toEqual({
+      ...none,
+      read: 1,
+      checkAndSetStamped: 1,
     });
+    // From then on the row cache's guess: one CAS, one round trip.
+    let written: Transaction | undefined;
+    expect(
+      await delta(() =>
+        db.transact(async (tx) => {
+          written = tx;
+          tx.set('t', 'blind', 'v', '2');
+          tx.set('t', 'blind', 'w', '2');
+        }),
+      ),
+    ).toEqual({ ...none, checkAndSetStamped: 1 });
+    // Its start timestamp is its commit timestamp: the stamp, drawn inside the CAS.
+    const row = inspectHeadRow((await store.read('t', 'blind'))!.state);
+    for (const cell of row.cells) {
+      expect(cell.writes[0]!.commitTs).toBe(written!.startTs);
+      expect(cell.writes[0]!.startTs).toBe(written!.startTs);
+      expect(cell.lock).toBeUndefined();
+    }
+    expect(await db.transact((tx) => tx.getString('t', 'blind', 'w'))).toBe('2');
+    // A weak notification needs a timestamp before the write: the start timestamp comes first.
+    const notified = await delta(() =>
+      db.transact(async (tx) => {
+        tx.set('t', 'blind', 'v', '3');
+        tx.notify('t', 'blind', 'w');
+      }),
+    );
+    expect(notified.checkAndSetStamped).toBe(1);
+    expect(notified.readStamped + notified.incrementCounter).toBe(1);
     await db.close();
   });
 

@@ -1,6 +1,7 @@
 import type { ConformanceCase } from '../types.js';
 import { PARTS } from '../types.js';
 import { argumentCases } from './arguments.js';
+import { blindWriteCases } from './blind-writes.js';
 import { capabilityCases } from './capabilities.js';
 import { faultCases } from './faults.js';
 import { fuzzCases } from './fuzz.js';
@@ -19,8 +20,10 @@ export function allCases(): ConformanceCase[] {
     ...fuzzCases,
     ...capabilityCases,
     ...protocolCases('clean'),
+    ...blindWriteCases('clean'),
     ...faultCases,
     ...protocolCases('faulty'),
+    ...blindWriteCases('faulty'),
     ...historyCases(),
     ...leanRowCases,
     ...observerCases,

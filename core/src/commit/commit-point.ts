@@ -88,13 +88,27 @@ export async function commitPrimary(ctx: CommitContext, commitTs: number): Promi
  * later start timestamp and still miss it. Only used when the store offers that. The
  * usual row loop (`updateRow` with a stamp counter) sends it; after an unknown outcome
  * the decision finds our own record, a rollback record, or nothing it can trust.
+ *
+ * With `startTs` STAMP (a blind write that never drew a start timestamp): the one drawn
+ * value is both its start and its commit timestamp. It read nothing, so its snapshot
+ * matters only for the write-write check, and at the instant of the atomic step no record
+ * on the row can be newer. Such a record has no identity the client knows before the
+ * reply, so a lost reply is CommitUnknownError (never a second write).
  */
 export async function commitOnePhase(ctx: CommitContext, counter: string): Promise<number> {
   const { env, startTs } = ctx;
+  const stampedStart = startTs === STAMP;
   const m = ctx.rows[0]!;
   const id = rowId(m.table, m.row);
+  const reportedStart = stampedStart ? undefined : startTs;
   const decide = (current: RowState | undefined, attempt: AttemptInfo): RowDecision<number> => {
     alive(ctx);
+    if (stampedStart && attempt.ambiguous) {
+      throw new CommitUnknownError(
+        'a one-phase blind write (start and commit timestamp drawn by the store) could not be verified',
+        undefined,
+      );
+    }
     const state = current ?? emptyRow();
     const primaryCell = cellOf(state, ctx.primary.column);
     const landed = findRecord(primaryCell, startTs);
@@ -132,7 +146,7 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
       return await send(known);
     } catch (error) {
       if (error instanceof AmbiguousOutcome) {
-        throw new CommitUnknownError('a one-phase commit could not be verified', startTs, {
+        throw new CommitUnknownError('a one-phase commit could not be verified', reportedStart, {
           cause: error.cause,
         });
       }
@@ -141,7 +155,7 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
       await relievePressure(ctx, m);
       return await send(undefined).catch((again: unknown) => {
         if (again instanceof AmbiguousOutcome) {
-          throw new CommitUnknownError('a one-phase commit could not be verified', startTs, {
+          throw new CommitUnknownError('a one-phase commit could not be verified', reportedStart, {
             cause: again.cause,
           });
         }

@@ -1,3 +1,4 @@
+import { STAMP } from '../codec.js';
 import type { CommitStepEvent, ProtocolEnv } from '../env.js';
 import { AbortedError } from '../errors.js';
 import type { CommitStepEndEvent, CommitStepName, TransactionRef } from '../events.js';
@@ -51,7 +52,8 @@ export function timed<T>(
     type: 'commit.step',
     transaction,
     step: name,
-    startTs: ctx.startTs,
+    // A one-phase blind write's start timestamp is its commit timestamp (commitOnePhase).
+    startTs: ctx.startTs === STAMP ? commitTs : ctx.startTs,
     commitTs,
     rows,
     time,
