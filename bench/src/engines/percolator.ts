@@ -56,7 +56,7 @@ export class PercolatorEngine implements Engine {
   readonly maxRowsPerTxn = Number.POSITIVE_INFINITY;
   readonly singleRowOnly = false;
   readonly dataKey: string;
-  private db: Percolator;
+  private readonly db: Percolator;
   private readonly oracle: CounterOracle;
 
   constructor(
@@ -78,7 +78,7 @@ export class PercolatorEngine implements Engine {
     const tablePrefix = this.tablePrefix;
     this.variant = options.variant ?? 'si';
     this.dataKey = `percolator:${store.name}:${tablePrefix}`;
-    this.db = this.newClient();
+    this.db = new Percolator({ ...this.clientOptions, store: this.store });
     // A second client of the same counter: timestamps stay unique across both.
     this.oracle = new CounterOracle(store);
   }
@@ -104,9 +104,6 @@ export class PercolatorEngine implements Engine {
     }
   }
 
-  private newClient(): Percolator {
-    return new Percolator({ ...this.clientOptions, store: this.store });
-  }
 
   nextTimestamp(): Promise<number> {
     return this.oracle.next();
@@ -142,13 +139,12 @@ export class PercolatorEngine implements Engine {
   }
 
   /**
-   * Multi-row commits finish one store write in the background (releasing the primary's
-   * record); closing the client waits for it, so those calls count in the cell that caused them.
+   * Waits for the work commits left in the background (secondary commits, the tidy step),
+   * so those calls count in the cell that caused them. The client stays: its row cache is
+   * what an application's long-lived client has, as the raw engine keeps its versions.
    */
   async settle(): Promise<void> {
-    const old = this.db;
-    this.db = this.newClient();
-    await old.close();
+    await this.db.flush();
   }
 
   counters() {
