@@ -104,7 +104,6 @@ export class PercolatorEngine implements Engine {
     }
   }
 
-
   nextTimestamp(): Promise<number> {
     return this.oracle.next();
   }
