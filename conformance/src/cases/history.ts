@@ -236,7 +236,8 @@ async function ambiguousCommits(
       const primary = primaries.get(e.startTs);
       if (e.step !== 'beforeCommitPrimary' || primary === undefined) return;
       const same = (call: StoreCall) => touches(call, primary.table, primary.row);
-      faulty.failAfter(same, ['checkAndSet', 'checkAndSetMany']);
+      // The commit point is a plain CAS, or a stamped one where the store draws commitTs.
+      faulty.failAfter(same, ['checkAndSet', 'checkAndSetMany', 'checkAndSetStamped']);
       cut = faulty.hold((call) => (call.operation === 'read' || call.operation === 'readMany') && same(call));
       cut.fail();
     },
