@@ -8,7 +8,8 @@ import type { Cell, Lock, RecordKind, RowKey, RowState, ValuePlace, WriteRecord 
  *
  * Head row, format 2:
  *   format=2, stamp (8 bytes, big endian, at STAMP_OFFSET), n cells, per cell: name,
- *   flags(bit0 lock, bit1 notify, bit2 garbage), prunedThrough, n data {startTs, bytes},
+ *   flags(bit0 lock, bit1 notify, bit2 garbage, bit3 notifyTs is the stamp), prunedThrough,
+ *   n data {startTs, bytes},
  *   [lock {startTs, table, row, column, kind, ttlMs, wallTimeMs, n secondaries {table, row}}],
  *   n writes, newest first, each {bits (kind | place<<2 | hasSecondaries<<4 | stamped<<5
  *     | startStamped<<6), unstamped: zigzag(commitTs - base), commitTs - startTs; stamped:
@@ -16,7 +17,7 @@ import type { Cell, Lock, RecordKind, RowKey, RowState, ValuePlace, WriteRecord 
  *     wallTimeMs (the first absolute, then zigzag of the newer one's minus this),
  *     [n secondaries]}, where base is the newer record's commitTs (its startTs if stamped),
  *     0 for the first;
- *   [notifyTs], n acks {name, ts}, [n garbage {startTs}].
+ *   [notifyTs, unless bit3], n acks {name, ts}, [n garbage {startTs}].
  * A stamped record's commitTs is the row's stamp: a store with `stampedCheckAndSet` writes
  * it into the 8-byte slot in the same atomic step as the write, so a one-phase commit (or a
  * primary commit) needs no round trip for its commit timestamp. In memory such a record
@@ -186,7 +187,12 @@ export function encodeRow(row: RowState): Uint8Array {
   w.uint(row.cells.size);
   for (const [name, cell] of row.cells) {
     w.string(name);
-    w.uint((cell.lock ? 1 : 0) | (cell.notifyTs > 0 ? 2 : 0) | (cell.garbage.length > 0 ? 4 : 0));
+    w.uint(
+      (cell.lock ? 1 : 0) |
+        (cell.notifyTs > 0 ? 2 : 0) |
+        (cell.garbage.length > 0 ? 4 : 0) |
+        (cell.notifyTs === STAMP ? 8 : 0),
+    );
     w.uint(cell.prunedThrough);
     w.uint(cell.data.size);
     for (const [ts, value] of cell.data) {
@@ -234,7 +240,8 @@ export function encodeRow(row: RowState): Uint8Array {
       if (hasSecondaries) writeRows(w, rec.secondaries);
       newerWall = rec.wallTimeMs;
     }
-    if (cell.notifyTs > 0) w.uint(cell.notifyTs);
+    // A one-phase blind write to an observed column: its notification is stamped too.
+    if (cell.notifyTs > 0 && cell.notifyTs !== STAMP) w.uint(cell.notifyTs);
     w.uint(cell.acks.size);
     for (const [observer, ts] of cell.acks) {
       w.string(observer);
@@ -269,6 +276,7 @@ export function decodeRow(bytes: Uint8Array): RowState {
   for (let i = 0; i < n; i++) {
     const name = r.string();
     const flags = r.uint();
+    if (flags >= 16 || (flags & 10) === 8) throw new CorruptRowError('row state has unknown cell flags');
     const prunedThrough = r.uint();
     const data = new Map<number, Uint8Array>();
     const nData = r.uint();
@@ -317,7 +325,13 @@ export function decodeRow(bytes: Uint8Array): RowState {
       const secondaries = bits & 16 ? readRows(r) : undefined;
       writes.push({ commitTs, startTs, kind, value, wallTimeMs, secondaries });
     }
-    const notifyTs = flags & 2 ? r.uint() : 0;
+    let notifyTs = 0;
+    if (flags & 8) {
+      if (stamp === 0) throw new CorruptRowError('row state has a stamped notification but no stamp');
+      notifyTs = stamp;
+    } else if (flags & 2) {
+      notifyTs = r.uint();
+    }
     const acks = new Map<string, number>();
     const nAcks = r.uint();
     for (let j = 0; j < nAcks; j++) {

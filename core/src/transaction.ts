@@ -9,7 +9,7 @@ import {
   type RowMutations,
   rowId,
 } from './commit/index.js';
-import { observedKey, type ProtocolEnv } from './env.js';
+import type { ProtocolEnv } from './env.js';
 import {
   AbortedError,
   ClosedError,
@@ -542,20 +542,15 @@ export class Transaction {
 
   /**
    * Whether this transaction can be one stamped CAS with no start timestamp drawn first: it
-   * read nothing (no start timestamp yet), writes one row, and has nothing that needs a
-   * start timestamp before the write (a notification mark, an observed column, whose
-   * notification is stamped with it).
+   * read nothing (no start timestamp yet), writes one row, and marks no notification with
+   * `tx.notify` (a mark written apart from its writes, at its start timestamp). An observed
+   * column it writes gets its notification in the same CAS, stamped like its record.
    */
   private stampsItsStart(): boolean {
     if (this.ts !== undefined || this.starting !== undefined || this.env.stampCounter === undefined) {
       return false;
     }
-    if (this.mutations.size !== 1 || this.notifications.size > 0) return false;
-    const m = this.mutations.values().next().value!;
-    for (const column of m.cells.keys()) {
-      if (this.env.observed.has(observedKey(m.table, column))) return false;
-    }
-    return true;
+    return this.mutations.size === 1 && this.notifications.size === 0;
   }
 
   private async commitRows(

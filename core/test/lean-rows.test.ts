@@ -125,6 +125,15 @@ describe('lean rows', () => {
     const again = encodeRow(decoded);
     expect(decodeRow(again)).toEqual(decoded);
     expect(decodeRow(writeStamp(again, 5))).toEqual(decoded);
+    // An observed column's notification, stamped in the same CAS.
+    const noted = encodeRow({ cells: new Map([['a', { ...cell(STAMP), notifyTs: STAMP }]]) });
+    expect(() => decodeRow(noted)).toThrow(CorruptRowError);
+    expect(decodeRow(writeStamp(noted, stamp))).toEqual({
+      cells: new Map([['a', { ...cell(stamp), notifyTs: stamp }]]),
+    });
+    expect(decodeRow(encodeRow(decodeRow(writeStamp(noted, stamp))))).toEqual(
+      decodeRow(writeStamp(noted, stamp)),
+    );
     // Bit 6 without bit 5 is no record kind this code knows: an error, never a guess.
     const bits = Uint8Array.from(writeStamp(template, stamp));
     const at = bits.indexOf(0 | (0 << 2) | 32 | 64);

@@ -2,6 +2,7 @@ import {
   ClientCrash,
   CompositeStore,
   InvalidArgumentError,
+  inspectHeadRow,
   MemoryStore,
   type Observer,
   ObserversNotIdleError,
@@ -92,6 +93,40 @@ describe('observers: strong notifications', () => {
     // Nothing new: running again does nothing.
     await worker.runUntilIdle({ timeoutMs: 10_000 });
     expect(calls).toHaveLength(2);
+  });
+
+  test('a blind one-row write to an observed column is one stamped CAS whose notification carries the stamp', async () => {
+    const store = new InstrumentedStore();
+    const db = client(store);
+    const calls: string[] = [];
+    const worker = db.worker({ observers: [copier(calls)] });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'v1'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    await db.flush();
+    for (const value of ['v2', 'v3']) {
+      const before = { ...store.calls };
+      let written: Transaction | undefined;
+      await db.transact(async (tx) => {
+        written = tx;
+        tx.set('docs', 'a', 'body', value);
+      });
+      // One call: the start and commit timestamp and the notification, all one stamp.
+      expect(store.calls.checkAndSetStamped - before.checkAndSetStamped).toBe(1);
+      expect(store.calls.readStamped + store.calls.incrementCounter + store.calls.read).toBe(
+        before.readStamped + before.incrementCounter + before.read,
+      );
+      const cell = inspectHeadRow((await store.read('docs', 'a'))!.state).cells.find(
+        (c) => c.column === 'body',
+      )!;
+      expect(cell.notifyTs).toBe(written!.startTs);
+      expect(cell.writes[0]).toMatchObject({ startTs: written!.startTs, commitTs: written!.startTs });
+      expect(await notified(store, 'docs')).toEqual(['a']);
+      await worker.runUntilIdle({ timeoutMs: 10_000 });
+      expect(calls.at(-1)).toBe(`a=${value}`);
+      expect(await read(db, 'docs', 'a', 'copy')).toBe(value);
+      expect(await notified(store, 'docs')).toEqual([]);
+      await db.flush();
+    }
   });
 
   test('several changes before a run collapse into one run that sees the newest value', async () => {
