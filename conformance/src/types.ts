@@ -5,8 +5,10 @@ import type { Random } from './random.js';
 export type Part = 'store' | 'protocol' | 'history' | 'faults' | 'observers';
 export const PARTS: readonly Part[] = ['store', 'protocol', 'history', 'faults', 'observers'];
 
-/** Optional capabilities a case may need (the boolean fields of StoreCapabilities). */
-/** The capability flags that govern a store method (`stampedReadUnderLoad` is a cost hint, not one). */
+/**
+ * Optional capabilities a case may need: the boolean fields of StoreCapabilities that govern
+ * a store method (`stampedReadUnderLoad` is a cost hint, not one).
+ */
 export type Capability = Exclude<keyof StoreCapabilities, 'maxStateBytes' | 'stampedReadUnderLoad'>;
 
 export interface ConformanceOptions {

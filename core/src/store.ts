@@ -167,10 +167,6 @@ export interface RowStore {
 }
 
 /**
- * Where a stamped state holds its timestamp: bytes [STAMP_OFFSET, STAMP_OFFSET + 8), big
- * endian. The core's head-row format keeps that slot right after its format byte.
- */
-/**
  * The members of the RowStore contract (methods, the name and capabilities, and
  * `constructor`): what a store wrapper checks or counts itself and passes nothing else
  * through as. Any other member of a store (an adapter's `namespace`, `dropNamespace`) is
@@ -192,6 +188,10 @@ export const ROW_STORE_MEMBERS: ReadonlySet<string> = new Set([
   'close',
 ]);
 
+/**
+ * Where a stamped state holds its timestamp: bytes [STAMP_OFFSET, STAMP_OFFSET + 8), big
+ * endian. The core's head-row format keeps that slot right after its format byte.
+ */
 export const STAMP_OFFSET = 1;
 
 /** Writes `timestamp` into a stamped state's slot (what a store does inside its atomic step). */

@@ -142,7 +142,10 @@ async function withConnection<T>(
   } catch (error) {
     throw connectError(error);
   }
-  connection.on('error', () => {});
+  // A dying connection may emit 'error'; removed again below, so a pooled connection that
+  // serves many calls does not collect one listener per call.
+  const onError = () => {};
+  connection.on('error', onError);
   let broken = false;
   try {
     return await work(connection);
@@ -151,6 +154,7 @@ async function withConnection<T>(
     throw error;
   } finally {
     if (options.pool !== undefined) {
+      connection.removeListener('error', onError);
       if (broken) (connection as PoolConnection).destroy();
       else (connection as PoolConnection).release();
     } else {

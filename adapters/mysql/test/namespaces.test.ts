@@ -95,6 +95,16 @@ describe('mysql namespaces: list and drop', () => {
       expect((await dropMySqlNamespace(ns, { pool }))?.namespace).toBe(ns);
       const [rows] = await pool.query<RowDataPacket[]>('SELECT 1 AS one');
       expect(rows[0]!.one).toBe(1);
+      // Many calls on the pool's one connection leave no listener behind.
+      const errorListeners = async () => {
+        const c = await pool.getConnection();
+        const n = c.connection.listenerCount('error');
+        c.release();
+        return n;
+      };
+      const before = await errorListeners();
+      for (let i = 0; i < 12; i++) await listMySqlNamespaces({ pool });
+      expect(await errorListeners()).toBe(before);
     } finally {
       await pool.end();
     }
