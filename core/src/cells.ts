@@ -174,10 +174,23 @@ export function tidyCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
   markMoving(cell, policy.inlineHistoryBytes);
 }
 
-/** Whether the tidy step has work in this row: values to move, version rows to delete, held records to settle. */
-export function rowNeedsTidy(state: RowState, policy: PrunePolicy, nowMs: number): boolean {
+/**
+ * Version rows a cell's `garbage` names before a commit asks for the tidy step to delete
+ * them. Once a cell is past its retention cap every commit prunes a record, and a moved
+ * value's record leaves a name in `garbage`; deleting each on its own cost a tidy pass per
+ * commit (a read and a delete of the version row, a CAS of the head row that raced the next
+ * commit). Batched, they go with the next pass that moves values, or once this many wait.
+ * A name costs the head row a few bytes; `gc` and `db.tidy` delete whatever is named.
+ */
+export const GARBAGE_BATCH = 16;
+
+/**
+ * Whether the tidy step has work in this row: values to move, version rows to delete (at
+ * least `garbageBatch` in one cell), held records to settle.
+ */
+export function rowNeedsTidy(state: RowState, policy: PrunePolicy, nowMs: number, garbageBatch = 1): boolean {
   for (const cell of state.cells.values()) {
-    if (cell.garbage.length > 0) return true;
+    if (cell.garbage.length >= garbageBatch) return true;
     if (cell.writes.some((rec) => rec.value === 'moving')) return true;
     if (heldWorthSettling(heldRecords(cell, policy, nowMs))) return true;
   }

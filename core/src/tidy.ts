@@ -1,4 +1,11 @@
-import { heldRecords, heldWorthSettling, markMoving, pruneCell, rowNeedsTidy } from './cells.js';
+import {
+  GARBAGE_BATCH,
+  heldRecords,
+  heldWorthSettling,
+  markMoving,
+  pruneCell,
+  rowNeedsTidy,
+} from './cells.js';
 import { decodeRow, encodeVersionRow } from './codec.js';
 import { rowId } from './commit/context.js';
 import type { ProtocolEnv, RowTidier } from './env.js';
@@ -82,7 +89,7 @@ export class Tidier implements RowTidier {
   /** Called after every head-row write: forgets applied releases, schedules the tidy step if the row asks for it. */
   afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void {
     if (this.released.size > 0 && state) this.forgetApplied(table, key, state);
-    if (!state || !rowNeedsTidy(state, this.env.prune, this.env.clock())) return;
+    if (!state || !rowNeedsTidy(state, this.env.prune, this.env.clock(), GARBAGE_BATCH)) return;
     this.schedule(table, key, stored ?? undefined);
   }
 
@@ -145,12 +152,12 @@ export class Tidier implements RowTidier {
     trigger: TidyEvent['trigger'] = 'gc',
   ): Promise<TidyReport> {
     const events = this.env.events;
-    if (!events) return this.tidyPass(table, key, known, options);
+    if (!events) return this.tidyPass(table, key, known, options, trigger);
     const time = performance.now();
     let report: TidyReport | undefined;
     let failure: unknown;
     try {
-      report = await this.tidyPass(table, key, known, options);
+      report = await this.tidyPass(table, key, known, options, trigger);
       return report;
     } catch (error) {
       failure = error;
@@ -175,6 +182,7 @@ export class Tidier implements RowTidier {
     key: string,
     known: StoredRow | null | undefined,
     options: TidyOptions,
+    trigger: TidyEvent['trigger'],
   ): Promise<TidyReport> {
     const { env } = this;
     const report: TidyReport = { moved: 0, movedBytes: 0, deleted: 0, settled: 0 };
@@ -193,7 +201,8 @@ export class Tidier implements RowTidier {
     const settleAll = options.force === true || options.settleHeld === true;
     if (
       !options.force &&
-      !rowNeedsTidy(state, env.prune, now) &&
+      // In the background, garbage waits for a batch (GARBAGE_BATCH); asked for, it goes now.
+      !rowNeedsTidy(state, env.prune, now, trigger === 'background' ? GARBAGE_BATCH : 1) &&
       !(settleAll && [...state.cells.values()].some((c) => heldRecords(c, env.prune, now).length > 0))
     )
       return report;

@@ -9,6 +9,7 @@ import {
   versionTable,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
+import { GARBAGE_BATCH } from '../src/cells.js';
 import { decodeRow, encodeRow, STAMP } from '../src/codec.js';
 import { writeStamp } from '../src/store.js';
 import { InstrumentedStore } from './support.js';
@@ -160,6 +161,68 @@ describe('lean rows', () => {
       ]);
       expect(view.cells[0]!.garbage).toEqual([]);
     }
+  });
+
+  it('pruned version rows are deleted in batches of GARBAGE_BATCH in the background, and all at once by db.tidy', async () => {
+    const store = new InstrumentedStore();
+    // Every superseded value moves to a version row: 2 * GARBAGE_BATCH of them.
+    const mover = new Percolator({ store, gc: { inlineHistoryBytes: 0, maxVersionsPerCell: 1000 } });
+    for (let i = 0; i < 2 * GARBAGE_BATCH + 1; i++)
+      await mover.transact(async (tx) => tx.set('t', 'r', 'v', `value ${i}`));
+    await mover.close();
+    const movedTs = inspectHeadRow((await store.read('t', 'r'))!.state)
+      .cells[0]!.writes.filter((w) => w.value === 'moved')
+      .map((w) => w.startTs);
+    expect(movedTs).toHaveLength(2 * GARBAGE_BATCH);
+    const exists = async (ts: number) => {
+      const ref = versionRowRef('t', 'r', 'v', ts);
+      return (await store.read(ref.table, ref.key)) !== null;
+    };
+    const garbageOf = async () => inspectHeadRow((await store.read('t', 'r'))!.state).cells[0]!.garbage;
+    // A client that keeps few versions and moves nothing: each commit prunes moved records.
+    const cap = 2 * GARBAGE_BATCH - 3; // 34 records after the first commit: it prunes 5, each further commit one more
+    const pruner = new Percolator({ store, gc: { inlineHistoryBytes: 1 << 20, maxVersionsPerCell: cap } });
+    let deleted = 0;
+    store.casFault = (request) => {
+      if (request.state === null) deleted++;
+      return undefined;
+    };
+    const deletes = () => deleted;
+    let commits = 0;
+    const commit = async () => {
+      await pruner.transact(async (tx) => tx.set('t', 'r', 'v', `pruner ${commits++}`));
+      await pruner.flush();
+    };
+    await commit();
+    expect((await garbageOf()).length).toBe(5);
+    const before = deletes();
+    // Below the batch, commits leave the names and their version rows be: no tidy pass.
+    while ((await garbageOf()).length < GARBAGE_BATCH - 1) await commit();
+    expect(deletes()).toBe(before);
+    for (const ts of await garbageOf()) expect(await exists(ts)).toBe(true);
+    // The commit that makes the batch deletes all of it in one pass.
+    const named = [...(await garbageOf())];
+    await commit();
+    expect(await garbageOf()).toEqual([]);
+    expect(deletes() - before).toBe(GARBAGE_BATCH);
+    for (const ts of named) expect(await exists(ts)).toBe(false);
+    // Asked for, the tidy step deletes whatever is named, however little.
+    await commit();
+    await commit();
+    const few = [...(await garbageOf())];
+    expect(few).toHaveLength(2);
+    const report = await pruner.tidy('t', 'r');
+    expect(report.deleted).toBe(2);
+    expect(await garbageOf()).toEqual([]);
+    for (const ts of few) expect(await exists(ts)).toBe(false);
+    // No orphans: every moved record's version row is either still named by a record or gone.
+    const kept = new Set(
+      inspectHeadRow((await store.read('t', 'r'))!.state)
+        .cells[0]!.writes.filter((w) => w.value === 'moved')
+        .map((w) => w.startTs),
+    );
+    for (const ts of movedTs) expect(await exists(ts)).toBe(kept.has(ts));
+    await pruner.close();
   });
 
   it('a row in an unknown format is a CorruptRowError, never a misread', async () => {
