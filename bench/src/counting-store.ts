@@ -17,6 +17,11 @@ interface StampedReader {
     rows: readonly RowRef[],
     counter: string,
   ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
+  /** `readPeeked` (a counter's value and reads in one round trip, writing nothing). */
+  readPeeked(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
 }
 
 /** Calls per RowStore method, as counted by a CountingStore. */
@@ -30,6 +35,7 @@ export type CallCounts = Record<
   | 'scanNotified'
   | 'checkAndSetStamped'
   | 'readStamped'
+  | 'readPeeked'
   /** Calls to methods this proxy does not know (a store method added after it was written). */
   | 'other',
   number
@@ -43,7 +49,7 @@ export type CallCounts = Record<
  * row counts as read), written bytes the states sent in check-and-sets.
  */
 export interface IoCounts {
-  /** read, readMany, readStamped, scan and scanNotified calls. */
+  /** read, readMany, readStamped, readPeeked, scan and scanNotified calls. */
   readonly reads: number;
   /** checkAndSet, checkAndSetMany, checkAndSetStamped and incrementCounter calls. */
   readonly writes: number;
@@ -80,6 +86,7 @@ function zeroCounts(): CallCounts {
     scanNotified: 0,
     checkAndSetStamped: 0,
     readStamped: 0,
+    readPeeked: 0,
     other: 0,
   };
 }
@@ -189,6 +196,20 @@ export class CountingStore implements RowStore {
         enumerable: false,
       });
     }
+    const peekedRead = (inner as Partial<StampedReader>).readPeeked;
+    if (peekedRead) {
+      // A counter's value and a batch of reads in one round trip (a read call).
+      Object.defineProperty(this, 'readPeeked', {
+        value: async (rows: readonly RowRef[], counter: string) => {
+          this.calls.readPeeked++;
+          this.counted.rowsRead += rows.length;
+          const out = await trackCall(() => peekedRead.call(inner, rows, counter));
+          for (const row of out.rows) this.readBytes(row);
+          return out;
+        },
+        enumerable: false,
+      });
+    }
     for (const method of methodNames(inner)) {
       if (ROW_STORE_MEMBERS.has(method) || method in this) continue;
       const fn = (inner as unknown as Record<string, (...args: unknown[]) => unknown>)[method]!;
@@ -242,7 +263,7 @@ export class CountingStore implements RowStore {
   get io(): IoCounts {
     const c = this.calls;
     return {
-      reads: c.read + c.readMany + c.scan + c.scanNotified + c.readStamped,
+      reads: c.read + c.readMany + c.scan + c.scanNotified + c.readStamped + c.readPeeked,
       writes: c.checkAndSet + c.checkAndSetMany + c.checkAndSetStamped + c.incrementCounter,
       ...this.counted,
     };

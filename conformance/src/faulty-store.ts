@@ -36,7 +36,8 @@ export type StoreOperation =
   | 'incrementCounter'
   | 'scanNotified'
   | 'checkAndSetStamped'
-  | 'readStamped';
+  | 'readStamped'
+  | 'readPeeked';
 
 export const WRITE_OPERATIONS: readonly StoreOperation[] = [
   'checkAndSet',
@@ -256,6 +257,17 @@ export class FaultyStore implements RowStore {
     if (inner.readStamped === undefined) return Promise.reject(unsupported('readStamped'));
     return this.call({ operation: 'readStamped', table: rows[0]?.table, key: rows[0]?.key, rows }, () =>
       inner.readStamped!(rows, counter),
+    );
+  }
+
+  readPeeked(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    const inner = this.inner;
+    if (inner.readPeeked === undefined) return Promise.reject(unsupported('readPeeked'));
+    return this.call({ operation: 'readPeeked', table: rows[0]?.table, key: rows[0]?.key, rows }, () =>
+      inner.readPeeked!(rows, counter),
     );
   }
 

@@ -30,6 +30,12 @@ export interface StampedRaceOptions {
   /** Concurrent writers and readers (default 5 each). */
   readonly writers?: number;
   readonly readers?: number;
+  /**
+   * The reads peek (`readPeeked`): they return the counter's value without drawing, so a
+   * read must see every write whose stamp is at or below its value (not only below), and
+   * reads may share values.
+   */
+  readonly peeked?: boolean;
 }
 
 export interface StampedRaceResult {
@@ -112,16 +118,20 @@ export async function stampedRace(options: StampedRaceOptions): Promise<StampedR
   });
   await Promise.all(reading);
 
+  const peeked = options.peeked === true;
   const lastStamp = Math.max(...writes.map((w) => w.ts));
-  const all = [...samples.map((x) => x.timestamp), ...writes.map((w) => w.ts)];
+  // Peeks share values by design; draws and stamps never do.
+  const all = [...(peeked ? [] : samples.map((x) => x.timestamp)), ...writes.map((w) => w.ts)];
   const violations: string[] = [];
   const index = new Map(keys.map((key, i) => [key, i]));
   for (const { timestamp, stamps } of samples) {
     for (const { key, ts } of writes) {
-      if (timestamp <= ts) continue;
+      if (peeked ? timestamp < ts : timestamp <= ts) continue;
       const seen = stamps[index.get(key)!]!;
       if (seen === null || seen < ts) {
-        violations.push(`drew ${timestamp} > stamp ${ts} of ${key}, then read ${seen ?? 'nothing'}`);
+        violations.push(
+          `${peeked ? 'peeked' : 'drew'} ${timestamp} ${peeked ? '>=' : '>'} stamp ${ts} of ${key}, then read ${seen ?? 'nothing'}`,
+        );
       }
     }
   }
@@ -146,6 +156,28 @@ export function drawThenReadMany(store: {
       ? await store.readMany(rows)
       : await Promise.all(rows.map((r) => store.read(r.table, r.key)));
     return { timestamp, rows: found };
+  };
+}
+
+/**
+ * `write` for a peeked race on any store with a counter: a plain CAS, then, once it is
+ * acknowledged, a draw from the counter; the value drawn stands for its stamp. (A peek that
+ * returns at least that value must see the write.)
+ */
+export function writeThenDraw(store: {
+  checkAndSet(request: CasRequest): Promise<CasResult>;
+  incrementCounter?(name: string, delta: number): Promise<number>;
+}): StampedWrite {
+  return async (request, counter) => {
+    const result = await store.checkAndSet(request);
+    if (!result.ok) return result;
+    // The stamp slot holds the drawn value, as a stamped CAS would have written it.
+    const timestamp = await store.incrementCounter!(counter, 1);
+    const state = Uint8Array.from(request.state);
+    new DataView(state.buffer).setBigUint64(STAMP_OFFSET, BigInt(timestamp));
+    const again = await store.checkAndSet({ ...request, expected: result.version, state });
+    if (!again.ok) return again;
+    return { ...again, timestamp };
   };
 }
 

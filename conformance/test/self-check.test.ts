@@ -106,12 +106,13 @@ describe('the conformance suite catches broken stores', () => {
       'batchRead not declared: the core never calls readMany',
       'notificationIndex not declared: the core never calls scanNotified',
       'orderedScan not declared: the core never calls scan',
+      'peekedRead not declared: the core never calls readPeeked',
       'stampedCheckAndSet not declared: the core never calls checkAndSetStamped',
       'stampedRead not declared: the core never calls readStamped',
     ]);
     expect(undeclared.every((r) => r.status === 'pass')).toBe(true);
     expect(report.results.some((r) => r.status === 'not declared')).toBe(false);
-    expect(report.parts.store?.notDeclared).toBe(7);
+    expect(report.parts.store?.notDeclared).toBe(8);
   }, 120_000);
 
   it('the correct memory store passes every part, and the report sums up per part', async () => {
@@ -137,5 +138,32 @@ describe('the stamped race catches a stamp drawn apart from its write', () => {
     const result = await stampedRace({ write: twoSteps, read: drawThenReadMany(store), rows: 20 });
     expect(result.readsDuringWrites).toBeGreaterThan(0);
     expect(result.violations.length).toBeGreaterThan(0);
+  }, 60_000);
+
+  it('a peek that reads its rows a moment before the counter breaks the peeked rule', async () => {
+    const store = new MemoryStore();
+    const rowsFirst: Parameters<typeof stampedRace>[0]['read'] = async (refs, counter) => {
+      const rows = await store.readMany(refs);
+      await new Promise((resolve) => setTimeout(resolve, 3));
+      return { timestamp: (await store.readPeeked([], counter)).timestamp, rows };
+    };
+    const result = await stampedRace({
+      write: store.checkAndSetStamped.bind(store),
+      read: rowsFirst,
+      rows: 20,
+      peeked: true,
+    });
+    expect(result.readsDuringWrites).toBeGreaterThan(0);
+    expect(result.violations.length).toBeGreaterThan(0);
+    // The same race with the store's own peek finds nothing.
+    const sound = await stampedRace({
+      write: store.checkAndSetStamped.bind(store),
+      read: store.readPeeked.bind(store),
+      rows: 20,
+      table: 'race2',
+      peeked: true,
+    });
+    expect(sound.readsDuringWrites).toBeGreaterThan(0);
+    expect(sound.violations).toEqual([]);
   }, 60_000);
 });

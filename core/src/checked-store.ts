@@ -62,6 +62,7 @@ class CheckedStore implements RowStore {
     counter: string,
   ) => Promise<StampedCasResult>;
   declare readonly readStamped?: (rows: readonly RowRef[], counter: string) => Promise<StampedReadResult>;
+  declare readonly readPeeked?: (rows: readonly RowRef[], counter: string) => Promise<StampedReadResult>;
 
   /** Reply checks of the hot calls, bound once: a call allocates no closure of its own. */
   private readonly onRead: (row: StoredRow | null) => StoredRow | null;
@@ -83,6 +84,7 @@ class CheckedStore implements RowStore {
     if (inner.checkAndSetStamped)
       self.checkAndSetStamped = (request, counter) => this.checkedStampedCas(request, counter);
     if (inner.readStamped) self.readStamped = (rows, counter) => this.checkedReadStamped(rows, counter);
+    if (inner.readPeeked) self.readPeeked = (rows, counter) => this.checkedReadPeeked(rows, counter);
     passThrough(this, inner);
   }
 
@@ -179,6 +181,27 @@ class CheckedStore implements RowStore {
         throw malformed(this.inner, 'readStamped', 'a timestamp', reply?.timestamp, 'no');
       }
       replyRows(this.inner, 'readStamped', reply.rows, rows.length);
+      return reply;
+    });
+  }
+
+  private checkedReadPeeked(rows: readonly RowRef[], counter: string): Promise<StampedReadResult> {
+    try {
+      checkRefs('readPeeked', rows);
+      checkCounterName(counter);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.inner.readPeeked!(rows, counter).then((reply) => {
+      // 0 is a value here: the counter was never drawn from.
+      if (
+        typeof reply !== 'object' ||
+        reply === null ||
+        !(reply.timestamp === 0 || isTimestamp(reply.timestamp))
+      ) {
+        throw malformed(this.inner, 'readPeeked', 'a counter value', reply?.timestamp, 'no');
+      }
+      replyRows(this.inner, 'readPeeked', reply.rows, rows.length);
       return reply;
     });
   }

@@ -35,6 +35,8 @@ export const STAMP = Number.MAX_SAFE_INTEGER;
 export const VERSION_FORMAT = 16;
 const KINDS: RecordKind[] = ['put', 'delete', 'rollback'];
 const PLACES: ValuePlace[] = ['inline', 'moving', 'moved'];
+const KIND_BITS: Record<RecordKind, number> = { put: 0, delete: 1, rollback: 2 };
+const PLACE_BITS: Record<ValuePlace, number> = { inline: 0 << 2, moving: 1 << 2, moved: 2 << 2 };
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
@@ -63,6 +65,19 @@ class Writer {
   uint(value: number): void {
     this.ensure(8);
     let v = value;
+    // Most numbers are small deltas: one byte, or 32-bit shifts; wall times take the long way.
+    if (v < 0x80) {
+      this.buf[this.pos++] = v;
+      return;
+    }
+    if (v <= 0xffffffff) {
+      while (v >= 0x80) {
+        this.buf[this.pos++] = (v & 0x7f) | 0x80;
+        v >>>= 7;
+      }
+      this.buf[this.pos++] = v;
+      return;
+    }
     while (v >= 0x80) {
       this.buf[this.pos++] = (v % 0x80) | 0x80;
       v = Math.floor(v / 0x80);
@@ -111,6 +126,8 @@ class Reader {
   pos = 0;
   constructor(private readonly buf: Uint8Array) {}
   uint(): number {
+    // One byte (most deltas and counts), else the general loop (exact past 32 bits).
+    if (this.pos < this.buf.length && this.buf[this.pos]! < 0x80) return this.buf[this.pos++]!;
     let result = 0;
     let scale = 1;
     for (;;) {
@@ -214,13 +231,14 @@ export function encodeRow(row: RowState): Uint8Array {
     w.uint(cell.writes.length);
     let base = 0;
     let newerWall = 0;
-    for (const [i, rec] of cell.writes.entries()) {
+    for (let i = 0; i < cell.writes.length; i++) {
+      const rec = cell.writes[i]!;
       const stamped = rec.commitTs === STAMP;
       const startStamped = stamped && rec.startTs === STAMP;
       const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
       w.uint(
-        KINDS.indexOf(rec.kind) |
-          (PLACES.indexOf(rec.value) << 2) |
+        KIND_BITS[rec.kind] |
+          PLACE_BITS[rec.value] |
           (hasSecondaries ? 16 : 0) |
           (stamped ? 32 : 0) |
           (startStamped ? 64 : 0),

@@ -53,6 +53,11 @@ export interface ProtocolEnv {
   readonly stampCounter: string | undefined;
   /** The oracle's counter, when the store can draw a start timestamp and read in one step. */
   readonly stampedReadCounter: string | undefined;
+  /**
+   * The oracle's counter, when the store can read it and rows as one snapshot, writing
+   * nothing (`readPeeked`): read-only transactions then take their snapshot that way.
+   */
+  readonly peekCounter: string | undefined;
   /** How this client chooses between a stamped first read and the batched oracle. */
   readonly stampedReads: StampedReadGauge;
   /** (table, column) pairs that carry observers: writes to them set a notification. */

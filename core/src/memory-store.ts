@@ -205,6 +205,17 @@ export class MemoryStore implements RowStore {
     });
   }
 
+  readPeeked(
+    refs: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    // One synchronous step: the counter's value and the rows are one snapshot.
+    return later(() => ({
+      timestamp: this.counters.get(counter) ?? 0,
+      rows: refs.map((r) => this.readNow(r.table, r.key)),
+    }));
+  }
+
   checkAndSetStamped(
     request: CasRequest & { readonly state: Uint8Array },
     counter: string,

@@ -78,6 +78,14 @@ export interface TransactOptions {
   readonly signal?: AbortSignal;
   /** A deadline for the whole call, attempts and backoff included: as a signal firing after this many ms. */
   readonly timeoutMs?: number;
+  /**
+   * The function only reads: a write is an UnsupportedOperationError. On a store with
+   * `peekedRead` (and the default oracle) the snapshot then costs no timestamp draw: its
+   * first reads and the oracle counter's value come back in one round trip that writes
+   * nothing (docs/protocol.md section 3). Its start timestamp may be shared with other
+   * read-only transactions. Default false.
+   */
+  readonly readOnly?: boolean;
 }
 
 const CLIENT_OPTIONS: OptionKeys<PercolatorOptions> = {
@@ -175,6 +183,10 @@ export class Percolator {
         defaultOracle && store.capabilities.stampedRead === true && store.readStamped
           ? defaultOracle.counterName
           : undefined,
+      peekCounter:
+        defaultOracle && store.capabilities.peekedRead === true && store.readPeeked
+          ? defaultOracle.counterName
+          : undefined,
       observed,
       background: new Set(),
       rowCache: rowCacheBytes > 0 ? new RowCache(rowCacheBytes) : undefined,
@@ -183,9 +195,20 @@ export class Percolator {
     this.env = env as ProtocolEnv;
   }
 
-  /** Starts a transaction; drive it by hand with get/set/commit/rollback. */
-  async begin(): Promise<Transaction> {
+  /**
+   * Starts a transaction; drive it by hand with get/set/commit/rollback. With `readOnly`
+   * (as for `transact`) its snapshot is peeked where the store can, and writes are refused.
+   */
+  async begin(options: { readonly readOnly?: boolean } = {}): Promise<Transaction> {
     if (this.closed) throw new ClosedError('this Percolator client is closed');
+    checkOptionKeys<{ readOnly?: boolean }>('begin', options, { readOnly: true });
+    if (options.readOnly !== undefined && typeof options.readOnly !== 'boolean')
+      throw new InvalidArgumentError('readOnly must be a boolean');
+    if (options.readOnly) {
+      const tx = new Transaction(this.env, undefined, undefined, 1, undefined, true);
+      await tx.ready();
+      return tx;
+    }
     return new Transaction(this.env, await this.env.oracle.next());
   }
 
@@ -200,7 +223,10 @@ export class Percolator {
       maxAttempts: true,
       signal: true,
       timeoutMs: true,
+      readOnly: true,
     });
+    if (options.readOnly !== undefined && typeof options.readOnly !== 'boolean')
+      throw new InvalidArgumentError('readOnly must be a boolean');
     const maxAttempts = options.maxAttempts ?? 10;
     const { timeoutMs } = options;
     if (timeoutMs !== undefined && !(Number.isFinite(timeoutMs) && timeoutMs >= 0))
@@ -222,7 +248,7 @@ export class Percolator {
       // The start timestamp is drawn with the first read (in one round trip with it where
       // the store can), or at commit for a transaction that only writes. A timestamp that
       // could not be fetched fails the attempt like any retryable failure.
-      const tx = new Transaction(this.env, undefined, signal, attempt, previous);
+      const tx = new Transaction(this.env, undefined, signal, attempt, previous, options.readOnly === true);
       previous = tx;
       let result: T;
       try {

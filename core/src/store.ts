@@ -107,6 +107,12 @@ export interface StoreCapabilities {
    * on the counter row): stamped reads only while the client is otherwise idle.
    */
   readonly stampedReadUnderLoad?: boolean;
+  /**
+   * `readPeeked`: a counter's current value and a batch of reads, as one snapshot, in one
+   * round trip, writing nothing (absent means false). Lets a read-only transaction take its
+   * snapshot without drawing a timestamp: no counter write, no lock, no wait on one.
+   */
+  readonly peekedRead?: boolean;
   /** Largest state (bytes) one row may hold. */
   readonly maxStateBytes: number;
 }
@@ -163,6 +169,22 @@ export interface RowStore {
     counter: string,
   ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
 
+  /**
+   * capability `peekedRead`. In one round trip, changing nothing: the current value of
+   * counter `counter` (0 if it was never drawn from) and `rows`, as one snapshot. The rule:
+   * if the value returned is V, the rows show every write that a stamped CAS stamped with a
+   * value <= V, and every write acknowledged before a draw from the counter (by
+   * `incrementCounter`, a stamped CAS or `readStamped`) that returned a value <= V. A
+   * draw in flight (not yet durable) is neither waited for nor counted. In SQL, one
+   * statement whose snapshot reads both the counter and the rows is enough (a draw commits
+   * after the writes before it, and releases the counter row only after it commits).
+   * Results in request order.
+   */
+  readPeeked?(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
+
   close(): Promise<void>;
 }
 
@@ -185,6 +207,7 @@ export const ROW_STORE_MEMBERS: ReadonlySet<string> = new Set([
   'scanNotified',
   'checkAndSetStamped',
   'readStamped',
+  'readPeeked',
   'close',
 ]);
 

@@ -105,6 +105,13 @@ export class Transaction {
   private status: Status = 'active';
 
   private ts: number | undefined;
+  /**
+   * The start timestamp was peeked, not drawn (a read-only transaction, `readPeeked`): one
+   * above the counter's value then, so other transactions may share it, and one may hold a
+   * lock at exactly this timestamp. Such a lock was drawn after the peek, so its commit can
+   * only come later still: it is not waited for (viewCell).
+   */
+  private peeked = false;
   /** The start timestamp being drawn (by the oracle, or with the first reads). */
   private starting: Promise<number> | undefined;
   /** Reads issued before the start timestamp, sent together in one stamped read. */
@@ -129,6 +136,8 @@ export class Transaction {
     attempt = 1,
     /** The attempt of `db.transact` before this one, for events. */
     retryOf?: Transaction,
+    /** Reads only: writes are refused, and the snapshot is peeked where the store can (see `peeked`). */
+    readonly readOnly = false,
   ) {
     this.ts = startTs;
     const events = env.events;
@@ -191,7 +200,11 @@ export class Transaction {
   /** Draws the start timestamp now if it is not drawn yet, and resolves to it. */
   async ready(): Promise<number> {
     if (this.ts !== undefined) return this.ts;
-    this.starting ??= this.env.oracle.next().then((ts) => {
+    this.starting ??= (
+      this.readOnly && this.env.peekCounter !== undefined
+        ? this.peek(this.env.peekCounter, []).then(({ timestamp }) => timestamp)
+        : this.env.oracle.next()
+    ).then((ts) => {
       this.ts ??= ts;
       return this.ts;
     });
@@ -354,6 +367,7 @@ export class Transaction {
    */
   notify(table: string, row: string, column: string): void {
     this.assertActive();
+    this.assertWritable();
     validateUserTable(table);
     validateRowKey(row);
     validateColumn(column);
@@ -587,7 +601,12 @@ export class Transaction {
   private viewCell(table: string, column: string, cell: Cell | undefined): CellView {
     if (!cell) return { value: undefined };
     // A lock at or below our snapshot may belong to a commit below it: never ignore it.
-    if (cell.lock && cell.lock.startTs <= this.startTs) return { lock: cell.lock };
+    // (A peeked snapshot shares its timestamp; a lock at exactly it commits above it.)
+    if (
+      cell.lock &&
+      (cell.lock.startTs < this.startTs || (cell.lock.startTs === this.startTs && !this.peeked))
+    )
+      return { lock: cell.lock };
     if (this.startTs <= cell.prunedThrough) {
       throw new SnapshotTooOldError(
         `snapshot ${this.startTs} is older than the kept history of ${table}/${column} (pruned through ${cell.prunedThrough})`,
@@ -709,9 +728,10 @@ export class Transaction {
    * Otherwise, or if that fails, the timestamp comes from the oracle first.
    */
   private firstRead(table: string, row: string): Promise<StoredRow | null> {
-    const counter = this.env.stampedReadCounter;
+    const peek = this.readOnly && this.env.peekCounter !== undefined;
+    const counter = peek ? this.env.peekCounter : this.env.stampedReadCounter;
     if (
-      counter === undefined ||
+      (!peek && counter === undefined) ||
       (this.starting !== undefined && this.firstReads === undefined) ||
       (this.firstReads === undefined && this.env.stampedReads.preferOracle())
     ) {
@@ -720,29 +740,53 @@ export class Transaction {
     return new Promise((resolve, reject) => {
       if (!this.firstReads) {
         this.firstReads = [];
-        this.env.stampedReads.inFlight++; // counted from now: transactions starting meanwhile use the oracle
+        // Counted from now: transactions starting meanwhile use the oracle. A peek writes
+        // nothing, so it never makes anyone prefer the oracle.
+        if (!peek) this.env.stampedReads.inFlight++;
         // Anyone who needs the timestamp meanwhile (another read, a commit) waits for this batch.
         let settle!: { resolve: (ts: number) => void; reject: (e: unknown) => void };
         this.starting = new Promise<number>((res, rej) => {
           settle = { resolve: res, reject: rej };
         });
         this.starting.catch(() => undefined); // its failure reaches the reads; nobody else need wait
-        queueMicrotask(() => this.sendFirstReads(counter, settle));
+        queueMicrotask(() => this.sendFirstReads(counter!, settle, peek));
       }
       this.firstReads.push({ table, row, resolve, reject });
     });
   }
 
+  /**
+   * A peeked snapshot (`readPeeked`): the counter's value V and the rows as one snapshot.
+   * The start timestamp is V + 1: every commit at or below V is seen (visibility is
+   * `commitTs < startTs`), and any timestamp drawn later is above V, so its commit is not.
+   * Another draw may return V + 1 itself: as a commitTs it is not below the snapshot, so
+   * not seen; as a startTs its lock is not waited on (viewCell). Sets `peeked`.
+   */
+  private async peek(
+    counter: string,
+    refs: readonly { table: string; key: string }[],
+  ): Promise<{ timestamp: number; rows: (StoredRow | null)[] }> {
+    const { timestamp, rows } = await this.env.store.readPeeked!(refs, counter);
+    if (rows.length !== refs.length || !Number.isSafeInteger(timestamp + 1) || timestamp < 0) {
+      throw new StoreError('readPeeked answered with the wrong number of rows', 'no');
+    }
+    if (this.ts === undefined) this.peeked = true;
+    return { timestamp: timestamp + 1, rows };
+  }
+
   private sendFirstReads(
     counter: string,
     settle: { resolve: (ts: number) => void; reject: (e: unknown) => void },
+    peek = false,
   ): void {
     const batch = this.firstReads!;
     this.firstReads = undefined;
     const refs = batch.map((r) => ({ table: r.table, key: r.row }));
     const gauge = this.env.stampedReads;
-    this.env.store.readStamped!(refs, counter)
-      .finally(() => gauge.inFlight--)
+    (peek
+      ? this.peek(counter, refs)
+      : this.env.store.readStamped!(refs, counter).finally(() => gauge.inFlight--)
+    )
       .then(({ timestamp, rows }) => {
         // A reply of the wrong size is a broken store: never take a missing row for absent.
         if (rows.length !== refs.length || !Number.isSafeInteger(timestamp) || timestamp < 1) {
@@ -787,6 +831,7 @@ export class Transaction {
   }
 
   private buffer(table: string, row: string, column: string, value: Uint8Array | null, user = true): void {
+    this.assertWritable();
     validateUserTable(table);
     validateRowKey(row);
     if (user) {
@@ -814,6 +859,12 @@ export class Transaction {
   private assertActive(): void {
     if (this.status !== 'active')
       throw new ClosedError(`transaction ${this.ts ?? '(not started)'} is ${this.status}`);
+  }
+
+  /** A read-only transaction buffers nothing: a write is a typed error, and changes nothing. */
+  private assertWritable(): void {
+    if (this.readOnly)
+      throw new UnsupportedOperationError('this transaction is read-only (readOnly: true): it cannot write');
   }
 }
 

@@ -23,7 +23,15 @@ export class InstrumentedStore implements RowStore {
   readonly name = 'instrumented-memory';
   readonly inner: MemoryStore;
   readonly capabilities: StoreCapabilities;
-  calls = { read: 0, readStamped: 0, checkAndSet: 0, checkAndSetStamped: 0, incrementCounter: 0, scan: 0 };
+  calls = {
+    read: 0,
+    readStamped: 0,
+    readPeeked: 0,
+    checkAndSet: 0,
+    checkAndSetStamped: 0,
+    incrementCounter: 0,
+    scan: 0,
+  };
   /** Rows read, by `read` and `readStamped` alike (a stamped read of no rows draws only a timestamp). */
   rowReads = 0;
   /** Decides a fault for each CAS; return undefined to let it through. */
@@ -90,6 +98,14 @@ export class InstrumentedStore implements RowStore {
     const result = await this.inner.checkAndSetStamped(request, counter);
     if (fault === 'fail-after') throw new StoreError('injected: reply lost after the write', 'unknown');
     return result;
+  }
+
+  async readPeeked(refs: readonly RowRef[], counter: string) {
+    this.calls.readPeeked++;
+    this.rowReads += refs.length;
+    for (const r of refs)
+      if (this.readFault(r.table, r.key)) throw new StoreError('injected read failure', 'no');
+    return this.inner.readPeeked(refs, counter);
   }
 
   async readStamped(refs: readonly RowRef[], counter: string) {

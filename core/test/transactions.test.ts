@@ -414,6 +414,7 @@ describe('transactions on the memory store', () => {
     const none = {
       read: 0,
       readStamped: 0,
+      readPeeked: 0,
       checkAndSet: 0,
       checkAndSetStamped: 0,
       incrementCounter: 0,

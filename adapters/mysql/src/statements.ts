@@ -38,6 +38,21 @@ WHERE tbl = ? AND row_key = ? AND version = CAST(? AS UNSIGNED)`,
     // Followed by "(tbl = ? AND row_key IN (?, ...)) OR ..." per table; see MySqlStore.readMany.
     readManyPrefix: `SELECT tbl, row_key, CAST(version AS CHAR) AS version, state FROM ${n.rows} WHERE `,
 
+    /*
+     * The peeked read (capability peekedRead): the counter's value (0 if absent) and the
+     * rows in ONE SELECT, so one consistent read view; it writes and locks nothing.
+     * Followed by the same WHERE as readManyPrefix (or FALSE for no rows). Why the view
+     * shows every write stamped at or below the value, and every write acknowledged before
+     * a draw that returned at most it: a draw commits with the counter row locked, and
+     * InnoDB makes a transaction visible to new read views before it releases its locks;
+     * the next draw waits for that lock. So a view that sees value V sees the draw of V,
+     * every earlier draw, and each one's writes. A draw in flight is not seen or waited for.
+     */
+    readPeekedPrefix: `SELECT NULL AS tbl, NULL AS row_key,
+  CAST(COALESCE((SELECT value FROM ${n.counters} WHERE name = ?), 0) AS CHAR) AS version, NULL AS state
+UNION ALL
+SELECT tbl, row_key, CAST(version AS CHAR) AS version, state FROM ${n.rows} WHERE `,
+
     // Bounds and `after` are appended from fixed fragments; see MySqlStore.scan.
     scanPrefix: `SELECT row_key, CAST(version AS CHAR) AS version, state FROM ${n.rows} WHERE tbl = ?`,
     // Served by the (tbl, notified, row_key) index, already in key order.

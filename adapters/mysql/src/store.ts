@@ -342,6 +342,39 @@ class MySqlRowStore implements MySqlStore {
     });
   }
 
+  /**
+   * One SELECT, one read view (statements.ts, readPeekedPrefix); writes nothing. Rows past
+   * one packet's worth are read after it, like readStamped's: later reads of a snapshot
+   * are fine, only the first must not predate the value.
+   */
+  async readPeeked(
+    refs: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    const encoded = refs.map(encodeRef);
+    const perRound = Math.max(1, Math.min(1000, Math.floor(this.packetBudget / 2400)));
+    const first = encoded.slice(0, perRound);
+    const [where, values] = first.length > 0 ? whereRowsIn(first) : ['FALSE', []];
+    const reply = (await this.connector.run('readPeeked', 'read', this.sql.readPeekedPrefix + where, [
+      Buffer.from(counter, 'utf8'),
+      ...values,
+    ])) as Row[];
+    let timestamp: number | undefined;
+    const found = new Map<string, Row>();
+    for (const row of reply) {
+      if (row.tbl === null) timestamp = toSafeCounter(String(row.version), counter);
+      else found.set(rowId(row.tbl as Buffer, row.row_key as Buffer), row);
+    }
+    if (timestamp === undefined)
+      throw new StoreError('mysql: peeked read: no counter value in the reply', 'no');
+    const rows = first.map((ref) => {
+      const row = found.get(rowId(ref.tbl, ref.key));
+      return row === undefined ? null : toStoredRow(row);
+    });
+    if (encoded.length > perRound) rows.push(...(await this.readMany(refs.slice(perRound))));
+    return { timestamp, rows };
+  }
+
   async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
     const plans = requests.map((request) => planCas(request, isIssuableVersion));
     if (!this.multipleStatements) {

@@ -48,6 +48,27 @@ WHERE NOT EXISTS (SELECT 1 FROM ${n.rows} WHERE tbl = $1 AND key = $2)`,
     readStamped: `SELECT ordinal::int AS i, row_version::text AS version, row_state AS state
 FROM ${n.readStamped}($1::bytea, $2::bytea[], $3::bytea[])`,
 
+    /*
+     * Peeked read (capability peekedRead): the counter's value (0 if absent) and the rows,
+     * in ONE statement, so one snapshot; it writes and locks nothing. Why that snapshot
+     * shows every write stamped at or below the value (and every write acknowledged before
+     * a draw that returned at most it): a draw commits with the counter row locked, and
+     * releases that lock only after its commit is visible; the next draw waits for it. So a
+     * snapshot that sees value V sees the transaction that drew V, every earlier draw, and
+     * each one's own writes (they commit together). A draw in flight is not seen and not
+     * waited for. Row (0, value, NULL) carries the value. $1 counter name, $2 tables, $3 keys.
+     */
+    readPeeked: `SELECT 0 AS i, COALESCE((SELECT value FROM ${n.counters} WHERE name = $1::bytea), 0)::text AS version, NULL::bytea AS state
+UNION ALL
+SELECT r.i::int, t.version::text, t.state
+FROM unnest($2::bytea[], $3::bytea[]) WITH ORDINALITY AS r(tbl, key, i)
+JOIN ${n.rows} t ON t.tbl = r.tbl AND t.key = r.key`,
+    // The same for one row (most first reads), without arrays: about as cheap as `read`.
+    // $1 counter name, $2 table, $3 key.
+    readPeekedOne: `SELECT 0 AS i, COALESCE((SELECT value FROM ${n.counters} WHERE name = $1::bytea), 0)::text AS version, NULL::bytea AS state
+UNION ALL
+SELECT 1, t.version::text, t.state FROM ${n.rows} t WHERE t.tbl = $2 AND t.key = $3`,
+
     readMany: `SELECT r.i::int AS i, t.version::text AS version, t.state
 FROM unnest($1::bytea[], $2::bytea[]) WITH ORDINALITY AS r(tbl, key, i)
 JOIN ${n.rows} t ON t.tbl = r.tbl AND t.key = r.key`,

@@ -280,6 +280,30 @@ class PostgresRowStore implements PostgresStore {
     return { timestamp, rows };
   }
 
+  /** One statement, one snapshot (statements.ts, readPeeked); writes nothing. */
+  async readPeeked(
+    refs: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    const name = Buffer.from(counter, 'utf8');
+    const encoded = refs.map(encodeRef);
+    const result = await this.withTransientRetry(() =>
+      encoded.length === 1
+        ? this.query('readPeekedOne', 'read', [name, encoded[0]!.tbl, encoded[0]!.key])
+        : this.query('readPeeked', 'read', [name, encoded.map((r) => r.tbl), encoded.map((r) => r.key)]),
+    );
+    let timestamp: number | undefined;
+    const rows: (StoredRow | null)[] = encoded.map(() => null);
+    for (const row of result.rows) {
+      const i = Number(row.i);
+      if (i === 0) timestamp = toSafeCounter(String(row.version), counter);
+      else rows[i - 1] = toStoredRow(row);
+    }
+    if (timestamp === undefined)
+      throw new StoreError('postgres: peeked read: no counter value in the reply', 'no');
+    return { timestamp, rows };
+  }
+
   async createSchema(): Promise<void> {
     await this.underSchemaLock(postgresSchemaStatements(this.namespace));
   }

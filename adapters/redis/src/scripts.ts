@@ -126,6 +126,22 @@ end
 return out
 `;
 
+/**
+ * The peeked read (capability peekedRead): the counter's value (0 if absent) and the rows,
+ * in one script, so one moment; it writes nothing. Every stamped CAS is one script too, so
+ * a value V means every write stamped at or below V ran before this one.
+ */
+export const READ_PEEKED_LUA = `
+local ts = tonumber(redis.call('GET', KEYS[1]) or '0')
+local out = {ts}
+for i = 2, #KEYS do
+  local row = redis.call('HMGET', KEYS[i], 'v', 's')
+  out[2 * i - 2] = row[1]
+  out[2 * i - 1] = row[2]
+end
+return out
+`;
+
 export interface LuaScript {
   readonly source: string;
   readonly sha: string;
@@ -137,6 +153,7 @@ export function script(source: string): LuaScript {
 
 export const CAS_SCRIPT = script(CAS_LUA);
 export const READ_STAMPED_SCRIPT = script(READ_STAMPED_LUA);
+export const READ_PEEKED_SCRIPT = script(READ_PEEKED_LUA);
 
 type Client = Redis | Cluster;
 type Arg = string | Buffer | number;

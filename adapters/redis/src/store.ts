@@ -26,7 +26,7 @@ import {
   rowKeyName,
   scanIndexName,
 } from './keys.js';
-import { CAS_SCRIPT, READ_STAMPED_SCRIPT, runScript } from './scripts.js';
+import { CAS_SCRIPT, type LuaScript, READ_PEEKED_SCRIPT, READ_STAMPED_SCRIPT, runScript } from './scripts.js';
 import { VersionTokens } from './versions.js';
 
 export type RedisClient = Redis | Cluster;
@@ -99,6 +99,8 @@ export class RedisStore implements RowStore {
   declare readonly checkAndSetStamped?: StampedCas;
   /** Present only on a standalone Redis (capability `stampedRead`). */
   declare readonly readStamped?: StampedRead;
+  /** Present only on a standalone Redis (capability `peekedRead`). */
+  declare readonly readPeeked?: StampedRead;
   private readonly tokens = new VersionTokens();
   private closed = false;
 
@@ -112,6 +114,7 @@ export class RedisStore implements RowStore {
     this.capabilities = fullCapabilities(REDIS_MAX_STATE_BYTES, {
       stampedCheckAndSet: stamped,
       stampedRead: stamped,
+      peekedRead: stamped,
       // The stamped read's INCR is an in-memory write in the same script: cheaper than
       // sharing oracle batches, which cost each transaction a second round trip.
       stampedReadUnderLoad: stamped,
@@ -119,6 +122,7 @@ export class RedisStore implements RowStore {
     if (stamped) {
       this.checkAndSetStamped = this.stampedCas.bind(this);
       this.readStamped = this.stampedRead.bind(this);
+      this.readPeeked = this.peekedRead.bind(this);
     }
   }
 
@@ -158,9 +162,30 @@ export class RedisStore implements RowStore {
    * like a read (StoreError 'no', retryable): nothing was written but the counter, which
    * may have advanced; an oracle allows the gap.
    */
-  private async stampedRead(
+  private stampedRead(
     rows: readonly RowRef[],
     counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    return this.counterRead(rows, counter, READ_STAMPED_SCRIPT, 'stamped read');
+  }
+
+  /**
+   * `readPeeked` on a standalone Redis: GET the counter (0 if absent), then read the rows,
+   * in one script (READ_PEEKED_LUA), writing nothing. On a Cluster the counter and the rows
+   * are in different slots, so a Cluster store declares `peekedRead: false`.
+   */
+  private peekedRead(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    return this.counterRead(rows, counter, READ_PEEKED_SCRIPT, 'peeked read');
+  }
+
+  private async counterRead(
+    rows: readonly RowRef[],
+    counter: string,
+    lua: LuaScript,
+    what: string,
   ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
     this.checkOpen();
     const keys = [
@@ -169,24 +194,21 @@ export class RedisStore implements RowStore {
     ];
     let reply: unknown;
     try {
-      reply = await runScript(this.client, READ_STAMPED_SCRIPT, keys, []);
+      reply = await runScript(this.client, lua, keys, []);
     } catch (error) {
-      throw toStoreError(error, 'stamped read', 'read');
+      throw toStoreError(error, what, 'read');
     }
-    if (!Array.isArray(reply)) throw new StoreError('redis stamped read: malformed reply', 'no');
+    if (!Array.isArray(reply)) throw new StoreError(`redis ${what}: malformed reply`, 'no');
     const timestamp = reply[0] as unknown;
     if (timestamp === null) {
-      throw new StoreError(
-        `redis stamped read failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`,
-        'no',
-      );
+      throw new StoreError(`redis ${what} failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`, 'no');
     }
     if (
       !Number.isSafeInteger(timestamp) ||
-      (timestamp as number) < 1 ||
+      (timestamp as number) < (lua === READ_PEEKED_SCRIPT ? 0 : 1) ||
       reply.length !== 1 + 2 * rows.length
     ) {
-      throw new StoreError('redis stamped read: malformed reply', 'no');
+      throw new StoreError(`redis ${what}: malformed reply`, 'no');
     }
     return {
       timestamp: timestamp as number,

@@ -88,7 +88,7 @@ export class PercolatorEngine implements Engine {
     return this.db;
   }
 
-  async transact<T>(fn: (tx: KvTx) => Promise<T>, _hints?: TxHints): Promise<TxOutcome<T>> {
+  async transact<T>(fn: (tx: KvTx) => Promise<T>, hints?: TxHints): Promise<TxOutcome<T>> {
     let attempts = 0;
     try {
       const value = await this.db.transact(
@@ -96,7 +96,7 @@ export class PercolatorEngine implements Engine {
           attempts++;
           return fn(new PercolatorKvTx(tx, this.tablePrefix));
         },
-        { maxAttempts: this.maxAttempts },
+        { maxAttempts: this.maxAttempts, readOnly: hints?.readOnly === true },
       );
       return { value, attempts };
     } catch (error) {

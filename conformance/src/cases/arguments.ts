@@ -131,6 +131,12 @@ function badCalls(store: RowStore): Call[] {
       ],
     );
   }
+  if (caps.peekedRead === true && store.readPeeked) {
+    calls.push(
+      ['peeked read of a bad key', (s) => s.readPeeked!([{ table: T, key: '' }], 'arg.counter')],
+      ['peeked read of an empty counter name', (s) => s.readPeeked!([{ table: T, key: 'k' }], '')],
+    );
+  }
   return calls;
 }
 

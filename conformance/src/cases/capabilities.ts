@@ -4,7 +4,7 @@
  * runs only when its capability is declared, and is reported 'not declared' otherwise.
  */
 import { compareKeys, ORACLE_COUNTER, writeStamp } from '@percolator/core';
-import { drawThenReadMany, type StampedRaceResult, stampedRace } from '../stamped-race.js';
+import { drawThenReadMany, type StampedRaceResult, stampedRace, writeThenDraw } from '../stamped-race.js';
 import type { CaseContext, ConformanceCase } from '../types.js';
 import { bytes, check, checkEqual, format, pool, sameBytes, show, text } from '../util.js';
 import {
@@ -582,6 +582,107 @@ export const capabilityCases: ConformanceCase[] = [
         checkRace(ctx, result);
       } else {
         ctx.note('no stampedCheckAndSet: the race needs stamped writers, so only the step was checked');
+      }
+    },
+  },
+  {
+    part: 'store',
+    name: 'readPeeked returns the counter value and the rows as one snapshot, writing nothing: it sees every write stamped at or below its value',
+    requires: 'peekedRead',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const peek = store.readPeeked?.bind(store);
+      check(peek !== undefined, 'peekedRead is declared but readPeeked is missing');
+      const counter = 'conf.peekedread';
+      checkEqual((await peek([], counter)).timestamp, 0, 'the value of a counter never drawn from');
+      const v1 = await create(store, T, 'r1', bytes('one'));
+      const inc = store.incrementCounter?.bind(store);
+      const drawn = inc ? await inc(counter, 5) : 0;
+      const first = await peek(
+        [
+          { table: T, key: 'r1' },
+          { table: T, key: 'absent' },
+          { table: OTHER, key: 'r1' },
+        ],
+        counter,
+      );
+      checkEqual(first.timestamp, drawn, 'the value after incrementCounter');
+      checkEqual(first.rows.length, 3, 'rows in the reply');
+      check(first.rows[0]?.version === v1 && sameBytes(first.rows[0]?.state, bytes('one')), 'r1 read back');
+      checkEqual(first.rows[1], null, 'an absent row');
+      checkEqual(first.rows[2], null, 'the same key in another table');
+      // Peeks change nothing: the same value again, and the next draw is the next value.
+      const again = await Promise.all(
+        Array.from({ length: 8 }, () => peek([{ table: T, key: 'r1' }], counter)),
+      );
+      check(
+        again.every((p) => p.timestamp === drawn),
+        `concurrent peeks all answer ${drawn}: ${again.map((p) => p.timestamp).join(', ')}`,
+      );
+      if (inc)
+        checkEqual(await inc(counter, 1), drawn + 1, 'incrementCounter after peeks draws the next value');
+      // The rows are exactly what read answers: request order, duplicates, absent and
+      // deleted rows, an empty state, many rows in one call.
+      await create(store, OTHER, 'r1', new Uint8Array(0));
+      const gone = await create(store, T, 'gone', bytes('x'));
+      await store.checkAndSet({ table: T, key: 'gone', expected: gone, state: null });
+      const refs = [
+        { table: OTHER, key: 'r1' },
+        { table: T, key: 'missing' },
+        { table: T, key: 'r1' },
+        { table: T, key: 'gone' },
+        { table: T, key: 'r1' },
+      ];
+      const same = await peek(refs, counter);
+      const plain = await Promise.all(refs.map((r) => store.read(r.table, r.key)));
+      checkEqual(same.rows.length, refs.length, 'rows in the reply');
+      same.rows.forEach((row, i) => {
+        check(
+          (row === null) === (plain[i] === null) &&
+            (row === null || (row.version === plain[i]!.version && sameBytes(row.state, plain[i]!.state))),
+          `row ${i} of readPeeked differs from read: ${show(row?.state)} vs ${show(plain[i]?.state)}`,
+        );
+      });
+      const many = Array.from({ length: 300 }, (_, i) => ({ table: T, key: i % 7 === 0 ? 'r1' : `m${i}` }));
+      const manyRows = (await peek(many, counter)).rows;
+      check(
+        manyRows.length === many.length && manyRows.every((row, i) => (row === null) === (i % 7 !== 0)),
+        'readPeeked of 300 rows: the present ones at their positions',
+      );
+      // A write stamped from the counter is seen by a peek that returns its stamp.
+      const stamped = store.checkAndSetStamped?.bind(store);
+      if (stamped) {
+        const state = Uint8Array.from([7, 0, 0, 0, 0, 0, 0, 0, 0, 42]);
+        const w = await stamped({ table: T, key: 'r2', expected: null, state }, counter);
+        check(w.ok, 'a stamped create');
+        const after = await peek([{ table: T, key: 'r2' }], counter);
+        checkEqual(after.timestamp, w.timestamp, 'a peek after a stamped write returns its stamp');
+        check(
+          sameBytes(after.rows[0]?.state, writeStamp(state, w.timestamp!)),
+          'the peek sees the stamped write',
+        );
+      }
+
+      // Under a race: every peek sees each write stamped at or below its value; and each
+      // write acknowledged before a draw at or below its value.
+      const writers: [string, Parameters<typeof stampedRace>[0]['write']][] = [];
+      const raced = await ctx.createStore();
+      if (raced.capabilities.stampedCheckAndSet && raced.checkAndSetStamped)
+        writers.push(['stamped writes', raced.checkAndSetStamped.bind(raced)]);
+      if (raced.capabilities.atomicCounter && raced.incrementCounter)
+        writers.push(['writes, each followed by a draw', writeThenDraw(raced)]);
+      check(writers.length > 0, 'peekedRead needs a counter to peek at (atomicCounter)');
+      for (const [i, [what, write]] of writers.entries()) {
+        const result = await stampedRace({
+          write,
+          read: raced.readPeeked!.bind(raced),
+          rows: ctx.scaled(60, 10),
+          table: `race_${i}`,
+          counter: `race.peeked.${i}`,
+          peeked: true,
+        });
+        ctx.note(`${what}:`);
+        checkRace(ctx, result);
       }
     },
   },

@@ -150,13 +150,14 @@ export async function settled<T>(
   db: Percolator,
   fn: (tx: Transaction) => Promise<T>,
   what: string,
+  options: { readonly readOnly?: boolean } = {},
 ): Promise<T> {
   let last: unknown;
   // Bounded in attempts and in time, so a broken store fails the case instead of hanging it.
   const deadline = Date.now() + 15_000;
   for (let attempt = 0; attempt < 30 && Date.now() < deadline; attempt++) {
     try {
-      return await db.transact(fn, { maxAttempts: 10 });
+      return await db.transact(fn, { maxAttempts: 10, ...options });
     } catch (error) {
       outcomeOf(error);
       last = error;

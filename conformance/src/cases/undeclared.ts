@@ -25,6 +25,7 @@ export const CAPABILITY_METHODS: Record<Capability, StoreOperation> = {
   notificationIndex: 'scanNotified',
   stampedCheckAndSet: 'checkAndSetStamped',
   stampedRead: 'readStamped',
+  peekedRead: 'readPeeked',
 };
 
 const OPTIONAL_METHODS = Object.values(CAPABILITY_METHODS);
@@ -150,6 +151,14 @@ async function checkUndeclared(ctx: CaseContext, capability: Capability): Promis
     rows.map(() => 'stopped'),
     'rows of a transaction stopped after its commit point',
   );
+  // Read-only transactions peek their snapshot where the store can.
+  const peeked = await settled(
+    clients[1]!,
+    async (tx) => tx.getString(T, rows[0]!, 'n'),
+    'a read-only transaction',
+    { readOnly: true },
+  );
+  checkEqual(peeked, 'stopped', 'a read-only transaction after the stopped commit');
   if (caps.orderedScan) {
     await clients[1]!.transact(async (tx) => {
       for await (const _ of tx.scan(T)) void _;

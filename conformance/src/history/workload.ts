@@ -101,7 +101,8 @@ export async function runListAppend(
       };
       let tx: Transaction;
       try {
-        tx = await db.begin();
+        // A plan that only reads runs read-only: a peeked snapshot where the store can.
+        tx = await db.begin({ readOnly: plan.every((p) => !p.append) });
       } catch (error) {
         workload.outcomeOf(error);
         continue;

@@ -13,7 +13,8 @@ type OptionalMethod =
   | 'incrementCounter'
   | 'scanNotified'
   | 'checkAndSetStamped'
-  | 'readStamped';
+  | 'readStamped'
+  | 'readPeeked';
 
 /**
  * A store that implements every optional method, so its type promises them (whether it
@@ -35,6 +36,7 @@ export function fullCapabilities(
     notificationIndex: true,
     stampedCheckAndSet: true,
     stampedRead: true,
+    peekedRead: true,
     ...overrides,
     maxStateBytes,
   };

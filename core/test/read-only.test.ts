@@ -1,0 +1,153 @@
+import {
+  ClientCrash,
+  InvalidArgumentError,
+  LockNotResolvedError,
+  MemoryStore,
+  ORACLE_COUNTER,
+  Percolator,
+  UnsupportedOperationError,
+} from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { InstrumentedStore } from './support.js';
+
+/** Read-only transactions and their peeked snapshots (docs/protocol.md section 3). */
+describe('read-only transactions', () => {
+  it('take their snapshot with one peeked read that draws nothing, and see what was committed', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '2');
+    });
+    await db.flush();
+    const counter = await store.inner.incrementCounter(ORACLE_COUNTER, 0 + 1);
+    const before = { ...store.calls };
+    const seen = await db.transact(
+      async (tx) => Promise.all([tx.getString('t', 'a', 'v'), tx.getString('t', 'b', 'v')]),
+      { readOnly: true },
+    );
+    expect(seen).toEqual(['1', '2']);
+    expect(store.calls.readPeeked - before.readPeeked).toBe(1); // both reads, and the snapshot
+    expect(store.calls.readStamped - before.readStamped).toBe(0);
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(0);
+    expect(store.calls.read - before.read).toBe(0);
+    // The counter did not move: the next draw is the one after the value drawn above.
+    expect(await store.inner.incrementCounter(ORACLE_COUNTER, 1)).toBe(counter + 1);
+    await db.close();
+  });
+
+  it('see every commit acknowledged before they began, one-row, multi-row and from other clients', async () => {
+    const store = new MemoryStore();
+    const writer = new Percolator({ store });
+    const other = new Percolator({ store });
+    const reader = new Percolator({ store });
+    for (let i = 0; i < 40; i++) {
+      const w = i % 2 === 0 ? writer : other;
+      if (i % 3 === 0) await w.transact(async (tx) => tx.set('t', 'x', 'v', String(i)));
+      else
+        await w.transact(async (tx) => {
+          tx.set('t', 'x', 'v', String(i));
+          tx.set('u', 'y', 'v', String(i));
+        });
+      const [x, y] = await reader.transact(
+        async (tx) => Promise.all([tx.getString('t', 'x', 'v'), tx.getString('u', 'y', 'v')]),
+        { readOnly: true },
+      );
+      expect(x).toBe(String(i));
+      if (i % 3 !== 0) expect(y).toBe(String(i));
+      const tx = await reader.begin({ readOnly: true });
+      expect(await tx.getString('t', 'x', 'v')).toBe(String(i));
+      await tx.commit();
+    }
+    await Promise.all([writer.close(), other.close(), reader.close()]);
+  });
+
+  it('refuse writes with a typed error and change nothing', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store, observedColumns: [{ table: 't', column: 'v' }] });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', 'kept'));
+    await db.flush();
+    const writes = () => store.calls.checkAndSet + store.calls.checkAndSetStamped;
+    const before = writes();
+    for (const write of [
+      (tx: Parameters<Parameters<Percolator['transact']>[0]>[0]) => tx.set('t', 'a', 'v', 'x'),
+      (tx: Parameters<Parameters<Percolator['transact']>[0]>[0]) => tx.delete('t', 'a', 'v'),
+      (tx: Parameters<Parameters<Percolator['transact']>[0]>[0]) => tx.setJson('t', 'a', 'v', { x: 1 }),
+      (tx: Parameters<Parameters<Percolator['transact']>[0]>[0]) => tx.notify('t', 'a', 'v'),
+    ]) {
+      await expect(
+        db.transact(
+          async (tx) => {
+            await tx.get('t', 'a', 'v');
+            write(tx);
+          },
+          { readOnly: true },
+        ),
+      ).rejects.toBeInstanceOf(UnsupportedOperationError);
+      const tx = await db.begin({ readOnly: true });
+      expect(() => write(tx)).toThrow(UnsupportedOperationError);
+      await tx.rollback();
+    }
+    expect(writes()).toBe(before);
+    expect(await db.transact((tx) => tx.getString('t', 'a', 'v'))).toBe('kept');
+    await expect(
+      db.transact(async () => 1, { readOnly: 'yes' as unknown as boolean }),
+    ).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(db.begin({ readOnly: 1 as unknown as boolean })).rejects.toBeInstanceOf(
+      InvalidArgumentError,
+    );
+    await db.close();
+  });
+
+  it('do not wait on a lock at exactly their peeked timestamp (drawn after the peek), and do wait on one below it', async () => {
+    const store = new MemoryStore();
+    const setup = new Percolator({ store });
+    await setup.transact(async (tx) => {
+      tx.set('t', 'a', 'v', 'old');
+      tx.set('t', 'b', 'v', 'old');
+    });
+    await setup.close();
+    const reader = new Percolator({ store, lockWaitMs: 150 });
+    const snapshot = await reader.begin({ readOnly: true });
+    // A writer draws the next value, which is the reader's peeked timestamp, prewrites, and
+    // stops (its locks stay, live for a minute).
+    const crasher = new Percolator({
+      store,
+      lockTtlMs: 60_000,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    const stopped = await crasher.begin();
+    expect(stopped.startTs).toBe(snapshot.startTs);
+    stopped.set('t', 'a', 'v', 'new');
+    stopped.set('t', 'b', 'v', 'new');
+    await expect(stopped.commit()).rejects.toBeInstanceOf(ClientCrash);
+    // Its commit could only come above the snapshot: the lock is not waited on (waited
+    // on, this live lock would end the read in LockNotResolvedError).
+    expect(await snapshot.getString('t', 'a', 'v')).toBe('old');
+    await snapshot.commit();
+    // A later snapshot (peeked or drawn) is above the lock: a live lock below it is waited on.
+    for (const readOnly of [true, false]) {
+      await expect(
+        reader.transact((tx) => tx.getString('t', 'b', 'v'), { readOnly, maxAttempts: 1 }),
+      ).rejects.toBeInstanceOf(LockNotResolvedError);
+    }
+    await reader.close();
+  });
+
+  it('on a store without peekedRead, draw their start timestamp as any transaction does', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { peekedRead: false });
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+    const before = { ...store.calls };
+    expect(await db.transact((tx) => tx.getString('t', 'a', 'v'), { readOnly: true })).toBe('1');
+    expect(store.calls.readPeeked - before.readPeeked).toBe(0);
+    expect(store.calls.readStamped + store.calls.incrementCounter).toBeGreaterThan(
+      before.readStamped + before.incrementCounter,
+    );
+    await db.close();
+  });
+});
