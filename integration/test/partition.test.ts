@@ -263,7 +263,15 @@ describe('partitions at prewrite, at the commit point and at the secondaries, on
       try {
         for (const point of POINTS) {
           for (const kind of KINDS) {
+            // The faulted client itself must work again (after the last heal) before its
+            // next fault is armed: under load its driver may take a while to reconnect.
             await workload.waitForAcks(5, 60_000, `${target.name} before ${kind} at ${point.name}`);
+            await workload.waitForAcks(
+              1,
+              60_000,
+              `${target.name}'s faulted client before ${kind} at ${point.name}`,
+              d.faultedClient,
+            );
             await new Promise<void>((fired, reject) => {
               const timer = setTimeout(
                 () =>

@@ -99,7 +99,9 @@ export class FaultWorkload {
   private running = false;
   private workers: Promise<void>[] = [];
   private okCount = 0;
-  private waiters: Array<{ target: number; resolve: () => void }> = [];
+  /** Acknowledged commits per client (index into `clients`). */
+  private readonly okByClient = new Map<number, number>();
+  private waiters: Array<{ target: number; client: number | undefined; resolve: () => void }> = [];
 
   constructor(
     private readonly clients: readonly WorkloadClient[],
@@ -147,19 +149,24 @@ export class FaultWorkload {
     });
   }
 
-  /** Resolves once `more` further commits have been acknowledged (proves clients work again). */
-  waitForAcks(more: number, timeoutMs = 60_000, what = 'commits'): Promise<void> {
-    const target = this.okCount + more;
+  /**
+   * Resolves once `more` further commits have been acknowledged (proves clients work again);
+   * with `client`, commits of that client (index into the clients given), so a fault armed
+   * for it next is armed on a client that works.
+   */
+  waitForAcks(more: number, timeoutMs = 60_000, what = 'commits', client?: number): Promise<void> {
+    const target = this.acksOf(client) + more;
     return new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         reject(
           new Error(
-            `${what}: no ${more} commits acknowledged within ${timeoutMs} ms (${this.okCount} in all; errors ${JSON.stringify(Object.fromEntries(this.errorCounts))}; unexpected ${this.unexpected.slice(0, 3).join(' | ')})`,
+            `${what}: no ${more} commits acknowledged${client === undefined ? '' : ` by client ${client}`} within ${timeoutMs} ms (${this.okCount} in all; errors ${JSON.stringify(Object.fromEntries(this.errorCounts))}; unexpected ${this.unexpected.slice(0, 3).join(' | ')})`,
           ),
         );
       }, timeoutMs);
       this.waiters.push({
         target,
+        client,
         resolve: () => {
           clearTimeout(timer);
           resolve();
@@ -175,9 +182,13 @@ export class FaultWorkload {
     this.workers = [];
   }
 
+  private acksOf(client: number | undefined): number {
+    return client === undefined ? this.okCount : (this.okByClient.get(client) ?? 0);
+  }
+
   private wake(): void {
     this.waiters = this.waiters.filter((w) => {
-      if (this.okCount < w.target) return true;
+      if (this.acksOf(w.client) < w.target) return true;
       w.resolve();
       return false;
     });
@@ -188,6 +199,8 @@ export class FaultWorkload {
     this.history.push({ process, type, txn });
     if (type === 'ok') {
       this.okCount++;
+      const client = Math.floor(process / 10);
+      this.okByClient.set(client, (this.okByClient.get(client) ?? 0) + 1);
       this.wake();
     }
   }
