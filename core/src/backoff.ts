@@ -16,3 +16,18 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     else signal.addEventListener('abort', done, { once: true });
   });
 }
+
+/** Resolves when `promise` settles, `ms` pass or `signal` aborts, whichever is first; leaves no timer behind. */
+export function waitAtMost(promise: Promise<unknown>, ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    if (signal?.aborted) return done();
+    signal?.addEventListener('abort', done, { once: true });
+    promise.then(done, done);
+  });
+}

@@ -1,5 +1,6 @@
 import type { PrunePolicy } from './cells.js';
 import type { EventSink, TidyEvent } from './events.js';
+import type { LocalCommits } from './local-commits.js';
 import type { TimestampOracle } from './oracle.js';
 import type { TidyOptions, TidyReport } from './reports.js';
 import type { RowCache } from './row-cache.js';
@@ -62,6 +63,8 @@ export interface ProtocolEnv {
   readonly stampedReads: StampedReadGauge;
   /** (table, column) pairs that carry observers: writes to them set a notification. */
   readonly observed: ReadonlySet<string>;
+  /** Commits of this client holding locks: a reader that meets one waits for it (local-commits.ts). */
+  readonly localCommits: LocalCommits;
   /** Work that outlives a commit (the tidy step); awaited by close(). */
   readonly background: Set<Promise<unknown>>;
   /** Moves old values out of head rows, deletes pruned version rows, settles held records. */

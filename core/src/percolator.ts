@@ -6,6 +6,7 @@ import { observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge }
 import { ClosedError, InvalidArgumentError, isRetryable, UnsupportedOperationError } from './errors.js';
 import { EventSink, type PercolatorEventListener } from './events.js';
 import { addGcReports, emptyGcReport, type GcOptions, type GcReport, gcRow } from './gc.js';
+import { LocalCommits } from './local-commits.js';
 import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
@@ -188,6 +189,7 @@ export class Percolator {
           ? defaultOracle.counterName
           : undefined,
       observed,
+      localCommits: new LocalCommits(),
       background: new Set(),
       rowCache: rowCacheBytes > 0 ? new RowCache(rowCacheBytes) : undefined,
     };

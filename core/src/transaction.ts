@@ -1,4 +1,4 @@
-import { backoffMs, sleep } from './backoff.js';
+import { backoffMs, sleep, waitAtMost } from './backoff.js';
 import { visibleWrite } from './cells.js';
 import { decodeRow, decodeVersionRow, STAMP } from './codec.js';
 import { abortedError, timed } from './commit/context.js';
@@ -695,6 +695,16 @@ export class Transaction {
     attempt: number,
     waitStart: number,
   ): Promise<void> {
+    // A lock of a commit this client has in flight: wait for that commit to finish (it
+    // holds its locks for a round trip or two), then read again. No round trip to its
+    // primary, no backoff sleep longer than the lock lives. Past lockWaitMs, the usual way.
+    const local = this.env.localCommits.finished(lock.startTs);
+    const left = this.env.lockWaitMs - (performance.now() - waitStart);
+    if (local && left > 0) {
+      await waitAtMost(local, left, this.signal);
+      this.checkSignal();
+      return;
+    }
     const resolved = (await resolveLock(this.env, table, row, lock, this.ref, 'read')) !== 'alive';
     // Resolved once is the common case. Resolved again and again means our re-reads keep
     // seeing the lock (a lagging store, or a stream of new owners): back off all the same.

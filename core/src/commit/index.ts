@@ -25,17 +25,28 @@ export { rowId } from './context.js';
  * failures never turn a committed transaction into a failed one.
  */
 export async function commitTransaction(ctx: CommitContext): Promise<number> {
-  const commitTs = await reachCommitPoint(ctx);
-  await step(ctx, { step: 'afterCommitPrimary', commitTs });
-  if (ctx.rows.length > 1) {
-    const { background } = ctx.env;
-    const job = timed(ctx, 'secondaries', ctx.rows.length - 1, () => commitSecondaries(ctx, commitTs)).catch(
-      () => undefined,
-    );
-    background.add(job);
-    void job.finally(() => background.delete(job));
+  // Readers of this client that meet our locks wait for this to finish (local-commits.ts).
+  const finished = ctx.env.localCommits.begin(ctx.startTs);
+  let handedOff = false;
+  try {
+    const commitTs = await reachCommitPoint(ctx);
+    await step(ctx, { step: 'afterCommitPrimary', commitTs });
+    if (ctx.rows.length > 1) {
+      const { background } = ctx.env;
+      const job = timed(ctx, 'secondaries', ctx.rows.length - 1, () =>
+        commitSecondaries(ctx, commitTs),
+      ).catch(() => undefined);
+      background.add(job);
+      handedOff = true;
+      void job.finally(() => {
+        background.delete(job);
+        finished();
+      });
+    }
+    return commitTs;
+  } finally {
+    if (!handedOff) finished();
   }
-  return commitTs;
 }
 
 /** Prewrites, the commit timestamp and the primary commit; rolls back on any failure before the commit point. */
