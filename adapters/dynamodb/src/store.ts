@@ -21,7 +21,7 @@ import {
   StoreError,
 } from '@percolator/core';
 import { validateNamespace } from '@percolator/core/kit';
-import { dropNamespace, readMany } from './batch.js';
+import { dropNamespace, readMany, readPeeked } from './batch.js';
 import { Caller, DEFAULT_RETRY, type RetryPolicy } from './calls.js';
 import { type CasContext, checkAndSet, readRow } from './cas.js';
 import { type ClientOptions, resolveClient } from './client.js';
@@ -64,6 +64,8 @@ export const DYNAMODB_CAPABILITIES: StoreCapabilities = Object.freeze({
   atomicCounter: true,
   notificationIndex: true,
   stampedCheckAndSet: false,
+  // TransactGetItems reads the oracle's counter and the rows as one serializable snapshot.
+  peekedRead: true,
   maxStateBytes: MAX_STATE_BYTES,
 });
 
@@ -188,6 +190,15 @@ class DynamoDbStore implements DynamoDbRowStore {
   async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
     const ctx = this.open();
     return scanNotifiedKeys(ctx, table, options);
+  }
+
+  /** One TransactGetItems (batch.ts): the counter's value and the rows as one snapshot. */
+  async readPeeked(
+    rows: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    const ctx = this.open();
+    return readPeeked(ctx, rows, counter);
   }
 
   /** UpdateItem ADD is atomic; not idempotent, so a lost reply is an unknown outcome. */

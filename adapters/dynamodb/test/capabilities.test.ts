@@ -39,6 +39,7 @@ describe('dynamodb capabilities', () => {
       atomicCounter: true,
       notificationIndex: true,
       stampedCheckAndSet: false,
+      peekedRead: true,
       maxStateBytes: store.capabilities.maxStateBytes,
     });
     expect(store.checkAndSetStamped).toBeUndefined();
