@@ -743,7 +743,8 @@ export class Transaction {
     if (
       (!peek && counter === undefined) ||
       (this.starting !== undefined && this.firstReads === undefined) ||
-      (this.firstReads === undefined && this.env.stampedReads.preferOracle())
+      // A peek draws nothing, so it is the cheaper way under load too.
+      (!peek && this.firstReads === undefined && this.env.stampedReads.preferOracle())
     ) {
       return this.ready().then(() => this.env.reader.read(table, row));
     }

@@ -36,6 +36,31 @@ describe('read-only transactions', () => {
     await db.close();
   });
 
+  it('peek with their first reads under load too: one call, even while the oracle is busy', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+    await db.flush();
+    // The oracle's next fetch hangs until released: the client is "under load".
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const increment = store.incrementCounter.bind(store);
+    store.incrementCounter = async (name, delta) => {
+      await gate;
+      return increment(name, delta);
+    };
+    const drawing = db.begin(); // a fetch in flight
+    const before = { ...store.calls };
+    expect(await db.transact((tx) => tx.getString('t', 'a', 'v'), { readOnly: true })).toBe('1');
+    expect(store.calls.readPeeked - before.readPeeked).toBe(1);
+    expect(store.calls.read - before.read).toBe(0);
+    release();
+    await (await drawing).rollback();
+    await db.close();
+  });
+
   it('see every commit acknowledged before they began, one-row, multi-row and from other clients', async () => {
     const store = new MemoryStore();
     const writer = new Percolator({ store });
