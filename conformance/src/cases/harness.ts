@@ -1,5 +1,6 @@
 /** What the protocol, history and fault cases share: clients, clocks, error classes. */
 import {
+  type CasResult,
   ClientCrash,
   CommitUnknownError,
   ConflictError,
@@ -14,7 +15,7 @@ import {
   type TimestampOracle,
   type Transaction,
 } from '@percolator/core';
-import { FaultyStore, type RandomFaults } from '../faulty-store.js';
+import { type CallListener, FaultyStore, type RandomFaults } from '../faulty-store.js';
 import type { CaseContext, Part } from '../types.js';
 import { ConformanceFailure, errorText } from '../util.js';
 
@@ -105,6 +106,15 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
   });
   if (faulty && options.faults) tally(ctx).push(faulty);
   return { db, faulty };
+}
+
+/**
+ * A completed single-row write call (`onCall`) whose check-and-set took effect. A call that
+ * completed is not enough: a CAS that lost to another writer completes too, having written
+ * nothing.
+ */
+export function applied(outcome: Parameters<CallListener>[1]): boolean {
+  return outcome.ok && (outcome.result as CasResult | undefined)?.ok === true;
 }
 
 const tallies = new WeakMap<CaseContext, FaultyStore[]>();

@@ -14,6 +14,7 @@ import {
 import type { CaseContext, ConformanceCase } from '../types.js';
 import { check, checkEqual, errorText, format, gate, waitFor, within } from '../util.js';
 import {
+  applied,
   type Client,
   client,
   FakeClock,
@@ -66,6 +67,8 @@ async function crashAt(ctx: CaseContext, point: CrashPoint, mode: FaultMode): Pr
   await setup.transact(async (tx) => {
     for (const [table, row] of CRASH_ROWS) tx.set(table, row, 'v', 'old');
   });
+  // Its secondary commits run in the background: let them end before the crashing client starts.
+  await setup.flush();
 
   let crashedAt: CommitStepEvent | undefined;
   let crasher: Client | undefined;
@@ -98,7 +101,12 @@ async function crashAt(ctx: CaseContext, point: CrashPoint, mode: FaultMode): Pr
   // Secondary commits that reached the store after the commit point.
   const landed = new Set<string>();
   crasher.faulty?.onCall((call, outcome) => {
-    if (outcome.ok && call.operation === 'checkAndSet' && hold !== undefined && crashedAt === undefined) {
+    if (
+      call.operation === 'checkAndSet' &&
+      applied(outcome) &&
+      hold !== undefined &&
+      crashedAt === undefined
+    ) {
       landed.add(call.key ?? '');
     }
   });
@@ -227,11 +235,14 @@ async function latePrewrite(ctx: CaseContext, mode: FaultMode): Promise<void> {
     tx.set(T, 'k0', 'v', 'old');
     tx.set(T, 'k1', 'v', 'old');
   });
+  // The setup's secondary commit (k1) and tidy steps run in the background: let them end, so
+  // the slow client's prewrites race only with the reader.
+  await setup.flush();
   const slow = client(ctx, store, { clock: frozen, lockTtlMs: LOCK_TTL_MS, wrap: true });
   const faulty = slow.faulty!;
   const landed = new Set<string>();
   faulty.onCall((call, outcome) => {
-    if (outcome.ok && call.operation === 'checkAndSet') landed.add(call.key ?? '');
+    if (call.operation === 'checkAndSet' && applied(outcome)) landed.add(call.key ?? '');
   });
   const primaryHold = faulty.hold((call) => call.operation === 'checkAndSet' && call.key === 'k0');
   const tx = await slow.db.begin();
@@ -328,6 +339,7 @@ async function heartbeat(ctx: CaseContext, mode: FaultMode): Promise<void> {
   await setup.transact(async (tx) => {
     for (const [table, row] of rows) tx.set(table, row, 'v', 'old');
   });
+  await setup.flush();
   const paused = gate();
   const resume = gate();
   ctx.defer(resume.open);
