@@ -277,8 +277,9 @@ export async function runBench(
       await tracing.shutdown();
       collected.notes.push(
         `--tracing ${options.tracing!.join(',')}: rows ${options.tracing!.map((k) => `"percolator+${k}"`).join(', ')} ` +
-          `ran with @percolator/opentelemetry on the OpenTelemetry SDK, commit steps as child spans (otel) or as ` +
-          `span events (otel-events) (batch span processor, spans and metrics dropped by the exporter; ` +
+          `ran with @percolator/opentelemetry on the OpenTelemetry SDK, commit steps as child spans (otel), ` +
+          `span events (otel-events), attributes of the transaction's span (otel-attributes), or that without ` +
+          `step histograms (otel-lean) (batch span processor, spans and metrics dropped by the exporter; ` +
           `${tracing.exported()} spans exported); their ratio is to "percolator" in the same run, ` +
           `measured in ${options.rounds} interleaved rounds`,
       );

@@ -19,6 +19,14 @@ export interface Tracing {
   shutdown(): Promise<void>;
 }
 
+/** How each kind records commit steps (`PercolatorTelemetryOptions.commitSteps`). */
+const COMMIT_STEPS = {
+  otel: 'spans',
+  'otel-events': 'events',
+  'otel-attributes': 'attributes',
+  'otel-lean': 'attributes',
+} as const satisfies Record<TracingKind, 'spans' | 'events' | 'attributes'>;
+
 export async function startOtelTracing(kinds: readonly TracingKind[]): Promise<Tracing> {
   const [{ BasicTracerProvider, BatchSpanProcessor }, sdkMetrics, { PercolatorTelemetry }] =
     await Promise.all([
@@ -61,7 +69,8 @@ export async function startOtelTracing(kinds: readonly TracingKind[]): Promise<T
     onEvent: new PercolatorTelemetry({
       tracerProvider,
       meterProvider,
-      commitSteps: kind === 'otel-events' ? 'events' : 'spans',
+      commitSteps: COMMIT_STEPS[kind],
+      stepMetrics: kind !== 'otel-lean',
     }).onEvent,
   }));
   return {

@@ -14,9 +14,13 @@ describe('--tracing otel', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  test('accepts "otel" and "otel-events"', () => {
+  test('accepts "otel", "otel-events", "otel-attributes" and "otel-lean"', () => {
     expect(parseOptions(['--tracing', 'otel']).tracing).toEqual(['otel']);
     expect(parseOptions(['--tracing', 'otel,otel-events']).tracing).toEqual(['otel', 'otel-events']);
+    expect(parseOptions(['--tracing', 'otel-lean,otel-attributes,otel-lean']).tracing).toEqual([
+      'otel-lean',
+      'otel-attributes',
+    ]);
     expect(parseOptions([]).tracing).toBeUndefined();
     expect(() => parseOptions(['--tracing', 'zipkin'])).toThrow(InvalidArgumentError);
     expect(() => parseOptions(['--tracing', 'otel,jaeger'])).toThrow(InvalidArgumentError);
@@ -49,7 +53,7 @@ describe('--tracing otel', () => {
         '--accounts',
         '32',
         '--tracing',
-        'otel,otel-events',
+        'otel,otel-events,otel-lean',
         '--out',
         dir,
       ]),
@@ -62,6 +66,7 @@ describe('--tracing otel', () => {
       ['percolator', 'si'],
       ['percolator', 'si+otel'],
       ['percolator', 'si+otel-events'],
+      ['percolator', 'si+otel-lean'],
     ]);
     const [plain, ...traced] = report.results;
     for (const result of traced) {
@@ -70,10 +75,11 @@ describe('--tracing otel', () => {
       expect(result.ratios.map((r) => r.baseline)).toEqual(['percolator']);
       expect(result.ratios[0]!.throughput).toBeCloseTo(result.throughput / plain!.throughput, 2);
     }
-    const note = report.notes.find((n) => n.startsWith('--tracing otel,otel-events'));
+    const note = report.notes.find((n) => n.startsWith('--tracing otel,otel-events,otel-lean'));
     expect(note).toContain('6 interleaved rounds');
     expect(Number(/(\d+) spans exported/.exec(note ?? '')?.[1])).toBeGreaterThan(0);
     expect(text).toContain('percolator+otel');
     expect(text).toContain('percolator+otel-events');
+    expect(text).toContain('percolator+otel-lean');
   });
 });

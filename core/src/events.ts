@@ -11,7 +11,7 @@ import type { GcReport, TidyReport } from './reports.js';
  * `transaction.begin`.
  */
 
-/** The same object in every event of one transaction: a key for a WeakMap (spans, say). */
+/** The same object in every event of one transaction. */
 export interface TransactionRef {
   /** Unique per client, in begin order. */
   readonly id: number;
@@ -19,6 +19,13 @@ export interface TransactionRef {
   readonly startTs: number | undefined;
   /** 1 for `db.begin()`; the attempt number within `db.transact`. */
   readonly attempt: number;
+  /**
+   * The listener's own slot: whatever it keeps for this transaction (its span, say),
+   * undefined until it sets it. The library never reads it. Cheaper than a WeakMap keyed by
+   * the ref: a WeakMap entry per transaction cost a busy client more than the span itself
+   * (each entry is an ephemeron the garbage collector must trace).
+   */
+  listenerState: unknown;
 }
 
 /**

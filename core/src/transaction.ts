@@ -73,6 +73,7 @@ const GONE = Symbol('gone');
  */
 class Ref implements TransactionRef {
   readonly #tx: Transaction;
+  listenerState: unknown = undefined;
   constructor(
     readonly id: number,
     readonly attempt: number,

@@ -45,14 +45,30 @@ export interface PercolatorTelemetryOptions {
    * - `'spans'`: a child span of the transaction per step (prewrite, commit point, ...), a
    *   waterfall in a trace view;
    * - `'events'`: a span event on the transaction's span per step, named like the span
-   *   (with `percolator.duration_ms`, `percolator.rows`, `percolator.commit_ts`): two spans
-   *   per two-row transaction instead of four, half the spans for a tracing backend to
-   *   store. The client's CPU is about the same either way (docs/operations.md, "What
-   *   tracing costs"). The secondaries, which finish after the transaction's span has
-   *   ended, stay a child span.
-   * Lock waits and lock resolutions are child spans either way.
+   *   (with `percolator.duration_ms`, `percolator.rows`, `percolator.commit_ts`); the
+   *   secondaries, which finish after the transaction's span has ended, stay a child span;
+   * - `'attributes'`: the leanest: one span per transaction, each step before its end an
+   *   attribute of it (`percolator.prewrite.duration_ms`, ..., and
+   *   `percolator.<step>.error` with the error's name if the step failed). The secondaries
+   *   get a child span only if they fail (their duration is in the step histogram).
+   * Lock waits and lock resolutions are child spans either way. What each costs:
+   * docs/operations.md, "What tracing costs".
    */
-  readonly commitSteps?: 'spans' | 'events';
+  readonly commitSteps?: 'spans' | 'events' | 'attributes';
+  /**
+   * Whether each commit step's duration goes to the `percolator.commit.step.duration`
+   * histogram (default true). The SDK hashes the attributes of every measurement: a two-row
+   * transaction's steps are three measurements besides its own duration.
+   */
+  readonly stepMetrics?: boolean;
+  /**
+   * Whether every tidy pass (the background step that moves old values out of head rows
+   * and deletes pruned version rows) is a span (default false: only a pass that fails is).
+   * A busy client runs a pass every few commits, each a trace of its own with no parent;
+   * the tidy metrics (`percolator.tidy.*`) count them all either way. `db.gc` runs are
+   * always spans.
+   */
+  readonly tidySpans?: boolean;
 }
 
 /**
@@ -73,6 +89,14 @@ const STEP_SPANS: Record<CommitStepName, string> = {
   onePhase: 'percolator.one_phase_commit',
   rollback: 'percolator.rollback',
 };
+
+/** With commitSteps 'attributes': the transaction span's attribute keys per step. */
+const STEP_KEYS = Object.fromEntries(
+  Object.entries(STEP_SPANS).map(([step, span]) => [
+    step,
+    { duration: `${span}.duration_ms`, error: `${span}.error` },
+  ]),
+) as Record<CommitStepName, { duration: string; error: string }>;
 
 /** Durations in seconds (OpenTelemetry's convention), buckets from 0.1 ms to 10 s. */
 const DURATION_BUCKETS = [
@@ -168,7 +192,9 @@ export class PercolatorTelemetry {
   private readonly counts: Counts | undefined;
   private readonly attributes: Attributes;
   private readonly hasAttributes: boolean;
-  private readonly stepEvents: boolean;
+  private readonly commitSteps: 'spans' | 'events' | 'attributes';
+  private readonly stepMetrics: boolean;
+  private readonly tidySpans: boolean;
   /**
    * Metric attribute sets, built once per distinct value (the options' attributes included):
    * one key's sets by key, then value (plain lookups, no string built per event); sets of
@@ -176,11 +202,11 @@ export class PercolatorTelemetry {
    */
   private readonly attributeSets = new Map<string, Map<string, Attributes>>();
   private readonly pairSets = new Map<string, Attributes>();
-  /** The open span of each transaction, and the context its child spans go under. */
-  private readonly spans = new WeakMap<
-    TransactionRef,
-    { span: Span; parent: Context; context: Context | undefined; recording: boolean; ended: boolean }
-  >();
+  /**
+   * Transactions whose `listenerState` another listener holds (two telemetries on one
+   * client, say): their spans are kept here instead. Made only when needed.
+   */
+  private others: WeakMap<TransactionRef, OpenTransaction> | undefined;
 
   constructor(options: PercolatorTelemetryOptions = {}) {
     if (!api) {
@@ -192,7 +218,9 @@ export class PercolatorTelemetry {
     const { metrics, trace } = api;
     this.attributes = { ...options.attributes };
     this.hasAttributes = Object.keys(this.attributes).length > 0;
-    this.stepEvents = options.commitSteps === 'events';
+    this.commitSteps = options.commitSteps ?? 'spans';
+    this.stepMetrics = options.stepMetrics !== false;
+    this.tidySpans = options.tidySpans === true;
     if (options.tracing !== false) {
       this.tracer = (options.tracerProvider ?? trace.getTracerProvider()).getTracer(NAME, VERSION);
     }
@@ -231,21 +259,14 @@ export class PercolatorTelemetry {
           {
             startTime: epochMs(e.time),
             attributes: { 'percolator.store': e.store, 'percolator.attempt': e.transaction.attempt },
-            links: e.retryOf ? linkTo(this.spans.get(e.retryOf)?.span) : undefined,
+            links: e.retryOf ? linkTo(this.openOf(e.retryOf)?.span) : undefined,
           },
           parent,
         );
         if (this.hasAttributes) span.setAttributes(this.attributes);
-        this.spans.set(e.transaction, {
-          span,
-          parent,
-          // The context child spans go under: made when the first child needs it (with
-          // commitSteps 'events', most transactions have none).
-          context: undefined,
-          // Asked now: an ended span is not recording, and secondaries end after it.
-          recording: span.isRecording(),
-          ended: false,
-        });
+        const open = new OpenTransaction(this, span, parent);
+        if (e.transaction.listenerState === undefined) e.transaction.listenerState = open;
+        else (this.others ??= new WeakMap()).set(e.transaction, open);
         return;
       }
       case 'transaction.end': {
@@ -254,7 +275,7 @@ export class PercolatorTelemetry {
           this.counts!.add('percolator.transactions', e.outcome, attributes);
           this.histograms.transactionDuration.record(e.durationMs / 1000, attributes);
         }
-        const open = this.spans.get(e.transaction);
+        const open = this.openOf(e.transaction);
         if (!open) return;
         const { span } = open;
         open.ended = true;
@@ -271,14 +292,20 @@ export class PercolatorTelemetry {
         return;
       }
       case 'commit.step': {
-        this.histograms?.stepDuration.record(e.durationMs / 1000, this.attrs('percolator.step', e.step));
-        if (this.stepEvents && this.tracer) {
-          const open = this.spans.get(e.transaction);
+        if (this.stepMetrics && this.histograms)
+          this.histograms.stepDuration.record(e.durationMs / 1000, this.attrs('percolator.step', e.step));
+        if (this.commitSteps !== 'spans' && this.tracer) {
+          const open = this.openOf(e.transaction);
           if (open && !open.ended) {
-            if (open.recording)
-              open.span.addEvent(STEP_SPANS[e.step], stepEventAttributes(e), epochMs(e.time));
+            if (open.recording) {
+              if (this.commitSteps === 'events')
+                open.span.addEvent(STEP_SPANS[e.step], stepEventAttributes(e), epochMs(e.time));
+              else setStepAttributes(open.span, e);
+            }
             return;
           }
+          // Attributes: after the transaction's end (the secondaries), only a failure shows.
+          if (this.commitSteps === 'attributes' && e.error === undefined) return;
         }
         const parent = this.parentOf(e.transaction);
         if (!parent) return;
@@ -340,6 +367,7 @@ export class PercolatorTelemetry {
               counts.add('percolator.tidy.versions_deleted', e.trigger, attributes, e.report.deleted);
           }
         }
+        if (e.type === 'tidy' && !this.tidySpans && e.error === undefined) return;
         const parent = this.parentOf(undefined);
         if (!parent) return;
         const span = this.child(parent, `percolator.${e.type}`, e.time, e.durationMs, e.error);
@@ -377,6 +405,13 @@ export class PercolatorTelemetry {
     }
   }
 
+  /** The open span of a transaction this listener began, if any. */
+  private openOf(tx: TransactionRef): OpenTransaction | undefined {
+    const state = tx.listenerState;
+    if (state instanceof OpenTransaction && state.owner === this) return state;
+    return this.others?.get(tx);
+  }
+
   /**
    * Where a child span goes: under its transaction's span, or the active context. Undefined
    * when there is nothing to record: tracing off, or the transaction's span was not sampled
@@ -385,7 +420,7 @@ export class PercolatorTelemetry {
   private parentOf(tx: TransactionRef | undefined): Context | undefined {
     if (!this.tracer) return undefined;
     if (!tx) return this.api.context.active();
-    const open = this.spans.get(tx);
+    const open = this.openOf(tx);
     if (!open) return this.api.context.active();
     if (!open.recording) return undefined;
     open.context ??= this.api.trace.setSpan(open.parent, open.span);
@@ -401,6 +436,23 @@ export class PercolatorTelemetry {
       recordError(span, error, time + durationMs, isExpected(error));
     }
     return span;
+  }
+}
+
+/** A transaction's span, kept in its ref's `listenerState`, and the context its child spans go under. */
+class OpenTransaction {
+  /** The context child spans go under: made when the first child needs it. */
+  context: Context | undefined = undefined;
+  /** Asked once: an ended span is not recording, and the secondaries end after it. */
+  readonly recording: boolean;
+  ended = false;
+
+  constructor(
+    readonly owner: PercolatorTelemetry,
+    readonly span: Span,
+    readonly parent: Context,
+  ) {
+    this.recording = span.isRecording();
   }
 }
 
@@ -453,6 +505,14 @@ function stepEventAttributes(e: CommitStepEndEvent): Attributes {
     attributes['percolator.error'] = e.error instanceof Error ? e.error.name : String(e.error);
   }
   return attributes;
+}
+
+function setStepAttributes(span: Span, e: CommitStepEndEvent): void {
+  const keys = STEP_KEYS[e.step];
+  span.setAttribute(keys.duration, e.durationMs);
+  if (e.error !== undefined) {
+    span.setAttribute(keys.error, e.error instanceof Error ? e.error.name : String(e.error));
+  }
 }
 
 function endAttributes(e: TransactionEndEvent): Attributes {

@@ -49,7 +49,7 @@ function tree(spans: readonly ReadableSpan[]): Node[] {
 const names = (nodes: readonly Node[]) => nodes.map((n) => n.span.name);
 const attrs = (node: Node | undefined) => node!.span.attributes;
 
-async function traceTransfers(commitSteps?: 'spans' | 'events') {
+async function traceTransfers(commitSteps?: 'spans' | 'events' | 'attributes') {
   const exporter = new InMemorySpanExporter();
   const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
   const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
@@ -234,5 +234,119 @@ describe('PercolatorTelemetry spans', () => {
       'percolator.resolve_lock',
       'percolator.resolve_lock',
     ]);
+  });
+
+  it("with commitSteps 'attributes': one span per transaction, its steps' durations and errors as its attributes", async () => {
+    const { roots, balances } = await traceTransfers('attributes');
+    expect(balances).toEqual([71, 130]);
+    const [commits, retried, waited] = roots;
+
+    // No child spans: the secondaries succeeded, so they show only in the step histogram.
+    const tx1 = commits!.children[0]!;
+    expect(tx1.children).toEqual([]);
+    expect(tx1.span.events).toEqual([]);
+    expect(attrs(tx1)['percolator.prewrite.duration_ms']).toBeGreaterThanOrEqual(0);
+    expect(attrs(tx1)['percolator.commit_primary.duration_ms']).toBeGreaterThanOrEqual(0);
+    expect(attrs(tx1)['percolator.commit_secondaries.duration_ms']).toBeUndefined();
+    expect(attrs(tx1)).toMatchObject({ 'percolator.outcome': 'committed', 'percolator.rows': 2 });
+
+    // The failed attempt: the failed prewrite names its error, the rollback its duration.
+    const [failed, retry] = retried!.children;
+    expect(failed!.children).toEqual([]);
+    expect(attrs(failed)).toMatchObject({
+      'percolator.outcome': 'conflict',
+      'percolator.prewrite.error': 'ConflictError',
+    });
+    expect(attrs(failed)['percolator.rollback.duration_ms']).toBeGreaterThanOrEqual(0);
+    expect(attrs(failed)['percolator.commit_primary.duration_ms']).toBeUndefined();
+    expect(failed!.span.events.map((e) => e.name)).toEqual(['exception']);
+    expect(attrs(retry)['percolator.prewrite.error']).toBeUndefined();
+    expect(retry!.children).toEqual([]);
+
+    // Lock waits and resolutions stay child spans.
+    const tx3 = waited!.children[0]!;
+    expect(names(tx3.children).sort()).toEqual([
+      'percolator.lock_wait',
+      'percolator.lock_wait',
+      'percolator.resolve_lock',
+      'percolator.resolve_lock',
+    ]);
+  });
+
+  it('keeps its spans apart from another listener on the same client (both see whole trees)', async () => {
+    const exporters = [new InMemorySpanExporter(), new InMemorySpanExporter()];
+    const telemetries = exporters.map(
+      (exporter) =>
+        new PercolatorTelemetry({
+          tracerProvider: new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+          metrics: false,
+        }),
+    );
+    // A third listener that also uses the slot: the telemetries must not take its value.
+    const mine = new Map<number, unknown>();
+    const db = new Percolator({
+      store: new MemoryStore(),
+      onEvent: (e) => {
+        if (e.type === 'transaction.begin') e.transaction.listenerState ??= 'third';
+        for (const t of telemetries) t.onEvent(e);
+        if (e.type === 'transaction.end') mine.set(e.transaction.id, e.transaction.listenerState);
+      },
+    });
+    for (let i = 0; i < 3; i++)
+      await db.transact(async (tx) => {
+        tx.set('t', 'a', 'c', String(i));
+        tx.set('t', 'b', 'c', String(i));
+      });
+    await db.close();
+    expect([...mine.values()]).toEqual(['third', 'third', 'third']);
+    for (const exporter of exporters) {
+      const roots = tree(exporter.getFinishedSpans());
+      expect(names(roots)).toEqual(Array(3).fill('percolator.transaction'));
+      for (const root of roots)
+        expect(names(root.children)).toEqual([
+          'percolator.prewrite',
+          'percolator.commit_primary',
+          'percolator.commit_secondaries',
+        ]);
+    }
+  });
+
+  it('records tidy passes as metrics, and as spans only when they fail or with tidySpans', async () => {
+    async function run(tidySpans: boolean | undefined) {
+      const exporter = new InMemorySpanExporter();
+      const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+      const reader = new PeriodicExportingMetricReader({
+        exporter: metricExporter,
+        exportIntervalMillis: 3_600_000,
+      });
+      const telemetry = new PercolatorTelemetry({
+        tracerProvider: new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+        meterProvider: new MeterProvider({ readers: [reader] }),
+        ...(tidySpans === undefined ? {} : { tidySpans }),
+      });
+      // Every superseded value moves out: each commit after the first schedules a tidy pass.
+      const db = new Percolator({
+        store: new MemoryStore(),
+        gc: { inlineHistoryBytes: 0 },
+        onEvent: telemetry.onEvent,
+      });
+      for (let i = 0; i < 5; i++) await db.transact(async (tx) => tx.set('t', 'a', 'c', 'x'.repeat(100 + i)));
+      await db.close();
+      await reader.forceFlush();
+      let passes = 0;
+      for (const rm of metricExporter.getMetrics())
+        for (const sm of rm.scopeMetrics)
+          for (const m of sm.metrics)
+            if (m.descriptor.name === 'percolator.tidy.duration')
+              for (const p of m.dataPoints) passes += (p.value as { count: number }).count;
+      const spans = exporter.getFinishedSpans().filter((span) => span.name === 'percolator.tidy');
+      return { passes, spans: spans.length };
+    }
+    const quiet = await run(undefined);
+    expect(quiet.passes).toBeGreaterThanOrEqual(1);
+    expect(quiet.spans).toBe(0);
+    const loud = await run(true);
+    expect(loud.spans).toBe(loud.passes);
+    expect(loud.passes).toBeGreaterThanOrEqual(1);
   });
 });
