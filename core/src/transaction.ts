@@ -203,7 +203,14 @@ export class Transaction {
     if (this.ts !== undefined) return this.ts;
     this.starting ??= (
       this.readOnly && this.env.peekCounter !== undefined
-        ? this.peek(this.env.peekCounter, []).then(({ timestamp }) => timestamp)
+        ? this.peek(this.env.peekCounter, []).then(
+            ({ timestamp }) => timestamp,
+            // As after a failed first read (sendFirstReads): the oracle is the other way.
+            (failure: unknown) => {
+              if (!oracleMayServe(failure)) throw failure;
+              return this.env.oracle.next();
+            },
+          )
         : this.env.oracle.next()
     ).then((ts) => {
       this.ts ??= ts;
@@ -810,16 +817,7 @@ export class Transaction {
       })
       .catch((failure: unknown) => {
         // A failure that retrying cannot fix (credentials, bad input) ends the reads here.
-        if (
-          failure instanceof PercolatorError &&
-          !failure.retryable &&
-          !(
-            failure instanceof StoreError &&
-            failure.applied === 'no' &&
-            failure.code === 'STORE_UNAVAILABLE' &&
-            failure.retryable
-          )
-        ) {
+        if (!oracleMayServe(failure)) {
           this.starting = undefined;
           settle.reject(failure);
           for (const r of batch) r.reject(failure);
@@ -896,4 +894,13 @@ function rejectReserved(column: string): void {
   if (isReservedColumn(column)) {
     throw new InvalidArgumentError('column names starting with "\\u0000percolator:" are reserved');
   }
+}
+
+/**
+ * After a failed stamped read or peek, whether the oracle may give the start timestamp
+ * instead: reads change nothing, so any failure qualifies except one that retrying cannot
+ * fix (credentials, bad input).
+ */
+function oracleMayServe(failure: unknown): boolean {
+  return !(failure instanceof PercolatorError) || failure.retryable;
 }

@@ -5,6 +5,7 @@ import {
   MemoryStore,
   ORACLE_COUNTER,
   Percolator,
+  StoreError,
   UnsupportedOperationError,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
@@ -161,6 +162,40 @@ describe('read-only transactions', () => {
       ).rejects.toBeInstanceOf(LockNotResolvedError);
     }
     await reader.close();
+  });
+
+  it('when the peek fails, take the start timestamp from the oracle instead (ready() and first reads); a failure retrying cannot fix ends them', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+    await db.flush();
+    let failure: Error | undefined = new StoreError('the peek timed out before reaching the store', 'no');
+    const peekOnce = store.readPeeked.bind(store);
+    store.readPeeked = async (refs, counter) => {
+      if (failure) throw failure;
+      return peekOnce(refs, counter);
+    };
+    // db.begin({ readOnly: true }) (which calls tx.ready()): the snapshot alone, before any read.
+    const before = { ...store.calls };
+    const tx = await db.begin({ readOnly: true });
+    const ts = await tx.ready();
+    expect(ts).toBeGreaterThan(0);
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(1);
+    expect(await tx.getString('t', 'a', 'v')).toBe('1');
+    await tx.commit();
+    // The first reads of a read-only transaction.
+    expect(await db.transact((t) => t.getString('t', 'a', 'v'), { readOnly: true })).toBe('1');
+    // Not a fault the oracle can route around: it reaches the caller, and a later call tries again.
+    failure = new UnsupportedOperationError('this store was configured without peeks');
+    await expect(db.begin({ readOnly: true })).rejects.toBe(failure);
+    await expect(db.transact((t) => t.getString('t', 'a', 'v'), { readOnly: true })).rejects.toBe(failure);
+    failure = undefined;
+    const draws = store.calls.incrementCounter;
+    const again = await db.begin({ readOnly: true });
+    expect(await again.ready()).toBeGreaterThanOrEqual(ts);
+    expect(store.calls.incrementCounter).toBe(draws); // peeked this time
+    await again.commit();
+    await db.close();
   });
 
   it('on a store without peekedRead, draw their start timestamp as any transaction does', async () => {
