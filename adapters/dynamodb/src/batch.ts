@@ -8,6 +8,7 @@ import {
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
 import { type RowRef, type StoredRow, StoreError } from '@percolator/core';
+import { errorName } from './calls.js';
 import type { CasContext } from './cas.js';
 import {
   ATTR,
@@ -80,8 +81,13 @@ const PEEK_ROWS = 99;
  * which DynamoDB isolates serializably from every standard write (PutItem, UpdateItem,
  * DeleteItem): it reads as of one point in the order of writes. So if it sees value V, it
  * sees the draw of V (an UpdateItem ADD) and every write acknowledged before it. Writes
- * nothing. Costs twice the read capacity of the same strongly consistent reads. Rows past
- * the first 99 are read after it (BatchGetItem): a snapshot's later reads may be later.
+ * nothing. Costs twice the read capacity of the same strongly consistent reads.
+ *
+ * Rows past the first 99 are read after it (BatchGetItem), and so are all of them when
+ * their items come to more than TransactGetItems answers (4 MB: about 21 rows holding
+ * values near the largest): the counter is then peeked alone. A snapshot's reads may come
+ * after its timestamp (every later read of a transaction does): a strongly consistent read
+ * after the peek sees every write acknowledged before it, so all of V's.
  */
 export async function readPeeked(
   ctx: CasContext,
@@ -95,30 +101,18 @@ export async function readPeeked(
     unique.set(ids[i] as string, ref);
   });
   const refs = [...unique.values()];
-  const first = refs.slice(0, PEEK_ROWS);
-  const out = await ctx.caller.read<TransactGetItemsCommandOutput>(
-    'TransactGetItems',
-    new TransactGetItemsCommand({
-      TransactItems: [
-        { Get: { TableName: ctx.tableName, Key: itemKey(counterPartition(ctx.namespace), counter) } },
-        ...first.map((ref) => ({
-          Get: { TableName: ctx.tableName, Key: itemKey(rowPartition(ctx.namespace, ref.table), ref.key) },
-        })),
-      ],
-    }),
-  );
-  const responses = out.Responses ?? [];
-  if (responses.length !== first.length + 1) {
-    throw new StoreError('dynamodb: TransactGetItems answered with the wrong number of items', 'no');
-  }
-  const counterItem = responses[0]?.Item;
-  const timestamp = counterItem === undefined ? 0 : Number(counterItem[ATTR.counter]?.N);
-  if (!Number.isSafeInteger(timestamp) || timestamp < 0) {
-    throw new StoreError(`dynamodb: counter ${JSON.stringify(counter)} holds no safe integer`, 'no');
+  let first = refs.slice(0, PEEK_ROWS);
+  let peeked: { timestamp: number; items: (Item | undefined)[] };
+  try {
+    peeked = await peekWith(ctx, counter, first);
+  } catch (error) {
+    if (first.length === 0 || !tooLarge(error)) throw error;
+    first = [];
+    peeked = await peekWith(ctx, counter, first);
   }
   const found = new Map<string, StoredRow>();
   first.forEach((ref, i) => {
-    const item = responses[i + 1]?.Item;
+    const item = peeked.items[i];
     if (item !== undefined)
       found.set(refId(rowPartition(ctx.namespace, ref.table), ref.key), rowFromPresentItem(item));
   });
@@ -130,7 +124,48 @@ export async function readPeeked(
       if (row) found.set(refId(rowPartition(ctx.namespace, ref.table), ref.key), row);
     });
   }
-  return { timestamp, rows: ids.map((id) => found.get(id) ?? null) };
+  return { timestamp: peeked.timestamp, rows: ids.map((id) => found.get(id) ?? null) };
+}
+
+/** One TransactGetItems: the counter, then `refs` (at most 99, no two alike), in order. */
+async function peekWith(
+  ctx: CasContext,
+  counter: string,
+  refs: readonly RowRef[],
+): Promise<{ timestamp: number; items: (Item | undefined)[] }> {
+  const out = await ctx.caller.read<TransactGetItemsCommandOutput>(
+    'TransactGetItems',
+    new TransactGetItemsCommand({
+      TransactItems: [
+        { Get: { TableName: ctx.tableName, Key: itemKey(counterPartition(ctx.namespace), counter) } },
+        ...refs.map((ref) => ({
+          Get: { TableName: ctx.tableName, Key: itemKey(rowPartition(ctx.namespace, ref.table), ref.key) },
+        })),
+      ],
+    }),
+  );
+  const responses = out.Responses ?? [];
+  if (responses.length !== refs.length + 1) {
+    throw new StoreError('dynamodb: TransactGetItems answered with the wrong number of items', 'no');
+  }
+  const counterItem = responses[0]?.Item;
+  const timestamp = counterItem === undefined ? 0 : Number(counterItem[ATTR.counter]?.N);
+  if (!Number.isSafeInteger(timestamp) || timestamp < 0) {
+    throw new StoreError(`dynamodb: counter ${JSON.stringify(counter)} holds no safe integer`, 'no');
+  }
+  return { timestamp, items: responses.slice(1).map((r) => r.Item) };
+}
+
+/**
+ * TransactGetItems refused because its answer would pass 4 MB: a ValidationException
+ * ("Payload in response is too large" from DynamoDB Local). Matched on the name and on
+ * "too large" or "size", so another validation failure is not taken for it.
+ */
+function tooLarge(error: unknown): boolean {
+  const cause = error instanceof StoreError ? error.cause : error;
+  return (
+    errorName(cause) === 'ValidationException' && /too large|size/i.test(String((cause as Error)?.message))
+  );
 }
 
 /** Deletes every item whose partition key belongs to the namespace (Scan + BatchWriteItem). */

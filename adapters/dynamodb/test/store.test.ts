@@ -185,3 +185,57 @@ describe('dynamodb store: table and client lifecycle', () => {
     ).rejects.toBeInstanceOf(ClosedError);
   });
 });
+
+describe('dynamodb store: peeked reads', () => {
+  it('over the 4 MB TransactGetItems answers, peek the counter alone and read the rows after: the same rows and value, and still no write', async () => {
+    const t = db.target();
+    const client = rawClient();
+    const sent: string[] = [];
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        sent.push(String(context.commandName));
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const store = db.track(
+      await createDynamoDbStore({
+        client,
+        tableName: t.tableName,
+        namespace: uniqueNamespace('peek'),
+        createTable: true,
+      }),
+    );
+    // 24 rows of ~190 KB: about 4.5 MB, past what one TransactGetItems answers.
+    const refs = Array.from({ length: 24 }, (_, i) => ({ table: 't', key: `big${i}` }));
+    for (const [i, ref] of refs.entries()) {
+      const state = new Uint8Array(190_000).fill(i + 1);
+      expect((await store.checkAndSet({ ...ref, expected: null, state })).ok).toBe(true);
+    }
+    const small = [{ table: 't', key: 'big3' }, { table: 't', key: 'absent' }, refs[5]!];
+    expect(await store.incrementCounter('c', 41)).toBe(41);
+    sent.length = 0;
+    const all = await store.readPeeked!([...refs, { table: 't', key: 'absent' }, refs[0]!], 'c');
+    expect(all.timestamp).toBe(41);
+    expect(all.rows).toHaveLength(26);
+    refs.forEach((_, i) => {
+      const state = all.rows[i]?.state;
+      expect(state?.byteLength).toBe(190_000);
+      expect(state?.[0]).toBe(i + 1);
+    });
+    expect(all.rows[24]).toBeNull();
+    expect(all.rows[25]?.state[0]).toBe(1); // a repeated ref, answered twice
+    // The refused peek, the counter alone, then the rows (BatchGetItem, 16 MB a call): no write.
+    expect(sent[0]).toBe('TransactGetItemsCommand');
+    expect(sent[1]).toBe('TransactGetItemsCommand');
+    expect(sent.slice(2).every((name) => name === 'BatchGetItemCommand')).toBe(true);
+    // A wave that fits is still one call.
+    sent.length = 0;
+    const few = await store.readPeeked!(small, 'c');
+    expect(sent).toEqual(['TransactGetItemsCommand']);
+    expect(few.timestamp).toBe(41);
+    expect(few.rows.map((row) => row?.state[0] ?? null)).toEqual([4, null, 6]);
+    expect(await store.incrementCounter('c', 1)).toBe(42); // the peeks drew nothing
+    client.destroy();
+  });
+});
