@@ -367,7 +367,7 @@ async function heartbeat(ctx: CaseContext, mode: FaultMode): Promise<void> {
     });
   let beats = 0;
   slow.faulty!.onCall((call, outcome) => {
-    if (outcome.ok && call.operation === 'checkAndSet' && call.key === 'k0') beats++;
+    if (call.operation === 'checkAndSet' && call.key === 'k0' && applied(outcome)) beats++;
   });
   const tx = await slow.db.begin();
   for (const [table, row] of rows) tx.set(table, row, 'v', 'new');
