@@ -171,7 +171,9 @@ export interface RowStore {
 
   /**
    * capability `peekedRead`. In one round trip, changing nothing: the current value of
-   * counter `counter` (0 if it was never drawn from) and `rows`, as one snapshot. The rule:
+   * counter `counter` (0 if it was never drawn from) and `rows`, as one snapshot, or with
+   * the rows read after the value (a row may then show later writes too, as any later read
+   * of a transaction does; never fewer). The rule:
    * if the value returned is V, the rows show every write that a stamped CAS stamped with a
    * value <= V, and every write acknowledged before a draw from the counter (by
    * `incrementCounter`, a stamped CAS or `readStamped`) that returned a value <= V. A
