@@ -8,7 +8,7 @@ import {
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
 import { type RowRef, type StoredRow, StoreError } from '@percolator/core';
-import { errorName } from './calls.js';
+import { classify } from './calls.js';
 import type { CasContext } from './cas.js';
 import {
   ATTR,
@@ -84,8 +84,9 @@ const PEEK_ROWS = 99;
  * nothing. Costs twice the read capacity of the same strongly consistent reads.
  *
  * Rows past the first 99 are read after it (BatchGetItem), and so are all of them when
- * their items come to more than TransactGetItems answers (4 MB: about 21 rows holding
- * values near the largest): the counter is then peeked alone. A snapshot's reads may come
+ * DynamoDB refuses the combined read (refusedWhole), as it does when the items come to
+ * more than one TransactGetItems answers (4 MB: about 21 rows holding values near the
+ * largest): the counter is then peeked alone. A snapshot's reads may come
  * after its timestamp (every later read of a transaction does): a strongly consistent read
  * after the peek sees every write acknowledged before it, so all of V's.
  */
@@ -106,7 +107,7 @@ export async function readPeeked(
   try {
     peeked = await peekWith(ctx, counter, first);
   } catch (error) {
-    if (first.length === 0 || !tooLarge(error)) throw error;
+    if (first.length === 0 || !refusedWhole(error)) throw error;
     first = [];
     peeked = await peekWith(ctx, counter, first);
   }
@@ -157,15 +158,16 @@ async function peekWith(
 }
 
 /**
- * TransactGetItems refused because its answer would pass 4 MB: a ValidationException
- * ("Payload in response is too large" from DynamoDB Local). Matched on the name and on
- * "too large" or "size", so another validation failure is not taken for it.
+ * DynamoDB refused the TransactGetItems as a whole, for a reason retrying it will not fix:
+ * an answer over 4 MB (DynamoDB Local: a ValidationException, "Payload in response is too
+ * large"; the service documents the limit, not the error's name), or anything else it
+ * rejects outright. Not throttling, a conflict or a lost reply (those fail the read as
+ * retryable, as before). Peeking the counter alone and reading the rows after is then
+ * always safe: a refusal that is not about the combined read fails those calls too, and
+ * reaches the caller from there.
  */
-function tooLarge(error: unknown): boolean {
-  const cause = error instanceof StoreError ? error.cause : error;
-  return (
-    errorName(cause) === 'ValidationException' && /too large|size/i.test(String((cause as Error)?.message))
-  );
+function refusedWhole(error: unknown): boolean {
+  return classify(error instanceof StoreError ? error.cause : error) === 'rejected';
 }
 
 /** Deletes every item whose partition key belongs to the namespace (Scan + BatchWriteItem). */
