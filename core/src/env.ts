@@ -96,22 +96,96 @@ export interface RowTidier {
 /**
  * A stamped read draws a timestamp of its own: one round trip less for the transaction, but
  * one counter write per transaction for the store. The batched oracle shares one counter
- * write among every transaction that asks while a fetch is in flight. So a client uses a
- * stamped read only while it is otherwise idle: no oracle fetch in flight or waiting, and
- * no other stamped read in flight. Under load, transactions share oracle batches; a lone
- * transaction saves its round trip. A store that declares `stampedReadUnderLoad` (its
- * stamped read writes nothing durable: Redis) gets stamped reads under load too.
+ * write among every transaction that asks while a fetch is in flight, at the price of
+ * waiting for that fetch and then for a read. Which is faster under load depends on the
+ * network and on the store (docs/protocol.md 4.1, "How the client chooses"):
+ *
+ * - Idle (no oracle fetch in flight or waiting, no stamped read in flight): a stamped read.
+ * - Under load: the batched oracle, unless stamped first reads have lately been clearly
+ *   faster (below FASTER of the oracle way's time, both measured under load on this
+ *   client): then stamped reads. Every REFRESH_MS the way not in use is taken once, so a
+ *   change of conditions is seen; that is at most a few calls a second.
+ * - A store that declares `stampedReadUnderLoad` (its stamped read writes nothing durable:
+ *   Redis) gets stamped reads always.
+ *
+ * Which way a transaction goes changes nothing but its speed: both give a timestamp drawn
+ * after the transaction began, read before its rows (4.1).
  */
 export class StampedReadGauge {
   inFlight = 0;
+  /** Smoothed milliseconds from a first read's start to its rows, per way, under load. */
+  private stampedMs: number | undefined;
+  private oracleMs: number | undefined;
+  /** When each way last ran under load (or was last tried). */
+  private lastStamped: number;
+  private lastOracle: number;
+
   constructor(
     private readonly oracleBusy: () => boolean,
     /** The store's `stampedReadUnderLoad`: a stamped read is as cheap as a read, so always use one. */
     private readonly underLoad = false,
-  ) {}
-  preferOracle(): boolean {
-    return !this.underLoad && (this.inFlight > 0 || this.oracleBusy());
+    private readonly now: () => number = () => performance.now(),
+  ) {
+    this.lastStamped = this.lastOracle = now();
   }
+
+  /** Whether a transaction starting now takes the batched oracle. A query: changes nothing. */
+  preferOracle(): boolean {
+    return !this.underLoad && this.loaded() && !this.stampedFaster();
+  }
+
+  /**
+   * How the next first reads go: `idle` and `stamped` send a stamped read (`stamped` is
+   * measured: report it with `record`), `oracle` draws from the oracle first (measured too).
+   */
+  choose(): 'idle' | 'stamped' | 'oracle' {
+    if (this.underLoad || !this.loaded()) return 'idle';
+    const stamped = this.stampedFaster();
+    const t = this.now();
+    // Now and then the way not in use, so that its time is known when conditions change.
+    if (t - (stamped ? this.lastOracle : this.lastStamped) >= REFRESH_MS) {
+      if (stamped) this.lastOracle = t;
+      else this.lastStamped = t;
+      return stamped ? 'oracle' : 'stamped';
+    }
+    return stamped ? 'stamped' : 'oracle';
+  }
+
+  /** A first read under load, by `way`, had its rows after `ms`. */
+  record(way: 'stamped' | 'oracle', ms: number): void {
+    if (way === 'stamped') {
+      this.stampedMs = smooth(this.stampedMs, ms);
+      this.lastStamped = this.now();
+    } else {
+      this.oracleMs = smooth(this.oracleMs, ms);
+      this.lastOracle = this.now();
+    }
+  }
+
+  private loaded(): boolean {
+    return this.inFlight > 0 || this.oracleBusy();
+  }
+
+  private stampedFaster(): boolean {
+    return (
+      this.stampedMs !== undefined && this.oracleMs !== undefined && this.stampedMs < FASTER * this.oracleMs
+    );
+  }
+}
+
+/**
+ * Stamped reads must be this much faster than the oracle's way before they are used under
+ * load: they also cost the store a counter write each, which slows every other write of
+ * the counter (stamped commits), and their time is measured while few of them run.
+ */
+const FASTER = 0.55;
+/** How often the way not in use is tried under load. */
+const REFRESH_MS = 250;
+/** Weight of a new measurement in the smoothed time. */
+const SMOOTHING = 0.1;
+
+function smooth(previous: number | undefined, sample: number): number {
+  return previous === undefined ? sample : previous + SMOOTHING * (sample - previous);
 }
 
 export function observedKey(table: string, column: string): string {

@@ -748,27 +748,36 @@ export class Transaction {
   private firstRead(table: string, row: string): Promise<StoredRow | null> {
     const peek = this.readOnly && this.env.peekCounter !== undefined;
     const counter = peek ? this.env.peekCounter : this.env.stampedReadCounter;
-    if (
-      (!peek && counter === undefined) ||
-      (this.starting !== undefined && this.firstReads === undefined) ||
-      // A peek draws nothing, so it is the cheaper way under load too.
-      (!peek && this.firstReads === undefined && this.env.stampedReads.preferOracle())
-    ) {
+    if ((!peek && counter === undefined) || (this.starting !== undefined && this.firstReads === undefined)) {
       return this.ready().then(() => this.env.reader.read(table, row));
+    }
+    // A peek draws nothing, so it is the cheaper way under load too. Otherwise the gauge
+    // chooses (env.ts, StampedReadGauge), and learns how long its choice took.
+    const gauge = this.env.stampedReads;
+    const way = peek || this.firstReads !== undefined ? 'idle' : gauge.choose();
+    const since = performance.now();
+    if (way === 'oracle') {
+      return this.ready()
+        .then(() => this.env.reader.read(table, row))
+        .then((stored) => {
+          gauge.record('oracle', performance.now() - since);
+          return stored;
+        });
     }
     return new Promise((resolve, reject) => {
       if (!this.firstReads) {
         this.firstReads = [];
-        // Counted from now: transactions starting meanwhile use the oracle. A peek writes
-        // nothing, so it never makes anyone prefer the oracle.
-        if (!peek) this.env.stampedReads.inFlight++;
+        // Counted from now: transactions starting meanwhile count the client as under load.
+        // A peek writes nothing, so it never does.
+        if (!peek) gauge.inFlight++;
         // Anyone who needs the timestamp meanwhile (another read, a commit) waits for this batch.
         let settle!: { resolve: (ts: number) => void; reject: (e: unknown) => void };
         this.starting = new Promise<number>((res, rej) => {
           settle = { resolve: res, reject: rej };
         });
         this.starting.catch(() => undefined); // its failure reaches the reads; nobody else need wait
-        queueMicrotask(() => this.sendFirstReads(counter!, settle, peek));
+        const measured = way === 'stamped' ? since : undefined;
+        queueMicrotask(() => this.sendFirstReads(counter!, settle, peek, measured));
       }
       this.firstReads.push({ table, row, resolve, reject });
     });
@@ -797,6 +806,8 @@ export class Transaction {
     counter: string,
     settle: { resolve: (ts: number) => void; reject: (e: unknown) => void },
     peek = false,
+    /** A stamped read the gauge chose under load: when it started, to report its time. */
+    measuredSince?: number,
   ): void {
     const batch = this.firstReads!;
     this.firstReads = undefined;
@@ -812,6 +823,7 @@ export class Transaction {
           throw new StoreError('readStamped answered with the wrong number of rows', 'no');
         }
         this.ts = timestamp;
+        if (measuredSince !== undefined) gauge.record('stamped', performance.now() - measuredSince);
         settle.resolve(timestamp);
         for (const [i, r] of batch.entries()) r.resolve(rows[i]!);
       })
