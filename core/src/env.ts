@@ -103,8 +103,9 @@ export interface RowTidier {
  * - Idle (no oracle fetch in flight or waiting, no stamped read in flight): a stamped read.
  * - Under load: the batched oracle, unless stamped first reads have lately been clearly
  *   faster (below FASTER of the oracle way's time, both measured under load on this
- *   client): then stamped reads. Every REFRESH_MS the way not in use is taken once, so a
- *   change of conditions is seen; that is at most a few calls a second.
+ *   client, each smoothed over its samples, MIN_SAMPLES of each at least): then stamped
+ *   reads. At most every REFRESH_MS the way not in use is taken once, so a change of
+ *   conditions is seen; that is a few calls a second at most.
  * - A store that declares `stampedReadUnderLoad` (its stamped read writes nothing durable:
  *   Redis) gets stamped reads always.
  *
@@ -116,6 +117,9 @@ export class StampedReadGauge {
   /** Smoothed milliseconds from a first read's start to its rows, per way, under load. */
   private stampedMs: number | undefined;
   private oracleMs: number | undefined;
+  /** Samples so far, per way: no switch on a single one. */
+  private stampedSamples = 0;
+  private oracleSamples = 0;
   /** When each way last ran under load (or was last tried). */
   private lastStamped: number;
   private lastOracle: number;
@@ -155,11 +159,21 @@ export class StampedReadGauge {
   record(way: 'stamped' | 'oracle', ms: number): void {
     if (way === 'stamped') {
       this.stampedMs = smooth(this.stampedMs, ms);
+      this.stampedSamples++;
       this.lastStamped = this.now();
     } else {
       this.oracleMs = smooth(this.oracleMs, ms);
+      this.oracleSamples++;
       this.lastOracle = this.now();
     }
+  }
+
+  /**
+   * A stamped read under load failed after `ms` and its transaction falls back to the
+   * oracle: that way cost the failure and then the oracle's way, so it is counted so.
+   */
+  recordFailure(ms: number): void {
+    this.record('stamped', ms + (this.oracleMs ?? ms));
   }
 
   private loaded(): boolean {
@@ -168,7 +182,9 @@ export class StampedReadGauge {
 
   private stampedFaster(): boolean {
     return (
-      this.stampedMs !== undefined && this.oracleMs !== undefined && this.stampedMs < FASTER * this.oracleMs
+      this.stampedSamples >= MIN_SAMPLES &&
+      this.oracleSamples >= MIN_SAMPLES &&
+      this.stampedMs! < FASTER * this.oracleMs!
     );
   }
 }
@@ -179,8 +195,10 @@ export class StampedReadGauge {
  * the counter (stamped commits), and their time is measured while few of them run.
  */
 const FASTER = 0.55;
-/** How often the way not in use is tried under load. */
+/** How often, at most, the way not in use is tried under load (when a transaction starts). */
 const REFRESH_MS = 250;
+/** Samples of each way before stamped reads may be chosen under load (a second of tries). */
+const MIN_SAMPLES = 4;
 /** Weight of a new measurement in the smoothed time. */
 const SMOOTHING = 0.1;
 

@@ -104,7 +104,8 @@ export interface StoreCapabilities {
    * same script). The client then uses stamped reads under load too, one round trip per
    * transaction, instead of sharing the batched oracle's fetches (two round trips). Absent
    * or false (PostgreSQL, MySQL: a stamped read commits a counter update, which serialises
-   * on the counter row): stamped reads only while the client is otherwise idle.
+   * on the counter row): stamped reads while the client is otherwise idle, and under load
+   * only while they measure clearly faster than the oracle's way (docs/protocol.md 4.1).
    */
   readonly stampedReadUnderLoad?: boolean;
   /**

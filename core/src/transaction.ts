@@ -837,6 +837,7 @@ export class Transaction {
         }
         // Reads change nothing: after a failed stamped read, take the timestamp from the
         // oracle and read again the usual way (the rows are read after it is drawn).
+        if (measuredSince !== undefined) gauge.recordFailure(performance.now() - measuredSince);
         this.env.oracle.next().then(
           (ts) => {
             this.ts = ts;

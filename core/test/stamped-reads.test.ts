@@ -75,11 +75,15 @@ describe('how first reads get their timestamp (StampedReadGauge)', () => {
   it('under load, stamped reads once they are measured clearly faster (below 0.55x the oracle way), the oracle way retried once per 250 ms', () => {
     const { g, load, advance } = gauge();
     load(true);
-    g.record('oracle', 6);
-    g.record('stamped', 5); // faster, not clearly: 5 > 0.55 * 6
+    for (let i = 0; i < 4; i++) g.record('oracle', 6);
+    g.record('stamped', 1); // one sample is not enough to switch on
+    expect(g.choose()).toBe('oracle');
+    for (let i = 0; i < 3; i++) g.record('stamped', 5); // smoothed to about 1.9: clearly faster
+    expect(g.preferOracle()).toBe(false);
+    for (let i = 0; i < 20; i++) g.record('stamped', 5); // now about 4.5: faster, not clearly (> 0.55 * 6)
     expect(g.choose()).toBe('oracle');
     expect(g.preferOracle()).toBe(true);
-    for (let i = 0; i < 10; i++) g.record('stamped', 2); // smoothed down to about 2.3
+    for (let i = 0; i < 30; i++) g.record('stamped', 2); // smoothed down to about 2.1
     expect(g.preferOracle()).toBe(false);
     expect([g.choose(), g.choose()]).toEqual(['stamped', 'stamped']);
     advance(250);
@@ -91,6 +95,17 @@ describe('how first reads get their timestamp (StampedReadGauge)', () => {
     // Idle is idle whatever was measured.
     load(false);
     expect(g.choose()).toBe('idle');
+  });
+
+  it('a stamped read that failed counts as its time plus the oracle way after it', () => {
+    const { g, load } = gauge();
+    load(true);
+    for (let i = 0; i < 4; i++) g.record('oracle', 10);
+    for (let i = 0; i < 4; i++) g.record('stamped', 1);
+    expect(g.preferOracle()).toBe(false);
+    // Failing stamped reads: each cost 1 ms and then the oracle way (10 ms).
+    for (let i = 0; i < 30; i++) g.recordFailure(1);
+    expect(g.preferOracle()).toBe(true);
   });
 
   it('with stampedReadUnderLoad, a stamped read always', () => {
@@ -117,7 +132,7 @@ describe('how first reads get their timestamp (StampedReadGauge)', () => {
       return increment(name, delta);
     };
     const before = { ...store.calls };
-    const deadline = Date.now() + 700;
+    const deadline = Date.now() + 1800;
     let reads = 0;
     await Promise.all(
       Array.from({ length: 8 }, async (_, i) => {
@@ -130,8 +145,9 @@ describe('how first reads get their timestamp (StampedReadGauge)', () => {
     await db.close();
     const stamped = store.calls.readStamped - before.readStamped;
     const fetches = store.calls.incrementCounter - before.incrementCounter;
-    // Before the first 250 ms the oracle serves them (a few fetches, each shared); after,
-    // stamped reads measured faster serve nearly all of them.
+    // For the first second the oracle serves them (a few fetches, each shared) while the
+    // stamped way is tried every 250 ms; once it has 4 samples, clearly faster,
+    // stamped reads serve nearly all of them.
     expect(stamped).toBeGreaterThan(reads / 2);
     expect(fetches).toBeGreaterThan(0);
     expect(fetches).toBeLessThan(reads / 4);
