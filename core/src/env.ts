@@ -114,15 +114,9 @@ export interface RowTidier {
  */
 export class StampedReadGauge {
   inFlight = 0;
-  /** Smoothed milliseconds from a first read's start to its rows, per way, under load. */
-  private stampedMs: number | undefined;
-  private oracleMs: number | undefined;
-  /** Samples so far, per way: no switch on a single one. */
-  private stampedSamples = 0;
-  private oracleSamples = 0;
-  /** When each way last ran under load (or was last tried). */
-  private lastStamped: number;
-  private lastOracle: number;
+  /** What each way took, under load on this client. */
+  private readonly stamped: WayTimes;
+  private readonly oracle: WayTimes;
 
   constructor(
     private readonly oracleBusy: () => boolean,
@@ -130,7 +124,8 @@ export class StampedReadGauge {
     private readonly underLoad = false,
     private readonly now: () => number = () => performance.now(),
   ) {
-    this.lastStamped = this.lastOracle = now();
+    this.stamped = new WayTimes(now());
+    this.oracle = new WayTimes(now());
   }
 
   /** Whether a transaction starting now takes the batched oracle. A query: changes nothing. */
@@ -145,11 +140,11 @@ export class StampedReadGauge {
   choose(): 'idle' | 'stamped' | 'oracle' {
     if (this.underLoad || !this.loaded()) return 'idle';
     const stamped = this.stampedFaster();
+    const unused = stamped ? this.oracle : this.stamped;
     const t = this.now();
     // Now and then the way not in use, so that its time is known when conditions change.
-    if (t - (stamped ? this.lastOracle : this.lastStamped) >= REFRESH_MS) {
-      if (stamped) this.lastOracle = t;
-      else this.lastStamped = t;
+    if (t - unused.last >= REFRESH_MS) {
+      unused.last = t;
       return stamped ? 'oracle' : 'stamped';
     }
     return stamped ? 'stamped' : 'oracle';
@@ -157,15 +152,7 @@ export class StampedReadGauge {
 
   /** A first read under load, by `way`, had its rows after `ms`. */
   record(way: 'stamped' | 'oracle', ms: number): void {
-    if (way === 'stamped') {
-      this.stampedMs = smooth(this.stampedMs, ms);
-      this.stampedSamples++;
-      this.lastStamped = this.now();
-    } else {
-      this.oracleMs = smooth(this.oracleMs, ms);
-      this.oracleSamples++;
-      this.lastOracle = this.now();
-    }
+    this[way].add(ms, this.now());
   }
 
   /**
@@ -173,7 +160,7 @@ export class StampedReadGauge {
    * oracle: that way cost the failure and then the oracle's way, so it is counted so.
    */
   recordFailure(ms: number): void {
-    this.record('stamped', ms + (this.oracleMs ?? ms));
+    this.record('stamped', ms + (this.oracle.ms ?? ms));
   }
 
   private loaded(): boolean {
@@ -181,11 +168,26 @@ export class StampedReadGauge {
   }
 
   private stampedFaster(): boolean {
+    const { stamped, oracle } = this;
     return (
-      this.stampedSamples >= MIN_SAMPLES &&
-      this.oracleSamples >= MIN_SAMPLES &&
-      this.stampedMs! < FASTER * this.oracleMs!
+      stamped.samples >= MIN_SAMPLES && oracle.samples >= MIN_SAMPLES && stamped.ms! < FASTER * oracle.ms!
     );
+  }
+}
+
+/** One way's smoothed time (milliseconds from a first read's start to its rows), its samples, its last use. */
+class WayTimes {
+  ms: number | undefined = undefined;
+  samples = 0;
+  constructor(
+    /** When it last ran under load, or was last tried. */
+    public last: number,
+  ) {}
+
+  add(ms: number, now: number): void {
+    this.ms = this.ms === undefined ? ms : this.ms + SMOOTHING * (ms - this.ms);
+    this.samples++;
+    this.last = now;
   }
 }
 
@@ -201,10 +203,6 @@ const REFRESH_MS = 250;
 const MIN_SAMPLES = 4;
 /** Weight of a new measurement in the smoothed time. */
 const SMOOTHING = 0.1;
-
-function smooth(previous: number | undefined, sample: number): number {
-  return previous === undefined ? sample : previous + SMOOTHING * (sample - previous);
-}
 
 export function observedKey(table: string, column: string): string {
   return `${table}\u0000${column}`;

@@ -755,8 +755,8 @@ export class Transaction {
     // chooses (env.ts, StampedReadGauge), and learns how long its choice took.
     const gauge = this.env.stampedReads;
     const way = peek || this.firstReads !== undefined ? 'idle' : gauge.choose();
-    const since = performance.now();
     if (way === 'oracle') {
+      const since = performance.now();
       return this.ready()
         .then(() => this.env.reader.read(table, row))
         .then((stored) => {
@@ -776,7 +776,7 @@ export class Transaction {
           settle = { resolve: res, reject: rej };
         });
         this.starting.catch(() => undefined); // its failure reaches the reads; nobody else need wait
-        const measured = way === 'stamped' ? since : undefined;
+        const measured = way === 'stamped' ? performance.now() : undefined;
         queueMicrotask(() => this.sendFirstReads(counter!, settle, peek, measured));
       }
       this.firstReads.push({ table, row, resolve, reject });
