@@ -3,8 +3,18 @@ import type { Cell, RowState, WriteRecord } from './row-state.js';
 
 /** Pure rules on one cell, shared by reads, prewrite, commit, pruning and the tidy step. */
 
+/*
+ * Each rule looks at `cell.recent` first and decodes the cell's history (row-state.ts,
+ * Cell) only when the answer may lie there: the history's records are all older than the
+ * recent ones, and its stats say what it holds.
+ */
+
 /** The newest put/delete committed before `startTs` (rollback records are skipped). */
 export function visibleWrite(cell: Cell, startTs: number): WriteRecord | undefined {
+  for (const rec of cell.recent) {
+    if (rec.commitTs < startTs && rec.kind !== 'rollback') return rec;
+  }
+  if (!cell.history) return undefined;
   for (const rec of cell.writes) {
     if (rec.commitTs < startTs && rec.kind !== 'rollback') return rec;
   }
@@ -13,25 +23,32 @@ export function visibleWrite(cell: Cell, startTs: number): WriteRecord | undefin
 
 /** Any record (commit or rollback) at or after `startTs`: a write-write conflict for that startTs. */
 export function hasWriteAtOrAfter(cell: Cell, startTs: number): boolean {
-  const newest = cell.writes[0];
+  const newest = cell.recent[0];
   return newest !== undefined && newest.commitTs >= startTs;
 }
 
 export function findRecord(cell: Cell, startTs: number): WriteRecord | undefined {
+  for (const rec of cell.recent) if (rec.startTs === startTs) return rec;
+  // A record's commitTs is at least its startTs: none in the history can start after its newest commit.
+  if (!cell.history || startTs > cell.history.newestCommitTs) return undefined;
   return cell.writes.find((rec) => rec.startTs === startTs);
 }
 
 /** Insert keeping newest-first order. */
 export function addRecord(cell: Cell, rec: WriteRecord): void {
+  const writes = cell.history && rec.commitTs > cell.history.newestCommitTs ? cell.recent : cell.writes;
   let i = 0;
-  while (i < cell.writes.length && cell.writes[i]!.commitTs > rec.commitTs) i++;
-  cell.writes.splice(i, 0, rec);
+  while (i < writes.length && writes[i]!.commitTs > rec.commitTs) i++;
+  writes.splice(i, 0, rec);
 }
 
 export interface PrunePolicy {
   /** Versions superseded longer ago than this (wall time) may go. */
   readonly retentionMs: number;
-  /** At most this many records are kept per cell, whatever their age. */
+  /**
+   * At most this many records are kept per cell, whatever their age: `pruneCell` and GC
+   * keep this many, and commits prune once a cell holds a quarter more (pruneDue).
+   */
   readonly maxVersionsPerCell: number;
   /**
    * Bytes of superseded values a cell may keep in its head row (default 512). Past it, a
@@ -144,8 +161,27 @@ function superseded(cell: Cell): WriteRecord[] {
   return out;
 }
 
+/** Bytes of superseded values in `cell.recent` (`inline`, `moving`): the history's are in its stats. */
+function recentSupersededBytes(cell: Cell, places: 'inline' | 'kept'): number {
+  let bytes = 0;
+  let passedCurrent = false;
+  for (const rec of cell.recent) {
+    if (rec.kind === 'rollback') continue;
+    if (!passedCurrent) {
+      passedCurrent = true;
+      continue;
+    }
+    if (rec.kind !== 'put' || rec.value === 'moved' || (places === 'inline' && rec.value !== 'inline'))
+      continue;
+    bytes += cell.recentData.get(rec.startTs)?.length ?? 0;
+  }
+  return bytes;
+}
+
 /** Bytes of superseded values still in the head row (`inline` or `moving`). */
 export function inlineHistoryBytes(cell: Cell): number {
+  const history = cell.history;
+  if (history) return recentSupersededBytes(cell, 'kept') + history.inlineBytes + history.movingBytes;
   let bytes = 0;
   for (const rec of superseded(cell))
     if (rec.value !== 'moved') bytes += cell.data.get(rec.startTs)?.length ?? 0;
@@ -157,6 +193,13 @@ export function inlineHistoryBytes(cell: Cell): number {
  * 'force'). Only the mark: the tidy step creates the version rows afterwards.
  */
 export function markMoving(cell: Cell, limitBytes: number | 'force'): boolean {
+  const history = cell.history;
+  if (
+    history &&
+    limitBytes !== 'force' &&
+    recentSupersededBytes(cell, 'inline') + history.inlineBytes <= limitBytes
+  )
+    return false;
   const candidates = superseded(cell).filter((rec) => rec.value === 'inline' && cell.data.has(rec.startTs));
   if (candidates.length === 0) return false;
   if (limitBytes !== 'force') {
@@ -168,9 +211,34 @@ export function markMoving(cell: Cell, limitBytes: number | 'force'): boolean {
   return true;
 }
 
-/** What every CAS that adds a commit record does to the cell: prune, then mark values to move. */
+/**
+ * Whether a commit prunes the cell now. Commits prune in batches, so that between two
+ * prunes a cell's older records stay encoded (row-state.ts, Cell) and a commit costs the
+ * same on a long history as on a short one: once the cell holds a quarter of
+ * `maxVersionsPerCell` records more than it (8 by default), or once two records that list
+ * no secondaries are an eighth of `retentionMs` past the retention window (the newer of
+ * the two may stay, as the version at the safe point). Pruning then drops all it may, as
+ * `pruneCell` always does. Only ever later than an exact prune, never earlier: a snapshot
+ * reads as much history as before, or more. `db.gc()` prunes exactly.
+ */
+export function pruneDue(cell: Cell, policy: PrunePolicy, nowMs: number): boolean {
+  const count = cell.recordCount;
+  if (count <= 1) return false;
+  if (count > policy.maxVersionsPerCell + Math.floor(policy.maxVersionsPerCell / 4)) return true;
+  const cutoff = nowMs - policy.retentionMs - Math.floor(policy.retentionMs / 8);
+  let aged = 0;
+  const walls = cell.history?.prunableWalls;
+  if (walls && walls[0] <= cutoff) aged += walls[1] <= cutoff ? 2 : 1;
+  if (aged >= 2) return true;
+  for (const rec of cell.recent) {
+    if (!rec.secondaries && rec.wallTimeMs <= cutoff && ++aged >= 2) return true;
+  }
+  return false;
+}
+
+/** What every CAS that adds a commit record does to the cell: prune (in batches), then mark values to move. */
 export function tidyCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
-  pruneCell(cell, policy, nowMs);
+  if (pruneDue(cell, policy, nowMs)) pruneCell(cell, policy, nowMs);
   markMoving(cell, policy.inlineHistoryBytes);
 }
 
@@ -191,8 +259,9 @@ export const GARBAGE_BATCH = 16;
 export function rowNeedsTidy(state: RowState, policy: PrunePolicy, nowMs: number, garbageBatch = 1): boolean {
   for (const cell of state.cells.values()) {
     if (cell.garbage.length >= garbageBatch) return true;
-    if (cell.writes.some((rec) => rec.value === 'moving')) return true;
-    if (heldWorthSettling(heldRecords(cell, policy, nowMs))) return true;
+    if (cell.recent.some((rec) => rec.value === 'moving') || (cell.history?.moving ?? 0) > 0) return true;
+    // Held records are settled when the commits' pruning would drop them (pruneDue).
+    if (pruneDue(cell, policy, nowMs) && heldWorthSettling(heldRecords(cell, policy, nowMs))) return true;
   }
   return false;
 }

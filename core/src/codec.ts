@@ -1,14 +1,24 @@
 import { CorruptRowError } from './errors.js';
-import type { Cell, Lock, RecordKind, RowKey, RowState, ValuePlace, WriteRecord } from './row-state.js';
+import {
+  Cell,
+  type EncodedHistory,
+  type Lock,
+  type RecordKind,
+  type RowKey,
+  type RowState,
+  type ValuePlace,
+  type WriteRecord,
+} from './row-state.js';
 
 /**
  * Binary encoding of head rows and version rows (docs/protocol.md section 2). Every
  * protocol step decodes and re-encodes a head row, so it is compact and fast. All integers
  * are unsigned LEB128 varints (they hold any safe integer); signed ones are zigzagged.
  *
- * Head row, format 2:
- *   format=2, stamp (8 bytes, big endian, at STAMP_OFFSET), n cells, per cell: name,
- *   flags(bit0 lock, bit1 notify, bit2 garbage, bit3 notifyTs is the stamp), prunedThrough,
+ * Head row, format 3 (format 2 is read too: the same without bit 4):
+ *   format=3, stamp (8 bytes, big endian, at STAMP_OFFSET), n cells, per cell: name,
+ *   flags(bit0 lock, bit1 notify, bit2 garbage, bit3 notifyTs is the stamp, bit4 history),
+ *   prunedThrough,
  *   n data {startTs, bytes},
  *   [lock {startTs, table, row, column, kind, ttlMs, wallTimeMs, n secondaries {table, row}}],
  *   n writes, newest first, each {bits (kind | place<<2 | hasSecondaries<<4 | stamped<<5
@@ -17,7 +27,17 @@ import type { Cell, Lock, RecordKind, RowKey, RowState, ValuePlace, WriteRecord 
  *     wallTimeMs (the first absolute, then zigzag of the newer one's minus this),
  *     [n secondaries]}, where base is the newer record's commitTs (its startTs if stamped),
  *     0 for the first;
- *   [notifyTs, unless bit3], n acks {name, ts}, [n garbage {startTs}].
+ *   [notifyTs, unless bit3], n acks {name, ts}, [n garbage {startTs}],
+ *   [history: length (a varint padded to 4 bytes), count, newestCommitTs, newestWallTimeMs,
+ *     the two smallest wallTimeMs of records with no secondaries (plus 1; 0: none), inlineBytes,
+ *     movingBytes, moving, held, then the records oldest first,
+ *     each {bits (kind | place<<2 | hasSecondaries<<4 | hasValue<<5), zigzag(commitTs - the
+ *     older one's, 0 for the first), commitTs - startTs, zigzag(wallTimeMs - the older
+ *     one's), [n secondaries], [value bytes]}].
+ * The records and values before the history are the cell's recent ones: the newest put or
+ * delete, any rollback newer than it, and one more (HOT_RECORDS). Older ones go to the
+ * history, which is oldest first so that records demoted later are appended after its
+ * bytes, which a write that does not decode them copies as they are (row-state.ts, Cell).
  * A stamped record's commitTs is the row's stamp: a store with `stampedCheckAndSet` writes
  * it into the 8-byte slot in the same atomic step as the write, so a one-phase commit (or a
  * primary commit) needs no round trip for its commit timestamp. In memory such a record
@@ -29,7 +49,11 @@ import type { Cell, Lock, RecordKind, RowKey, RowState, ValuePlace, WriteRecord 
  * A row in any other format (format 1 was the first version's single-blob layout) is a
  * CorruptRowError: never guessed at.
  */
-export const HEAD_FORMAT = 2;
+export const HEAD_FORMAT = 3;
+/** Head rows written before cell histories: read, never written. */
+const HEAD_FORMAT_2 = 2;
+/** Records a cell keeps recent past its newest put or delete (and the rollbacks newer than it). */
+const HOT_EXTRA = 1;
 /** The commitTs of a record whose timestamp the store will stamp (sorts newest). */
 export const STAMP = Number.MAX_SAFE_INTEGER;
 export const VERSION_FORMAT = 16;
@@ -86,6 +110,19 @@ class Writer {
   }
   int(value: number): void {
     this.uint(value >= 0 ? value * 2 : -value * 2 - 1);
+  }
+  /** Room for a varint written later with `patch4` (at most 2^28 - 1). */
+  reserve4(): number {
+    this.ensure(4);
+    const at = this.pos;
+    this.pos += 4;
+    return at;
+  }
+  /** A varint in exactly 4 bytes (padded with continuation bits, which decode as zero). */
+  patch4(at: number, value: number): void {
+    if (value >= 2 ** 28) throw new RangeError('history section too large');
+    for (let i = 0; i < 3; i++) this.buf[at + i] = ((value >>> (7 * i)) & 0x7f) | 0x80;
+    this.buf[at + 3] = (value >>> 21) & 0x7f;
   }
   /** 8 bytes, big endian (the stamp slot). */
   fixed64(value: number): void {
@@ -153,6 +190,13 @@ class Reader {
     if (!Number.isSafeInteger(value)) throw new CorruptRowError('row stamp is past the safe integer range');
     return value;
   }
+  /** The next `n` bytes, a view. */
+  take(n: number): Uint8Array {
+    if (this.pos + n > this.buf.length) throw new CorruptRowError('row state is truncated');
+    const out = this.buf.subarray(this.pos, this.pos + n);
+    this.pos += n;
+    return out;
+  }
   /** A view into the row's bytes, not a copy: callers that hand a value out copy it. */
   bytes(): Uint8Array {
     const n = this.uint();
@@ -191,86 +235,200 @@ function readRows(r: Reader): RowKey[] | undefined {
   return rows;
 }
 
+/**
+ * How many of a cell's newest records stay recent: through its newest put or delete, one
+ * more (a snapshot just before the last commit is read often), and never a record that
+ * waits for its stamp.
+ */
+function recentCount(writes: readonly WriteRecord[]): number {
+  let i = 0;
+  while (i < writes.length && writes[i]!.kind === 'rollback') i++;
+  let n = Math.min(writes.length, i + 1 + HOT_EXTRA);
+  while (n < writes.length && (writes[n]!.commitTs === STAMP || writes[n]!.startTs === STAMP)) n++;
+  return n;
+}
+
 export function encodeRow(row: RowState): Uint8Array {
   // Room for the values and about 32 bytes per record, lock and name: one allocation, usually.
   let size = 64;
   for (const cell of row.cells.values()) {
-    size += 64 + cell.writes.length * 32;
-    for (const value of cell.data.values()) size += value.length + 8;
+    size += 96 + cell.recent.length * 32 + (cell.history?.body.length ?? 0);
+    for (const value of cell.recentData.values()) size += value.length + 8;
   }
   const w = new Writer(size);
   w.uint(HEAD_FORMAT);
   w.fixed64(0); // the stamp slot: filled by the store, or unused
   w.uint(row.cells.size);
-  for (const [name, cell] of row.cells) {
-    w.string(name);
-    w.uint(
-      (cell.lock ? 1 : 0) |
-        (cell.notifyTs > 0 ? 2 : 0) |
-        (cell.garbage.length > 0 ? 4 : 0) |
-        (cell.notifyTs === STAMP ? 8 : 0),
-    );
-    w.uint(cell.prunedThrough);
-    w.uint(cell.data.size);
-    for (const [ts, value] of cell.data) {
-      // 0 (never a real timestamp): the value of a record whose startTs is the stamp.
-      w.uint(ts === STAMP ? 0 : ts);
-      w.bytes(value);
-    }
-    if (cell.lock) {
-      const l = cell.lock;
-      w.uint(l.startTs);
-      w.string(l.primary.table);
-      w.string(l.primary.row);
-      w.string(l.primary.column);
-      w.uint(l.kind === 'put' ? 0 : 1);
-      w.uint(l.ttlMs);
-      w.uint(l.wallTimeMs);
-      writeRows(w, l.secondaries);
-    }
-    w.uint(cell.writes.length);
-    let base = 0;
-    let newerWall = 0;
-    for (let i = 0; i < cell.writes.length; i++) {
-      const rec = cell.writes[i]!;
-      const stamped = rec.commitTs === STAMP;
-      const startStamped = stamped && rec.startTs === STAMP;
-      const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
-      w.uint(
-        KIND_BITS[rec.kind] |
-          PLACE_BITS[rec.value] |
-          (hasSecondaries ? 16 : 0) |
-          (stamped ? 32 : 0) |
-          (startStamped ? 64 : 0),
-      );
-      if (startStamped) {
-        base = 0;
-      } else if (stamped) {
-        w.uint(rec.startTs);
-        base = rec.startTs;
-      } else {
-        w.int(rec.commitTs - base);
-        w.uint(rec.commitTs - rec.startTs);
-        base = rec.commitTs;
-      }
-      if (i === 0) w.uint(rec.wallTimeMs);
-      else w.int(newerWall - rec.wallTimeMs);
-      if (hasSecondaries) writeRows(w, rec.secondaries);
-      newerWall = rec.wallTimeMs;
-    }
-    // A one-phase blind write to an observed column: its notification is stamped too.
-    if (cell.notifyTs > 0 && cell.notifyTs !== STAMP) w.uint(cell.notifyTs);
-    w.uint(cell.acks.size);
-    for (const [observer, ts] of cell.acks) {
-      w.string(observer);
-      w.uint(ts);
-    }
-    if (cell.garbage.length > 0) {
-      w.uint(cell.garbage.length);
-      for (const ts of cell.garbage) w.uint(ts);
-    }
-  }
+  for (const [name, cell] of row.cells) encodeCell(w, name, cell);
   return w.result();
+}
+
+function encodeCell(w: Writer, name: string, cell: Cell): void {
+  const writes = cell.recent;
+  const data = cell.recentData;
+  const history = cell.history;
+  const keep = recentCount(writes);
+  // Records past `keep` join the history, with their values.
+  let demotedValues = 0;
+  for (let i = keep; i < writes.length; i++) if (historyValue(writes[i]!, data)) demotedValues++;
+  const demoted = (ts: number) => {
+    for (let i = keep; i < writes.length; i++)
+      if (writes[i]!.startTs === ts) return historyValue(writes[i]!, data) !== undefined;
+    return false;
+  };
+  const hasHistory = history !== undefined || keep < writes.length;
+  w.string(name);
+  w.uint(
+    (cell.lock ? 1 : 0) |
+      (cell.notifyTs > 0 ? 2 : 0) |
+      (cell.garbage.length > 0 ? 4 : 0) |
+      (cell.notifyTs === STAMP ? 8 : 0) |
+      (hasHistory ? 16 : 0),
+  );
+  w.uint(cell.prunedThrough);
+  w.uint(data.size - demotedValues);
+  for (const [ts, value] of data) {
+    if (demotedValues > 0 && demoted(ts)) continue;
+    // 0 (never a real timestamp): the value of a record whose startTs is the stamp.
+    w.uint(ts === STAMP ? 0 : ts);
+    w.bytes(value);
+  }
+  if (cell.lock) {
+    const l = cell.lock;
+    w.uint(l.startTs);
+    w.string(l.primary.table);
+    w.string(l.primary.row);
+    w.string(l.primary.column);
+    w.uint(l.kind === 'put' ? 0 : 1);
+    w.uint(l.ttlMs);
+    w.uint(l.wallTimeMs);
+    writeRows(w, l.secondaries);
+  }
+  w.uint(keep);
+  let base = 0;
+  let newerWall = 0;
+  for (let i = 0; i < keep; i++) {
+    const rec = writes[i]!;
+    const stamped = rec.commitTs === STAMP;
+    const startStamped = stamped && rec.startTs === STAMP;
+    const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
+    w.uint(
+      KIND_BITS[rec.kind] |
+        PLACE_BITS[rec.value] |
+        (hasSecondaries ? 16 : 0) |
+        (stamped ? 32 : 0) |
+        (startStamped ? 64 : 0),
+    );
+    if (startStamped) {
+      base = 0;
+    } else if (stamped) {
+      w.uint(rec.startTs);
+      base = rec.startTs;
+    } else {
+      w.int(rec.commitTs - base);
+      w.uint(rec.commitTs - rec.startTs);
+      base = rec.commitTs;
+    }
+    if (i === 0) w.uint(rec.wallTimeMs);
+    else w.int(newerWall - rec.wallTimeMs);
+    if (hasSecondaries) writeRows(w, rec.secondaries);
+    newerWall = rec.wallTimeMs;
+  }
+  // A one-phase blind write to an observed column: its notification is stamped too.
+  if (cell.notifyTs > 0 && cell.notifyTs !== STAMP) w.uint(cell.notifyTs);
+  w.uint(cell.acks.size);
+  for (const [observer, ts] of cell.acks) {
+    w.string(observer);
+    w.uint(ts);
+  }
+  if (cell.garbage.length > 0) {
+    w.uint(cell.garbage.length);
+    for (const ts of cell.garbage) w.uint(ts);
+  }
+  if (hasHistory) encodeHistory(w, history, writes, keep, data);
+}
+
+/** The two smallest of a <= b and wall (Infinity: none). */
+function twoSmallest(a: number, b: number, wall: number): [number, number] {
+  if (wall < a) return [wall, a];
+  if (wall < b) return [a, wall];
+  return [a, b];
+}
+
+/** A wall time in a history header: 0 for none, else the time plus 1 (a hand-set clock may read 0). */
+function writeWall(w: Writer, wall: number): void {
+  w.uint(wall === Infinity ? 0 : wall + 1);
+}
+
+function readWall(r: Reader): number {
+  const v = r.uint();
+  return v === 0 ? Infinity : v - 1;
+}
+
+/** The value a record takes into the history: an `inline` or `moving` put's. */
+function historyValue(rec: WriteRecord, data: ReadonlyMap<number, Uint8Array>): Uint8Array | undefined {
+  return rec.kind === 'put' && rec.value !== 'moved' ? data.get(rec.startTs) : undefined;
+}
+
+/**
+ * The history section: the stats, the bytes of the history as read (not decoded), then
+ * `writes[keep..]`, oldest first, with their values.
+ */
+function encodeHistory(
+  w: Writer,
+  history: EncodedHistory | undefined,
+  writes: readonly WriteRecord[],
+  keep: number,
+  data: ReadonlyMap<number, Uint8Array>,
+): void {
+  let count = history?.count ?? 0;
+  let newestCommitTs = history?.newestCommitTs ?? 0;
+  let newestWall = history?.newestWallTimeMs ?? 0;
+  let [wall1, wall2] = history?.prunableWalls ?? [Infinity, Infinity];
+  let inlineBytes = history?.inlineBytes ?? 0;
+  let movingBytes = history?.movingBytes ?? 0;
+  let moving = history?.moving ?? 0;
+  let held = history?.held ?? 0;
+  for (let i = writes.length - 1; i >= keep; i--) {
+    const rec = writes[i]!;
+    if (rec.commitTs === STAMP || rec.startTs === STAMP)
+      throw new Error('a stamped record cannot join the history');
+    count++;
+    const value = historyValue(rec, data);
+    if (value && rec.value === 'inline') inlineBytes += value.length;
+    if (value && rec.value === 'moving') movingBytes += value.length;
+    if (rec.value === 'moving') moving++;
+    if (rec.secondaries !== undefined && rec.secondaries.length > 0) held++;
+    else [wall1, wall2] = twoSmallest(wall1, wall2, rec.wallTimeMs);
+  }
+  const at = w.reserve4();
+  const from = w.pos;
+  w.uint(count);
+  // The newest record appended now, else the history's own newest.
+  const newest = keep < writes.length ? writes[keep]! : undefined;
+  w.uint(newest ? newest.commitTs : newestCommitTs);
+  w.uint(newest ? newest.wallTimeMs : newestWall);
+  writeWall(w, wall1);
+  writeWall(w, wall2);
+  w.uint(inlineBytes);
+  w.uint(movingBytes);
+  w.uint(moving);
+  w.uint(held);
+  if (history) w.raw(history.body);
+  for (let i = writes.length - 1; i >= keep; i--) {
+    const rec = writes[i]!;
+    const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
+    const value = historyValue(rec, data);
+    w.uint(KIND_BITS[rec.kind] | PLACE_BITS[rec.value] | (hasSecondaries ? 16 : 0) | (value ? 32 : 0));
+    w.int(rec.commitTs - newestCommitTs);
+    w.uint(rec.commitTs - rec.startTs);
+    w.int(rec.wallTimeMs - newestWall);
+    if (hasSecondaries) writeRows(w, rec.secondaries);
+    if (value) w.bytes(value);
+    newestCommitTs = rec.commitTs;
+    newestWall = rec.wallTimeMs;
+  }
+  w.patch4(at, w.pos - from);
 }
 
 /** The format number a stored state starts with. */
@@ -281,20 +439,22 @@ export function formatOf(bytes: Uint8Array): number {
 export function decodeRow(bytes: Uint8Array): RowState {
   const r = new Reader(bytes);
   const format = r.uint();
-  if (format !== HEAD_FORMAT) {
+  if (format !== HEAD_FORMAT && format !== HEAD_FORMAT_2) {
     throw new CorruptRowError(
       format === 1
-        ? 'row is in format 1 (the first version of percolator, one blob per row with every version); this version reads format 2 only: rewrite the data with the version that wrote it'
-        : `row is in format ${format}, which this version of percolator does not know (it reads head rows in format ${HEAD_FORMAT})`,
+        ? 'row is in format 1 (the first version of percolator, one blob per row with every version); this version reads formats 2 and 3 only: rewrite the data with the version that wrote it'
+        : `row is in format ${format}, which this version of percolator does not know (it reads head rows in formats 2 and ${HEAD_FORMAT})`,
     );
   }
+  const flagLimit = format === HEAD_FORMAT ? 32 : 16;
   const stamp = r.fixed64();
   const cells = new Map<string, Cell>();
   const n = r.uint();
   for (let i = 0; i < n; i++) {
     const name = r.string();
     const flags = r.uint();
-    if (flags >= 16 || (flags & 10) === 8) throw new CorruptRowError('row state has unknown cell flags');
+    if (flags >= flagLimit || (flags & 10) === 8)
+      throw new CorruptRowError('row state has unknown cell flags');
     const prunedThrough = r.uint();
     const data = new Map<number, Uint8Array>();
     const nData = r.uint();
@@ -361,9 +521,79 @@ export function decodeRow(bytes: Uint8Array): RowState {
       const nGarbage = r.uint();
       for (let j = 0; j < nGarbage; j++) garbage.push(r.uint());
     }
-    cells.set(name, { data, lock, writes, prunedThrough, notifyTs, acks, garbage });
+    let history: EncodedHistory | undefined;
+    if (flags & 16) {
+      history = readHistory(r);
+      const last = writes.at(-1);
+      if (!last || last.commitTs <= history.newestCommitTs)
+        throw new CorruptRowError('row state has a history that is not older than its recent records');
+    }
+    const cell = new Cell(writes, data, history);
+    cell.lock = lock;
+    cell.prunedThrough = prunedThrough;
+    cell.notifyTs = notifyTs;
+    cell.acks = acks;
+    cell.garbage = garbage;
+    cells.set(name, cell);
   }
   return { cells };
+}
+
+/** A history section: its stats now, its records only when `decode` is called. */
+function readHistory(r: Reader): EncodedHistory {
+  const length = r.uint();
+  const section = r.take(length);
+  const h = new Reader(section);
+  const count = h.uint();
+  const newestCommitTs = h.uint();
+  const newestWallTimeMs = h.uint();
+  const prunableWalls: [number, number] = [readWall(h), readWall(h)];
+  const inlineBytes = h.uint();
+  const movingBytes = h.uint();
+  const moving = h.uint();
+  const held = h.uint();
+  if (count === 0) throw new CorruptRowError('row state has an empty history');
+  const body = section.subarray(h.pos);
+  return {
+    count,
+    newestCommitTs,
+    newestWallTimeMs,
+    prunableWalls,
+    inlineBytes,
+    movingBytes,
+    moving,
+    held,
+    body,
+    decode: () => decodeHistory(body, count, newestCommitTs),
+  };
+}
+
+function decodeHistory(
+  body: Uint8Array,
+  count: number,
+  newestCommitTs: number,
+): { writes: WriteRecord[]; data: Map<number, Uint8Array> } {
+  const r = new Reader(body);
+  const writes: WriteRecord[] = new Array(count);
+  const data = new Map<number, Uint8Array>();
+  let commitTs = 0;
+  let wallTimeMs = 0;
+  for (let i = count - 1; i >= 0; i--) {
+    const bits = r.uint();
+    const kind = KINDS[bits & 3];
+    const value = PLACES[(bits >> 2) & 3];
+    if (!kind || !value || bits >= 64)
+      throw new CorruptRowError('row history has an unknown write record kind');
+    commitTs += r.int();
+    const startTs = commitTs - r.uint();
+    wallTimeMs += r.int();
+    const secondaries = bits & 16 ? readRows(r) : undefined;
+    if (bits & 32) data.set(startTs, r.bytes());
+    writes[i] = { commitTs, startTs, kind, value, wallTimeMs, secondaries };
+  }
+  if (r.pos !== body.length || commitTs !== newestCommitTs)
+    throw new CorruptRowError('row history does not match its header');
+  return { writes, data };
 }
 
 export function encodeVersionRow(value: Uint8Array): Uint8Array {

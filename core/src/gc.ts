@@ -40,7 +40,7 @@ export function addGcReports(into: GcReport, add: GcReport): GcReport {
 
 function countRecords(state: RowState): number {
   let n = 0;
-  for (const cell of state.cells.values()) n += cell.writes.length;
+  for (const cell of state.cells.values()) n += cell.recordCount;
   return n;
 }
 

@@ -140,7 +140,7 @@ export function rollBackCells(state: RowState, startTs: number): boolean {
   for (const cell of state.cells.values()) {
     if (cell.lock?.startTs !== startTs) continue;
     cell.lock = undefined;
-    cell.data.delete(startTs);
+    cell.dropValue(startTs);
     changed = true;
   }
   return changed;

@@ -4,6 +4,8 @@
  * on one row is atomic. Old values a current snapshot does not need leave the head row for
  * immutable version rows (versions.ts), so a head row's size does not grow with history.
  */
+import { CorruptRowError } from './errors.js';
+
 export type WriteKind = 'put' | 'delete';
 export type RecordKind = WriteKind | 'rollback';
 
@@ -60,20 +62,137 @@ export interface WriteRecord {
   secondaries?: RowKey[] | undefined;
 }
 
-export interface Cell {
-  /** startTs -> value: the lock's pending value and the `inline`/`moving` committed values. */
-  data: Map<number, Uint8Array>;
-  lock: Lock | undefined;
-  /** Newest first (descending commitTs). */
-  writes: WriteRecord[];
+/**
+ * A cell's older write records, still encoded as they were read (codec.ts, format 3): a
+ * step on the current snapshot never decodes them, and a write that does not touch them
+ * copies their bytes as they are. They are decoded the first time anything needs them
+ * (`Cell.writes` or `Cell.data`). Every one of them is older than every record in
+ * `Cell.recent`, and every put among them is superseded.
+ */
+export interface EncodedHistory {
+  readonly count: number;
+  /** The newest commitTs among them (every record of `Cell.recent` commits after it). */
+  readonly newestCommitTs: number;
+  /** Of the newest of them: what a record appended after them is encoded against. */
+  readonly newestWallTimeMs: number;
+  /**
+   * The two smallest wallTimeMs among them that list no secondaries (Infinity: fewer such
+   * records): whether pruning by age may drop one, without decoding (cells.ts, pruneDue).
+   */
+  readonly prunableWalls: readonly [number, number];
+  /** Bytes of their values still in the head row: `inline`, `moving`. */
+  readonly inlineBytes: number;
+  readonly movingBytes: number;
+  /** How many of them are `moving`. */
+  readonly moving: number;
+  /** How many of them still list secondaries (held records, section 7.4). */
+  readonly held: number;
+  /** The encoded records (oldest first) with their values: the codec's business. */
+  readonly body: Uint8Array;
+  /** Decodes them: records newest first, and the values they hold. */
+  decode(): { writes: WriteRecord[]; data: Map<number, Uint8Array> };
+}
+
+/**
+ * One cell of a head row. `writes` and `data` are the whole cell; reading either decodes
+ * the older records still encoded (`history`), so code that uses them is always right.
+ * The steps on a current snapshot use `recent`, `valueOf`, `setValue` and `dropValue`
+ * (and the rules in cells.ts), which leave the history encoded: that is what keeps a
+ * read or a commit on a cell with a long history as cheap as on a fresh one.
+ */
+export class Cell {
+  lock: Lock | undefined = undefined;
   /** Versions at or below this timestamp were pruned: snapshots at or below it fail. */
-  prunedThrough: number;
+  prunedThrough = 0;
   /** Timestamp of a pending notification, 0 if none (section 8). */
-  notifyTs: number;
+  notifyTs = 0;
   /** Observer name -> startTs of its last successful run. */
-  acks: Map<string, number>;
+  acks = new Map<string, number>();
   /** startTs of version rows whose records were pruned: deleted by the tidy step, then forgotten. */
-  garbage: number[];
+  garbage: number[] = [];
+  #writes: WriteRecord[];
+  #data: Map<number, Uint8Array>;
+  #history: EncodedHistory | undefined;
+
+  constructor(
+    writes: WriteRecord[] = [],
+    data: Map<number, Uint8Array> = new Map(),
+    history?: EncodedHistory,
+  ) {
+    this.#writes = writes;
+    this.#data = data;
+    this.#history = history;
+  }
+
+  /** Newest first (descending commitTs): every record, decoding the history if needed. */
+  get writes(): WriteRecord[] {
+    if (this.#history) this.materialize();
+    return this.#writes;
+  }
+
+  set writes(writes: WriteRecord[]) {
+    if (this.#history) this.materialize();
+    this.#writes = writes;
+  }
+
+  /** startTs -> value: the lock's pending value and the `inline`/`moving` committed values. */
+  get data(): Map<number, Uint8Array> {
+    if (this.#history) this.materialize();
+    return this.#data;
+  }
+
+  /**
+   * The records not in `history`, newest first: all of them once decoded. Whenever the
+   * cell has records, the newest put or delete (what a current snapshot reads) is here.
+   * Mutable only through cells.ts (addRecord).
+   */
+  get recent(): WriteRecord[] {
+    return this.#writes;
+  }
+
+  /** The values of `recent` records and the lock's pending value, without decoding the history. */
+  get recentData(): ReadonlyMap<number, Uint8Array> {
+    return this.#data;
+  }
+
+  get history(): EncodedHistory | undefined {
+    return this.#history;
+  }
+
+  /** Records in all, without decoding. */
+  get recordCount(): number {
+    return this.#writes.length + (this.#history?.count ?? 0);
+  }
+
+  /** The value held for `startTs` (a record's or the lock's), decoding the history only for an older record. */
+  valueOf(startTs: number): Uint8Array | undefined {
+    const value = this.#data.get(startTs);
+    if (value !== undefined || !this.#history || startTs > this.#history.newestCommitTs) return value;
+    return this.data.get(startTs);
+  }
+
+  /** Sets a value newer than the history (a lock's pending value). */
+  setValue(startTs: number, value: Uint8Array): void {
+    if (this.#history && startTs <= this.#history.newestCommitTs) this.materialize();
+    this.#data.set(startTs, value);
+  }
+
+  /** Drops the value held for `startTs`. */
+  dropValue(startTs: number): void {
+    if (this.#history && startTs <= this.#history.newestCommitTs) this.materialize();
+    this.#data.delete(startTs);
+  }
+
+  private materialize(): void {
+    const history = this.#history!;
+    this.#history = undefined;
+    const older = history.decode();
+    const last = this.#writes.at(-1);
+    if (last && older.writes[0] && last.commitTs <= older.writes[0].commitTs)
+      throw new CorruptRowError('row state has history records newer than its recent ones');
+    this.#writes = this.#writes.concat(older.writes);
+    for (const [ts, value] of older.data) this.#data.set(ts, value);
+  }
 }
 
 export interface RowState {
@@ -81,15 +200,7 @@ export interface RowState {
 }
 
 export function emptyCell(): Cell {
-  return {
-    data: new Map(),
-    lock: undefined,
-    writes: [],
-    prunedThrough: 0,
-    notifyTs: 0,
-    acks: new Map(),
-    garbage: [],
-  };
+  return new Cell();
 }
 
 export function emptyRow(): RowState {
@@ -108,8 +219,9 @@ export function cellOf(row: RowState, column: string): Cell {
 export function isCellEmpty(cell: Cell): boolean {
   return (
     cell.lock === undefined &&
-    cell.writes.length === 0 &&
-    cell.data.size === 0 &&
+    cell.recent.length === 0 &&
+    cell.history === undefined &&
+    cell.recentData.size === 0 &&
     cell.notifyTs === 0 &&
     cell.acks.size === 0 &&
     cell.prunedThrough === 0 &&

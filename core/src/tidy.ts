@@ -1,9 +1,11 @@
 import {
+  findRecord,
   GARBAGE_BATCH,
   heldRecords,
   heldWorthSettling,
   markMoving,
   pruneCell,
+  pruneDue,
   rowNeedsTidy,
 } from './cells.js';
 import { decodeRow, encodeVersionRow } from './codec.js';
@@ -81,8 +83,10 @@ export class Tidier implements RowTidier {
     for (const [column, stamps] of columns) {
       const cell = state.cells.get(column);
       if (!cell) continue;
-      for (const rec of cell.writes)
-        if (rec.secondaries && stamps.has(rec.startTs)) rec.secondaries = undefined;
+      for (const ts of stamps) {
+        const rec = findRecord(cell, ts);
+        if (rec?.secondaries) rec.secondaries = undefined;
+      }
     }
   }
 
@@ -100,7 +104,7 @@ export class Tidier implements RowTidier {
     for (const [column, stamps] of columns) {
       const cell = state.cells.get(column);
       for (const ts of stamps) {
-        const rec = cell?.writes.find((w) => w.startTs === ts);
+        const rec = cell && findRecord(cell, ts);
         if (!rec?.secondaries) stamps.delete(ts);
       }
       if (stamps.size === 0) columns.delete(column);
@@ -266,8 +270,9 @@ export class Tidier implements RowTidier {
           cellChanged = true;
         }
         if (cellChanged) {
-          // Records freed of their secondaries list may go now (their version rows become garbage).
-          pruneCell(cell, env.prune, at);
+          // Records freed of their secondaries list may go, with the next batch a commit
+          // would prune (cells.ts, pruneDue); their version rows then become garbage.
+          if (pruneDue(cell, env.prune, at)) pruneCell(cell, env.prune, at);
           changed = true;
         }
       }

@@ -56,7 +56,7 @@ export function applyPrewrite(
     if (hasWriteAtOrAfter(cell, startTs)) {
       throw new ConflictError(`write conflict on ${m.table}/${JSON.stringify(m.row)}/${column}`);
     }
-    if (value) cell.data.set(startTs, value);
+    if (value) cell.setValue(startTs, value);
     if (lockAs === 'lock') {
       cell.lock = {
         startTs,

@@ -55,7 +55,8 @@ export async function clearNotification(
   const { result } = await updateRow<boolean>(env, table, row, undefined, (state) => {
     const cell = state?.cells.get(column);
     if (!state || !cell || cell.notifyTs !== seenNotifyTs || cell.lock) return { done: false };
-    const newest = cell.writes.find((rec) => rec.kind !== 'rollback');
+    // The newest put or delete is always among the recent records (row-state.ts, Cell).
+    const newest = cell.recent.find((rec) => rec.kind !== 'rollback');
     if (newest && newest.commitTs >= coveredBelow) return { done: false };
     cell.notifyTs = 0;
     // A row that held nothing but this notification (a weak one) goes away entirely.
