@@ -129,8 +129,19 @@ export function pruneCell(cell: Cell, policy: PrunePolicy, nowMs: number): void 
   cell.prunedThrough = Math.max(cell.prunedThrough, safePoint);
 }
 
+/**
+ * The records that may be `what`: `cell.recent` when the history's header says it holds
+ * none (so it stays encoded), else every record.
+ */
+export function recordsThatMayBe(cell: Cell, what: 'moving' | 'held'): readonly WriteRecord[] {
+  const history = cell.history;
+  if (!history || (what === 'moving' ? history.moving : history.held) === 0) return cell.recent;
+  return cell.writes;
+}
+
 /** Held records: commit records past the prune point kept only for their secondaries list. */
 export function heldRecords(cell: Cell, policy: PrunePolicy, nowMs: number): WriteRecord[] {
+  if (cell.history?.held === 0 && !cell.recent.some((rec) => rec.secondaries)) return [];
   const safeIndex = safeIndexOf(cell.writes, policy, nowMs);
   if (safeIndex < 0) return [];
   const held: WriteRecord[] = [];
@@ -200,6 +211,23 @@ export function markMoving(cell: Cell, limitBytes: number | 'force'): boolean {
     recentSupersededBytes(cell, 'inline') + history.inlineBytes <= limitBytes
   )
     return false;
+  if (history && history.inline === 0) {
+    // Every candidate is recent (a value that moves on each commit, say): the history stays encoded.
+    let marked = false;
+    let passedCurrent = false;
+    for (const rec of cell.recent) {
+      if (rec.kind === 'rollback') continue;
+      if (!passedCurrent) {
+        passedCurrent = true;
+        continue;
+      }
+      if (rec.kind === 'put' && rec.value === 'inline' && cell.recentData.has(rec.startTs)) {
+        rec.value = 'moving';
+        marked = true;
+      }
+    }
+    return marked;
+  }
   const candidates = superseded(cell).filter((rec) => rec.value === 'inline' && cell.data.has(rec.startTs));
   if (candidates.length === 0) return false;
   if (limitBytes !== 'force') {

@@ -30,7 +30,8 @@ import {
  *   [notifyTs, unless bit3], n acks {name, ts}, [n garbage {startTs}],
  *   [history: length (a varint padded to 4 bytes), count, newestCommitTs, newestWallTimeMs,
  *     the two smallest wallTimeMs of records with no secondaries (plus 1; 0: none), inlineBytes,
- *     movingBytes, moving, held, then the records oldest first,
+ *     movingBytes, moving, inline (records with their value here), held, then the records
+ *     oldest first,
  *     each {bits (kind | place<<2 | hasSecondaries<<4 | hasValue<<5), zigzag(commitTs - the
  *     older one's, 0 for the first), commitTs - startTs, zigzag(wallTimeMs - the older
  *     one's), [n secondaries], [value bytes]}].
@@ -237,14 +238,19 @@ function readRows(r: Reader): RowKey[] | undefined {
 
 /**
  * How many of a cell's newest records stay recent: through its newest put or delete, one
- * more (a snapshot just before the last commit is read often), and never a record that
- * waits for its stamp.
+ * more (a snapshot just before the last commit is read often), never a record that waits
+ * for its stamp, and through the oldest `moving` record.
  */
 function recentCount(writes: readonly WriteRecord[]): number {
   let i = 0;
   while (i < writes.length && writes[i]!.kind === 'rollback') i++;
   let n = Math.min(writes.length, i + 1 + HOT_EXTRA);
   while (n < writes.length && (writes[n]!.commitTs === STAMP || writes[n]!.startTs === STAMP)) n++;
+  // A `moving` record stays recent until the tidy step has moved it (then the tidy step's
+  // CAS finds it without decoding the history), and so do the records before it.
+  for (let j = writes.length - 1; j >= n; j--) {
+    if (writes[j]!.value === 'moving') return j + 1;
+  }
   return n;
 }
 
@@ -388,6 +394,7 @@ function encodeHistory(
   let inlineBytes = history?.inlineBytes ?? 0;
   let movingBytes = history?.movingBytes ?? 0;
   let moving = history?.moving ?? 0;
+  let inline = history?.inline ?? 0;
   let held = history?.held ?? 0;
   for (let i = writes.length - 1; i >= keep; i--) {
     const rec = writes[i]!;
@@ -395,7 +402,10 @@ function encodeHistory(
       throw new Error('a stamped record cannot join the history');
     count++;
     const value = historyValue(rec, data);
-    if (value && rec.value === 'inline') inlineBytes += value.length;
+    if (value && rec.value === 'inline') {
+      inlineBytes += value.length;
+      inline++;
+    }
     if (value && rec.value === 'moving') movingBytes += value.length;
     if (rec.value === 'moving') moving++;
     if (rec.secondaries !== undefined && rec.secondaries.length > 0) held++;
@@ -413,6 +423,7 @@ function encodeHistory(
   w.uint(inlineBytes);
   w.uint(movingBytes);
   w.uint(moving);
+  w.uint(inline);
   w.uint(held);
   if (history) w.raw(history.body);
   for (let i = writes.length - 1; i >= keep; i--) {
@@ -551,6 +562,7 @@ function readHistory(r: Reader): EncodedHistory {
   const inlineBytes = h.uint();
   const movingBytes = h.uint();
   const moving = h.uint();
+  const inline = h.uint();
   const held = h.uint();
   if (count === 0) throw new CorruptRowError('row state has an empty history');
   const body = section.subarray(h.pos);
@@ -562,6 +574,7 @@ function readHistory(r: Reader): EncodedHistory {
     inlineBytes,
     movingBytes,
     moving,
+    inline,
     held,
     body,
     decode: () => decodeHistory(body, count, newestCommitTs),

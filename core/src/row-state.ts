@@ -83,8 +83,9 @@ export interface EncodedHistory {
   /** Bytes of their values still in the head row: `inline`, `moving`. */
   readonly inlineBytes: number;
   readonly movingBytes: number;
-  /** How many of them are `moving`. */
+  /** How many of them are `moving`, and how many `inline` with their value here. */
   readonly moving: number;
+  readonly inline: number;
   /** How many of them still list secondaries (held records, section 7.4). */
   readonly held: number;
   /** The encoded records (oldest first) with their values: the codec's business. */
@@ -179,7 +180,8 @@ export class Cell {
 
   /** Drops the value held for `startTs`. */
   dropValue(startTs: number): void {
-    if (this.#history && startTs <= this.#history.newestCommitTs) this.materialize();
+    if (this.#data.delete(startTs) || !this.#history || startTs > this.#history.newestCommitTs) return;
+    this.materialize();
     this.#data.delete(startTs);
   }
 

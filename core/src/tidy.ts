@@ -6,6 +6,7 @@ import {
   markMoving,
   pruneCell,
   pruneDue,
+  recordsThatMayBe,
   rowNeedsTidy,
 } from './cells.js';
 import { decodeRow, encodeVersionRow } from './codec.js';
@@ -216,9 +217,10 @@ export class Tidier implements RowTidier {
     const garbage: { id: string; ref: RowRef }[] = [];
     const held: { id: string; startTs: number; commitTs: number; rows: readonly RowRef[] }[] = [];
     for (const [column, cell] of state.cells) {
-      for (const rec of cell.writes) {
-        const value = cell.data.get(rec.startTs);
-        if (rec.value !== 'moving' || !value) continue;
+      for (const rec of recordsThatMayBe(cell, 'moving')) {
+        if (rec.value !== 'moving') continue;
+        const value = cell.valueOf(rec.startTs);
+        if (!value) continue;
         creates.push({
           id: part(column, rec.startTs),
           bytes: value.length,
@@ -252,11 +254,12 @@ export class Tidier implements RowTidier {
       const at = env.clock();
       for (const [column, cell] of current.cells) {
         let cellChanged = false;
-        for (const rec of cell.writes) {
+        const records = settled.size > 0 ? cell.writes : recordsThatMayBe(cell, 'moving');
+        for (const rec of records) {
           const id = part(column, rec.startTs);
           if (rec.value === 'moving' && created.has(id)) {
             rec.value = 'moved';
-            cell.data.delete(rec.startTs);
+            cell.dropValue(rec.startTs);
             cellChanged = true;
           }
           if (rec.secondaries && settled.has(id)) {

@@ -32,7 +32,7 @@ function rng(seed: number) {
 }
 
 /** A cell with `n` committed records (newest first), values of `valueBytes`, some rollbacks and secondaries. */
-function historyCell(n: number, random: () => number, valueBytes: number, now: number) {
+function historyCell(n: number, random: () => number, valueBytes: number, now: number, allMoved = false) {
   const writes: WriteRecord[] = [];
   const data = new Map<number, Uint8Array>();
   let ts = 1_000;
@@ -43,8 +43,18 @@ function historyCell(n: number, random: () => number, valueBytes: number, now: n
     const kind: RecordKind = roll < 0.1 ? 'rollback' : roll < 0.15 ? 'delete' : 'put';
     const commitTs = kind === 'rollback' ? startTs : startTs + 1 + Math.floor(random() * 3);
     ts = commitTs;
+    // `moving` only among the newest two: a move is transient (the tidy step ends it), and a
+    // `moving` record keeps every newer record recent until then.
     const place: ValuePlace =
-      kind !== 'put' ? 'inline' : random() < 0.3 ? 'moved' : random() < 0.2 ? 'moving' : 'inline';
+      kind !== 'put'
+        ? 'inline'
+        : allMoved && i < n - 1
+          ? 'moved'
+          : random() < 0.3
+            ? 'moved'
+            : i >= n - 2 && random() < 0.3
+              ? 'moving'
+              : 'inline';
     const secondaries: RowKey[] | undefined =
       kind !== 'rollback' && random() < 0.25 ? [{ table: 't', row: `s${i}` }] : undefined;
     const rec: WriteRecord = {
@@ -97,67 +107,75 @@ describe('cell histories (codec format 3)', () => {
     expect(encodeRow(decodeRow(bytes))).toEqual(bytes);
   });
 
-  it('the steps on a current snapshot answer and write as with every record decoded, and leave the history encoded', () => {
-    const now = 10_000_000;
-    for (let seed = 1; seed <= 200; seed++) {
-      const random = rng(seed);
-      const valueBytes = random() < 0.5 ? 4 : 40;
-      const plain = historyCell(6 + Math.floor(random() * 30), random, valueBytes, now);
-      // A policy under which nothing is due yet: the lazy cell must never decode its history.
-      const policy: PrunePolicy = {
-        retentionMs: 3_600_000,
-        maxVersionsPerCell: 64,
-        inlineHistoryBytes: 1 << 20,
-      };
-      let bytes = encodeRow(rowFrom([['c', plain]]));
-      for (let step = 0; step < 5; step++) {
-        {
-          // Reads at the current snapshot and just before the last commit (which may reach
-          // into the history), and conflict checks.
-          const [lazy, eager] = lazyAndEager(bytes);
-          const newest = lazy.recent[0]!;
-          for (const at of [newest.commitTs + 1, newest.commitTs, newest.startTs]) {
-            expect(visibleWrite(lazy, at)).toEqual(visibleWrite(eager, at));
-            expect(hasWriteAtOrAfter(lazy, at)).toBe(hasWriteAtOrAfter(eager, at));
-          }
-        }
-        const [lazy, eager] = lazyAndEager(bytes);
-        expect(lazy.history).toBeDefined();
-        const newest = lazy.recent[0]!;
-        const current = visibleWrite(lazy, newest.commitTs + 1);
-        expect(current).toEqual(visibleWrite(eager, newest.commitTs + 1));
-        if (current) expect(lazy.valueOf(current.startTs)).toEqual(eager.valueOf(current.startTs));
-        const startTs = newest.commitTs + 10;
-        expect(findRecord(lazy, startTs)).toBeUndefined();
-        expect(findRecord(eager, startTs)).toBeUndefined();
-        expect(inlineHistoryBytes(lazy)).toBe(inlineHistoryBytes(eager));
-        expect(pruneDue(lazy, policy, now)).toBe(pruneDue(eager, policy, now));
-        // A commit: the value, the record, the commit's own tidying.
-        const value = Uint8Array.from([seed & 0xff, step]);
-        const rec: WriteRecord = {
-          commitTs: startTs + 1,
-          startTs,
-          kind: 'put',
-          value: 'inline',
-          wallTimeMs: now,
-          secondaries: step % 2 === 0 ? [{ table: 't', row: 'x' }] : undefined,
+  it.each([
+    ['values kept inline', false, 1 << 20],
+    ['values moved out, each commit marking the one it supersedes', true, 16],
+  ])(
+    'the steps on a current snapshot answer and write as with every record decoded, and leave the history encoded: %s',
+    (_, allMoved, inlineLimit) => {
+      const now = 10_000_000;
+      for (let seed = 1; seed <= 200; seed++) {
+        const random = rng(seed);
+        const valueBytes = random() < 0.5 ? 4 : 40;
+        const plain = historyCell(6 + Math.floor(random() * 30), random, valueBytes, now, allMoved);
+        // A policy under which no prune is due: the lazy cell must never decode its history.
+        const policy: PrunePolicy = {
+          retentionMs: 3_600_000,
+          maxVersionsPerCell: 64,
+          inlineHistoryBytes: inlineLimit,
         };
-        for (const cell of [lazy, eager]) {
-          cell.setValue(startTs, value);
-          addRecord(cell, { ...rec });
-          tidyCell(cell, policy, now);
+        let bytes = encodeRow(rowFrom([['c', plain]]));
+        for (let step = 0; step < 5; step++) {
+          {
+            // Reads at the current snapshot and just before the last commit (which may reach
+            // into the history), and conflict checks.
+            const [lazy, eager] = lazyAndEager(bytes);
+            const newest = lazy.recent[0]!;
+            for (const at of [newest.commitTs + 1, newest.commitTs, newest.startTs]) {
+              expect(visibleWrite(lazy, at)).toEqual(visibleWrite(eager, at));
+              expect(hasWriteAtOrAfter(lazy, at)).toBe(hasWriteAtOrAfter(eager, at));
+            }
+          }
+          const [lazy, eager] = lazyAndEager(bytes);
+          expect(lazy.history).toBeDefined();
+          const newest = lazy.recent[0]!;
+          const current = visibleWrite(lazy, newest.commitTs + 1);
+          expect(current).toEqual(visibleWrite(eager, newest.commitTs + 1));
+          if (current) expect(lazy.valueOf(current.startTs)).toEqual(eager.valueOf(current.startTs));
+          const startTs = newest.commitTs + 10;
+          expect(findRecord(lazy, startTs)).toBeUndefined();
+          expect(findRecord(eager, startTs)).toBeUndefined();
+          expect(inlineHistoryBytes(lazy)).toBe(inlineHistoryBytes(eager));
+          expect(pruneDue(lazy, policy, now)).toBe(pruneDue(eager, policy, now));
+          // A commit: the value, the record, the commit's own tidying.
+          const value = Uint8Array.from({ length: 24 }, (_, j) => (seed + step + j) & 0xff);
+          const rec: WriteRecord = {
+            commitTs: startTs + 1,
+            startTs,
+            kind: 'put',
+            value: 'inline',
+            wallTimeMs: now,
+            secondaries: step % 2 === 0 ? [{ table: 't', row: 'x' }] : undefined,
+          };
+          for (const cell of [lazy, eager]) {
+            cell.setValue(startTs, value);
+            addRecord(cell, { ...rec });
+            tidyCell(cell, policy, now);
+          }
+          expect(rowNeedsTidy({ cells: new Map([['c', lazy]]) }, policy, now)).toBe(
+            rowNeedsTidy({ cells: new Map([['c', eager]]) }, policy, now),
+          );
+          expect(lazy.history).toBeDefined(); // nothing above needed the older records
+          const lazyBytes = encodeRow({ cells: new Map([['c', lazy]]) });
+          const eagerBytes = encodeRow({ cells: new Map([['c', eager]]) });
+          expect(plainRow(decodeRow(lazyBytes))).toEqual(plainRow(decodeRow(eagerBytes)));
+          // A value being moved stays recent: the tidy step that moves it decodes no history.
+          expect(decodeRow(lazyBytes).cells.get('c')!.history?.moving ?? 0).toBe(0);
+          bytes = lazyBytes;
         }
-        expect(rowNeedsTidy({ cells: new Map([['c', lazy]]) }, policy, now)).toBe(
-          rowNeedsTidy({ cells: new Map([['c', eager]]) }, policy, now),
-        );
-        expect(lazy.history).toBeDefined(); // nothing above needed the older records
-        const lazyBytes = encodeRow({ cells: new Map([['c', lazy]]) });
-        const eagerBytes = encodeRow({ cells: new Map([['c', eager]]) });
-        expect(plainRow(decodeRow(lazyBytes))).toEqual(plainRow(decodeRow(eagerBytes)));
-        bytes = lazyBytes;
       }
-    }
-  });
+    },
+  );
 
   it('a read at an old snapshot, a late record and pruning decode the history, and agree with the eager cell', () => {
     const now = 10_000_000;
