@@ -97,7 +97,7 @@ export interface EncodedHistory {
 /**
  * One cell of a head row. `writes` and `data` are the whole cell; reading either decodes
  * the older records still encoded (`history`), so code that uses them is always right.
- * The steps on a current snapshot use `recent`, `valueOf`, `setValue` and `dropValue`
+ * The steps on a current snapshot use `recent`, `valueAt`, `setValue` and `dropValue`
  * (and the rules in cells.ts), which leave the history encoded: that is what keeps a
  * read or a commit on a cell with a long history as cheap as on a fresh one.
  */
@@ -166,7 +166,7 @@ export class Cell {
   }
 
   /** The value held for `startTs` (a record's or the lock's), decoding the history only for an older record. */
-  valueOf(startTs: number): Uint8Array | undefined {
+  valueAt(startTs: number): Uint8Array | undefined {
     const value = this.#data.get(startTs);
     if (value !== undefined || !this.#history || startTs > this.#history.newestCommitTs) return value;
     return this.data.get(startTs);

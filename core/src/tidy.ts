@@ -219,7 +219,7 @@ export class Tidier implements RowTidier {
     for (const [column, cell] of state.cells) {
       for (const rec of recordsThatMayBe(cell, 'moving')) {
         if (rec.value !== 'moving') continue;
-        const value = cell.valueOf(rec.startTs);
+        const value = cell.valueAt(rec.startTs);
         if (!value) continue;
         creates.push({
           id: part(column, rec.startTs),

@@ -623,7 +623,7 @@ export class Transaction {
     const record = visibleWrite(cell, this.startTs);
     if (record?.kind !== 'put') return { value: undefined };
     if (record.value === 'moved') return { moved: record.startTs };
-    const value = cell.valueOf(record.startTs);
+    const value = cell.valueAt(record.startTs);
     if (!value)
       throw new CorruptRowError(
         `${table}/${column} has a commit record at ${record.commitTs} without its value`,

@@ -141,7 +141,7 @@ describe('cell histories (codec format 3)', () => {
           const newest = lazy.recent[0]!;
           const current = visibleWrite(lazy, newest.commitTs + 1);
           expect(current).toEqual(visibleWrite(eager, newest.commitTs + 1));
-          if (current) expect(lazy.valueOf(current.startTs)).toEqual(eager.valueOf(current.startTs));
+          if (current) expect(lazy.valueAt(current.startTs)).toEqual(eager.valueAt(current.startTs));
           const startTs = newest.commitTs + 10;
           expect(findRecord(lazy, startTs)).toBeUndefined();
           expect(findRecord(eager, startTs)).toBeUndefined();
@@ -193,7 +193,7 @@ describe('cell histories (codec format 3)', () => {
         const [lazy, eager] = lazyAndEager(bytes);
         expect(visibleWrite(lazy, oldest.commitTs + 1)).toEqual(visibleWrite(eager, oldest.commitTs + 1));
         const rec = visibleWrite(lazy, oldest.commitTs + 1);
-        if (rec) expect(lazy.valueOf(rec.startTs)).toEqual(eager.valueOf(rec.startTs));
+        if (rec) expect(lazy.valueAt(rec.startTs)).toEqual(eager.valueAt(rec.startTs));
         expect(findRecord(lazy, oldest.startTs)).toEqual(findRecord(eager, oldest.startTs));
       }
       {
