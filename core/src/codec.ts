@@ -586,6 +586,8 @@ function decodeHistory(
   count: number,
   newestCommitTs: number,
 ): { writes: WriteRecord[]; data: Map<number, Uint8Array> } {
+  // Every record takes at least 4 bytes: a count past that is corrupt (and no huge allocation).
+  if (count > body.length / 4) throw new CorruptRowError('row history does not match its header');
   const r = new Reader(body);
   const writes: WriteRecord[] = new Array(count);
   const data = new Map<number, Uint8Array>();

@@ -272,4 +272,44 @@ describe('cell histories (codec format 3)', () => {
       }).toThrow(CorruptRowError);
     }
   });
+
+  it('damaged rows decode, or fail with CorruptRowError: never another error, a hang or a huge allocation', () => {
+    const random = rng(99);
+    const rows = [
+      encodeRow(rowFrom([['c', historyCell(40, rng(6), 8, 10_000_000)]])),
+      encodeRow(
+        rowFrom([
+          ['a', historyCell(12, rng(7), 3, 10_000_000)],
+          ['b', historyCell(3, rng(8), 20, 10_000_000)],
+        ]),
+      ),
+    ];
+    let corrupt = 0;
+    for (let i = 0; i < 4_000; i++) {
+      const bytes = Uint8Array.from(rows[i % rows.length]!);
+      const damage = random();
+      let damaged: Uint8Array;
+      if (damage < 0.4) {
+        bytes[1 + Math.floor(random() * (bytes.length - 1))] ^= 1 << Math.floor(random() * 8);
+        damaged = bytes;
+      } else if (damage < 0.7) {
+        bytes[9 + Math.floor(random() * (bytes.length - 9))] = Math.floor(random() * 256);
+        damaged = bytes;
+      } else {
+        damaged = bytes.subarray(0, Math.floor(random() * bytes.length));
+      }
+      try {
+        const row = decodeRow(damaged);
+        for (const cell of row.cells.values()) {
+          void cell.writes;
+          void cell.data;
+        }
+        encodeRow(row);
+      } catch (error) {
+        expect(error).toBeInstanceOf(CorruptRowError);
+        corrupt++;
+      }
+    }
+    expect(corrupt).toBeGreaterThan(0);
+  });
 });
