@@ -130,13 +130,11 @@ export function pruneCell(cell: Cell, policy: PrunePolicy, nowMs: number): void 
 }
 
 /**
- * The records that may be `what`: `cell.recent` when the history's header says it holds
+ * The records that may be `moving`: `cell.recent` when the history's header says it holds
  * none (so it stays encoded), else every record.
  */
-export function recordsThatMayBe(cell: Cell, what: 'moving' | 'held'): readonly WriteRecord[] {
-  const history = cell.history;
-  if (!history || (what === 'moving' ? history.moving : history.held) === 0) return cell.recent;
-  return cell.writes;
+export function recordsThatMayBeMoving(cell: Cell): readonly WriteRecord[] {
+  return !cell.history || cell.history.moving === 0 ? cell.recent : cell.writes;
 }
 
 /** Held records: commit records past the prune point kept only for their secondaries list. */

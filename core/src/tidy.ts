@@ -6,7 +6,7 @@ import {
   markMoving,
   pruneCell,
   pruneDue,
-  recordsThatMayBe,
+  recordsThatMayBeMoving,
   rowNeedsTidy,
 } from './cells.js';
 import { decodeRow, encodeVersionRow } from './codec.js';
@@ -217,7 +217,7 @@ export class Tidier implements RowTidier {
     const garbage: { id: string; ref: RowRef }[] = [];
     const held: { id: string; startTs: number; commitTs: number; rows: readonly RowRef[] }[] = [];
     for (const [column, cell] of state.cells) {
-      for (const rec of recordsThatMayBe(cell, 'moving')) {
+      for (const rec of recordsThatMayBeMoving(cell)) {
         if (rec.value !== 'moving') continue;
         const value = cell.valueAt(rec.startTs);
         if (!value) continue;
@@ -254,7 +254,7 @@ export class Tidier implements RowTidier {
       const at = env.clock();
       for (const [column, cell] of current.cells) {
         let cellChanged = false;
-        const records = settled.size > 0 ? cell.writes : recordsThatMayBe(cell, 'moving');
+        const records = settled.size > 0 ? cell.writes : recordsThatMayBeMoving(cell);
         for (const rec of records) {
           const id = part(column, rec.startTs);
           if (rec.value === 'moving' && created.has(id)) {
