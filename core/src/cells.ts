@@ -155,11 +155,11 @@ export function heldRecords(cell: Cell, policy: PrunePolicy, nowMs: number): Wri
   return held;
 }
 
-/** Records whose values a current snapshot no longer needs: every put but the newest write. */
-function superseded(cell: Cell): WriteRecord[] {
+/** Of `records` (newest first), the puts a current snapshot no longer needs: every put but the newest write. */
+function supersededPuts(records: readonly WriteRecord[]): WriteRecord[] {
   const out: WriteRecord[] = [];
   let passedCurrent = false;
-  for (const rec of cell.writes) {
+  for (const rec of records) {
     if (rec.kind === 'rollback') continue;
     if (!passedCurrent) {
       passedCurrent = true;
@@ -170,18 +170,11 @@ function superseded(cell: Cell): WriteRecord[] {
   return out;
 }
 
-/** Bytes of superseded values in `cell.recent` (`inline`, `moving`): the history's are in its stats. */
+/** Bytes of superseded values in `cell.recent` (`inline`, or also `moving`): the history's are in its header. */
 function recentSupersededBytes(cell: Cell, places: 'inline' | 'kept'): number {
   let bytes = 0;
-  let passedCurrent = false;
-  for (const rec of cell.recent) {
-    if (rec.kind === 'rollback') continue;
-    if (!passedCurrent) {
-      passedCurrent = true;
-      continue;
-    }
-    if (rec.kind !== 'put' || rec.value === 'moved' || (places === 'inline' && rec.value !== 'inline'))
-      continue;
+  for (const rec of supersededPuts(cell.recent)) {
+    if (rec.value === 'moved' || (places === 'inline' && rec.value !== 'inline')) continue;
     bytes += cell.recentData.get(rec.startTs)?.length ?? 0;
   }
   return bytes;
@@ -190,11 +183,7 @@ function recentSupersededBytes(cell: Cell, places: 'inline' | 'kept'): number {
 /** Bytes of superseded values still in the head row (`inline` or `moving`). */
 export function inlineHistoryBytes(cell: Cell): number {
   const history = cell.history;
-  if (history) return recentSupersededBytes(cell, 'kept') + history.inlineBytes + history.movingBytes;
-  let bytes = 0;
-  for (const rec of superseded(cell))
-    if (rec.value !== 'moved') bytes += cell.data.get(rec.startTs)?.length ?? 0;
-  return bytes;
+  return recentSupersededBytes(cell, 'kept') + (history ? history.inlineBytes + history.movingBytes : 0);
 }
 
 /**
@@ -209,28 +198,17 @@ export function markMoving(cell: Cell, limitBytes: number | 'force'): boolean {
     recentSupersededBytes(cell, 'inline') + history.inlineBytes <= limitBytes
   )
     return false;
-  if (history && history.inline === 0) {
-    // Every candidate is recent (a value that moves on each commit, say): the history stays encoded.
-    let marked = false;
-    let passedCurrent = false;
-    for (const rec of cell.recent) {
-      if (rec.kind === 'rollback') continue;
-      if (!passedCurrent) {
-        passedCurrent = true;
-        continue;
-      }
-      if (rec.kind === 'put' && rec.value === 'inline' && cell.recentData.has(rec.startTs)) {
-        rec.value = 'moving';
-        marked = true;
-      }
-    }
-    return marked;
-  }
-  const candidates = superseded(cell).filter((rec) => rec.value === 'inline' && cell.data.has(rec.startTs));
+  // With no inline value in the history (a value that moves on each commit, say), every
+  // candidate is recent: the history stays encoded.
+  const recentOnly = history !== undefined && history.inline === 0;
+  const data = recentOnly ? cell.recentData : cell.data;
+  const candidates = supersededPuts(recentOnly ? cell.recent : cell.writes).filter(
+    (rec) => rec.value === 'inline' && data.has(rec.startTs),
+  );
   if (candidates.length === 0) return false;
   if (limitBytes !== 'force') {
     let bytes = 0;
-    for (const rec of candidates) bytes += cell.data.get(rec.startTs)!.length;
+    for (const rec of candidates) bytes += data.get(rec.startTs)!.length;
     if (bytes <= limitBytes) return false;
   }
   for (const rec of candidates) rec.value = 'moving';

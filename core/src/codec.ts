@@ -269,19 +269,18 @@ export function encodeRow(row: RowState): Uint8Array {
   return w.result();
 }
 
+/** Shared and never added to: nothing is demoted when every record stays recent. */
+const NONE_DEMOTED: ReadonlySet<number> & Set<number> = new Set();
+
 function encodeCell(w: Writer, name: string, cell: Cell): void {
   const writes = cell.recent;
   const data = cell.recentData;
   const history = cell.history;
   const keep = recentCount(writes);
   // Records past `keep` join the history, with their values.
-  let demotedValues = 0;
-  for (let i = keep; i < writes.length; i++) if (historyValue(writes[i]!, data)) demotedValues++;
-  const demoted = (ts: number) => {
-    for (let i = keep; i < writes.length; i++)
-      if (writes[i]!.startTs === ts) return historyValue(writes[i]!, data) !== undefined;
-    return false;
-  };
+  const demoted = keep < writes.length ? new Set<number>() : NONE_DEMOTED;
+  for (let i = keep; i < writes.length; i++)
+    if (historyValue(writes[i]!, data)) demoted.add(writes[i]!.startTs);
   const hasHistory = history !== undefined || keep < writes.length;
   w.string(name);
   w.uint(
@@ -292,9 +291,9 @@ function encodeCell(w: Writer, name: string, cell: Cell): void {
       (hasHistory ? 16 : 0),
   );
   w.uint(cell.prunedThrough);
-  w.uint(data.size - demotedValues);
+  w.uint(data.size - demoted.size);
   for (const [ts, value] of data) {
-    if (demotedValues > 0 && demoted(ts)) continue;
+    if (demoted.has(ts)) continue;
     // 0 (never a real timestamp): the value of a record whose startTs is the stamp.
     w.uint(ts === STAMP ? 0 : ts);
     w.bytes(value);

@@ -4,8 +4,6 @@
  * on one row is atomic. Old values a current snapshot does not need leave the head row for
  * immutable version rows (versions.ts), so a head row's size does not grow with history.
  */
-import { CorruptRowError } from './errors.js';
-
 export type WriteKind = 'put' | 'delete';
 export type RecordKind = WriteKind | 'rollback';
 
@@ -188,10 +186,8 @@ export class Cell {
   private materialize(): void {
     const history = this.#history!;
     this.#history = undefined;
+    // decodeRow checked that the history is older than the recent records.
     const older = history.decode();
-    const last = this.#writes.at(-1);
-    if (last && older.writes[0] && last.commitTs <= older.writes[0].commitTs)
-      throw new CorruptRowError('row state has history records newer than its recent ones');
     this.#writes = this.#writes.concat(older.writes);
     for (const [ts, value] of older.data) this.#data.set(ts, value);
   }
