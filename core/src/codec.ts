@@ -270,7 +270,7 @@ export function encodeRow(row: RowState): Uint8Array {
 }
 
 /** Shared and never added to: nothing is demoted when every record stays recent. */
-const NONE_DEMOTED: ReadonlySet<number> & Set<number> = new Set();
+const NONE_DEMOTED = new Set<number>();
 
 function encodeCell(w: Writer, name: string, cell: Cell): void {
   const writes = cell.recent;
