@@ -94,8 +94,19 @@ export class Tidier implements RowTidier {
   /** Called after every head-row write: forgets applied releases, schedules the tidy step if the row asks for it. */
   afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void {
     if (this.released.size > 0 && state) this.forgetApplied(table, key, state);
-    if (!state || !rowNeedsTidy(state, this.env.prune, this.env.clock(), GARBAGE_BATCH)) return;
-    this.schedule(table, key, stored ?? undefined);
+    const needed = state !== null && rowNeedsTidy(state, this.env.prune, this.env.clock(), GARBAGE_BATCH);
+    const running = this.running.size > 0 ? this.running.get(rowId(table, key)) : undefined;
+    if (running) {
+      // The newest write decides whether another round is needed, and from which state: a
+      // round's own head CAS lands on top of every write before it, so when its row asks
+      // for nothing more, an earlier write's request is settled. Another round from that
+      // earlier state would create the same version rows again (found there) and then lose
+      // its head CAS to the newer row.
+      running.again = needed;
+      running.known = needed ? (stored ?? undefined) : undefined;
+      return;
+    }
+    if (needed) this.schedule(table, key, stored ?? undefined);
   }
 
   private forgetApplied(table: string, key: string, state: RowState): void {
@@ -115,12 +126,6 @@ export class Tidier implements RowTidier {
 
   private schedule(table: string, key: string, known: StoredRow | undefined): void {
     const id = rowId(table, key);
-    const running = this.running.get(id);
-    if (running) {
-      running.again = true;
-      running.known = known;
-      return;
-    }
     const entry = { again: false, known };
     this.running.set(id, entry);
     const job = (async () => {
