@@ -47,6 +47,9 @@ function part(column: string, ts: number): string {
 /** Rows whose released commit records this client remembers at most (oldest forgotten first). */
 const MAX_RELEASED_ROWS = 10_000;
 
+/** Version rows whose store version this client remembers at most (oldest forgotten first). */
+const MAX_KNOWN_VERSION_ROWS = 20_000;
+
 export type { TidyOptions, TidyReport } from './reports.js';
 
 export class Tidier implements RowTidier {
@@ -59,6 +62,13 @@ export class Tidier implements RowTidier {
    * fewer lists to check. Forgetting one is safe: GC then settles that record itself.
    */
   private readonly released = new Map<string, Map<string, Set<number>>>();
+  /**
+   * The store version of each version row this client created (row id -> version), so that
+   * deleting it once pruned needs no read first: a version row never changes after it is
+   * created, and a version token never names another incarnation of a row. Forgetting one
+   * only costs that read.
+   */
+  private readonly createdVersions = new Map<string, string>();
 
   constructor(private readonly env: ProtocolEnv) {}
 
@@ -303,26 +313,54 @@ export class Tidier implements RowTidier {
     for (const [i, c] of creates.entries()) {
       const r = results[i];
       if (r && (r.ok || r.current !== null)) done.add(c.id);
+      const version = r?.ok ? r.version : r?.current?.version;
+      if (version !== undefined) this.rememberVersion(c.request, version);
     }
     return done;
   }
 
-  /** Reads each named version row, then deletes it with its version; absent counts as done. */
+  private rememberVersion(ref: RowRef, version: string): void {
+    const { createdVersions } = this;
+    if (createdVersions.size >= MAX_KNOWN_VERSION_ROWS)
+      createdVersions.delete(createdVersions.keys().next().value!);
+    createdVersions.set(rowId(ref.table, ref.key), version);
+  }
+
+  /**
+   * Deletes each named version row with its version: the one this client remembers from
+   * creating it, else the one a read finds; absent counts as done. A remembered version
+   * that no longer matches (the row was deleted and created again) fails, and the row as
+   * the store returned it with the failure is deleted in a second batch.
+   */
   private async deleteVersions(garbage: readonly { id: string; ref: RowRef }[]): Promise<Set<string>> {
     const done = new Set<string>();
     if (garbage.length === 0) return done;
-    const { env } = this;
-    const rows = await Promise.all(
-      garbage.map((g) => env.reader.read(g.ref.table, g.ref.key).catch(() => undefined)),
+    const { env, createdVersions } = this;
+    const unknown = garbage.filter((g) => !createdVersions.has(rowId(g.ref.table, g.ref.key)));
+    const read = await Promise.all(
+      unknown.map((g) => env.reader.read(g.ref.table, g.ref.key).catch(() => undefined)),
     );
-    const deletes: { id: string; request: CasRequest }[] = [];
-    for (const [i, g] of garbage.entries()) {
-      const row = rows[i];
+    const found = new Map(unknown.map((g, i) => [g.id, read[i]]));
+    let deletes: { id: string; ref: RowRef; version: string }[] = [];
+    for (const g of garbage) {
+      const row = found.has(g.id)
+        ? found.get(g.id)
+        : { version: createdVersions.get(rowId(g.ref.table, g.ref.key))! };
       if (row === null) done.add(g.id);
-      else if (row) deletes.push({ id: g.id, request: { ...g.ref, expected: row.version, state: null } });
+      else if (row) deletes.push({ id: g.id, ref: g.ref, version: row.version });
     }
-    const results = await this.casAll(deletes.map((d) => d.request));
-    for (const [i, d] of deletes.entries()) if (results[i]?.ok) done.add(d.id);
+    for (let round = 0; round < 2 && deletes.length > 0; round++) {
+      const results = await this.casAll(deletes.map((d) => ({ ...d.ref, expected: d.version, state: null })));
+      const again: typeof deletes = [];
+      for (const [i, d] of deletes.entries()) {
+        const r = results[i];
+        if (!r) continue; // unknown: the name stays for the next pass, and so does the version
+        createdVersions.delete(rowId(d.ref.table, d.ref.key));
+        if (r.ok || r.current === null) done.add(d.id);
+        else if (r.current) again.push({ ...d, version: r.current.version });
+      }
+      deletes = again;
+    }
     return done;
   }
 

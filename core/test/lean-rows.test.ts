@@ -198,6 +198,88 @@ describe('lean rows', () => {
     }
   });
 
+  it('a client deletes the version rows it created with the versions it remembers, with no read; another client reads first; a stale version is read back from the failed delete', async () => {
+    const store = new InstrumentedStore();
+    const gc = { inlineHistoryBytes: 0, maxVersionsPerCell: 2 };
+    let versionReads = 0;
+    let versionDeletes = 0;
+    store.readFault = (table) => {
+      if (table === versionTable('t')) versionReads++;
+      return false;
+    };
+    store.casFault = (request) => {
+      if (request.table === versionTable('t') && request.state === null) versionDeletes++;
+      return undefined;
+    };
+    const exists = async (row: string, ts: number) => {
+      const ref = versionRowRef('t', row, 'v', ts);
+      return (await store.read(ref.table, ref.key)) !== null;
+    };
+    const namedOf = async (row: string) => {
+      const cell = inspectHeadRow((await store.read('t', row))!.state).cells[0]!;
+      return [...cell.garbage, ...cell.writes.filter((w) => w.value === 'moved').map((w) => w.startTs)];
+    };
+    // Every superseded value moves at once, and pruning keeps two records.
+    const db = new Percolator({ store, gc });
+    const moved = new Set<number>();
+    for (let i = 0; i < 3 * GARBAGE_BATCH; i++) {
+      await db.transact(async (tx) => tx.set('t', 'own', 'v', `value ${i}`));
+      await db.flush();
+      for (const ts of await namedOf('own')) moved.add(ts);
+    }
+    await db.tidy('t', 'own');
+    const reads = versionReads;
+    expect(versionDeletes).toBeGreaterThan(GARBAGE_BATCH);
+    expect(reads).toBe(0);
+    for (const ts of moved) expect(await exists('own', ts)).toBe((await namedOf('own')).includes(ts));
+
+    // Moved by one client, pruned and deleted by another: each version row is read first.
+    await db.transact(async (tx) => {
+      for (let i = 0; i < GARBAGE_BATCH; i++) tx.set('t', `r${i}`, 'v', 'first');
+    });
+    for (let i = 0; i < GARBAGE_BATCH; i++)
+      await db.transact(async (tx) => tx.set('t', `r${i}`, 'v', 'second'));
+    await db.close();
+    const byDb = new Set<string>();
+    for (let i = 0; i < GARBAGE_BATCH; i++)
+      for (const ts of await namedOf(`r${i}`)) byDb.add(versionRowRef('t', `r${i}`, 'v', ts).key);
+    expect(byDb.size).toBe(GARBAGE_BATCH);
+    const readKeys: string[] = [];
+    store.readFault = (table, key) => {
+      if (table === versionTable('t')) readKeys.push(key);
+      return false;
+    };
+    const other = new Percolator({ store, gc });
+    for (let i = 0; i < GARBAGE_BATCH; i++) {
+      for (const value of ['third', 'fourth', 'fifth'])
+        await other.transact(async (tx) => tx.set('t', `r${i}`, 'v', value));
+      await other.tidy('t', `r${i}`);
+    }
+    await other.close();
+    for (const key of byDb) expect(await store.inner.read(versionTable('t'), key)).toBeNull();
+    // Each was read before its delete. (A pass whose head CAS lost to the next commit leaves
+    // its names, and the next pass reads them, gone by then, to confirm.)
+    expect(new Set(readKeys.filter((k) => byDb.has(k)))).toEqual(byDb);
+
+    // A version the creator remembers, made stale: its row deleted and created again
+    // behind its back. The failed delete returns the row as it is, and a second delete goes.
+    const owner = new Percolator({ store, gc });
+    await owner.transact(async (tx) => tx.set('t', 'stale', 'v', 'a'));
+    await owner.transact(async (tx) => tx.set('t', 'stale', 'v', 'b'));
+    await owner.flush();
+    const [ts] = await namedOf('stale');
+    const ref = versionRowRef('t', 'stale', 'v', ts!);
+    const row = (await store.inner.read(ref.table, ref.key))!;
+    await store.inner.checkAndSet({ ...ref, expected: row.version, state: null });
+    await store.inner.checkAndSet({ ...ref, expected: null, state: row.state });
+    // The next commit prunes it, and its tidy pass (moving 'b') deletes it.
+    await owner.transact(async (tx) => tx.set('t', 'stale', 'v', 'c'));
+    await owner.flush();
+    expect(await namedOf('stale')).not.toContain(ts);
+    expect(await exists('stale', ts!)).toBe(false);
+    await owner.close();
+  });
+
   it('pruned version rows are deleted in batches of GARBAGE_BATCH in the background, and all at once by db.tidy', async () => {
     const store = new InstrumentedStore();
     // Every superseded value moves to a version row: 2 * GARBAGE_BATCH of them.
