@@ -1,3 +1,4 @@
+import { BoundedMap } from './bounded-map.js';
 import {
   findRecord,
   GARBAGE_BATCH,
@@ -44,10 +45,10 @@ function part(column: string, ts: number): string {
   return `${column}\u0000${ts}`;
 }
 
-/** Rows whose released commit records this client remembers at most (oldest forgotten first). */
+/** Rows whose released commit records this client remembers at most (the oldest are forgotten). */
 const MAX_RELEASED_ROWS = 10_000;
 
-/** Version rows whose store version this client remembers at most (oldest forgotten first). */
+/** Version rows whose store version this client remembers at most (the oldest are forgotten). */
 const MAX_KNOWN_VERSION_ROWS = 20_000;
 
 export type { TidyOptions, TidyReport } from './reports.js';
@@ -61,14 +62,14 @@ export class Tidier implements RowTidier {
    * client makes anyway, so a committed transaction costs no extra write, and GC has
    * fewer lists to check. Forgetting one is safe: GC then settles that record itself.
    */
-  private readonly released = new Map<string, Map<string, Set<number>>>();
+  private readonly released = new BoundedMap<string, Map<string, Set<number>>>(MAX_RELEASED_ROWS);
   /**
    * The store version of each version row this client created (row id -> version), so that
    * deleting it once pruned needs no read first: a version row never changes after it is
    * created, and a version token never names another incarnation of a row. Forgetting one
    * only costs that read.
    */
-  private readonly createdVersions = new Map<string, string>();
+  private readonly createdVersions = new BoundedMap<string, string>(MAX_KNOWN_VERSION_ROWS);
 
   constructor(private readonly env: ProtocolEnv) {}
 
@@ -77,7 +78,6 @@ export class Tidier implements RowTidier {
     const id = rowId(table, key);
     let columns = this.released.get(id);
     if (!columns) {
-      if (this.released.size >= MAX_RELEASED_ROWS) this.released.delete(this.released.keys().next().value!);
       columns = new Map();
       this.released.set(id, columns);
     }
@@ -88,7 +88,7 @@ export class Tidier implements RowTidier {
 
   /** Called on every head-row state about to be written: drops the lists this client released. */
   beforeWrite(table: string, key: string, state: RowState): void {
-    if (this.released.size === 0) return;
+    if (this.released.empty) return;
     const columns = this.released.get(rowId(table, key));
     if (!columns) return;
     for (const [column, stamps] of columns) {
@@ -103,7 +103,7 @@ export class Tidier implements RowTidier {
 
   /** Called after every head-row write: forgets applied releases, schedules the tidy step if the row asks for it. */
   afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void {
-    if (this.released.size > 0 && state) this.forgetApplied(table, key, state);
+    if (!this.released.empty && state) this.forgetApplied(table, key, state);
     const needed = state !== null && rowNeedsTidy(state, this.env.prune, this.env.clock(), GARBAGE_BATCH);
     const running = this.running.size > 0 ? this.running.get(rowId(table, key)) : undefined;
     if (running) {
@@ -314,16 +314,9 @@ export class Tidier implements RowTidier {
       const r = results[i];
       if (r && (r.ok || r.current !== null)) done.add(c.id);
       const version = r?.ok ? r.version : r?.current?.version;
-      if (version !== undefined) this.rememberVersion(c.request, version);
+      if (version !== undefined) this.createdVersions.set(rowId(c.request.table, c.request.key), version);
     }
     return done;
-  }
-
-  private rememberVersion(ref: RowRef, version: string): void {
-    const { createdVersions } = this;
-    if (createdVersions.size >= MAX_KNOWN_VERSION_ROWS)
-      createdVersions.delete(createdVersions.keys().next().value!);
-    createdVersions.set(rowId(ref.table, ref.key), version);
   }
 
   /**
