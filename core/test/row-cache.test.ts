@@ -31,6 +31,27 @@ describe('RowCache', () => {
     expect(cache.size).toBe(2);
   });
 
+  it('through many evictions keeps exactly the most recently used rows that fit', () => {
+    const name = (i: number) => String(i).padStart(4, '0');
+    // Every row costs the same: 64 + 2 * 6 (table, separator, 4-character key) + 100 + 2 * 5.
+    const cache = new RowCache(10 * (64 + 12 + 100 + 10));
+    cache.set('t', 'keep', row(100, 'vkeep'));
+    for (let i = 0; i < 1000; i++) {
+      cache.set('t', name(i), row(100, `v${name(i)}`));
+      expect(cache.get('t', 'keep')).toBeDefined(); // used again and again: never evicted
+      expect(cache.size).toBe(Math.min(10, i + 2));
+    }
+    // The other nine are the nine written last.
+    for (let i = 991; i < 1000; i++) expect(cache.get('t', name(i))?.version).toBe(`v${name(i)}`);
+    expect(cache.get('t', name(990))).toBeUndefined();
+    cache.delete('t', 'keep');
+    expect(cache.size).toBe(9);
+    cache.set('t', 'next', row(100, 'vnext'));
+    cache.set('t', 'last', row(100, 'vlast'));
+    expect(cache.get('t', name(991))).toBeUndefined(); // least recently used, evicted first
+    expect(cache.size).toBe(10);
+  });
+
   it('remembers absent rows, forgets on delete, and never holds a row larger than its bound', () => {
     const cache = new RowCache(1000);
     cache.set('t', 'gone', null);
