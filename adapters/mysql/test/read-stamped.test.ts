@@ -204,10 +204,14 @@ describe('mysql readStamped: SQL text and schema', () => {
     const getConnection = pool.getConnection.bind(pool);
     pool.getConnection = async () => {
       const connection = await getConnection();
-      const original = connection.query.bind(connection) as (...args: unknown[]) => Promise<unknown>;
-      (connection as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (
-        ...args: unknown[]
-      ) => {
+      // The store sends on the callback connection under the promise wrapper (store.ts, send).
+      const core = (
+        connection as unknown as { connection: { query: (...args: unknown[]) => unknown; seen?: true } }
+      ).connection;
+      if (core.seen) return connection; // the pool hands out the same connection again
+      core.seen = true;
+      const original = core.query.bind(core);
+      core.query = (...args: unknown[]) => {
         const o = args[0] as { sql?: string; values?: unknown[] };
         texts.push({ sql: o.sql ?? String(args[0]), values: o.values ?? [] });
         return original(...args);
