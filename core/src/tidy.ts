@@ -329,16 +329,18 @@ export class Tidier implements RowTidier {
     const done = new Set<string>();
     if (garbage.length === 0) return done;
     const { env, createdVersions } = this;
-    const unknown = garbage.filter((g) => !createdVersions.has(rowId(g.ref.table, g.ref.key)));
+    // Taken before any await: another pass may make the map forget meanwhile.
+    const remembered = garbage.map((g) => createdVersions.get(rowId(g.ref.table, g.ref.key)));
     const read = await Promise.all(
-      unknown.map((g) => env.reader.read(g.ref.table, g.ref.key).catch(() => undefined)),
+      garbage.map((g, i) =>
+        remembered[i] !== undefined
+          ? { version: remembered[i] }
+          : env.reader.read(g.ref.table, g.ref.key).catch(() => undefined),
+      ),
     );
-    const found = new Map(unknown.map((g, i) => [g.id, read[i]]));
     let deletes: { id: string; ref: RowRef; version: string }[] = [];
-    for (const g of garbage) {
-      const row = found.has(g.id)
-        ? found.get(g.id)
-        : { version: createdVersions.get(rowId(g.ref.table, g.ref.key))! };
+    for (const [i, g] of garbage.entries()) {
+      const row = read[i];
       if (row === null) done.add(g.id);
       else if (row) deletes.push({ id: g.id, ref: g.ref, version: row.version });
     }
