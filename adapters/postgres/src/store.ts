@@ -39,8 +39,8 @@ import {
   guardClientErrors,
   type PgPool,
   type PgPoolClient,
-  type PgQueryConfig,
   type PgQueryResult,
+  submitQuery,
 } from './pg.js';
 import {
   type PostgresNames,
@@ -120,6 +120,8 @@ class PostgresRowStore implements PostgresStore {
   capabilities: StoreCapabilities = fullCapabilities(POSTGRES_MAX_STATE_BYTES);
   readonly namespace: string;
   private readonly sql: PostgresStatements;
+  /** Each statement's prepared-statement name, made once. */
+  private readonly names: Record<keyof PostgresStatements, string>;
   private closed = false;
 
   constructor(
@@ -130,6 +132,9 @@ class PostgresRowStore implements PostgresStore {
   ) {
     this.namespace = names.namespace;
     this.sql = postgresStatements(names);
+    this.names = Object.fromEntries(
+      Object.keys(this.sql).map((statement) => [statement, `perc:${this.namespace}:${statement}`]),
+    ) as Record<keyof PostgresStatements, string>;
   }
 
   async read(table: string, key: string): Promise<StoredRow | null> {
@@ -197,7 +202,7 @@ class PostgresRowStore implements PostgresStore {
     bound('>', options.after);
     values.push(options.limit);
     text += ` ORDER BY key LIMIT $${values.length}`;
-    const result = await this.run('scan', 'read', { text, values });
+    const result = await this.run('scan', 'read', undefined, text, values);
     return result.rows.map((row) => ({ key: (row.key as Buffer).toString('utf8'), row: toStoredRow(row) }));
   }
 
@@ -210,7 +215,7 @@ class PostgresRowStore implements PostgresStore {
     }
     values.push(options.limit);
     text += ` ORDER BY key LIMIT $${values.length}`;
-    const result = await this.run('scanNotified', 'read', { text, values });
+    const result = await this.run('scanNotified', 'read', undefined, text, values);
     return result.rows.map((row) => (row.key as Buffer).toString('utf8'));
   }
 
@@ -394,21 +399,24 @@ class PostgresRowStore implements PostgresStore {
     values: unknown[],
   ): Promise<PgQueryResult> {
     // Named statements are parsed and planned once per connection.
-    return this.run(statement, mode, {
-      name: `perc:${this.namespace}:${statement}`,
-      text: this.sql[statement],
-      values,
-    });
+    return this.run(statement, mode, this.names[statement], this.sql[statement], values);
   }
 
-  private async run(what: string, mode: 'read' | 'write', config: PgQueryConfig): Promise<PgQueryResult> {
+  private async run(
+    what: string,
+    mode: 'read' | 'write',
+    /** A prepared statement's name; undefined for a one-off (scans, whose text varies). */
+    name: string | undefined,
+    text: string,
+    values: unknown[],
+  ): Promise<PgQueryResult> {
     // A dying connection may also emit 'error' on the client; the pending query gets the
     // error anyway, and `guardClientErrors` keeps the event from crashing the process.
     const client = await this.connect();
     try {
       // On timeout pg rejects but leaves the statement running; `isConnectionBroken` is
       // true for that error, so the connection is destroyed below, not reused.
-      const result = await client.query({ ...config, query_timeout: this.queryTimeoutMs });
+      const result = await submitQuery(client, name, text, values, this.queryTimeoutMs);
       client.release();
       return result;
     } catch (error) {

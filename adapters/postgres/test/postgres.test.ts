@@ -162,6 +162,26 @@ describe('postgres store: limits and failures', () => {
     expect((await store.read('kill', 'k'))?.version).toBe(v);
   });
 
+  it('prepares each statement once per connection, under its name (scans, whose text varies, are not)', async () => {
+    // The store builds pg Query objects itself (pg.ts, submitQuery); this checks that the
+    // name still reaches the server, so each statement is parsed and planned once.
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    pool.on('error', () => {});
+    try {
+      const s = await openStore({ pool, namespace: uniqueNamespace() });
+      const v = version(await s.checkAndSet({ table: 'p', key: 'k', expected: null, state: bytes('0') }));
+      for (let i = 0; i < 3; i++) expect((await s.read('p', 'k'))?.version).toBe(v);
+      expect(await s.scan('p', { limit: 10 })).toHaveLength(1);
+      const prepared = await pool.query('SELECT name FROM pg_prepared_statements ORDER BY name');
+      const names = prepared.rows.map((row: { name: string }) => row.name);
+      expect(names).toContain(`perc:${s.namespace}:read`);
+      expect(names).toContain(`perc:${s.namespace}:create`);
+      expect(names.some((name: string) => name.includes('scan'))).toBe(false);
+    } finally {
+      await pool.end();
+    }
+  });
+
   it('gives up on a blocked CAS after queryTimeoutMs: StoreError unknown, and the row stays consistent', async () => {
     await expect(openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 0 })).rejects.toBeInstanceOf(
       InvalidArgumentError,
