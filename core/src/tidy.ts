@@ -17,7 +17,7 @@ import type { TidyEvent } from './events.js';
 import { rollForwardCells } from './lock-resolver.js';
 import type { TidyOptions, TidyReport } from './reports.js';
 import type { RowState } from './row-state.js';
-import { readRow, updateRow, updateRows } from './row-update.js';
+import { type RowDecision, readRow, updateRow, updateRows } from './row-update.js';
 import type { CasRequest, CasResult, RowRef, StoredRow } from './store.js';
 import { versionKey, versionTable } from './versions.js';
 
@@ -41,8 +41,92 @@ import { versionKey, versionTable } from './versions.js';
 /** Failed rounds in a row after which a row's tidy step is left for the next write, or gc. */
 const MAX_FAILED_ROUNDS = 3;
 
-function part(column: string, ts: number): string {
-  return `${column}\u0000${ts}`;
+/** A record's id within a batch of tidy passes: the row's index in the batch, its column, its startTs. */
+function part(row: number, column: string, ts: number): string {
+  return `${row}\u0000${column}\u0000${ts}`;
+}
+
+/** After the writes of this turn of the event loop (a later macrotask). */
+const nextTurn: (run: () => void) => void =
+  typeof setImmediate === 'function' ? (run) => setImmediate(run) : (run) => setTimeout(run, 0);
+
+/** Most rows in one batch of background tidy passes, and most batches in flight per client. */
+const MAX_BATCH_ROWS = 64;
+const MAX_BATCHES_IN_FLIGHT = 2;
+
+/** A row waiting for, or in, a batch of background tidy passes. */
+interface TidyEntry {
+  readonly table: string;
+  readonly key: string;
+  /** The row as its newest write left it, if known: the next pass starts from it. */
+  known: StoredRow | undefined;
+  /** A write landed during the row's pass and asked for another one. */
+  again: boolean;
+  /** Waiting in the queue (not yet in a batch). */
+  queued: boolean;
+  /** Passes in a row that failed. */
+  failed: number;
+}
+
+interface TidyTarget {
+  readonly table: string;
+  readonly key: string;
+  readonly known: StoredRow | null | undefined;
+}
+
+/** `force`: every superseded value still inline is marked `moving`, so the pass moves it. */
+function markAllMoving(state: RowState | undefined): RowDecision<undefined> {
+  let changed = false;
+  for (const cell of state?.cells.values() ?? []) if (markMoving(cell, 'force')) changed = true;
+  return changed ? { write: state!, result: undefined } : { done: undefined };
+}
+
+/**
+ * The head-row CAS of a tidy pass, decided on the row as it is now: confirmed moves become
+ * `moved` and drop their inline copy, confirmed deletions leave `garbage`, settled records
+ * drop their secondaries list (and may then be pruned). `row` is the row's index in the batch.
+ */
+function recordConfirmed(
+  env: ProtocolEnv,
+  current: RowState | undefined,
+  row: number,
+  created: ReadonlySet<string>,
+  deleted: ReadonlySet<string>,
+  /** Settled records, and whether any is this row's (only then is the whole history looked at). */
+  settled: ReadonlySet<string>,
+  settledHere: boolean,
+): RowDecision<undefined> {
+  if (!current) return { done: undefined };
+  let changed = false;
+  const at = env.clock();
+  for (const [column, cell] of current.cells) {
+    let cellChanged = false;
+    const records = settledHere ? cell.writes : recordsThatMayBeMoving(cell);
+    for (const rec of records) {
+      const id = part(row, column, rec.startTs);
+      if (rec.value === 'moving' && created.has(id)) {
+        rec.value = 'moved';
+        cell.dropValue(rec.startTs);
+        cellChanged = true;
+      }
+      if (rec.secondaries && settled.has(id)) {
+        rec.secondaries = undefined;
+        cellChanged = true;
+      }
+    }
+    const left = cell.garbage.filter((ts) => !deleted.has(part(row, column, ts)));
+    if (left.length !== cell.garbage.length) {
+      cell.garbage = left;
+      cellChanged = true;
+    }
+    if (cellChanged) {
+      // Records freed of their secondaries list may go, with the next batch a commit
+      // would prune (cells.ts, pruneDue); their version rows then become garbage.
+      if (pruneDue(cell, env.prune, at)) pruneCell(cell, env.prune, at);
+      changed = true;
+    }
+  }
+  return changed ? { write: current, result: undefined } : { done: undefined };
 }
 
 /** Rows whose released commit records this client remembers at most (the oldest are forgotten). */
@@ -54,8 +138,16 @@ const MAX_KNOWN_VERSION_ROWS = 20_000;
 export type { TidyOptions, TidyReport } from './reports.js';
 
 export class Tidier implements RowTidier {
-  /** Rows being tidied by this client: a write meanwhile asks for another round. */
-  private readonly running = new Map<string, { again: boolean; known: StoredRow | undefined }>();
+  /**
+   * Rows that asked for the tidy step and have not finished it: waiting for the next batch
+   * (`queued`) or in one. A write meanwhile updates the entry (afterWrite).
+   */
+  private readonly running = new Map<string, TidyEntry>();
+  /** Rows waiting for the next batch, in the order they asked. */
+  private readonly queue = new Map<string, TidyEntry>();
+  /** Batches in flight (at most MAX_BATCHES_IN_FLIGHT), and whether a start is already scheduled. */
+  private inFlight = 0;
+  private startScheduled = false;
   /**
    * Commit records of this client's own transactions whose secondaries it saw committed:
    * row id -> column -> startTs. Their lists are dropped in the next write of that row this
@@ -101,22 +193,28 @@ export class Tidier implements RowTidier {
     }
   }
 
-  /** Called after every head-row write: forgets applied releases, schedules the tidy step if the row asks for it. */
+  /** Called after every head-row write: forgets applied releases, queues the tidy step if the row asks for it. */
   afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void {
     if (!this.released.empty && state) this.forgetApplied(table, key, state);
     const needed = state !== null && rowNeedsTidy(state, this.env.prune, this.env.clock(), GARBAGE_BATCH);
-    const running = this.running.size > 0 ? this.running.get(rowId(table, key)) : undefined;
-    if (running) {
+    const id = this.running.size > 0 || needed ? rowId(table, key) : undefined;
+    const entry = id !== undefined ? this.running.get(id) : undefined;
+    if (entry) {
       // The newest write decides whether another round is needed, and from which state: a
       // round's own head CAS lands on top of every write before it, so when its row asks
       // for nothing more, an earlier write's request is settled. Another round from that
       // earlier state would create the same version rows again (found there) and then lose
       // its head CAS to the newer row.
-      running.again = needed;
-      running.known = needed ? (stored ?? undefined) : undefined;
+      entry.again = needed;
+      entry.known = needed ? (stored ?? undefined) : undefined;
+      if (!needed && entry.queued) {
+        this.queue.delete(id!);
+        this.running.delete(id!);
+      }
       return;
     }
-    if (needed) this.schedule(table, key, stored ?? undefined);
+    if (needed)
+      this.enqueue(id!, { table, key, known: stored ?? undefined, again: false, queued: true, failed: 0 });
   }
 
   private forgetApplied(table: string, key: string, state: RowState): void {
@@ -134,30 +232,70 @@ export class Tidier implements RowTidier {
     if (columns.size === 0) this.released.delete(id);
   }
 
-  private schedule(table: string, key: string, known: StoredRow | undefined): void {
-    const id = rowId(table, key);
-    const entry = { again: false, known };
+  /**
+   * Rows go out in batches: one batch of version-row creates, one of deletes and one of
+   * head-row CAS for all of them (`tidyPasses`), instead of a round of store calls per row.
+   * A batch starts once the writes of the current turn of the event loop have queued their
+   * rows (a multi-row commit queues every row it wrote), and while batches are in flight
+   * the rows that ask meanwhile wait for the next one, so under load a batch grows with
+   * the load and the calls per row shrink.
+   */
+  private enqueue(id: string, entry: TidyEntry): void {
+    entry.queued = true;
     this.running.set(id, entry);
-    const job = (async () => {
-      // Round after round while writes keep asking: a round that stopped early would leave
-      // the last write's marks for a write that may never come. A store that keeps failing
-      // ends the loop; the marks stay in the row for the next write, or gc.
-      let failed = 0;
-      for (;;) {
-        const from = entry.known;
-        entry.again = false;
-        entry.known = undefined;
-        const ok = await this.tidyRow(table, key, from, {}, 'background').then(
-          () => true,
-          () => false,
-        );
-        failed = ok ? 0 : failed + 1;
-        if (!entry.again || failed >= MAX_FAILED_ROUNDS) break;
-      }
-    })().finally(() => this.running.delete(id));
+    this.queue.set(id, entry);
+    this.startBatches();
+  }
+
+  private startBatches(): void {
+    if (this.startScheduled || this.queue.size === 0 || this.inFlight >= MAX_BATCHES_IN_FLIGHT) return;
+    this.startScheduled = true;
     const { background } = this.env;
+    const job = new Promise<void>((resolve) => nextTurn(resolve)).then(() => {
+      this.startScheduled = false;
+      const runs: Promise<void>[] = [];
+      while (this.queue.size > 0 && this.inFlight < MAX_BATCHES_IN_FLIGHT) runs.push(this.runBatch());
+      return Promise.all(runs);
+    });
     background.add(job);
     void job.finally(() => background.delete(job));
+  }
+
+  /** Takes up to MAX_BATCH_ROWS queued rows and runs their passes as one batch. */
+  private async runBatch(): Promise<void> {
+    const batch: [string, TidyEntry][] = [];
+    for (const [id, entry] of this.queue) {
+      if (batch.length >= MAX_BATCH_ROWS) break;
+      batch.push([id, entry]);
+    }
+    this.inFlight++;
+    const targets = batch.map(([id, entry]) => {
+      this.queue.delete(id);
+      const target = { table: entry.table, key: entry.key, known: entry.known };
+      entry.queued = false;
+      entry.again = false;
+      entry.known = undefined;
+      return target;
+    });
+    try {
+      const outcomes = await this.tidyPasses(targets, {}, 'background');
+      // Again while writes keep asking: a row left alone would keep the last write's marks
+      // for a write that may never come. A row whose passes keep failing is left for the
+      // next write, or gc: its marks stay in the head row.
+      for (const [i, [id, entry]] of batch.entries()) {
+        entry.failed = outcomes[i]!.status === 'fulfilled' ? 0 : entry.failed + 1;
+        if (entry.again && entry.failed < MAX_FAILED_ROUNDS) {
+          entry.again = false;
+          entry.queued = true;
+          this.queue.set(id, entry);
+        } else {
+          this.running.delete(id);
+        }
+      }
+    } finally {
+      this.inFlight--;
+      this.startBatches();
+    }
   }
 
   /**
@@ -171,136 +309,165 @@ export class Tidier implements RowTidier {
     options: TidyOptions = {},
     trigger: TidyEvent['trigger'] = 'gc',
   ): Promise<TidyReport> {
+    const [outcome] = await this.tidyPasses([{ table, key, known }], options, trigger);
+    if (outcome!.status === 'rejected') throw outcome!.reason;
+    return outcome!.value;
+  }
+
+  /**
+   * Tidy passes over several head rows as one batch (one row for `tidyRow`): the rows not
+   * known are read, then one batch creates the version rows of their `moving` values, one
+   * deletes the version rows their `garbage` names, one settles held records, and one CAS
+   * per head row (one `checkAndSetMany` where the store has it, `updateRows`) records what
+   * was confirmed. Each row's pass succeeds or fails on its own, with its own `tidy` event.
+   */
+  private async tidyPasses(
+    targets: readonly TidyTarget[],
+    options: TidyOptions,
+    trigger: TidyEvent['trigger'],
+  ): Promise<PromiseSettledResult<TidyReport>[]> {
     const events = this.env.events;
-    if (!events) return this.tidyPass(table, key, known, options, trigger);
+    if (!events) return this.passes(targets, options, trigger);
     const time = performance.now();
-    let report: TidyReport | undefined;
-    let failure: unknown;
-    try {
-      report = await this.tidyPass(table, key, known, options, trigger);
-      return report;
-    } catch (error) {
-      failure = error;
-      throw error;
-    } finally {
+    const outcomes = await this.passes(targets, options, trigger);
+    const durationMs = performance.now() - time;
+    for (const [i, target] of targets.entries()) {
+      const outcome = outcomes[i]!;
       events.emit({
         type: 'tidy',
         store: events.store,
-        table,
-        row: key,
+        table: target.table,
+        row: target.key,
         trigger,
-        report,
+        report: outcome.status === 'fulfilled' ? outcome.value : undefined,
         time,
-        durationMs: performance.now() - time,
-        ...(failure !== undefined ? { error: failure } : {}),
+        durationMs,
+        ...(outcome.status === 'rejected' ? { error: outcome.reason } : {}),
       });
     }
+    return outcomes;
   }
 
-  private async tidyPass(
-    table: string,
-    key: string,
-    known: StoredRow | null | undefined,
+  private async passes(
+    targets: readonly TidyTarget[],
     options: TidyOptions,
     trigger: TidyEvent['trigger'],
-  ): Promise<TidyReport> {
+  ): Promise<PromiseSettledResult<TidyReport>[]> {
     const { env } = this;
-    const report: TidyReport = { moved: 0, movedBytes: 0, deleted: 0, settled: 0 };
-    let stored: StoredRow | null | undefined = known === undefined ? await readRow(env, table, key) : known;
-    if (options.force) {
-      ({ stored } = await updateRow(env, table, key, stored, (state) => {
-        let changed = false;
-        for (const cell of state?.cells.values() ?? []) if (markMoving(cell, 'force')) changed = true;
-        return changed ? { write: state!, result: undefined } : { done: undefined };
-      }));
-    }
-    if (stored === undefined) stored = await readRow(env, table, key);
-    if (!stored) return report;
-    const state = decodeRow(stored.state);
+    const failed: ({ error: unknown } | undefined)[] = targets.map(() => undefined);
+    const stored = await Promise.all(
+      targets.map(async ({ table, key, known }, i): Promise<StoredRow | null> => {
+        try {
+          let row: StoredRow | null | undefined =
+            known === undefined ? await readRow(env, table, key) : known;
+          if (options.force) ({ stored: row } = await updateRow(env, table, key, row, markAllMoving));
+          return row === undefined ? await readRow(env, table, key) : row;
+        } catch (error) {
+          failed[i] = { error };
+          return null;
+        }
+      }),
+    );
     const now = env.clock();
     const settleAll = options.force === true || options.settleHeld === true;
-    if (
-      !options.force &&
-      // In the background, garbage waits for a batch (GARBAGE_BATCH); asked for, it goes now.
-      !rowNeedsTidy(state, env.prune, now, trigger === 'background' ? GARBAGE_BATCH : 1) &&
-      !(settleAll && [...state.cells.values()].some((c) => heldRecords(c, env.prune, now).length > 0))
-    )
-      return report;
-
-    const vt = versionTable(table);
-    const creates: { id: string; bytes: number; request: CasRequest }[] = [];
-    const garbage: { id: string; ref: RowRef }[] = [];
-    const held: { id: string; startTs: number; commitTs: number; rows: readonly RowRef[] }[] = [];
-    for (const [column, cell] of state.cells) {
-      for (const rec of recordsThatMayBeMoving(cell)) {
-        if (rec.value !== 'moving') continue;
-        const value = cell.valueAt(rec.startTs);
-        if (!value) continue;
-        creates.push({
-          id: part(column, rec.startTs),
-          bytes: value.length,
-          request: {
-            table: vt,
-            key: versionKey(key, column, rec.startTs),
-            expected: null,
-            state: encodeVersionRow(value),
-          },
-        });
+    // Ids unique across the batch: the row's index, the column, the record's startTs.
+    const creates: { id: string; row: number; bytes: number; request: CasRequest }[] = [];
+    const garbage: { id: string; row: number; ref: RowRef }[] = [];
+    const held: { id: string; row: number; startTs: number; commitTs: number; rows: readonly RowRef[] }[] =
+      [];
+    const work: number[] = [];
+    for (const [i, { table, key }] of targets.entries()) {
+      const row = stored[i];
+      if (failed[i] || !row) continue;
+      let state: RowState;
+      try {
+        state = decodeRow(row.state);
+      } catch (error) {
+        failed[i] = { error };
+        continue;
       }
-      for (const ts of cell.garbage)
-        garbage.push({ id: part(column, ts), ref: { table: vt, key: versionKey(key, column, ts) } });
-      const past = heldRecords(cell, env.prune, now);
-      if (past.length > 0 && (settleAll || heldWorthSettling(past))) {
-        for (const rec of past) {
-          const rows = (rec.secondaries ?? []).map((r) => ({ table: r.table, key: r.row }));
-          held.push({ id: part(column, rec.startTs), startTs: rec.startTs, commitTs: rec.commitTs, rows });
+      if (
+        !options.force &&
+        // In the background, garbage waits for a batch (GARBAGE_BATCH); asked for, it goes now.
+        !rowNeedsTidy(state, env.prune, now, trigger === 'background' ? GARBAGE_BATCH : 1) &&
+        !(settleAll && [...state.cells.values()].some((c) => heldRecords(c, env.prune, now).length > 0))
+      )
+        continue;
+      work.push(i);
+      const vt = versionTable(table);
+      for (const [column, cell] of state.cells) {
+        for (const rec of recordsThatMayBeMoving(cell)) {
+          if (rec.value !== 'moving') continue;
+          const value = cell.valueAt(rec.startTs);
+          if (!value) continue;
+          creates.push({
+            id: part(i, column, rec.startTs),
+            row: i,
+            bytes: value.length,
+            request: {
+              table: vt,
+              key: versionKey(key, column, rec.startTs),
+              expected: null,
+              state: encodeVersionRow(value),
+            },
+          });
+        }
+        for (const ts of cell.garbage)
+          garbage.push({
+            id: part(i, column, ts),
+            row: i,
+            ref: { table: vt, key: versionKey(key, column, ts) },
+          });
+        const past = heldRecords(cell, env.prune, now);
+        if (past.length > 0 && (settleAll || heldWorthSettling(past))) {
+          for (const rec of past) {
+            const rows = (rec.secondaries ?? []).map((r) => ({ table: r.table, key: r.row }));
+            held.push({
+              id: part(i, column, rec.startTs),
+              row: i,
+              startTs: rec.startTs,
+              commitTs: rec.commitTs,
+              rows,
+            });
+          }
         }
       }
     }
+    const reports: TidyReport[] = targets.map(() => ({ moved: 0, movedBytes: 0, deleted: 0, settled: 0 }));
     const [created, deleted, settled] = await Promise.all([
       this.createVersions(creates),
       this.deleteVersions(garbage),
       this.settleSecondaries(held),
     ]);
-    if (created.size + deleted.size + settled.size === 0) return report;
-    await updateRow(env, table, key, stored, (current) => {
-      if (!current) return { done: undefined };
-      let changed = false;
-      const at = env.clock();
-      for (const [column, cell] of current.cells) {
-        let cellChanged = false;
-        const records = settled.size > 0 ? cell.writes : recordsThatMayBeMoving(cell);
-        for (const rec of records) {
-          const id = part(column, rec.startTs);
-          if (rec.value === 'moving' && created.has(id)) {
-            rec.value = 'moved';
-            cell.dropValue(rec.startTs);
-            cellChanged = true;
-          }
-          if (rec.secondaries && settled.has(id)) {
-            rec.secondaries = undefined;
-            cellChanged = true;
-          }
-        }
-        const left = cell.garbage.filter((ts) => !deleted.has(part(column, ts)));
-        if (left.length !== cell.garbage.length) {
-          cell.garbage = left;
-          cellChanged = true;
-        }
-        if (cellChanged) {
-          // Records freed of their secondaries list may go, with the next batch a commit
-          // would prune (cells.ts, pruneDue); their version rows then become garbage.
-          if (pruneDue(cell, env.prune, at)) pruneCell(cell, env.prune, at);
-          changed = true;
-        }
-      }
-      return changed ? { write: current, result: undefined } : { done: undefined };
+    for (const c of creates) {
+      if (!created.has(c.id)) continue;
+      reports[c.row]!.moved++;
+      reports[c.row]!.movedBytes += c.bytes;
+    }
+    for (const g of garbage) if (deleted.has(g.id)) reports[g.row]!.deleted++;
+    for (const h of held) if (settled.has(h.id)) reports[h.row]!.settled++;
+    const heads = work.filter((i) => {
+      const r = reports[i]!;
+      return r.moved + r.deleted + r.settled > 0;
     });
-    report.moved = created.size;
-    for (const c of creates) if (created.has(c.id)) report.movedBytes += c.bytes;
-    report.deleted = deleted.size;
-    report.settled = settled.size;
-    return report;
+    const written = await updateRows(
+      env,
+      heads.map((i) => ({
+        table: targets[i]!.table,
+        key: targets[i]!.key,
+        known: stored[i],
+        decide: (current: RowState | undefined): RowDecision<undefined> =>
+          recordConfirmed(env, current, i, created, deleted, settled, reports[i]!.settled > 0),
+      })),
+    );
+    for (const [j, outcome] of written.entries()) {
+      if (outcome.status === 'rejected') failed[heads[j]!] = { error: outcome.reason };
+    }
+    return targets.map((_, i) =>
+      failed[i]
+        ? { status: 'rejected', reason: failed[i]!.error }
+        : { status: 'fulfilled', value: reports[i]! },
+    );
   }
 
   /** Create-only writes: "already there" counts as done, since a version row's content is unique to its name. */

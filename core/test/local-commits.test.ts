@@ -1,4 +1,12 @@
-import { AbortedError, LockNotResolvedError, Percolator } from '@percolator/core';
+import {
+  AbortedError,
+  ClientCrash,
+  ConflictError,
+  LockNotResolvedError,
+  MemoryStore,
+  Percolator,
+  type RowStore,
+} from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { InstrumentedStore } from './support.js';
 
@@ -94,6 +102,93 @@ describe('locks of this client', () => {
     await expect(reader).rejects.toBeInstanceOf(AbortedError);
     release();
     await writer;
+    await db.close();
+  });
+
+  /** A memory store (with its batched CAS) that counts head-row reads. */
+  function countingStore() {
+    const inner = new MemoryStore();
+    const counts = { headReads: 0 };
+    const store = new Proxy(inner, {
+      get(target, name) {
+        const value = Reflect.get(target, name);
+        if (typeof value !== 'function') return value;
+        return (...args: unknown[]) => {
+          if (name === 'read' && args[0] === 't') counts.headReads++;
+          return value.apply(target, args);
+        };
+      },
+    }) as RowStore;
+    return { store, counts };
+  }
+
+  it('back to back on the same rows, a prewrite waits for the commit before it to finish its secondaries, and meets none of its locks', async () => {
+    const { store, counts } = countingStore();
+    let resolutions = 0;
+    const db = new Percolator({
+      store,
+      onEvent: (e) => {
+        if (e.type === 'lock.resolve') resolutions++;
+      },
+    });
+    // commit() resolves at the commit point; the secondaries are still being committed
+    // when the next transaction, writing the same rows, prewrites (the tidy step moving
+    // the 100-byte values out makes that likely on the memory store).
+    for (let i = 0; i < 30; i++)
+      await db.transact(async (tx) => {
+        for (let r = 0; r < 10; r++) tx.set('t', `r${r}`, 'v', `${i}`.padEnd(100, '.'));
+      });
+    expect(resolutions).toBe(0);
+    expect(counts.headReads).toBe(0);
+    const values = await db.transact(async (tx) =>
+      Promise.all(Array.from({ length: 10 }, (_, r) => tx.getString('t', `r${r}`, 'v'))),
+    );
+    expect(values).toEqual(Array.from({ length: 10 }, () => '29'.padEnd(100, '.')));
+    await db.close();
+  });
+
+  it('a prewrite never waits for a commit of this client that is still before its commit point: it conflicts, as in the paper', async () => {
+    const { db, release, reached } = stalledClient({ lockWaitMs: 30_000 });
+    const writer = db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', 'first');
+      tx.set('t', 'b', 'v', 'first');
+    });
+    await reached; // both rows locked, the commit point not reached
+    // Rejects while the first commit is still stalled: it did not wait for it.
+    await expect(
+      db.transact(async (tx) => tx.set('t', 'b', 'v', 'second'), { maxAttempts: 1 }),
+    ).rejects.toBeInstanceOf(ConflictError);
+    release();
+    await writer;
+    expect(await db.transact(async (tx) => tx.getString('t', 'b', 'v'))).toBe('first');
+    await db.close();
+  });
+
+  it('a commit that stops after its commit point leaves its locks to the usual resolution: the next prewrite of the same client rolls them forward', async () => {
+    const store = new MemoryStore();
+    let crash = true;
+    const db = new Percolator({
+      store,
+      hooks: {
+        onCommitStep: (e) => {
+          if (crash && e.step === 'afterCommitPrimary') {
+            crash = false;
+            throw new ClientCrash();
+          }
+        },
+      },
+    });
+    await db
+      .transact(async (tx) => {
+        for (const row of ['a', 'b', 'c']) tx.set('t', row, 'v', 'crashed-but-committed');
+      })
+      .catch(() => undefined);
+    await db.transact(async (tx) => {
+      for (const row of ['b', 'c']) tx.set('t', row, 'v', 'next');
+    });
+    expect(
+      await db.transact(async (tx) => Promise.all(['a', 'b', 'c'].map((row) => tx.getString('t', row, 'v')))),
+    ).toEqual(['crashed-but-committed', 'next', 'next']);
     await db.close();
   });
 });

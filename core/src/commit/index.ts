@@ -2,7 +2,7 @@ import { STAMP } from '../codec.js';
 import { CommitUnknownError, PercolatorError, StoreError } from '../errors.js';
 import { AmbiguousOutcome } from '../row-update.js';
 import { commitPrimary } from './commit-point.js';
-import { alive, type CommitContext, notAborted, step, timed } from './context.js';
+import { alive, type CommitContext, isPrimaryRow, notAborted, rowId, step, timed } from './context.js';
 import { Heartbeat } from './heartbeat.js';
 import { prewriteAll } from './prewrite.js';
 import { rollbackTransaction } from './rollback.js';
@@ -30,6 +30,11 @@ export async function commitTransaction(ctx: CommitContext): Promise<number> {
   let handedOff = false;
   try {
     const commitTs = await reachCommitPoint(ctx);
+    // Its secondaries may still be locked, until the background step below commits them.
+    ctx.env.localCommits.settling(
+      ctx.startTs,
+      ctx.rows.filter((m) => !isPrimaryRow(ctx, m)).map((m) => rowId(m.table, m.row)),
+    );
     await step(ctx, { step: 'afterCommitPrimary', commitTs });
     if (ctx.rows.length > 1) {
       const { background } = ctx.env;
@@ -75,6 +80,10 @@ async function reachCommitPoint(ctx: CommitContext): Promise<number> {
     await heartbeat.stop();
     alive(ctx);
     if (error instanceof CommitUnknownError) throw error;
+    ctx.env.localCommits.settling(
+      ctx.startTs,
+      ctx.rows.map((m) => rowId(m.table, m.row)),
+    );
     await timed(ctx, 'rollback', ctx.rows.length, () => rollbackTransaction(ctx));
     if (error instanceof AmbiguousOutcome) {
       // Retryable unless what went wrong cannot be fixed by trying again (credentials, say).

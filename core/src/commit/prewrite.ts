@@ -1,3 +1,4 @@
+import { waitAtMost } from '../backoff.js';
 import { hasWriteAtOrAfter, inlineHistoryBytes } from '../cells.js';
 import { decodeRow } from '../codec.js';
 import { observedKey } from '../env.js';
@@ -104,10 +105,20 @@ export async function withLockResolution<T>(
         new ConflictError(
           `${m.table}/${JSON.stringify(m.row)} is locked by transaction ${error.lock.startTs}`,
         );
+      ctx.knownRows.delete(rowId(m.table, m.row));
+      // A lock of a commit of this client that is past its commit point (committing its
+      // secondaries in the background) or rolling back: that commit clears it within a
+      // round trip or two, so wait for it and try again, instead of reading its primary
+      // and racing it to settle the row. The common case is back-to-back transactions on
+      // the same rows. Waiting decides nothing; past lockWaitMs, the usual way.
+      const local = attempt < 3 ? env.localCommits.finishedSettling(error.lock.startTs) : undefined;
+      if (local) {
+        await waitAtMost(local, env.lockWaitMs);
+        continue;
+      }
       // The lock's fate is decided by its primary: a transaction that already committed
       // (its secondaries still being committed in the background) or was rolled back is
       // settled now; a live one wins, as in the paper.
-      ctx.knownRows.delete(rowId(m.table, m.row));
       const fate = await resolveLock(env, m.table, m.row, error.lock, ctx.trace, 'prewrite');
       if (fate === 'alive' || attempt >= 3) throw blocked();
     }
@@ -165,6 +176,16 @@ function prewriteRow(
 export async function prewriteAll(ctx: CommitContext, heartbeat: Heartbeat): Promise<void> {
   for (const m of ctx.rows) {
     if (underPressure(ctx, ctx.knownRows.get(rowId(m.table, m.row)))) await relievePressure(ctx, m);
+  }
+  // A commit of this client still settling these rows (its secondaries, a rollback) holds
+  // locks there for another round trip: wait for it rather than meet its locks, so the
+  // batch below goes out once, against the rows as that commit leaves them (the row cache
+  // has them; what this transaction read before is older). Back-to-back transactions on
+  // the same rows are the case. Waiting decides nothing, and such a commit waits for no one.
+  const settling = ctx.env.localCommits.settlingOn(ctx.rows.map((m) => rowId(m.table, m.row)));
+  if (settling) {
+    await waitAtMost(settling, ctx.env.lockWaitMs, ctx.signal);
+    for (const m of ctx.rows) ctx.knownRows.delete(rowId(m.table, m.row));
   }
   alive(ctx);
   // From now on our primary lock may exist: keep it fresh (a beat finds nothing to do before it lands).
