@@ -15,9 +15,11 @@ export function checkOptionKeys<T>(what: string, options: unknown, keys: OptionK
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new InvalidArgumentError(`${what} options must be an object, got ${describe(options)}`);
   }
-  const accepted = Object.keys(keys);
+  // Runs for every transaction (`transact`'s options): no array of the accepted keys unless
+  // a key is wrong.
   for (const key of Object.keys(options)) {
-    if (accepted.includes(key)) continue;
+    if (Object.hasOwn(keys, key)) continue;
+    const accepted = Object.keys(keys);
     const near = accepted.find((k) => k.toLowerCase() === key.toLowerCase());
     throw new InvalidArgumentError(
       `${what}: unknown option ${JSON.stringify(key)}${near ? ` (did you mean "${near}"?)` : ''}; ` +

@@ -235,12 +235,9 @@ export class Percolator {
       throw new InvalidArgumentError('timeoutMs must be a non-negative number');
     if (options.signal !== undefined && !(options.signal instanceof AbortSignal))
       throw new InvalidArgumentError('signal must be an AbortSignal');
-    const signals = [
-      ...(options.signal ? [options.signal] : []),
-      ...(timeoutMs !== undefined ? [AbortSignal.timeout(timeoutMs)] : []),
-    ];
+    const timeout = timeoutMs !== undefined ? AbortSignal.timeout(timeoutMs) : undefined;
     const signal =
-      signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
+      options.signal && timeout ? AbortSignal.any([options.signal, timeout]) : (options.signal ?? timeout);
     if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
       throw new InvalidArgumentError('maxAttempts must be a positive integer');
     let previous: Transaction | undefined;

@@ -99,8 +99,8 @@ export class Transaction {
     string,
     { table: string; row: string; cells: Map<string, Uint8Array | null> }
   >();
-  /** Weak notifications (`notify`): row id -> the cells to mark notified. */
-  private readonly notifications = new Map<string, { table: string; row: string; columns: Set<string> }>();
+  /** Weak notifications (`notify`): row id -> the cells to mark notified. Made by the first `notify`. */
+  private notifications: Map<string, { table: string; row: string; columns: Set<string> }> | undefined;
   /** Last version seen per row: the expected version of the first prewrite CAS. */
   private readonly knownRows = new Map<string, StoredRow | null>();
   private status: Status = 'active';
@@ -229,7 +229,7 @@ export class Transaction {
     validateUserTable(table);
     validateRowKey(row);
     validateColumn(column);
-    const buffered = this.mutations.get(rowId(table, row))?.cells;
+    const buffered = this.mutations.size > 0 ? this.mutations.get(rowId(table, row))?.cells : undefined;
     if (buffered?.has(column)) return buffered.get(column) ?? undefined;
     const [view] = await this.readCells(table, row, [column]);
     // Decoded values are views into the stored row: hand out a copy.
@@ -246,7 +246,7 @@ export class Transaction {
     columns: readonly string[],
   ): Promise<{ value: Uint8Array | undefined; cell: Cell | undefined }[]> {
     const waitStart = performance.now();
-    const gone = new Set<string>();
+    let gone: Set<string> | undefined;
     let met: Lock | undefined;
     try {
       for (let attempt = 0; ; attempt++) {
@@ -263,7 +263,12 @@ export class Transaction {
           await this.settleLock(table, row, met, attempt, waitStart);
           continue;
         }
-        const values = await Promise.all(views.map((v) => this.valueOf(table, row, v.column, v.view, gone)));
+        // Values in the head row (the common case) need no further read, and no promise.
+        const values = views.every((v) => !('moved' in v.view))
+          ? views.map((v) => ('value' in v.view ? v.view.value : undefined))
+          : await Promise.all(
+              views.map((v) => this.valueOf(table, row, v.column, v.view, (gone ??= new Set()))),
+            );
         if (values.includes(GONE)) continue;
         if (met) this.waited(table, row, met, waitStart, undefined);
         return views.map((v, i) => ({ cell: v.cell, value: values[i] as Uint8Array | undefined }));
@@ -381,6 +386,7 @@ export class Transaction {
     validateColumn(column);
     rejectReserved(column);
     const id = rowId(table, row);
+    this.notifications ??= new Map();
     let n = this.notifications.get(id);
     if (!n) {
       n = { table, row, columns: new Set() };
@@ -491,6 +497,13 @@ export class Transaction {
       this.ended('aborted', undefined, error);
       throw error;
     }
+    if (this.mutations.size === 0 && this.notifications === undefined && this.ts !== undefined) {
+      // Nothing to write and the snapshot taken (a read-only transaction): committed as is,
+      // at its start timestamp, with no store call (what commitMutations would conclude).
+      this.status = 'committed';
+      this.ended('committed', this.ts, undefined);
+      return { commitTs: this.ts };
+    }
     this.status = 'committing';
     try {
       const commitTs = await this.commitMutations(signal);
@@ -515,7 +528,7 @@ export class Transaction {
     this.status = 'rolledBack';
     if (this.ref) this.ended(error === undefined ? 'rolledBack' : outcomeOf(error), undefined, error);
     this.mutations.clear();
-    this.notifications.clear();
+    this.notifications = undefined;
   }
 
   private async commitMutations(signal: AbortSignal | undefined): Promise<number> {
@@ -537,7 +550,7 @@ export class Transaction {
     }
     await this.ready(); // otherwise drawn now
     const rows = this.rowMutations();
-    const notified = [...this.notifications.values()];
+    const notified = this.notifications ? [...this.notifications.values()] : [];
     if (rows.length === 0) {
       // Nothing to commit: the weak notifications are the whole transaction.
       if (notified.length > 0) await markNotifications(this.env, notified, this.startTs);
@@ -558,7 +571,7 @@ export class Transaction {
   private rowMutations(): RowMutations[] {
     return [...this.mutations.entries()].map(([id, m]) => ({
       ...m,
-      notify: this.notifications.get(id)?.columns,
+      notify: this.notifications?.get(id)?.columns,
     }));
   }
 
@@ -572,7 +585,7 @@ export class Transaction {
     if (this.ts !== undefined || this.starting !== undefined || this.env.stampCounter === undefined) {
       return false;
     }
-    return this.mutations.size === 1 && this.notifications.size === 0;
+    return this.mutations.size === 1 && (this.notifications?.size ?? 0) === 0;
   }
 
   private async commitRows(
