@@ -64,6 +64,8 @@ const KIND_BITS: Record<RecordKind, number> = { put: 0, delete: 1, rollback: 2 }
 const PLACE_BITS: Record<ValuePlace, number> = { inline: 0 << 2, moving: 1 << 2, moved: 2 << 2 };
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
+/** Names up to this many bytes, all ASCII, are decoded byte by byte (Reader.string). */
+const SHORT_ASCII = 24;
 
 /**
  * One scratch buffer for every encode: encoding is synchronous, so it is never shared, and
@@ -209,6 +211,23 @@ class Reader {
   string(): string {
     const n = this.uint();
     if (this.pos + n > this.buf.length) throw new CorruptRowError('row state is truncated');
+    // Names (columns, tables, row keys) are mostly short ASCII: built from the bytes
+    // directly, with no view and no TextDecoder call (which costs more than the rest of
+    // reading a short name). Anything else goes through the strict decoder.
+    if (n <= SHORT_ASCII) {
+      const { buf, pos } = this;
+      let out = '';
+      let i = 0;
+      for (; i < n; i++) {
+        const b = buf[pos + i]!;
+        if (b >= 0x80) break;
+        out += String.fromCharCode(b);
+      }
+      if (i === n) {
+        this.pos += n;
+        return out;
+      }
+    }
     let out: string;
     try {
       out = decoder.decode(this.buf.subarray(this.pos, this.pos + n));

@@ -1,0 +1,84 @@
+import { CorruptRowError } from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { decodeRow, encodeRow } from '../src/codec.js';
+import { plainRow, rowFrom } from './row-support.js';
+
+/**
+ * Names in a head row (columns, the primary's table, row and column, secondaries, observer
+ * acks) are read byte by byte when short and ASCII, through the strict UTF-8 decoder
+ * otherwise (codec.ts, Reader.string): both ways must give back exactly what was written.
+ */
+describe('names in head rows', () => {
+  const names = [
+    'v',
+    'balance',
+    'x'.repeat(24),
+    'y'.repeat(25),
+    'é',
+    'accounts-é-ü',
+    '日本語の列',
+    '🙂 emoji',
+    `${'a'.repeat(23)}é`,
+    'ctl\u0001\u007f',
+  ];
+
+  it('round-trips short and long, ASCII and non-ASCII names in every place a row keeps one', () => {
+    const row = rowFrom(
+      names.map((name, i) => [
+        name,
+        {
+          data: new Map([[10 + i, new Uint8Array([i])]]),
+          lock: {
+            startTs: 100 + i,
+            primary: { table: `t-${name}`, row: `r-${name}`, column: name },
+            kind: 'put',
+            ttlMs: 5000,
+            wallTimeMs: 1_700_000_000_000,
+            secondaries: [{ table: name, row: `${name}!` }],
+          },
+          writes: [
+            {
+              startTs: 10 + i,
+              commitTs: 11 + i,
+              kind: 'put',
+              value: 'inline',
+              wallTimeMs: 1_700_000_000_000,
+            },
+          ],
+          prunedThrough: 0,
+          notifyTs: 0,
+          acks: new Map([[`observer-${name}`, 3]]),
+          garbage: [],
+        },
+      ]),
+    );
+    const decoded = decodeRow(encodeRow(row));
+    expect([...decoded.cells.keys()]).toEqual(names);
+    expect(plainRow(decoded)).toEqual(plainRow(row));
+  });
+
+  it('a short name that is not UTF-8 is a CorruptRowError, never a misread', () => {
+    const row = rowFrom([
+      [
+        'ab',
+        {
+          data: new Map([[1, new Uint8Array([1])]]),
+          lock: undefined,
+          writes: [{ startTs: 1, commitTs: 2, kind: 'put', value: 'inline', wallTimeMs: 1_700_000_000_000 }],
+          prunedThrough: 0,
+          notifyTs: 0,
+          acks: new Map(),
+          garbage: [],
+        },
+      ],
+    ]);
+    const bytes = encodeRow(row);
+    // The column name's two bytes follow its length byte (2): make the second a lone
+    // continuation byte.
+    const at = bytes.findIndex((b, i) => b === 2 && bytes[i + 1] === 0x61 && bytes[i + 2] === 0x62);
+    expect(at).toBeGreaterThan(0);
+    const broken = bytes.slice();
+    broken[at + 2] = 0x80;
+    expect(() => decodeRow(broken)).toThrow(CorruptRowError);
+  });
+});
