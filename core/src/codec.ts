@@ -146,6 +146,23 @@ class Writer {
     this.raw(value);
   }
   string(value: string): void {
+    // Short ASCII names (the common case) are written char by char: no view, no encodeInto.
+    if (value.length <= SHORT_ASCII) {
+      this.ensure(value.length + 1);
+      const { buf } = this;
+      const at = this.pos + 1;
+      let i = 0;
+      for (; i < value.length; i++) {
+        const c = value.charCodeAt(i);
+        if (c >= 0x80) break;
+        buf[at + i] = c;
+      }
+      if (i === value.length) {
+        buf[this.pos] = i; // the length: one byte, as uint() writes it below 0x80
+        this.pos = at + i;
+        return;
+      }
+    }
     // Encode in place after room for the longest length prefix, then slide it down.
     this.ensure(value.length * 3 + 16);
     const start = this.pos + 8;
