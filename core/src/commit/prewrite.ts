@@ -113,7 +113,7 @@ export async function withLockResolution<T>(
       // the same rows. Waiting decides nothing; past lockWaitMs, the usual way.
       const local = attempt < 3 ? env.localCommits.finishedSettling(error.lock.startTs) : undefined;
       if (local) {
-        await waitAtMost(local, env.lockWaitMs);
+        await waitAtMost(local, env.lockWaitMs, ctx.signal);
         continue;
       }
       // The lock's fate is decided by its primary: a transaction that already committed
