@@ -3,6 +3,10 @@ export function backoffMs(attempt: number, baseMs = 2, capMs = 200): number {
   return Math.random() * Math.min(capMs, baseMs * 2 ** Math.min(attempt, 16));
 }
 
+/** Runs `run` on a later macrotask, after the current turn of the event loop (setImmediate where there is one). */
+export const nextTurn: (run: () => void) => void =
+  typeof setImmediate === 'function' ? (run) => setImmediate(run) : (run) => setTimeout(run, 0);
+
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   if (!signal) return new Promise((resolve) => setTimeout(resolve, ms));
   return new Promise((resolve) => {

@@ -1,3 +1,4 @@
+import { nextTurn } from './backoff.js';
 import { RowTooLargeError } from './errors.js';
 import { fullCapabilities } from './kit/store-shape.js';
 import { compareKeys } from './names.js';
@@ -117,9 +118,6 @@ function lowerBound(keys: readonly string[], key: string): number {
  */
 let pendingReplies: (() => void)[] = [];
 
-const schedule: (flush: () => void) => void =
-  typeof setImmediate === 'function' ? (flush) => setImmediate(flush) : (flush) => setTimeout(flush, 0);
-
 function flushReplies(): void {
   const replies = pendingReplies;
   pendingReplies = [];
@@ -137,7 +135,7 @@ function later<T>(apply: () => T): Promise<T> {
       settle = () => reject(error);
     }
   });
-  if (pendingReplies.length === 0) schedule(flushReplies);
+  if (pendingReplies.length === 0) nextTurn(flushReplies);
   pendingReplies.push(settle!);
   return promise;
 }

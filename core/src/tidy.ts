@@ -1,3 +1,4 @@
+import { nextTurn } from './backoff.js';
 import { BoundedMap } from './bounded-map.js';
 import {
   findRecord,
@@ -46,10 +47,6 @@ function part(row: number, column: string, ts: number): string {
   return `${row}\u0000${column}\u0000${ts}`;
 }
 
-/** After the writes of this turn of the event loop (a later macrotask). */
-const nextTurn: (run: () => void) => void =
-  typeof setImmediate === 'function' ? (run) => setImmediate(run) : (run) => setTimeout(run, 0);
-
 /** Most rows in one batch of background tidy passes, and most batches in flight per client. */
 const MAX_BATCH_ROWS = 64;
 const MAX_BATCHES_IN_FLIGHT = 2;
@@ -62,8 +59,6 @@ interface TidyEntry {
   known: StoredRow | undefined;
   /** A write landed during the row's pass and asked for another one. */
   again: boolean;
-  /** Waiting in the queue (not yet in a batch). */
-  queued: boolean;
   /** Passes in a row that failed. */
   failed: number;
 }
@@ -140,7 +135,7 @@ export type { TidyOptions, TidyReport } from './reports.js';
 export class Tidier implements RowTidier {
   /**
    * Rows that asked for the tidy step and have not finished it: waiting for the next batch
-   * (`queued`) or in one. A write meanwhile updates the entry (afterWrite).
+   * (in `queue`) or in one. A write meanwhile updates the entry (afterWrite).
    */
   private readonly running = new Map<string, TidyEntry>();
   /** Rows waiting for the next batch, in the order they asked. */
@@ -207,14 +202,13 @@ export class Tidier implements RowTidier {
       // its head CAS to the newer row.
       entry.again = needed;
       entry.known = needed ? (stored ?? undefined) : undefined;
-      if (!needed && entry.queued) {
+      if (!needed && this.queue.has(id!)) {
         this.queue.delete(id!);
         this.running.delete(id!);
       }
       return;
     }
-    if (needed)
-      this.enqueue(id!, { table, key, known: stored ?? undefined, again: false, queued: true, failed: 0 });
+    if (needed) this.enqueue(id!, { table, key, known: stored ?? undefined, again: false, failed: 0 });
   }
 
   private forgetApplied(table: string, key: string, state: RowState): void {
@@ -241,7 +235,6 @@ export class Tidier implements RowTidier {
    * the load and the calls per row shrink.
    */
   private enqueue(id: string, entry: TidyEntry): void {
-    entry.queued = true;
     this.running.set(id, entry);
     this.queue.set(id, entry);
     this.startBatches();
@@ -272,7 +265,6 @@ export class Tidier implements RowTidier {
     const targets = batch.map(([id, entry]) => {
       this.queue.delete(id);
       const target = { table: entry.table, key: entry.key, known: entry.known };
-      entry.queued = false;
       entry.again = false;
       entry.known = undefined;
       return target;
@@ -286,7 +278,6 @@ export class Tidier implements RowTidier {
         entry.failed = outcomes[i]!.status === 'fulfilled' ? 0 : entry.failed + 1;
         if (entry.again && entry.failed < MAX_FAILED_ROUNDS) {
           entry.again = false;
-          entry.queued = true;
           this.queue.set(id, entry);
         } else {
           this.running.delete(id);

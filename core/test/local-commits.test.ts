@@ -38,21 +38,24 @@ describe('locks of this client', () => {
         },
       },
     });
-    return { store, db, release, reached };
+    /** Starts a transaction writing `value` to rows a and b: it stalls before its commit point. */
+    const writeBoth = (value: string) =>
+      db.transact(async (tx) => {
+        tx.set('t', 'a', 'v', value);
+        tx.set('t', 'b', 'v', value);
+      });
+    return { store, db, release, reached, writeBoth };
   }
 
   it('a reader waits for the commit to finish, reading nothing meanwhile, then reads on', async () => {
-    const { store, db, release, reached } = stalledClient({ lockWaitMs: 30_000 });
+    const { store, db, release, reached, writeBoth } = stalledClient({ lockWaitMs: 30_000 });
     const setup = new Percolator({ store });
     await setup.transact(async (tx) => {
       tx.set('t', 'a', 'v', 'old');
       tx.set('t', 'b', 'v', 'old');
     });
     await setup.close();
-    const writer = db.transact(async (tx) => {
-      tx.set('t', 'a', 'v', 'new');
-      tx.set('t', 'b', 'v', 'new');
-    });
+    const writer = writeBoth('new');
     await reached; // both rows are locked now
     const readsBefore = store.rowReads;
     let readerDone = false;
@@ -74,11 +77,8 @@ describe('locks of this client', () => {
   });
 
   it('waits at most lockWaitMs, then resolves as usual (a live lock: LockNotResolvedError)', async () => {
-    const { db, release, reached } = stalledClient({ lockWaitMs: 50 });
-    const writer = db.transact(async (tx) => {
-      tx.set('t', 'a', 'v', 'new');
-      tx.set('t', 'b', 'v', 'new');
-    });
+    const { db, release, reached, writeBoth } = stalledClient({ lockWaitMs: 50 });
+    const writer = writeBoth('new');
     await reached;
     await expect(
       db.transact(async (tx) => tx.getString('t', 'b', 'v'), { maxAttempts: 1 }),
@@ -89,11 +89,8 @@ describe('locks of this client', () => {
   });
 
   it('an abort stops the wait at once', async () => {
-    const { db, release, reached } = stalledClient({ lockWaitMs: 30_000 });
-    const writer = db.transact(async (tx) => {
-      tx.set('t', 'a', 'v', 'new');
-      tx.set('t', 'b', 'v', 'new');
-    });
+    const { db, release, reached, writeBoth } = stalledClient({ lockWaitMs: 30_000 });
+    const writer = writeBoth('new');
     await reached;
     const controller = new AbortController();
     const reader = db.transact(async (tx) => tx.getString('t', 'b', 'v'), { signal: controller.signal });
@@ -148,11 +145,8 @@ describe('locks of this client', () => {
   });
 
   it('a prewrite never waits for a commit of this client that is still before its commit point: it conflicts, as in the paper', async () => {
-    const { db, release, reached } = stalledClient({ lockWaitMs: 30_000 });
-    const writer = db.transact(async (tx) => {
-      tx.set('t', 'a', 'v', 'first');
-      tx.set('t', 'b', 'v', 'first');
-    });
+    const { db, release, reached, writeBoth } = stalledClient({ lockWaitMs: 30_000 });
+    const writer = writeBoth('first');
     await reached; // both rows locked, the commit point not reached
     // Rejects while the first commit is still stalled: it did not wait for it.
     await expect(
