@@ -82,6 +82,8 @@ export interface RowTidier {
   release(table: string, key: string, column: string, startTs: number): void;
   /** Called on every head-row state about to be written. */
   beforeWrite(table: string, key: string, state: RowState): void;
+  /** Starts the background tidy batch that is waiting for more rows now (flush, close). */
+  hurry(): void;
   /** Called after every head-row write. */
   afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void;
   tidyRow(

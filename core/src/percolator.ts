@@ -398,7 +398,10 @@ export class Percolator {
    * complete without it; this is for tests, measurements and orderly shutdowns.
    */
   async flush(): Promise<void> {
-    while (this.env.background.size > 0) await Promise.all([...this.env.background]);
+    while (this.env.background.size > 0) {
+      this.env.tidier.hurry();
+      await Promise.all([...this.env.background]);
+    }
   }
 
   /** Stops this client's observer workers, waits for background work. Does not close the store: its creator owns it. */

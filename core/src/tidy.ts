@@ -50,6 +50,14 @@ function part(row: number, column: string, ts: number): string {
 /** Most rows in one batch of background tidy passes, and most batches in flight per client. */
 const MAX_BATCH_ROWS = 64;
 const MAX_BATCHES_IN_FLIGHT = 2;
+/**
+ * How long a batch waits for more rows after the first one asks (docs/protocol.md 7.5).
+ * The work a commit leaves is never urgent (`moving` values are still inline, names in
+ * `garbage` only cost bytes), and waiting lets the rows of many commits share one batch of
+ * calls, and the writes of a hot row share one pass. A full batch starts at once, and
+ * `flush()` / `close()` start a waiting one (`hurry`).
+ */
+export const TIDY_DELAY_MS = 20;
 
 /** A row waiting for, or in, a batch of background tidy passes. */
 interface TidyEntry {
@@ -143,6 +151,8 @@ export class Tidier implements RowTidier {
   /** Batches in flight (at most MAX_BATCHES_IN_FLIGHT), and whether a start is already scheduled. */
   private inFlight = 0;
   private startScheduled = false;
+  /** A scheduled start still waiting out TIDY_DELAY_MS: its timer, and how to start it now. */
+  private delayed: { timer: ReturnType<typeof setTimeout>; start: () => void } | undefined;
   /**
    * Commit records of this client's own transactions whose secondaries it saw committed:
    * row id -> column -> startTs. Their lists are dropped in the next write of that row this
@@ -229,14 +239,15 @@ export class Tidier implements RowTidier {
   /**
    * Rows go out in batches: one batch of version-row creates, one of deletes and one of
    * head-row CAS for all of them (`tidyPasses`), instead of a round of store calls per row.
-   * A batch starts once the writes of the current turn of the event loop have queued their
-   * rows (a multi-row commit queues every row it wrote), and while batches are in flight
-   * the rows that ask meanwhile wait for the next one, so under load a batch grows with
-   * the load and the calls per row shrink.
+   * A batch starts TIDY_DELAY_MS after its first row asks (at once when full), so the rows
+   * of every commit in that window share it (a multi-row commit queues every row it wrote),
+   * and while batches are in flight the rows that ask meanwhile wait for the next one, so
+   * under load a batch grows with the load and the calls per row shrink.
    */
   private enqueue(id: string, entry: TidyEntry): void {
     this.running.set(id, entry);
     this.queue.set(id, entry);
+    if (this.queue.size >= MAX_BATCH_ROWS) this.hurry();
     this.startBatches();
   }
 
@@ -244,7 +255,19 @@ export class Tidier implements RowTidier {
     if (this.startScheduled || this.queue.size === 0 || this.inFlight >= MAX_BATCHES_IN_FLIGHT) return;
     this.startScheduled = true;
     const { background } = this.env;
-    const job = new Promise<void>((resolve) => nextTurn(resolve)).then(() => {
+    const job = new Promise<void>((resolve) => {
+      // A full batch goes on the next turn; else it waits TIDY_DELAY_MS for more rows, or
+      // until `hurry`. The next turn, not now: every row the current turn's commit writes
+      // is queued by then.
+      if (this.queue.size >= MAX_BATCH_ROWS) return nextTurn(resolve);
+      const start = () => {
+        clearTimeout(delayed.timer);
+        if (this.delayed === delayed) this.delayed = undefined;
+        nextTurn(resolve);
+      };
+      const delayed = { timer: setTimeout(start, TIDY_DELAY_MS), start };
+      this.delayed = delayed;
+    }).then(() => {
       this.startScheduled = false;
       const runs: Promise<void>[] = [];
       while (this.queue.size > 0 && this.inFlight < MAX_BATCHES_IN_FLIGHT) runs.push(this.runBatch());
@@ -252,6 +275,11 @@ export class Tidier implements RowTidier {
     });
     background.add(job);
     void job.finally(() => background.delete(job));
+  }
+
+  /** Starts a batch that is waiting out TIDY_DELAY_MS now (`flush()`, `close()`). */
+  hurry(): void {
+    this.delayed?.start();
   }
 
   /** Takes up to MAX_BATCH_ROWS queued rows and runs their passes as one batch. */

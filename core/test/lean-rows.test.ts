@@ -8,7 +8,7 @@ import {
   versionRowRef,
   versionTable,
 } from '@percolator/core';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { GARBAGE_BATCH } from '../src/cells.js';
 import { decodeRow, encodeRow, STAMP } from '../src/codec.js';
 import { writeStamp } from '../src/store.js';
@@ -240,6 +240,57 @@ describe('lean rows', () => {
       }
     }
     expect(moved).toBeGreaterThan(100);
+  });
+
+  it('the tidy step waits a moment for more rows: one-row commits in a row share batches, and flush() starts the waiting batch at once', async () => {
+    const inner = new MemoryStore();
+    const vt = versionTable('t');
+    let createCalls = 0;
+    let headCasCalls = 0;
+    let inTidy = false;
+    const store = new Proxy(inner, {
+      get(target, name) {
+        const value = Reflect.get(target, name);
+        if (typeof value !== 'function') return value;
+        return (...args: unknown[]) => {
+          const requests = (name === 'checkAndSetMany' ? args[0] : [args[0]]) as {
+            table?: string;
+            expected?: unknown;
+          }[];
+          if (name === 'checkAndSet' || name === 'checkAndSetMany') {
+            if (requests.some((r) => r.table === vt && r.expected === null)) {
+              createCalls++;
+              inTidy = true;
+            } else if (inTidy && requests.every((r) => r.table === 't')) {
+              headCasCalls++;
+              inTidy = false;
+            }
+          }
+          return value.apply(target, args);
+        };
+      },
+    });
+    const db = new Percolator({ store });
+    // With timers frozen, the batch waits until flush() starts it: flush() only returns if it does.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      // 600-byte values: every commit after a row's first leaves a superseded value to move.
+      for (let i = 0; i < 40; i++)
+        await db.transact(async (tx) => tx.set('t', `r${i % 8}`, 'v', `${i}`.padEnd(600, '.')));
+      expect(createCalls).toBe(0);
+      await db.flush();
+    } finally {
+      vi.useRealTimers();
+    }
+    // A batch per commit made 32 create calls here (one per commit that left a value).
+    expect(createCalls).toBeLessThanOrEqual(8);
+    expect(headCasCalls).toBeLessThanOrEqual(createCalls);
+    for (let r = 0; r < 8; r++) {
+      const cell = inspectHeadRow((await inner.read('t', `r${r}`))!.state).cells[0]!;
+      expect(cell.writes.filter((w) => w.value === 'moving')).toEqual([]);
+      expect(cell.writes.filter((w) => w.value === 'moved').length).toBe(4);
+    }
+    await db.close();
   });
 
   it('a client deletes the version rows it created with the versions it remembers, with no read; another client reads first; a stale version is read back from the failed delete', async () => {
