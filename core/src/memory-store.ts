@@ -13,7 +13,7 @@ import type {
   StoreCapabilities,
   StoredRow,
 } from './store.js';
-import { writeStamp } from './store.js';
+import { writeStampInPlace } from './store.js';
 
 interface MemoryRow {
   version: string;
@@ -225,15 +225,17 @@ export class MemoryStore implements RowStore {
     request: CasRequest & { readonly state: Uint8Array },
     counter: string,
   ): CasResult & { timestamp?: number } {
-    const current = this.readNow(request.table, request.key);
-    if ((current?.version ?? null) !== request.expected) return { ok: false, current };
+    const row = this.tables.get(request.table)?.rows.get(request.key);
+    if ((row?.version ?? null) !== request.expected)
+      return { ok: false, current: row ? { version: row.version, state: row.state.slice() } : null };
     if (request.state.length > this.capabilities.maxStateBytes) return this.casNow(request); // throws RowTooLargeError
     const timestamp = this.incrementNow(counter, 1);
-    const result = this.casNow({ ...request, state: writeStamp(request.state, timestamp) });
+    const result = this.casNow(request, timestamp);
     return result.ok ? { ...result, timestamp } : result;
   }
 
-  private casNow(request: CasRequest): CasResult {
+  /** One check-and-set; with `stamp`, the stored copy gets it in its stamp slot (checkAndSetStamped). */
+  private casNow(request: CasRequest, stamp?: number): CasResult {
     const { table: tableName, key, expected, state } = request;
     if (state && state.length > this.capabilities.maxStateBytes) {
       throw new RowTooLargeError(
@@ -256,7 +258,12 @@ export class MemoryStore implements RowStore {
     }
     const notified = request.notified ?? false;
     if (!row) table.added(key);
-    table.rows.set(key, { version, state: state.slice(), notified });
+    const copy = state.slice();
+    table.rows.set(key, {
+      version,
+      state: stamp === undefined ? copy : writeStampInPlace(copy, stamp),
+      notified,
+    });
     if (notified && !row?.notified) insertSorted(table.notified, key);
     if (!notified && row?.notified) removeSorted(table.notified, key);
     return { ok: true, version };

@@ -3,7 +3,7 @@ import { decodeRow, encodeRow } from './codec.js';
 import type { ProtocolEnv } from './env.js';
 import { RowTooLargeError, StoreError } from './errors.js';
 import { isCellEmpty, type RowState, rowHasNotification } from './row-state.js';
-import { type CasRequest, type CasResult, type StoredRow, writeStamp } from './store.js';
+import { type CasRequest, type CasResult, type StoredRow, writeStampInPlace } from './store.js';
 
 /**
  * The read-modify-CAS loops every protocol step uses on head rows: `updateRow` for one
@@ -129,7 +129,11 @@ export async function updateRow<T>(
           stampCounter,
         );
         if (outcome.ok && outcome.timestamp !== undefined) {
-          const stored = { version: outcome.version, state: writeStamp(request.state, outcome.timestamp) };
+          // The state is this step's own encoding, and the store is done with it: stamp it in place.
+          const stored = {
+            version: outcome.version,
+            state: writeStampInPlace(request.state, outcome.timestamp),
+          };
           cache?.set(table, key, stored);
           env.tidier.afterWrite(table, key, decision.write, stored);
           return { result: decision.result, stored, timestamp: outcome.timestamp };

@@ -222,9 +222,16 @@ export const STAMP_OFFSET = 1;
 
 /** Writes `timestamp` into a stamped state's slot (what a store does inside its atomic step). */
 export function writeStamp(state: Uint8Array, timestamp: number): Uint8Array {
-  const out = state.slice();
-  new DataView(out.buffer, out.byteOffset, out.byteLength).setBigUint64(STAMP_OFFSET, BigInt(timestamp));
-  return out;
+  return writeStampInPlace(state.slice(), timestamp);
+}
+
+/** `writeStamp` into `state` itself, for a store writing its own copy of a state. */
+export function writeStampInPlace(state: Uint8Array, timestamp: number): Uint8Array {
+  new DataView(state.buffer, state.byteOffset, state.byteLength).setBigUint64(
+    STAMP_OFFSET,
+    BigInt(timestamp),
+  );
+  return state;
 }
 
 /** The counter name the default oracle draws timestamps from. */

@@ -225,15 +225,29 @@ export class Transaction {
   }
 
   async get(table: string, row: string, column: string): Promise<Uint8Array | undefined> {
+    const [value, isView] = await this.valueAt(table, row, column);
+    // Decoded values are views into the stored row: hand out a copy.
+    return isView ? value!.slice() : value;
+  }
+
+  /**
+   * The value `get` returns, and whether it is a view into a stored row (a buffered write
+   * is not): callers that only decode it (`getString`, `getJson`) need no copy.
+   */
+  private async valueAt(
+    table: string,
+    row: string,
+    column: string,
+  ): Promise<[Uint8Array | undefined, boolean]> {
     this.assertActive();
     validateUserTable(table);
     validateRowKey(row);
     validateColumn(column);
     const buffered = this.mutations.size > 0 ? this.mutations.get(rowId(table, row))?.cells : undefined;
-    if (buffered?.has(column)) return buffered.get(column) ?? undefined;
+    if (buffered?.has(column)) return [buffered.get(column) ?? undefined, false];
     const [view] = await this.readCells(table, row, [column]);
-    // Decoded values are views into the stored row: hand out a copy.
-    return view!.value?.slice();
+    const value = view!.value;
+    return [value, value !== undefined];
   }
 
   /**
@@ -335,7 +349,7 @@ export class Transaction {
     row: string,
     column: string,
   ): Promise<T | undefined> {
-    const bytes = await this.get(table, row, column);
+    const [bytes] = await this.valueAt(table, row, column);
     return bytes === undefined
       ? undefined
       : (decodeJson(bytes, `${table}/${JSON.stringify(row)}/${column}`) as T);
@@ -357,7 +371,7 @@ export class Transaction {
   }
 
   async getString(table: string, row: string, column: string): Promise<string | undefined> {
-    const bytes = await this.get(table, row, column);
+    const [bytes] = await this.valueAt(table, row, column);
     return bytes === undefined ? undefined : decoder.decode(bytes);
   }
 
