@@ -44,6 +44,34 @@ describe('transactions on the memory store', () => {
     await expect(tx.get('t', 'r', 'c')).rejects.toBeInstanceOf(ClosedError);
   });
 
+  it('get hands out a copy: changing it changes neither later reads nor the stored row (getString and getJson read without one)', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    const value = 'x'.repeat(200); // past V8's on-heap size for typed arrays
+    await db.transact(async (tx) => {
+      tx.set('t', 'r', 'c', value);
+      tx.setJson('t', 'r', 'j', { a: value });
+    });
+    await db.transact(async (tx) => {
+      (await tx.get('t', 'r', 'c'))!.fill(0);
+      expect(text(await tx.get('t', 'r', 'c'))).toBe(value);
+      expect(await tx.getString('t', 'r', 'c')).toBe(value);
+      expect(await tx.getJson('t', 'r', 'j')).toEqual({ a: value });
+      // Another column of the same row: its commit starts from the row as this client has it.
+      tx.set('t', 'r', 'other', 'y');
+    });
+    const other = new Percolator({ store });
+    expect(await other.transact((tx) => tx.getString('t', 'r', 'c'))).toBe(value);
+    expect(await db.transact((tx) => tx.getString('t', 'r', 'c'))).toBe(value);
+    await db.transact(async (tx) => {
+      tx.set('t', 'r', 'c', 'y');
+      expect(await tx.getString('t', 'r', 'c')).toBe('y'); // a buffered write, read back as written
+    });
+    expect(await other.transact((tx) => tx.getString('t', 'r', 'c'))).toBe('y');
+    await db.close();
+    await other.close();
+  });
+
   it('a snapshot does not see writes committed after it started (no read skew)', async () => {
     const db = new Percolator({ store: new MemoryStore() });
     await db.transact(async (tx) => {
