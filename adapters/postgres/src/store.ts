@@ -361,7 +361,18 @@ class PostgresRowStore implements PostgresStore {
   }
 
   /** Runs one casMany statement; returns applied request ordinals (1-based) -> new version. */
-  private async casManyStatement(plans: readonly CasPlan[]): Promise<Map<number, string>> {
+  private async casManyStatement(unordered: readonly CasPlan[]): Promise<Map<number, string>> {
+    // In (table, key) order: the statement locks its rows as it meets them, in this order,
+    // and holds them to its end, so two batches over the same rows in opposite orders
+    // would deadlock, and PostgreSQL only finds a deadlock after deadlock_timeout (1 s by
+    // default). One order for every batch leaves no cycle. `order[i]` is the caller's index.
+    const order = unordered.map((_, i) => i);
+    order.sort(
+      (a, b) =>
+        Buffer.compare(unordered[a]!.tbl, unordered[b]!.tbl) ||
+        Buffer.compare(unordered[a]!.key, unordered[b]!.key),
+    );
+    const plans = order.map((i) => unordered[i]!);
     // Unmatchable requests travel too (as a kind no CTE handles) to keep ordinals aligned.
     const values = [
       plans.map((p) => p.tbl),
@@ -372,7 +383,8 @@ class PostgresRowStore implements PostgresStore {
       plans.map((p) => p.kind),
     ];
     const result = await this.withTransientRetry(() => this.query('casMany', 'write', values));
-    return new Map(result.rows.map((row) => [Number(row.i), String(row.version)]));
+    // Ordinals are 1-based positions in `plans`; the caller's are positions in `unordered`.
+    return new Map(result.rows.map((row) => [order[Number(row.i) - 1]! + 1, String(row.version)]));
   }
 
   /**
