@@ -2,6 +2,7 @@ import type { PrunePolicy } from './cells.js';
 import type { EventSink, TidyEvent } from './events.js';
 import type { LocalCommits } from './local-commits.js';
 import type { TimestampOracle } from './oracle.js';
+import type { PeekBatcher } from './peek-batcher.js';
 import type { TidyOptions, TidyReport } from './reports.js';
 import type { RowCache } from './row-cache.js';
 import type { RowReader } from './row-reader.js';
@@ -59,6 +60,8 @@ export interface ProtocolEnv {
    * nothing (`readPeeked`): read-only transactions then take their snapshot that way.
    */
   readonly peekCounter: string | undefined;
+  /** With `peekCounter`: the peeks of this client's read-only transactions, shared per turn (peek-batcher.ts). */
+  readonly peeks: PeekBatcher | undefined;
   /** How this client chooses between a stamped first read and the batched oracle. */
   readonly stampedReads: StampedReadGauge;
   /** (table, column) pairs that carry observers: writes to them set a notification. */

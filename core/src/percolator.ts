@@ -12,6 +12,7 @@ import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
 import { CounterOracle, type TimestampOracle } from './oracle.js';
+import { PeekBatcher } from './peek-batcher.js';
 import { type ResolvedLock, type ResolveOptions, resolveRowLocks } from './resolve.js';
 import { RowCache } from './row-cache.js';
 import { RowReader } from './row-reader.js';
@@ -159,6 +160,10 @@ export class Percolator {
     const oracle = options.oracle ?? defaultOracle!;
     this.store = store;
     this.observed = observed;
+    const peekCounter =
+      defaultOracle && store.capabilities.peekedRead === true && store.readPeeked
+        ? defaultOracle.counterName
+        : undefined;
     const env: Omit<ProtocolEnv, 'tidier'> & { tidier?: Tidier } = {
       store,
       reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),
@@ -184,10 +189,8 @@ export class Percolator {
         defaultOracle && store.capabilities.stampedRead === true && store.readStamped
           ? defaultOracle.counterName
           : undefined,
-      peekCounter:
-        defaultOracle && store.capabilities.peekedRead === true && store.readPeeked
-          ? defaultOracle.counterName
-          : undefined,
+      peekCounter,
+      peeks: peekCounter !== undefined ? new PeekBatcher(store, peekCounter) : undefined,
       observed,
       localCommits: new LocalCommits(),
       background: new Set(),

@@ -821,7 +821,9 @@ export class Transaction {
     counter: string,
     refs: readonly { table: string; key: string }[],
   ): Promise<{ timestamp: number; rows: (StoredRow | null)[] }> {
-    const { timestamp, rows } = await this.env.store.readPeeked!(refs, counter);
+    // Shared with the other read-only transactions of this client that peek in this turn.
+    const { timestamp, rows } = await (this.env.peeks?.peek(refs) ??
+      this.env.store.readPeeked!(refs, counter));
     if (rows.length !== refs.length || !Number.isSafeInteger(timestamp + 1) || timestamp < 0) {
       throw new StoreError('readPeeked answered with the wrong number of rows', 'no');
     }

@@ -198,6 +198,69 @@ describe('read-only transactions', () => {
     await db.close();
   });
 
+  it('that begin in the same turn share one peek: each gets its own rows and sees every commit acknowledged before it began', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    const other = new Percolator({ store });
+    await db.transact(async (tx) => {
+      for (let i = 0; i < 8; i++) tx.set('t', `r${i}`, 'v', `a${i}`);
+    });
+    await db.flush();
+    const readAll = () =>
+      Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          // Two of them read the same row, one reads two rows, in its own order.
+          db.transact(
+            async (tx) =>
+              i === 7
+                ? (await Promise.all([tx.getString('t', 'r7', 'v'), tx.getString('t', 'r0', 'v')])).join('+')
+                : tx.getString('t', `r${i === 6 ? 0 : i}`, 'v'),
+            { readOnly: true },
+          ),
+        ),
+      );
+    let before = { ...store.calls };
+    expect(await readAll()).toEqual(['a0', 'a1', 'a2', 'a3', 'a4', 'a5', 'a0', 'a7+a0']);
+    expect(store.calls.readPeeked - before.readPeeked).toBe(1);
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(0);
+    // A commit by another client, acknowledged before they begin: every one of them sees it.
+    await other.transact(async (tx) => {
+      tx.set('t', 'r0', 'v', 'b0');
+      tx.set('t', 'r7', 'v', 'b7');
+    });
+    before = { ...store.calls };
+    expect(await readAll()).toEqual(['b0', 'a1', 'a2', 'a3', 'a4', 'a5', 'b0', 'b7+b0']);
+    expect(store.calls.readPeeked - before.readPeeked).toBe(1);
+    await db.close();
+    await other.close();
+  });
+
+  it('sharing a peek that fails, each falls back to the oracle on its own and reads the right rows', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      for (let i = 0; i < 4; i++) tx.set('t', `r${i}`, 'v', `a${i}`);
+    });
+    await db.flush();
+    let peeks = 0;
+    const peekOnce = store.readPeeked.bind(store);
+    store.readPeeked = async (refs, counter) => {
+      if (peeks++ === 0) throw new StoreError('the shared peek timed out', 'no');
+      return peekOnce(refs, counter);
+    };
+    const before = { ...store.calls };
+    const seen = await Promise.all(
+      Array.from({ length: 4 }, (_, i) =>
+        db.transact((tx) => tx.getString('t', `r${i}`, 'v'), { readOnly: true }),
+      ),
+    );
+    expect(seen).toEqual(['a0', 'a1', 'a2', 'a3']);
+    expect(peeks).toBe(1); // the one that failed, shared
+    // Their timestamps came from the oracle (one batched fetch), then plain reads.
+    expect(store.calls.incrementCounter - before.incrementCounter).toBeGreaterThanOrEqual(1);
+    await db.close();
+  });
+
   it('on a store without peekedRead, draw their start timestamp as any transaction does', async () => {
     const store = new InstrumentedStore(new MemoryStore(), { peekedRead: false });
     const db = new Percolator({ store });

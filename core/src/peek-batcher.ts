@@ -1,0 +1,80 @@
+import { nextTurn } from './backoff.js';
+import type { RowRef, RowStore, StoredRow } from './store.js';
+
+/** Rows in one shared peek at most (a transaction's own first reads are never split). */
+const MAX_SHARED_ROWS = 64;
+
+interface Waiter {
+  readonly refs: readonly RowRef[];
+  readonly resolve: (reply: { readonly timestamp: number; readonly rows: (StoredRow | null)[] }) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * Shares one `readPeeked` among the read-only transactions of a client whose first reads
+ * go out in the same turn of the event loop (docs/protocol.md 4.1, "Shared peeks"), as the
+ * batched oracle shares one counter fetch among every transaction that asks while a fetch
+ * is in flight. Under concurrent load, replies arrive together and the transactions they
+ * wake start their next ones together: their peeks become one round trip and one
+ * statement instead of one each.
+ *
+ * Why it is safe: a peek changes nothing, and what a read-only transaction needs of it is
+ * a snapshot taken after the transaction began: the counter's value V and its rows as one
+ * snapshot (the `readPeeked` rule). A shared peek is taken after every transaction in it
+ * asked, so it is such a snapshot for each of them. Peeked transactions may share a start
+ * timestamp: they write nothing, so no lock or record carries it.
+ *
+ * Each transaction gets its own rows, in its own order, and the same failure if the peek
+ * fails (each then falls back on its own, as after a failed peek of its own).
+ */
+export class PeekBatcher {
+  private waiting: Waiter[] = [];
+  private rows = 0;
+
+  constructor(
+    private readonly store: RowStore,
+    private readonly counter: string,
+  ) {}
+
+  peek(
+    refs: readonly RowRef[],
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    return new Promise((resolve, reject) => {
+      if (this.waiting.length > 0 && this.rows + refs.length > MAX_SHARED_ROWS) this.flush();
+      if (this.waiting.length === 0) nextTurn(() => this.flush());
+      this.waiting.push({ refs, resolve, reject });
+      this.rows += refs.length;
+    });
+  }
+
+  private flush(): void {
+    const batch = this.waiting;
+    if (batch.length === 0) return;
+    this.waiting = [];
+    this.rows = 0;
+    if (batch.length === 1) {
+      const [one] = batch;
+      this.store.readPeeked!(one!.refs, this.counter).then(one!.resolve, one!.reject);
+      return;
+    }
+    const refs: RowRef[] = [];
+    for (const w of batch) for (const r of w.refs) refs.push(r);
+    this.store.readPeeked!(refs, this.counter).then(
+      ({ timestamp, rows }) => {
+        // A reply of the wrong size is a broken store: each waiter's own check reports it.
+        if (rows.length !== refs.length) {
+          for (const w of batch) w.resolve({ timestamp, rows: [] });
+          return;
+        }
+        let at = 0;
+        for (const w of batch) {
+          w.resolve({ timestamp, rows: rows.slice(at, at + w.refs.length) });
+          at += w.refs.length;
+        }
+      },
+      (error: unknown) => {
+        for (const w of batch) w.reject(error);
+      },
+    );
+  }
+}
