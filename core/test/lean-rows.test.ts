@@ -1,4 +1,5 @@
 import {
+  type CasRequest,
   CompositeStore,
   CorruptRowError,
   InvalidArgumentError,
@@ -16,6 +17,21 @@ import { plainRow, rowFrom } from './row-support.js';
 import { InstrumentedStore } from './support.js';
 
 /** Lean rows (docs/protocol.md sections 2 and 7): what the conformance suite cannot see from outside. */
+/** The memory store, seen through a proxy that shows every check-and-set call's requests to `onCall`. */
+function onCasCalls(inner: MemoryStore, onCall: (requests: readonly CasRequest[]) => void): MemoryStore {
+  return new Proxy(inner, {
+    get(target, name) {
+      const value = Reflect.get(target, name);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        if (name === 'checkAndSet') onCall([args[0] as CasRequest]);
+        if (name === 'checkAndSetMany') onCall(args[0] as CasRequest[]);
+        return value.apply(target, args);
+      };
+    },
+  });
+}
+
 describe('lean rows', () => {
   it('a committing client drops its released secondaries lists in its next write of the row, with no write of its own', async () => {
     const store = new InstrumentedStore();
@@ -202,23 +218,8 @@ describe('lean rows', () => {
     const inner = new MemoryStore();
     const vt = versionTable('t');
     let createCalls = 0;
-    const store = new Proxy(inner, {
-      get(target, name) {
-        const value = Reflect.get(target, name);
-        if (typeof value !== 'function') return value;
-        return (...args: unknown[]) => {
-          const requests = (name === 'checkAndSetMany' ? args[0] : [args[0]]) as {
-            table?: string;
-            expected?: unknown;
-          }[];
-          if (
-            (name === 'checkAndSet' || name === 'checkAndSetMany') &&
-            requests.some((r) => r.table === vt && r.expected === null)
-          )
-            createCalls++;
-          return value.apply(target, args);
-        };
-      },
+    const store = onCasCalls(inner, (requests) => {
+      if (requests.some((r) => r.table === vt && r.expected === null)) createCalls++;
     });
     const db = new Percolator({ store });
     const transactions = 30;
@@ -248,27 +249,14 @@ describe('lean rows', () => {
     let createCalls = 0;
     let headCasCalls = 0;
     let inTidy = false;
-    const store = new Proxy(inner, {
-      get(target, name) {
-        const value = Reflect.get(target, name);
-        if (typeof value !== 'function') return value;
-        return (...args: unknown[]) => {
-          const requests = (name === 'checkAndSetMany' ? args[0] : [args[0]]) as {
-            table?: string;
-            expected?: unknown;
-          }[];
-          if (name === 'checkAndSet' || name === 'checkAndSetMany') {
-            if (requests.some((r) => r.table === vt && r.expected === null)) {
-              createCalls++;
-              inTidy = true;
-            } else if (inTidy && requests.every((r) => r.table === 't')) {
-              headCasCalls++;
-              inTidy = false;
-            }
-          }
-          return value.apply(target, args);
-        };
-      },
+    const store = onCasCalls(inner, (requests) => {
+      if (requests.some((r) => r.table === vt && r.expected === null)) {
+        createCalls++;
+        inTidy = true;
+      } else if (inTidy && requests.every((r) => r.table === 't')) {
+        headCasCalls++;
+        inTidy = false;
+      }
     });
     const db = new Percolator({ store });
     // With timers frozen, the batch waits until flush() starts it: flush() only returns if it does.
