@@ -212,6 +212,9 @@ export class Tidier implements RowTidier {
       // its head CAS to the newer row.
       entry.again = needed;
       entry.known = needed ? (stored ?? undefined) : undefined;
+      // A write that asks counts its rounds afresh: failures before it (lost to the writes
+      // of a burst, say) never leave the last write of the burst untidied.
+      if (needed) entry.failed = 0;
       if (!needed && this.queue.has(id!)) {
         this.queue.delete(id!);
         this.running.delete(id!);
@@ -299,12 +302,14 @@ export class Tidier implements RowTidier {
     });
     try {
       const outcomes = await this.tidyPasses(targets, {}, 'background');
-      // Again while writes keep asking: a row left alone would keep the last write's marks
-      // for a write that may never come. A row whose passes keep failing is left for the
-      // next write, or gc: its marks stay in the head row.
+      // Again while writes keep asking, and after a failed round (a lost race, a store
+      // failure), up to MAX_FAILED_ROUNDS in a row: a row left alone would keep the last
+      // write's marks for a write that may never come. A row whose rounds keep failing is
+      // left for the next write, or gc: its marks stay in the head row.
       for (const [i, [id, entry]] of batch.entries()) {
-        entry.failed = outcomes[i]!.status === 'fulfilled' ? 0 : entry.failed + 1;
-        if (entry.again && entry.failed < MAX_FAILED_ROUNDS) {
+        const ok = outcomes[i]!.status === 'fulfilled';
+        entry.failed = ok ? 0 : entry.failed + 1;
+        if ((entry.again || !ok) && entry.failed < MAX_FAILED_ROUNDS) {
           entry.again = false;
           this.queue.set(id, entry);
         } else {

@@ -6,6 +6,7 @@ import {
   inspectHeadRow,
   MemoryStore,
   Percolator,
+  StoreError,
   versionRowRef,
   versionTable,
 } from '@percolator/core';
@@ -161,6 +162,38 @@ describe('lean rows', () => {
     expect(at).toBeGreaterThan(0);
     bits[at] = 64;
     expect(() => decodeRow(bits)).toThrow(/unknown write record kind/);
+  });
+
+  it('a tidy round that fails is tried again: a store failure on its head CAS does not leave the last write untidied', async () => {
+    const inner = new MemoryStore();
+    // The writes are one-phase (stamped CAS); the only plain CASes on the head row are the
+    // tidy step's. Fail the first 8 of them (a round's store failures: the round fails).
+    let failures = 8;
+    const store = new Proxy(inner, {
+      get(target, name) {
+        const value = Reflect.get(target, name);
+        if (typeof value !== 'function') return value;
+        return (...args: unknown[]) => {
+          const requests = (name === 'checkAndSetMany' ? args[0] : [args[0]]) as CasRequest[];
+          if (
+            (name === 'checkAndSet' || name === 'checkAndSetMany') &&
+            requests.some((r) => r.table === 't') &&
+            failures > 0
+          ) {
+            failures--;
+            return Promise.reject(new StoreError('injected: the head CAS never reached the store', 'no'));
+          }
+          return value.apply(target, args);
+        };
+      },
+    });
+    const db = new Percolator({ store });
+    const big = 'x'.repeat(1024);
+    for (let i = 0; i < 3; i++) await db.transact(async (tx) => tx.set('t', 'r', 'v', `${i}${big}`));
+    await db.close();
+    expect(failures).toBe(0);
+    const view = inspectHeadRow((await inner.read('t', 'r'))!.state);
+    expect(view.cells[0]!.writes.map((w) => w.value)).toEqual(['inline', 'moved', 'moved']);
   });
 
   it('after a burst of writes, close() leaves no unfinished move: the tidy step follows the burst to its last write', async () => {
