@@ -224,9 +224,11 @@ describe('lean rows', () => {
         creates.set(request.key, (creates.get(request.key) ?? 0) + 1);
       return undefined;
     };
-    const db = new Percolator({ store });
-    // Back to back, so each transaction's prewrite lands on rows whose tidy step (started
-    // by the commit before) is still running; that step's own head CAS settles them.
+    // No pruning by count: every superseded value is moved, however the tidy step's batches
+    // fall in time (with pruning, a value pruned before its batch never needs moving).
+    const db = new Percolator({ store, gc: { maxVersionsPerCell: 1000 } });
+    // Back to back, so transactions' prewrites land on rows whose tidy step (started by
+    // commits before) is still running; that step's own head CAS settles them.
     for (let i = 0; i < 100; i++)
       await db.transact(async (tx) => {
         for (const row of ['a', 'b']) {
@@ -235,7 +237,8 @@ describe('lean rows', () => {
         }
       });
     await db.close();
-    expect(creates.size).toBeGreaterThan(100); // most superseded values moved
+    // Every superseded value moved, but the few the inline budget keeps (512 bytes of them).
+    expect(creates.size).toBeGreaterThanOrEqual(2 * 90);
     expect([...creates.values()].filter((n) => n > 1)).toEqual([]);
     for (const row of ['a', 'b']) {
       const cell = inspectHeadRow((await store.read('t', row))!.state).cells[0]!;
