@@ -203,7 +203,7 @@ export class Transaction {
     if (this.ts !== undefined) return this.ts;
     this.starting ??= (
       this.readOnly && this.env.peekCounter !== undefined
-        ? this.peek(this.env.peekCounter, []).then(
+        ? this.peek([]).then(
             ({ timestamp }) => timestamp,
             // As after a failed first read (sendFirstReads): the oracle is the other way.
             (failure: unknown) => {
@@ -818,12 +818,11 @@ export class Transaction {
    * not seen; as a startTs its lock is not waited on (viewCell). Sets `peeked`.
    */
   private async peek(
-    counter: string,
     refs: readonly { table: string; key: string }[],
   ): Promise<{ timestamp: number; rows: (StoredRow | null)[] }> {
-    // Shared with the other read-only transactions of this client that peek in this turn.
-    const { timestamp, rows } = await (this.env.peeks?.peek(refs) ??
-      this.env.store.readPeeked!(refs, counter));
+    // Shared with the other read-only transactions of this client that peek in this turn
+    // (env.peeks exists exactly when env.peekCounter does, the only way here).
+    const { timestamp, rows } = await this.env.peeks!.peek(refs);
     if (rows.length !== refs.length || !Number.isSafeInteger(timestamp + 1) || timestamp < 0) {
       throw new StoreError('readPeeked answered with the wrong number of rows', 'no');
     }
@@ -842,10 +841,7 @@ export class Transaction {
     this.firstReads = undefined;
     const refs = batch.map((r) => ({ table: r.table, key: r.row }));
     const gauge = this.env.stampedReads;
-    (peek
-      ? this.peek(counter, refs)
-      : this.env.store.readStamped!(refs, counter).finally(() => gauge.inFlight--)
-    )
+    (peek ? this.peek(refs) : this.env.store.readStamped!(refs, counter).finally(() => gauge.inFlight--))
       .then(({ timestamp, rows }) => {
         // A reply of the wrong size is a broken store: never take a missing row for absent.
         if (rows.length !== refs.length || !Number.isSafeInteger(timestamp) || timestamp < 1) {
