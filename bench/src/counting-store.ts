@@ -34,6 +34,7 @@ export type CallCounts = Record<
   | 'incrementCounter'
   | 'scanNotified'
   | 'checkAndSetStamped'
+  | 'checkAndSetStampedMany'
   | 'readStamped'
   | 'readPeeked'
   /** Calls to methods this proxy does not know (a store method added after it was written). */
@@ -51,7 +52,7 @@ export type CallCounts = Record<
 export interface IoCounts {
   /** read, readMany, readStamped, readPeeked, scan and scanNotified calls. */
   readonly reads: number;
-  /** checkAndSet, checkAndSetMany, checkAndSetStamped and incrementCounter calls. */
+  /** checkAndSet, checkAndSetMany, checkAndSetStamped(Many) and incrementCounter calls. */
   readonly writes: number;
   readonly rowsRead: number;
   readonly rowsWritten: number;
@@ -85,6 +86,7 @@ function zeroCounts(): CallCounts {
     incrementCounter: 0,
     scanNotified: 0,
     checkAndSetStamped: 0,
+    checkAndSetStampedMany: 0,
     readStamped: 0,
     readPeeked: 0,
     other: 0,
@@ -129,6 +131,7 @@ export class CountingStore implements RowStore {
   incrementCounter?: RowStore['incrementCounter'];
   scanNotified?: RowStore['scanNotified'];
   checkAndSetStamped?: RowStore['checkAndSetStamped'];
+  checkAndSetStampedMany?: RowStore['checkAndSetStampedMany'];
 
   constructor(readonly inner: RowStore) {
     this.name = inner.name;
@@ -179,6 +182,15 @@ export class CountingStore implements RowStore {
         this.written(request.state);
         const result = await trackCall(() => inner.checkAndSetStamped!(request, counter));
         this.casResult(result);
+        return result;
+      };
+    }
+    if (inner.checkAndSetStampedMany) {
+      this.checkAndSetStampedMany = async (requests, counter) => {
+        this.calls.checkAndSetStampedMany++;
+        for (const request of requests) this.written(request.state);
+        const result = await trackCall(() => inner.checkAndSetStampedMany!(requests, counter));
+        if (!result.ok) for (const row of result.current ?? []) if (row) this.readBytes(row);
         return result;
       };
     }
@@ -264,7 +276,12 @@ export class CountingStore implements RowStore {
     const c = this.calls;
     return {
       reads: c.read + c.readMany + c.scan + c.scanNotified + c.readStamped + c.readPeeked,
-      writes: c.checkAndSet + c.checkAndSetMany + c.checkAndSetStamped + c.incrementCounter,
+      writes:
+        c.checkAndSet +
+        c.checkAndSetMany +
+        c.checkAndSetStamped +
+        c.checkAndSetStampedMany +
+        c.incrementCounter,
       ...this.counted,
     };
   }

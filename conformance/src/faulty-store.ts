@@ -19,6 +19,7 @@ import {
   type RowStore,
   type ScannedStoredRow,
   type ScanOptions,
+  type StampedManyResult,
   type StoreCapabilities,
   type StoredRow,
   StoreError,
@@ -36,6 +37,7 @@ export type StoreOperation =
   | 'incrementCounter'
   | 'scanNotified'
   | 'checkAndSetStamped'
+  | 'checkAndSetStampedMany'
   | 'readStamped'
   | 'readPeeked';
 
@@ -44,6 +46,7 @@ export const WRITE_OPERATIONS: readonly StoreOperation[] = [
   'checkAndSetMany',
   'incrementCounter',
   'checkAndSetStamped',
+  'checkAndSetStampedMany',
 ];
 
 /** One call through the wrapper, as rules and listeners see it. */
@@ -353,6 +356,24 @@ export class FaultyStore implements RowStore {
     return this.call(
       { operation: 'checkAndSetStamped', table: request.table, key: request.key, request },
       () => inner.checkAndSetStamped!(request, counter),
+    );
+  }
+
+  /**
+   * One atomic call, so a fault aimed at any of its rows hits all of it (never split: a
+   * store applies it to every row or none).
+   */
+  checkAndSetStampedMany(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ): Promise<StampedManyResult> {
+    const inner = this.inner;
+    if (inner.checkAndSetStampedMany === undefined)
+      return Promise.reject(unsupported('checkAndSetStampedMany'));
+    const rows = requests.map(({ table, key }) => ({ table, key }));
+    return this.call(
+      { operation: 'checkAndSetStampedMany', table: requests[0]?.table, key: requests[0]?.key, rows },
+      () => inner.checkAndSetStampedMany!(requests, counter),
     );
   }
 

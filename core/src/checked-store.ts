@@ -12,6 +12,7 @@ import {
   type ScannedStoredRow,
   type ScanOptions,
   STAMP_OFFSET,
+  type StampedManyResult,
   type StoreCapabilities,
   type StoredRow,
 } from './store.js';
@@ -61,6 +62,10 @@ class CheckedStore implements RowStore {
     request: StampedRequest,
     counter: string,
   ) => Promise<StampedCasResult>;
+  declare readonly checkAndSetStampedMany?: (
+    requests: readonly StampedRequest[],
+    counter: string,
+  ) => Promise<StampedManyResult>;
   declare readonly readStamped?: (rows: readonly RowRef[], counter: string) => Promise<StampedReadResult>;
   declare readonly readPeeked?: (rows: readonly RowRef[], counter: string) => Promise<StampedReadResult>;
 
@@ -83,6 +88,8 @@ class CheckedStore implements RowStore {
     if (inner.scanNotified) self.scanNotified = (table, options) => this.checkedScanNotified(table, options);
     if (inner.checkAndSetStamped)
       self.checkAndSetStamped = (request, counter) => this.checkedStampedCas(request, counter);
+    if (inner.checkAndSetStampedMany)
+      self.checkAndSetStampedMany = (requests, counter) => this.checkedStampedCasMany(requests, counter);
     if (inner.readStamped) self.readStamped = (rows, counter) => this.checkedReadStamped(rows, counter);
     if (inner.readPeeked) self.readPeeked = (rows, counter) => this.checkedReadPeeked(rows, counter);
     passThrough(this, inner);
@@ -147,15 +154,7 @@ class CheckedStore implements RowStore {
 
   private checkedStampedCas(request: StampedRequest, counter: string): Promise<StampedCasResult> {
     try {
-      checkCasRequest(request, this.inner.capabilities.maxStateBytes);
-      if (request.state === null) {
-        throw new InvalidArgumentError('a stamped check-and-set needs a state (a Uint8Array), never null');
-      }
-      if (request.state.byteLength < STAMP_OFFSET + 8) {
-        throw new InvalidArgumentError(
-          `a stamped state needs at least ${STAMP_OFFSET + 8} bytes (the stamp slot), got ${request.state.byteLength}`,
-        );
-      }
+      checkStampedRequest(request, this.inner.capabilities.maxStateBytes);
       checkCounterName(counter);
     } catch (error) {
       return Promise.reject(error);
@@ -164,6 +163,63 @@ class CheckedStore implements RowStore {
       replyCas(this.inner, 'checkAndSetStamped', result);
       if (result.ok && !isTimestamp(result.timestamp)) {
         throw malformed(this.inner, 'checkAndSetStamped', 'a timestamp', result.timestamp, 'unknown');
+      }
+      return result;
+    });
+  }
+
+  private checkedStampedCasMany(
+    requests: readonly StampedRequest[],
+    counter: string,
+  ): Promise<StampedManyResult> {
+    try {
+      if (!Array.isArray(requests) || requests.length === 0) {
+        throw new InvalidArgumentError('checkAndSetStampedMany expects a non-empty array of requests');
+      }
+      const max = this.inner.capabilities.maxStateBytes;
+      const seen = new Set<string>();
+      for (const request of requests) {
+        checkStampedRequest(request, max);
+        const id = `${request.table}\u0000${request.key}`;
+        if (seen.has(id)) {
+          throw new InvalidArgumentError(
+            `checkAndSetStampedMany names row ${request.table}/${JSON.stringify(request.key)} twice`,
+          );
+        }
+        seen.add(id);
+      }
+      checkCounterName(counter);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const what = 'checkAndSetStampedMany';
+    return this.inner.checkAndSetStampedMany!(requests, counter).then((result) => {
+      if (typeof result !== 'object' || result === null) {
+        throw malformed(this.inner, what, 'a result { ok, ... }', result, 'unknown');
+      }
+      if (result.ok === true) {
+        const { versions } = result;
+        if (!Array.isArray(versions) || versions.length !== requests.length) {
+          throw malformed(this.inner, what, `${requests.length} versions`, versions, 'unknown');
+        }
+        for (const version of versions) {
+          if (typeof version !== 'string' || version.length === 0) {
+            throw malformed(this.inner, what, 'a non-empty version', version, 'unknown');
+          }
+        }
+        if (!isTimestamp(result.timestamp)) {
+          throw malformed(this.inner, what, 'a timestamp', result.timestamp, 'unknown');
+        }
+      } else if (result.ok === false) {
+        const { current } = result;
+        if (current !== undefined) {
+          if (!Array.isArray(current) || current.length !== requests.length) {
+            throw malformed(this.inner, what, `${requests.length} current rows`, current, 'unknown');
+          }
+          for (const row of current) if (row !== undefined) replyRow(this.inner, what, row, 'unknown');
+        }
+      } else {
+        throw malformed(this.inner, what, 'ok: true or false', (result as { ok: unknown }).ok, 'unknown');
       }
       return result;
     });
@@ -349,6 +405,19 @@ function checkCasRequest(request: CasRequest, maxStateBytes: number): void {
     throw new RowTooLargeError(
       `state of ${table}/${JSON.stringify(key).slice(0, 80)} is ${state.byteLength} bytes; ` +
         `this store accepts at most ${maxStateBytes} (capabilities.maxStateBytes)`,
+    );
+  }
+}
+
+/** A stamped CAS request: a state with room for the stamp, never a delete. */
+function checkStampedRequest(request: StampedRequest, maxStateBytes: number): void {
+  checkCasRequest(request, maxStateBytes);
+  if (request.state === null) {
+    throw new InvalidArgumentError('a stamped check-and-set needs a state (a Uint8Array), never null');
+  }
+  if (request.state.byteLength < STAMP_OFFSET + 8) {
+    throw new InvalidArgumentError(
+      `a stamped state needs at least ${STAMP_OFFSET + 8} bytes (the stamp slot), got ${request.state.byteLength}`,
     );
   }
 }

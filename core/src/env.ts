@@ -53,6 +53,13 @@ export interface ProtocolEnv {
    * then commit in one CAS, and primary commits draw their commitTs in the same step.
    */
   readonly stampCounter: string | undefined;
+  /**
+   * The oracle's counter, when the store can stamp a CAS of several rows from it, all or
+   * nothing, and `onePhaseMaxRows` allows more than one: such transactions commit in one step.
+   */
+  readonly stampManyCounter: string | undefined;
+  /** The most rows a one-step commit of several rows takes (`onePhaseMaxRows`). */
+  readonly onePhaseMaxRows: number;
   /** The oracle's counter, when the store can draw a start timestamp and read in one step. */
   readonly stampedReadCounter: string | undefined;
   /**

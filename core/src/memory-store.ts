@@ -13,7 +13,7 @@ import type {
   StoreCapabilities,
   StoredRow,
 } from './store.js';
-import { writeStampInPlace } from './store.js';
+import { type StampedManyResult, writeStampInPlace } from './store.js';
 
 interface MemoryRow {
   version: string;
@@ -159,7 +159,9 @@ export class MemoryStore implements RowStore {
   private lastVersion = 0;
 
   constructor(options: MemoryStoreOptions = {}) {
-    this.capabilities = fullCapabilities(options.maxStateBytes ?? 16 * 1024 * 1024);
+    this.capabilities = fullCapabilities(options.maxStateBytes ?? 16 * 1024 * 1024, {
+      stampedCheckAndSetMany: true,
+    });
   }
 
   private table(name: string): MemoryTable {
@@ -232,6 +234,38 @@ export class MemoryStore implements RowStore {
     const timestamp = this.incrementNow(counter, 1);
     const result = this.casNow(request, timestamp);
     return result.ok ? { ...result, timestamp } : result;
+  }
+
+  checkAndSetStampedMany(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ): Promise<StampedManyResult> {
+    return later(() => this.casStampedManyNow(requests, counter));
+  }
+
+  /** All or nothing, in one synchronous step: every check first, then every write. */
+  private casStampedManyNow(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ): StampedManyResult {
+    let matches = true;
+    const current = requests.map((request) => {
+      const row = this.tables.get(request.table)?.rows.get(request.key);
+      if ((row?.version ?? null) === request.expected) return undefined;
+      matches = false;
+      return row ? { version: row.version, state: row.state.slice() } : null;
+    });
+    if (!matches) return { ok: false, current };
+    for (const request of requests) {
+      if (request.state.length > this.capabilities.maxStateBytes) return this.casNow(request) as never; // throws RowTooLargeError
+    }
+    const timestamp = this.incrementNow(counter, 1);
+    const versions = requests.map((request) => {
+      const result = this.casNow(request, timestamp);
+      if (!result.ok) throw new Error('memory store: a checked row changed within one step');
+      return result.version;
+    });
+    return { ok: true, versions, timestamp };
   }
 
   /** One check-and-set; with `stamp`, the stored copy gets it in its stamp slot (checkAndSetStamped). */

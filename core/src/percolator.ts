@@ -64,7 +64,20 @@ export interface PercolatorOptions {
    * it is (row-cache.ts says why a guess is never a wrong write).
    */
   readonly rowCacheBytes?: number;
+  /**
+   * The most rows a transaction may write and still commit in one step, where the store
+   * can write several rows and draw their commit timestamp in one atomic step (capability
+   * `stampedCheckAndSetMany`: PostgreSQL, MySQL/MariaDB, standalone Redis, memory). Such a
+   * commit takes no locks and is one round trip (docs/protocol.md 4.6). Default 16; 1 keeps
+   * every multi-row transaction on the two-phase path (prewrite, commit point,
+   * secondaries), as on stores without the capability. A one-row transaction commits in one
+   * step wherever the store stamps a single row, whatever this says.
+   */
+  readonly onePhaseMaxRows?: number;
 }
+
+/** The default of `onePhaseMaxRows`. */
+export const DEFAULT_ONE_PHASE_MAX_ROWS = 16;
 
 /** The default of `rowCacheBytes`. */
 export const DEFAULT_ROW_CACHE_BYTES = 8 * 1024 * 1024;
@@ -101,6 +114,7 @@ const CLIENT_OPTIONS: OptionKeys<PercolatorOptions> = {
   hooks: true,
   onEvent: true,
   rowCacheBytes: true,
+  onePhaseMaxRows: true,
 };
 const GC_OPTIONS: OptionKeys<PrunePolicy> = {
   retentionMs: true,
@@ -150,6 +164,9 @@ export class Percolator {
     const rowCacheBytes = options.rowCacheBytes ?? DEFAULT_ROW_CACHE_BYTES;
     if (!Number.isSafeInteger(rowCacheBytes) || rowCacheBytes < 0)
       throw new InvalidArgumentError('rowCacheBytes must be a non-negative integer');
+    const onePhaseMaxRows = options.onePhaseMaxRows ?? DEFAULT_ONE_PHASE_MAX_ROWS;
+    if (!Number.isSafeInteger(onePhaseMaxRows) || onePhaseMaxRows < 1)
+      throw new InvalidArgumentError('onePhaseMaxRows must be a positive integer');
     const observed = new Set<string>();
     for (const { table, column } of options.observedColumns ?? []) {
       validateUserTable(table);
@@ -180,6 +197,15 @@ export class Percolator {
         defaultOracle && store.capabilities.stampedCheckAndSet && store.checkAndSetStamped
           ? defaultOracle.counterName
           : undefined,
+      // One atomic stamped write of many rows: the same counter, and rows to spare.
+      stampManyCounter:
+        defaultOracle &&
+        onePhaseMaxRows > 1 &&
+        store.capabilities.stampedCheckAndSetMany === true &&
+        store.checkAndSetStampedMany
+          ? defaultOracle.counterName
+          : undefined,
+      onePhaseMaxRows,
       // A first read stamped with the start timestamp must draw it from the oracle's counter.
       stampedReads: new StampedReadGauge(
         () => (defaultOracle ? defaultOracle.busy : true),

@@ -42,6 +42,11 @@ export type CasResult =
       readonly current?: StoredRow | null;
     };
 
+/** The reply of `checkAndSetStampedMany`: every row written with one timestamp, or none. */
+export type StampedManyResult =
+  | { readonly ok: true; readonly versions: readonly Version[]; readonly timestamp: number }
+  | { readonly ok: false; readonly current?: readonly (StoredRow | null | undefined)[] };
+
 export interface RowRef {
   readonly table: string;
   readonly key: string;
@@ -93,6 +98,13 @@ export interface StoreCapabilities {
    * server that can run the step next to the data (a Lua script, one SQL transaction).
    */
   readonly stampedCheckAndSet: boolean;
+  /**
+   * `checkAndSetStampedMany` (absent means false): `checkAndSetStamped` over several rows,
+   * all or nothing, one drawn value for all. Lets a multi-row transaction commit in one
+   * round trip with no locks (one-phase commit, docs/protocol.md 4.6), where the rows and
+   * the counter live in one server that can run the step next to the data.
+   */
+  readonly stampedCheckAndSetMany?: boolean;
   /**
    * `readStamped`: a start timestamp and a batch of reads in one round trip (absent means
    * false). Lets a transaction's first reads need no separate round trip to the oracle.
@@ -157,6 +169,23 @@ export interface RowStore {
   ): Promise<CasResult & { timestamp?: number }>;
 
   /**
+   * capability `stampedCheckAndSetMany`. `checkAndSetStamped` for several rows as ONE atomic
+   * step, all or nothing: add 1 to counter `counter`, write the new value into every
+   * request's state at `STAMP_OFFSET`, and apply every CAS, but only if every request's
+   * `expected` matches its row (a version, or absent for `null`). If any does not match,
+   * nothing is written (the counter may still advance) and the reply is `ok: false`, with
+   * each row as it is now where the store returns that cheaply (`undefined` = not known).
+   * Atomic means: whoever draws a later value from the counter and then reads any of these
+   * rows sees every one of these writes. The requests name distinct rows (the core sends at
+   * most a few dozen); every `state` is non-null. Versions come back in request order. Lost
+   * replies follow the usual rules (StoreError 'unknown'): the core re-reads and finds out.
+   */
+  checkAndSetStampedMany?(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ): Promise<StampedManyResult>;
+
+  /**
    * capability `stampedRead`. In one round trip: add 1 to counter `counter` (the counter
    * `incrementCounter` serves), then read `rows`, strictly after the increment: every write
    * that a stamped CAS or any other writer made visible before the counter reached the
@@ -209,6 +238,7 @@ export const ROW_STORE_MEMBERS: ReadonlySet<string> = new Set([
   'incrementCounter',
   'scanNotified',
   'checkAndSetStamped',
+  'checkAndSetStampedMany',
   'readStamped',
   'readPeeked',
   'close',

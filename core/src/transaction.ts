@@ -5,6 +5,7 @@ import { abortedError, timed } from './commit/context.js';
 import {
   type CommitContext,
   commitOnePhase,
+  commitOnePhaseMany,
   commitTransaction,
   type RowMutations,
   rowId,
@@ -591,7 +592,8 @@ export class Transaction {
 
   /**
    * Whether this transaction can be one stamped CAS with no start timestamp drawn first: it
-   * read nothing (no start timestamp yet), writes one row, and marks no notification with
+   * read nothing (no start timestamp yet), writes one row (or rows one stamped CAS of many
+   * rows takes), and marks no notification with
    * `tx.notify` (a mark written apart from its writes, at its start timestamp). An observed
    * column it writes gets its notification in the same CAS, stamped like its record.
    */
@@ -599,7 +601,10 @@ export class Transaction {
     if (this.ts !== undefined || this.starting !== undefined || this.env.stampCounter === undefined) {
       return false;
     }
-    return this.mutations.size === 1 && (this.notifications?.size ?? 0) === 0;
+    const rows = this.mutations.size;
+    const oneStep =
+      rows === 1 || (this.env.stampManyCounter !== undefined && rows <= this.env.onePhaseMaxRows);
+    return oneStep && (this.notifications?.size ?? 0) === 0;
   }
 
   private async commitRows(
@@ -627,6 +632,16 @@ export class Transaction {
         'onePhase',
         1,
         () => commitOnePhase(ctx, counter),
+        (commitTs) => commitTs,
+      );
+    }
+    const many = this.env.stampManyCounter;
+    if (many !== undefined && rows.length <= this.env.onePhaseMaxRows) {
+      return timed(
+        ctx,
+        'onePhase',
+        rows.length,
+        () => commitOnePhaseMany(ctx, many),
         (commitTs) => commitTs,
       );
     }

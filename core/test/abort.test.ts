@@ -32,6 +32,8 @@ describe('cancellation and deadlines', () => {
         const controller = new AbortController();
         const db = new Percolator({
           store,
+          // The two-phase steps these hooks stop at (a one-step commit has none).
+          onePhaseMaxRows: 1,
           hooks: {
             onCommitStep: (e) => void (e.step === step && controller.abort(new Error(`stop at ${step}`))),
           },
@@ -87,6 +89,8 @@ describe('cancellation and deadlines', () => {
     const crashed = new Percolator({
       store,
       lockTtlMs: 60_000,
+      // The two-phase steps these hooks stop at (a one-step commit has none).
+      onePhaseMaxRows: 1,
       hooks: {
         onCommitStep: (e) => {
           if (e.step === 'beforeCommitPrimary') throw new ClientCrash();

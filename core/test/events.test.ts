@@ -32,6 +32,8 @@ function pausingWriter(store: InstrumentedStore, clock: ReturnType<typeof fakeCl
     store,
     clock,
     lockTtlMs: TTL,
+    // The two-phase steps these hooks stop at (a one-step commit has none).
+    onePhaseMaxRows: 1,
     hooks: {
       onCommitStep: async (e) => {
         if (e.step === crashAt) throw new ClientCrash();
@@ -57,7 +59,8 @@ describe('onEvent', () => {
   it('reports a committed two-row transaction: begin, prewrite, commit point, end, then the secondaries', async () => {
     const store = new MemoryStore();
     const rec = recorder();
-    const db = new Percolator({ store, onEvent: rec.onEvent });
+    // The two-phase path: a one-step commit has one step (the test below).
+    const db = new Percolator({ store, onEvent: rec.onEvent, onePhaseMaxRows: 1 });
     await db.transact(async (tx) => {
       tx.set('accounts', 'alice', 'balance', '90');
       tx.set('ledger', 'bob', 'balance', '110');

@@ -21,6 +21,8 @@ let running = '';
 const db = new Percolator({
   store,
   lockTtlMs: Number(leaseMs),
+  // The two-phase steps these hooks stop at (a one-step commit has none).
+  onePhaseMaxRows: 1,
   hooks: {
     onCommitStep: async (e) => {
       const at: Record<string, string> = { prewrite: 'beforeCommitPrimary', committed: 'afterCommitPrimary' };

@@ -219,6 +219,8 @@ describe('observers: strong notifications', () => {
     const prewriteDone = new Promise<void>((r) => (prewritten = r));
     const writer = client(store, {
       observedColumns: [{ table: 'docs', column: 'body' }],
+      // The two-phase steps these hooks stop at (a one-step commit has none).
+      onePhaseMaxRows: 1,
       hooks: {
         onCommitStep: async (e) => {
           // Held before it takes its commit timestamp, so that lands above the worker's snapshot.
@@ -444,6 +446,8 @@ describe('observers: weak notifications', () => {
     const store = new MemoryStore();
     const crasher = client(store, {
       lockTtlMs: 50,
+      // The two-phase steps these hooks stop at (a one-step commit has none).
+      onePhaseMaxRows: 1,
       hooks: {
         onCommitStep: (e) => {
           if (e.step === 'afterCommitPrimary') throw new ClientCrash();

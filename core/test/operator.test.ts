@@ -32,6 +32,8 @@ async function stuck(step: CommitStep, isPrimary?: boolean) {
     store,
     clock,
     lockTtlMs: TTL,
+    // The two-phase steps these hooks stop at (a one-step commit has none).
+    onePhaseMaxRows: 1,
     hooks: {
       onCommitStep: (e) => {
         if (crashed || e.step !== step || (isPrimary !== undefined && e.isPrimary !== isPrimary)) return;

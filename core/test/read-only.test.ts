@@ -140,6 +140,8 @@ describe('read-only transactions', () => {
     const crasher = new Percolator({
       store,
       lockTtlMs: 60_000,
+      // The two-phase steps these hooks stop at (a one-step commit has none).
+      onePhaseMaxRows: 1,
       hooks: {
         onCommitStep: (e) => {
           if (e.step === 'beforeCommitPrimary') throw new ClientCrash();

@@ -96,6 +96,8 @@ describe('a lock resolution whose write cannot be verified', () => {
       store,
       clock,
       lockTtlMs: ttl,
+      // The two-phase steps these hooks stop at (a one-step commit has none).
+      onePhaseMaxRows: 1,
       hooks: {
         onCommitStep: (e) => {
           if (e.step === 'beforeCommitPrimary') throw new ClientCrash();

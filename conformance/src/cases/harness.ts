@@ -66,7 +66,14 @@ export interface ClientOptions {
   readonly clock?: FakeClock;
   readonly lockTtlMs?: number;
   readonly lockWaitMs?: number;
+  /**
+   * Test hooks at commit steps. They name the two-phase steps, so a client with hooks
+   * commits every multi-row transaction in two phases (`onePhaseMaxRows` 1) unless
+   * `onePhaseMaxRows` says otherwise.
+   */
   readonly hooks?: PercolatorHooks;
+  /** The client's `onePhaseMaxRows` (default: the client's own, or 1 with `hooks`). */
+  readonly onePhaseMaxRows?: number;
   /** Wrap the store in a FaultyStore with these random faults (seeded from ctx.random). */
   readonly faults?: RandomFaults;
   /** Wrap the store in a FaultyStore even without random faults (to hold or fail calls). */
@@ -96,7 +103,8 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
     ...(options.clock ? { clock: options.clock.now } : {}),
     ...(options.lockTtlMs !== undefined ? { lockTtlMs: options.lockTtlMs } : {}),
     ...(options.lockWaitMs !== undefined ? { lockWaitMs: options.lockWaitMs } : {}),
-    ...(options.hooks ? { hooks: options.hooks } : {}),
+    ...(options.hooks ? { hooks: options.hooks, onePhaseMaxRows: 1 } : {}),
+    ...(options.onePhaseMaxRows !== undefined ? { onePhaseMaxRows: options.onePhaseMaxRows } : {}),
     ...(options.observed ? { observedColumns: options.observed } : {}),
     ...(options.gc ? { gc: options.gc } : {}),
   });

@@ -53,6 +53,7 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   const faults = faultsFor(options.faults ? 'faulty' : 'clean');
   const plans = new Map<Percolator, CrashPlans>();
   const faultyStores: FaultyStore[] = [];
+  let oneStep = 0;
   const clients = Array.from({ length: options.skew ? skews.length : 3 }, (_, i) => {
     // A stop counts when it fires: a stop among the background secondaries fires after
     // commit() resolved. Locks of a stopped client expire for everyone at once.
@@ -67,11 +68,19 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
       // versions, their reads at old snapshots, and the tidy step racing the workload.
       gc: { inlineHistoryBytes: 0 },
       ...(options.crashes ? { clock, hooks: { onCommitStep: crashPlans.hook } } : {}),
+      // Where the store commits several rows in one step, one client keeps to two phases,
+      // so one-step commits meet the locks of two-phase ones on the same rows, and back.
+      ...(i === 0 && !options.crashes ? { onePhaseMaxRows: 1 } : {}),
       // Lock expiry and pruning judge by each client's own clock: a clock ahead may roll
       // back a live transaction (a liveness cost), never lose a committed one.
       ...(options.skew ? { clock: skewedClock(skews[i]!) } : {}),
     });
-    if (faulty) faultyStores.push(faulty);
+    if (faulty) {
+      faultyStores.push(faulty);
+      faulty.onCall((call) => {
+        if (call.operation === 'checkAndSetStampedMany') oneStep++;
+      });
+    }
     plans.set(db, crashPlans);
     return db;
   });
@@ -194,9 +203,18 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     // stamped commit (one CAS that also draws commitTs) is usually settled that way.
     const settledStamps = faultyStores.reduce(
       (n, s) =>
-        n + s.log.filter((e) => e.kind === 'after' && e.call.operation === 'checkAndSetStamped').length,
+        n +
+        s.log.filter(
+          (e) =>
+            e.kind === 'after' &&
+            (e.call.operation === 'checkAndSetStamped' || e.call.operation === 'checkAndSetStampedMany'),
+        ).length,
       0,
     );
+    if (store.capabilities.stampedCheckAndSetMany) {
+      ctx.note(`${oneStep} one-step commits of several rows (checkAndSetStampedMany calls)`);
+      check(oneStep > 0, 'the store commits several rows in one step, but no client did');
+    }
     check(
       info > 0 || settledStamps > 0,
       'no transaction ended with an unknown outcome (info), and no stamped commit lost its reply, despite ambiguous faults',

@@ -238,7 +238,8 @@ async function latePrewrite(ctx: CaseContext, mode: FaultMode): Promise<void> {
   // The setup's secondary commit (k1) and tidy steps run in the background: let them end, so
   // the slow client's prewrites race only with the reader.
   await setup.flush();
-  const slow = client(ctx, store, { clock: frozen, lockTtlMs: LOCK_TTL_MS, wrap: true });
+  // Two phases: a one-step commit writes no lock, so nothing of it can be late.
+  const slow = client(ctx, store, { clock: frozen, lockTtlMs: LOCK_TTL_MS, wrap: true, onePhaseMaxRows: 1 });
   const faulty = slow.faulty!;
   const landed = new Set<string>();
   faulty.onCall((call, outcome) => {

@@ -24,6 +24,7 @@ export const CAPABILITY_METHODS: Record<Capability, StoreOperation> = {
   atomicCounter: 'incrementCounter',
   notificationIndex: 'scanNotified',
   stampedCheckAndSet: 'checkAndSetStamped',
+  stampedCheckAndSetMany: 'checkAndSetStampedMany',
   stampedRead: 'readStamped',
   peekedRead: 'readPeeked',
 };
@@ -101,7 +102,8 @@ async function checkUndeclared(ctx: CaseContext, capability: Capability): Promis
       lockTtlMs,
       observedColumns: observed,
       ...(oracle ? { oracle } : {}),
-      ...(hooks ? { hooks } : {}),
+      // A client with hooks stops at a two-phase step (a one-step commit has none).
+      ...(hooks ? { hooks, onePhaseMaxRows: 1 } : {}),
     });
     ctx.defer(() => db.close());
     return db;

@@ -8,14 +8,14 @@ import { prewriteAll } from './prewrite.js';
 import { rollbackTransaction } from './rollback.js';
 import { commitSecondaries } from './secondaries.js';
 
+export type { CommitContext, RowMutations } from './context.js';
+export { rowId } from './context.js';
 /**
  * Two-phase commit (docs/protocol.md section 4), one step per file: prewrite every row,
  * take a commit timestamp (or let the store stamp the commit CAS), commit the primary (the
  * commit point), then commit the secondaries. A failure before the commit point rolls back.
  */
-export { commitOnePhase } from './commit-point.js';
-export type { CommitContext, RowMutations } from './context.js';
-export { rowId } from './context.js';
+export { commitOnePhase, commitOnePhaseMany } from './one-phase.js';
 
 /**
  * Runs the steps in order and returns the commit timestamp as soon as the commit point is

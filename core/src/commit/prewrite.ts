@@ -4,7 +4,7 @@ import { decodeRow } from '../codec.js';
 import { observedKey } from '../env.js';
 import { ConflictError, RowTooLargeError, SnapshotTooOldError } from '../errors.js';
 import { resolveLock } from '../lock-resolver.js';
-import { cellOf, emptyRow, type RowState } from '../row-state.js';
+import { cellOf, emptyRow, type Lock, type RowState } from '../row-state.js';
 import {
   type Decide,
   type Known,
@@ -94,34 +94,45 @@ export async function withLockResolution<T>(
   m: RowMutations,
   attemptOnce: (attempt: number) => Promise<T>,
 ): Promise<T> {
-  const { env } = ctx;
   for (let attempt = 0; ; attempt++) {
     alive(ctx);
     try {
       return await attemptOnce(attempt);
     } catch (error) {
       if (!(error instanceof BlockedByLock)) throw error;
-      const blocked = () =>
-        new ConflictError(
-          `${m.table}/${JSON.stringify(m.row)} is locked by transaction ${error.lock.startTs}`,
-        );
-      ctx.knownRows.delete(rowId(m.table, m.row));
-      // A lock of a commit of this client that is past its commit point (committing its
-      // secondaries in the background) or rolling back: that commit clears it within a
-      // round trip or two, so wait for it and try again, instead of reading its primary
-      // and racing it to settle the row. The common case is back-to-back transactions on
-      // the same rows. Waiting decides nothing; past lockWaitMs, the usual way.
-      const local = attempt < 3 ? env.localCommits.finishedSettling(error.lock.startTs) : undefined;
-      if (local) {
-        await waitAtMost(local, env.lockWaitMs, ctx.signal);
-        continue;
-      }
-      // The lock's fate is decided by its primary: a transaction that already committed
-      // (its secondaries still being committed in the background) or was rolled back is
-      // settled now; a live one wins, as in the paper.
-      const fate = await resolveLock(env, m.table, m.row, error.lock, ctx.trace, 'prewrite');
-      if (fate === 'alive' || attempt >= 3) throw blocked();
+      await settleBlockingLock(ctx, m, error.lock, attempt);
     }
+  }
+}
+
+/**
+ * A foreign `lock` on row `m` blocked attempt number `attempt` of a write: returns once
+ * trying again makes sense, or throws ConflictError where the paper aborts the newcomer.
+ */
+export async function settleBlockingLock(
+  ctx: CommitContext,
+  m: RowMutations,
+  lock: Lock,
+  attempt: number,
+): Promise<void> {
+  const { env } = ctx;
+  ctx.knownRows.delete(rowId(m.table, m.row));
+  // A lock of a commit of this client that is past its commit point (committing its
+  // secondaries in the background) or rolling back: that commit clears it within a
+  // round trip or two, so wait for it and try again, instead of reading its primary
+  // and racing it to settle the row. The common case is back-to-back transactions on
+  // the same rows. Waiting decides nothing; past lockWaitMs, the usual way.
+  const local = attempt < 3 ? env.localCommits.finishedSettling(lock.startTs) : undefined;
+  if (local) {
+    await waitAtMost(local, env.lockWaitMs, ctx.signal);
+    return;
+  }
+  // The lock's fate is decided by its primary: a transaction that already committed
+  // (its secondaries still being committed in the background) or was rolled back is
+  // settled now; a live one wins, as in the paper.
+  const fate = await resolveLock(env, m.table, m.row, lock, ctx.trace, 'prewrite');
+  if (fate === 'alive' || attempt >= 3) {
+    throw new ConflictError(`${m.table}/${JSON.stringify(m.row)} is locked by transaction ${lock.startTs}`);
   }
 }
 
@@ -130,7 +141,7 @@ export async function withLockResolution<T>(
  * first (a burst of big values can outrun the background tidy step). Cheap to test: only
  * rows over half the limit are decoded.
  */
-function underPressure(ctx: CommitContext, known: StoredRow | null | undefined): boolean {
+export function underPressure(ctx: CommitContext, known: StoredRow | null | undefined): boolean {
   const limit = ctx.env.store.capabilities.maxStateBytes;
   if (!known || known.state.length <= limit / 2) return false;
   let bytes = 0;

@@ -1,0 +1,284 @@
+import { backoffMs, sleep } from '../backoff.js';
+import { addRecord, findRecord, tidyCell } from '../cells.js';
+import { decodeRow, STAMP } from '../codec.js';
+import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from '../errors.js';
+import { cellOf, emptyRow, type RowState, rowHasNotification } from '../row-state.js';
+import {
+  AmbiguousOutcome,
+  type AttemptInfo,
+  encodeState,
+  Guess,
+  type Known,
+  knownOrGuess,
+  type RowDecision,
+  updateRow,
+} from '../row-update.js';
+import type { CasRequest, StoredRow } from '../store.js';
+import { writeStampInPlace } from '../store.js';
+import { alive, BlockedByLock, type CommitContext, notAborted, type RowMutations, rowId } from './context.js';
+import {
+  applyPrewrite,
+  relievePressure,
+  settleBlockingLock,
+  underPressure,
+  withLockResolution,
+} from './prewrite.js';
+
+/**
+ * One-phase commit (docs/protocol.md 4.6): where the store draws the commit timestamp
+ * inside the atomic write itself, a transaction whose rows fit one such write commits in
+ * that one step, with no locks: no prewrite, no commit point apart from it, no
+ * secondaries. A reader that draws a later timestamp sees every row of it, because the
+ * store made the draw and the writes one atomic step.
+ */
+
+/**
+ * The rows of a one-phase commit as written: our records, stamped STAMP, and the data.
+ * The conflict check is the prewrite's (a newer write, a foreign lock), without a lock.
+ */
+function applyOnePhase(ctx: CommitContext, m: RowMutations, state: RowState): void {
+  applyPrewrite(ctx, m, state, 'none');
+  const now = ctx.env.clock();
+  for (const [column, value] of m.cells) {
+    const cell = cellOf(state, column);
+    addRecord(cell, {
+      commitTs: STAMP,
+      startTs: ctx.startTs,
+      kind: value ? 'put' : 'delete',
+      wallTimeMs: now,
+      value: 'inline',
+    });
+    tidyCell(cell, ctx.env.prune, now);
+  }
+}
+
+/**
+ * After a write whose outcome is unknown, the row `state` (undefined: absent) says whether
+ * this transaction landed: its commit timestamp if it did, undefined if nothing of it is
+ * there (the write was not applied). Throws where that cannot be told.
+ */
+function landedOn(ctx: CommitContext, state: RowState | undefined, column: string): number | undefined {
+  const { startTs } = ctx;
+  if (startTs === STAMP) {
+    // Its records have no identity the client knows before the reply: never a second write.
+    throw new CommitUnknownError(
+      'a one-phase blind write (start and commit timestamp drawn by the store) could not be verified',
+      undefined,
+    );
+  }
+  const cell = state?.cells.get(column);
+  const landed = cell ? findRecord(cell, startTs) : undefined;
+  if (landed && landed.kind !== 'rollback') return landed.commitTs;
+  if (landed) throw new ConflictError(`transaction ${startTs} was rolled back by another client`);
+  if (cell && startTs <= cell.prunedThrough) {
+    throw new CommitUnknownError('a one-phase commit could not be verified', startTs);
+  }
+  return undefined;
+}
+
+/**
+ * A single-row transaction in one stamped CAS. The usual row loop (`updateRow` with a
+ * stamp counter) sends it; after an unknown outcome the decision finds our own record, a
+ * rollback record, or nothing it can trust.
+ *
+ * With `startTs` STAMP (a blind write that never drew a start timestamp): the one drawn
+ * value is both its start and its commit timestamp. It read nothing, so its snapshot
+ * matters only for the write-write check, and at the instant of the atomic step no record
+ * on the row can be newer. Such a record has no identity the client knows before the
+ * reply, so a lost reply is CommitUnknownError (never a second write).
+ */
+export async function commitOnePhase(ctx: CommitContext, counter: string): Promise<number> {
+  const { env, startTs } = ctx;
+  const m = ctx.rows[0]!;
+  const id = rowId(m.table, m.row);
+  const reportedStart = startTs === STAMP ? undefined : startTs;
+  const decide = (current: RowState | undefined, attempt: AttemptInfo): RowDecision<number> => {
+    alive(ctx);
+    if (attempt.ambiguous) {
+      const landed = landedOn(ctx, current, ctx.primary.column);
+      if (landed !== undefined) return { done: landed };
+    } else {
+      const record = current ? findRecord(cellOf(current, ctx.primary.column), startTs) : undefined;
+      if (record && record.kind !== 'rollback') return { done: record.commitTs };
+      if (record) throw new ConflictError(`transaction ${startTs} was rolled back by another client`);
+      // Once a stamped CAS may have landed, only its fate counts, not the caller's signal.
+      notAborted(ctx);
+    }
+    const state = current ?? emptyRow();
+    applyOnePhase(ctx, m, state);
+    return { write: state, result: STAMP };
+  };
+  const send = async (known: Known) => {
+    const { result, timestamp } = await updateRow(env, m.table, m.row, known, decide, false, counter);
+    return timestamp ?? result;
+  };
+  const unknown = (error: AmbiguousOutcome) =>
+    new CommitUnknownError('a one-phase commit could not be verified', reportedStart, {
+      cause: error.cause,
+    });
+  return withLockResolution(ctx, m, async (attempt) => {
+    // A row this transaction never read (a blind write): the client's last sight of it, as
+    // a guess. One stamped CAS then commits it, with no read first.
+    const known = attempt === 0 ? knownOrGuess(env, m.table, m.row, ctx.knownRows.get(id)) : undefined;
+    try {
+      return await send(known);
+    } catch (error) {
+      if (error instanceof AmbiguousOutcome) throw unknown(error);
+      if (!(error instanceof RowTooLargeError)) throw error;
+      // Old values still inline: move them out once, then try again (nothing was sent).
+      await relievePressure(ctx, m);
+      return await send(undefined).catch((again: unknown) => {
+        throw again instanceof AmbiguousOutcome ? unknown(again) : again;
+      });
+    }
+  });
+}
+
+/** The retry budgets of the many-row loop, as `updateRow`'s. */
+const MAX_ATTEMPTS = 64;
+const MAX_STORE_FAILURES = 8;
+
+/**
+ * A multi-row transaction in one `checkAndSetStampedMany`: every row decided as a
+ * one-phase commit (conflict check, records stamped STAMP), then written all at once or
+ * not at all. A lost race (some row changed since it was read) re-reads and decides every
+ * row again; a foreign lock is settled as a prewrite settles it; after an unknown outcome
+ * the primary row tells whether the write landed, since it landed on every row or none.
+ */
+export async function commitOnePhaseMany(ctx: CommitContext, counter: string): Promise<number> {
+  const { env, startTs } = ctx;
+  const { rows } = ctx;
+  const cache = env.rowCache;
+  const reportedStart = startTs === STAMP ? undefined : startTs;
+  for (const m of rows) {
+    if (underPressure(ctx, ctx.knownRows.get(rowId(m.table, m.row)))) await relievePressure(ctx, m);
+  }
+  // What is known of each row: as this transaction read it, else the client's last sight of
+  // it (a guess: a decision on it that is not a write is made again on the row as read).
+  const known: (StoredRow | null | undefined)[] = [];
+  const guessed: boolean[] = [];
+  for (const m of rows) {
+    const k = knownOrGuess(env, m.table, m.row, ctx.knownRows.get(rowId(m.table, m.row)));
+    known.push(k instanceof Guess ? k.row : k);
+    guessed.push(k instanceof Guess);
+  }
+  let ambiguous = false;
+  let failures = 0;
+  let lockRounds = 0;
+  let relieved = false;
+  let lastError: unknown;
+  // After an unknown outcome, only an error that says it landed or did not is certain.
+  const unknown = (cause: unknown) =>
+    cause instanceof CommitUnknownError
+      ? cause
+      : new CommitUnknownError('a one-phase commit could not be verified', reportedStart, { cause });
+  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+    alive(ctx);
+    const missing = rows.flatMap((_, i) => (known[i] === undefined ? [i] : []));
+    if (missing.length > 0) {
+      try {
+        const read = await Promise.all(missing.map((i) => env.reader.read(rows[i]!.table, rows[i]!.row)));
+        for (const [j, i] of missing.entries()) {
+          known[i] = read[j]!;
+          guessed[i] = false;
+          cache?.set(rows[i]!.table, rows[i]!.row, read[j]!);
+        }
+      } catch (error) {
+        throw ambiguous ? unknown(error) : error;
+      }
+    }
+    const states = rows.map((_, i) => (known[i] ? decodeRow(known[i]!.state) : undefined));
+    if (ambiguous) {
+      // It landed on every row or on none: any row that carries our record tells.
+      for (const [i, m] of rows.entries()) {
+        const landed = landedOn(ctx, states[i], m.cells.keys().next().value!);
+        if (landed !== undefined) return landed;
+      }
+    } else {
+      notAborted(ctx); // the last moment a signal counts: the write below commits
+    }
+    let again = false;
+    for (const [i, m] of rows.entries()) {
+      try {
+        alive(ctx);
+        states[i] ??= emptyRow();
+        applyOnePhase(ctx, m, states[i]!);
+      } catch (error) {
+        if (guessed[i]) {
+          // Decided on a guess: the row as it is decides.
+          known[i] = undefined;
+          again = true;
+          break;
+        }
+        if (!(error instanceof BlockedByLock)) throw ambiguous ? unknown(error) : error;
+        await settleBlockingLock(ctx, m, error.lock, lockRounds++);
+        known[i] = undefined;
+        again = true;
+        break;
+      }
+    }
+    if (again) continue;
+    const requests: (CasRequest & { readonly state: Uint8Array })[] = [];
+    for (const [i, m] of rows.entries()) {
+      const state = states[i]!;
+      env.tidier.beforeWrite(m.table, m.row, state);
+      try {
+        requests.push({
+          table: m.table,
+          key: m.row,
+          expected: known[i]?.version ?? null,
+          state: encodeState(env, m.table, m.row, state),
+          notified: rowHasNotification(state),
+        });
+      } catch (error) {
+        if (!(error instanceof RowTooLargeError) || relieved) throw ambiguous ? unknown(error) : error;
+        // Old values still inline: move them out once, then try again (nothing was sent).
+        relieved = true;
+        await relievePressure(ctx, m);
+        known[i] = undefined;
+        again = true;
+        break;
+      }
+    }
+    if (again) continue;
+    try {
+      const outcome = await env.store.checkAndSetStampedMany!(requests, counter);
+      if (outcome.ok) {
+        for (const [i, m] of rows.entries()) {
+          // The states are this step's own encodings, and the store is done with them.
+          const stored = {
+            version: outcome.versions[i]!,
+            state: writeStampInPlace(requests[i]!.state, outcome.timestamp),
+          };
+          cache?.set(m.table, m.row, stored);
+          env.tidier.afterWrite(m.table, m.row, states[i]!, stored);
+        }
+        return outcome.timestamp;
+      }
+      // Lost a race: decide again on the rows as they are now (read where not returned).
+      for (const [i, m] of rows.entries()) {
+        const current = outcome.current?.[i];
+        known[i] = current;
+        guessed[i] = false;
+        if (current !== undefined) cache?.set(m.table, m.row, current);
+      }
+    } catch (error) {
+      lastError = error;
+      if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
+      for (const [i, m] of rows.entries()) {
+        known[i] = undefined;
+        cache?.delete(m.table, m.row);
+      }
+      if (++failures >= MAX_STORE_FAILURES) break;
+      await sleep(backoffMs(failures, 5, 500));
+    }
+  }
+  if (ambiguous) throw unknown(lastError);
+  throw (
+    lastError ??
+    new StoreError(
+      `the rows of transaction ${startTs} changed on every one of ${MAX_ATTEMPTS} attempts`,
+      'no',
+    )
+  );
+}
