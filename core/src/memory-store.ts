@@ -159,9 +159,7 @@ export class MemoryStore implements RowStore {
   private lastVersion = 0;
 
   constructor(options: MemoryStoreOptions = {}) {
-    this.capabilities = fullCapabilities(options.maxStateBytes ?? 16 * 1024 * 1024, {
-      stampedCheckAndSetMany: true,
-    });
+    this.capabilities = fullCapabilities(options.maxStateBytes ?? 16 * 1024 * 1024);
   }
 
   private table(name: string): MemoryTable {

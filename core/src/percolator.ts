@@ -68,7 +68,7 @@ export interface PercolatorOptions {
    * The most rows a transaction may write and still commit in one step, where the store
    * can write several rows and draw their commit timestamp in one atomic step (capability
    * `stampedCheckAndSetMany`: PostgreSQL, MySQL/MariaDB, standalone Redis, memory). Such a
-   * commit takes no locks and is one round trip (docs/protocol.md 4.6). Default 16; 1 keeps
+   * commit takes no locks and is one round trip (docs/protocol.md 4.5). Default 16; 1 keeps
    * every multi-row transaction on the two-phase path (prewrite, commit point,
    * secondaries), as on stores without the capability. A one-row transaction commits in one
    * step wherever the store stamps a single row, whatever this says.

@@ -101,7 +101,7 @@ export interface StoreCapabilities {
   /**
    * `checkAndSetStampedMany` (absent means false): `checkAndSetStamped` over several rows,
    * all or nothing, one drawn value for all. Lets a multi-row transaction commit in one
-   * round trip with no locks (one-phase commit, docs/protocol.md 4.6), where the rows and
+   * round trip with no locks (one-phase commit, docs/protocol.md 4.5), where the rows and
    * the counter live in one server that can run the step next to the data.
    */
   readonly stampedCheckAndSetMany?: boolean;

@@ -551,7 +551,7 @@ export class Transaction {
       // One stamped CAS is the whole transaction: its start and commit timestamp are the one
       // value the store draws in the atomic step (commitOnePhase).
       const commitTs = await this.commitRows(this.rowMutations(), signal, STAMP);
-      this.ts = commitTs;
+      this.ts ??= commitTs; // drawn already if the rows took two phases after all
       return commitTs;
     }
     if (
@@ -637,13 +637,17 @@ export class Transaction {
     }
     const many = this.env.stampManyCounter;
     if (many !== undefined && rows.length <= this.env.onePhaseMaxRows) {
-      return timed(
+      const commitTs = await timed(
         ctx,
         'onePhase',
         rows.length,
         () => commitOnePhaseMany(ctx, many),
         (commitTs) => commitTs,
       );
+      // Too large for one step of this store: nothing was written.
+      if (commitTs !== undefined) return commitTs;
+      // A blind write never drew a start timestamp; two phases need one.
+      if (startTs === STAMP) return this.commitRows(rows, signal, await this.ready());
     }
     return commitTransaction(ctx);
   }

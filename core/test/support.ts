@@ -37,12 +37,19 @@ export class InstrumentedStore implements RowStore {
   /** Decides a fault for each CAS; return undefined to let it through. */
   casFault: (request: CasRequest) => Fault = () => undefined;
   readFault: (table: string, key: string) => boolean = () => false;
+  /** checkAndSetStampedMany calls (declared only when the capabilities passed say so). */
+  stampedManyCalls = 0;
+  /** Decides a fault for each checkAndSetStampedMany (one for all its rows: it is one step). */
+  manyFault: (requests: readonly CasRequest[]) => Fault = () => undefined;
+  /** While set, an applied checkAndSetStampedMany waits for it before replying. */
+  manyReplyHold: Promise<void> | undefined;
   /** Held CAS calls, keyed by `${table}/${key}`. */
   private gates = new Map<string, Promise<void>>();
 
   constructor(inner = new MemoryStore(), capabilities?: Partial<StoreCapabilities>) {
     this.inner = inner;
-    this.capabilities = { ...inner.capabilities, ...capabilities };
+    // Two-phase commits unless a test asks for one-step ones: most tests here are about the steps.
+    this.capabilities = { ...inner.capabilities, stampedCheckAndSetMany: false, ...capabilities };
   }
 
   /** Holds the next CAS on (table, key) until the returned function is called. */
@@ -96,6 +103,20 @@ export class InstrumentedStore implements RowStore {
     if (fault === 'fail-before')
       throw new StoreError('injected: connection lost before the write', 'unknown');
     const result = await this.inner.checkAndSetStamped(request, counter);
+    if (fault === 'fail-after') throw new StoreError('injected: reply lost after the write', 'unknown');
+    return result;
+  }
+
+  async checkAndSetStampedMany(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ) {
+    this.stampedManyCalls++;
+    const fault = this.manyFault(requests);
+    if (fault === 'fail-before')
+      throw new StoreError('injected: connection lost before the write', 'unknown');
+    const result = await this.inner.checkAndSetStampedMany(requests, counter);
+    if (this.manyReplyHold) await this.manyReplyHold;
     if (fault === 'fail-after') throw new StoreError('injected: reply lost after the write', 'unknown');
     return result;
   }

@@ -17,6 +17,9 @@ const AMBIGUOUS_SERVER_ERRNOS = new Set([
 
 export const ER_DUP_ENTRY = 1062;
 
+/** InnoDB chose this transaction as a deadlock victim and rolled ALL of it back. */
+export const ER_LOCK_DEADLOCK = 1213;
+
 /**
  * Authentication and authorization failures: running the transaction again cannot fix
  * them, so they are not retryable.

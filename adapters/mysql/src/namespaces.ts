@@ -9,7 +9,8 @@ import { schemaLockName } from './schema.js';
  * Listing and dropping namespaces, for operators (the conformance CLI's `namespaces` and
  * `drop-namespace`). A namespace is the set of objects schema.ts creates in the
  * connection's database: tables `<ns>_rows`, `<ns>_counters`, `<ns>_version_blocks` and
- * the procedures `<ns>_stamped_cas_v<N>` and `<ns>_stamped_read_v<N>`. Only objects with that name AND that shape count
+ * the procedures `<ns>_stamped_cas_v<N>`, `<ns>_stamped_read_v<N>` and
+ * `<ns>_cas_stamped_many_v<N>`. Only objects with that name AND that shape count
  * (the tables' columns; the procedure's comment names percolator), so an application table
  * that merely ends in "_rows" is neither listed nor dropped. A namespace is listed when
  * one of its tables is there; half-dropped leftovers are listed too.
@@ -18,8 +19,8 @@ import { schemaLockName } from './schema.js';
 export interface MySqlNamespace {
   readonly namespace: string;
   /**
-   * Its objects that exist, e.g. ["ns_counters", "ns_rows", "ns_stamped_cas_v1",
-   * "ns_stamped_read_v1", "ns_version_blocks"].
+   * Its objects that exist, e.g. ["ns_cas_stamped_many_v1", "ns_counters", "ns_rows",
+   * "ns_stamped_cas_v1", "ns_stamped_read_v1", "ns_version_blocks"].
    */
   readonly objects: string[];
   /** Whether every table the schema creates is there. */
@@ -44,7 +45,7 @@ const TABLE_COLUMNS: Record<TableKind, readonly string[]> = {
   version_blocks: ['id', 'allocated_at'],
 };
 const TABLE_KINDS = Object.keys(TABLE_COLUMNS) as TableKind[];
-const PROCEDURE = /^(.+)_stamped_(?:cas|read)_v[0-9]{1,4}$/;
+const PROCEDURE = /^(.+)_(?:stamped_cas|stamped_read|cas_stamped_many)_v[0-9]{1,4}$/;
 
 // Two cheap catalog reads (a correlated subquery over information_schema is slow on MariaDB).
 const TABLES_SQL = `SELECT TABLE_NAME AS name FROM information_schema.TABLES
@@ -56,7 +57,7 @@ const TABLES_PATTERN = '^[a-z][a-z0-9_]*_(rows|counters|version_blocks)$';
 const ROUTINES_SQL = `SELECT ROUTINE_NAME AS name FROM information_schema.ROUTINES
 WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME REGEXP ?
   AND ROUTINE_COMMENT LIKE 'percolator %'`;
-const ROUTINES_PATTERN = '^[a-z][a-z0-9_]*_stamped_(cas|read)_v[0-9]+$';
+const ROUTINES_PATTERN = '^[a-z][a-z0-9_]*_(stamped_cas|stamped_read|cas_stamped_many)_v[0-9]+$';
 
 type Row = Record<string, unknown>;
 type Queryable = Connection | PoolConnection;

@@ -10,6 +10,7 @@ import { validateNamespace } from '@percolator/core/kit';
  *                        ids start at the clock, so not after re-creation either.
  *   <ns>_stamped_cas_v1  stored procedure: the stamped check-and-set (see below).
  *   <ns>_stamped_read_v1 stored procedure: the stamped read (see below).
+ *   <ns>_cas_stamped_many_v1  stored procedure: the stamped check-and-set of many rows.
  * Identifiers are built only from the validated namespace and fixed suffixes.
  */
 export interface MySqlNames {
@@ -25,6 +26,10 @@ export interface MySqlNames {
   readonly stampedRead: string;
   /** Its bare name. */
   readonly stampedReadRoutine: string;
+  /** The stamped check-and-set of many rows, quoted. */
+  readonly stampedCasMany: string;
+  /** Its bare name. */
+  readonly stampedCasManyRoutine: string;
 }
 
 /**
@@ -33,6 +38,7 @@ export interface MySqlNames {
  */
 const STAMPED_CAS_SUFFIX = 'stamped_cas_v1';
 const STAMPED_READ_SUFFIX = 'stamped_read_v1';
+const STAMPED_CAS_MANY_SUFFIX = 'cas_stamped_many_v1';
 
 export function mysqlNames(namespace?: string): MySqlNames {
   const ns = validateNamespace(namespace);
@@ -45,6 +51,8 @@ export function mysqlNames(namespace?: string): MySqlNames {
     stampedCasRoutine: `${ns}_${STAMPED_CAS_SUFFIX}`,
     stampedRead: `\`${ns}_${STAMPED_READ_SUFFIX}\``,
     stampedReadRoutine: `${ns}_${STAMPED_READ_SUFFIX}`,
+    stampedCasMany: `\`${ns}_${STAMPED_CAS_MANY_SUFFIX}\``,
+    stampedCasManyRoutine: `${ns}_${STAMPED_CAS_MANY_SUFFIX}`,
   };
 }
 
@@ -88,6 +96,7 @@ SELECT CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS UNSIGNED) FROM DUAL
 WHERE NOT EXISTS (SELECT 1 FROM ${n.versionBlocks})`,
     stampedCasProcedure(n),
     stampedReadProcedure(n),
+    stampedCasManyProcedure(n),
   ];
 }
 
@@ -262,6 +271,211 @@ BEGIN
 END`;
 }
 
+/*
+ * The stamped check-and-set of many rows (capability stampedCheckAndSetMany), one CALL = one
+ * round trip: the stamped CAS above for several rows as ONE transaction, all or nothing, one
+ * drawn value for all.
+ *
+ * Arguments, all bound values (never SQL text): the rows as a JSON array in request order,
+ * one [table hex, key hex, expected version or null, new version, state offset (1-based),
+ * state length, notified 0/1] per row (hex, so keys with any bytes cross JSON unchanged);
+ * the states packed back to back into one LONGBLOB (each row takes its slice with
+ * SUBSTRING, so no state is ever hex inside JSON); the counter name; where the stamp goes.
+ * JSON_TABLE turns the array into rows (FOR ORDINALITY = the request's 1-based position).
+ *
+ * Steps:
+ *   1. Precheck, locking nothing: START TRANSACTION READ ONLY and one SELECT that compares
+ *      every expected version with the row as committed (`<=>`: NULL = absent). If one
+ *      differs, the call fails here: no lock taken, no counter drawn, and the reply carries
+ *      every requested row from that same snapshot. A version once replaced never comes
+ *      back (versions.ts), so failing on what this snapshot shows is failing at that moment.
+ *      A stale guess (the common failure) thus never blocks anyone. The same SELECT counts
+ *      distinct rows: a row named twice is an error (the store refuses that before sending).
+ *   2. START TRANSACTION; lock the rows one by one in (tbl, row_key) byte order (a cursor
+ *      ORDER BY, whatever the request order): a create INSERTs the row with its new
+ *      version and an empty state for now, as INSERT ... ON DUPLICATE KEY UPDATE with a
+ *      no-op update, so that a row already there (or being created by another session) is
+ *      X-locked at once, not S-locked first and X-locked later (InnoDB's classic deadlock of
+ *      several sessions inserting one key); it matched if the row now has OUR new version
+ *      (a token never issued before, so only our insert can have it). An update SELECTs
+ *      the row FOR UPDATE at the expected version. At the first row that does not match:
+ *      ROLLBACK (nothing was written, nothing drawn), and answer every requested row from a
+ *      fresh read-only snapshot. Only a row changed between step 1 and step 2 gets here.
+ *   3. All rows locked and matched: add 1 to the counter with the very statement
+ *      `increment` uses (the counter row stays X-locked until COMMIT); write every row
+ *      (new version, notified, its state with the value, 8 bytes big endian, over bytes
+ *      p_stamp_at+1 .. p_stamp_at+8); COMMIT; answer (applied, ts).
+ *
+ * Atomic: every write is in one InnoDB transaction that commits once, after every check
+ * passed under the X locks it still holds; a failure or an error rolls all of it back
+ * (the exit handler; after errors MariaDB deems fatal the store rolls the connection back,
+ * as for the stamped CAS). No reader sees part of it: consistent reads see a transaction
+ * whole or not at all, locking reads wait for its locks.
+ *
+ * Why whoever draws a later counter value and then reads any of these rows sees every one
+ * of these writes: as for the stamped CAS, a later draw (incrementCounter, a stamped CAS,
+ * a stamped read, another call of this procedure) updates the same counter row, so it
+ * waits for the X lock taken in step 3, held until COMMIT; InnoDB makes the whole
+ * transaction visible to new read views before it releases its locks. The counter and the
+ * rows commit together, so a value above this one is handed out only after all of the
+ * rows are visible.
+ *
+ * No deadlock with the other statements (under REPEATABLE READ or READ COMMITTED): locks
+ * are taken in one global order, rows (in byte order) before the counter. Whoever holds the
+ * counter (step 3 here, the stamped CAS after its draw, `increment`, the stamped read's
+ * draw) waits for no row: it holds all of its rows already (the final writes touch only
+ * them; as for the stamped CAS, only a locking scan of the `notified` index, which nothing
+ * in this library runs, could hold up the new index entries). A plain CAS, a statement of
+ * checkAndSetMany (autocommit, one row each) and the stamped CAS's row lock hold at most
+ * one row, and the stamped CAS then waits only for the counter. This procedure waits for a
+ * row only while holding rows that sort before it; the precheck takes no lock, and a failed
+ * lookup (which may leave a gap lock) is followed by ROLLBACK, never by a wait. So the
+ * wait-for graph of these locks has no cycle. What this ordering cannot rule out is
+ * InnoDB's lock inheritance: when a row is removed (an insert rolled back in step 2, a
+ * deleted row purged), the locks on it, waiting ones included, become gap locks on the
+ * next row, held by sessions that never asked for them; several sessions then creating a
+ * key in that gap can deadlock (single INSERT statements do too). InnoDB rolls one back
+ * whole, and the store sends that CALL again (store.ts, STAMPED_MANY_ATTEMPTS; a test
+ * forces one). Under SERIALIZABLE, plain reads (a stamped read's) take shared locks in
+ * request order, which this argument does not cover.
+ *
+ * Errors after COMMIT was issued (in practice none) are resignalled as
+ * ER_ERROR_DURING_COMMIT (1180), which errors.ts reports as 'unknown'.
+ */
+function stampedCasManyProcedure(n: MySqlNames): string {
+  // The rows argument as a table, its lines indented by `pad` (where FROM stands).
+  const rows = (pad: string) =>
+    [
+      "JSON_TABLE(p_rows, '$[*]' COLUMNS (",
+      '  i FOR ORDINALITY,',
+      "  tbl_hex VARCHAR(128) PATH '$[0]',",
+      "  key_hex VARCHAR(2048) PATH '$[1]',",
+      "  expected VARCHAR(20) PATH '$[2]',",
+      "  version VARCHAR(20) PATH '$[3]',",
+      "  state_at INT UNSIGNED PATH '$[4]',",
+      "  state_len INT UNSIGNED PATH '$[5]',",
+      "  notified TINYINT PATH '$[6]'",
+      ')) AS r',
+    ].join(`\n${pad}`);
+  // The failure answer: (0, not applied), then every requested row that exists.
+  const reply = `SELECT 0 AS i, 0 AS applied, NULL AS ts, NULL AS version, NULL AS state
+    UNION ALL
+    SELECT r.i, 0, NULL, CAST(t.version AS CHAR), t.state
+    FROM ${rows('    ')}
+    STRAIGHT_JOIN ${n.rows} AS t ON t.tbl = UNHEX(r.tbl_hex) AND t.row_key = UNHEX(r.key_hex);`;
+  return `CREATE PROCEDURE IF NOT EXISTS ${n.stampedCasMany}(
+  IN p_rows LONGTEXT,
+  IN p_states LONGBLOB,
+  IN p_counter VARBINARY(1024),
+  IN p_stamp_at INT UNSIGNED
+)
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'percolator stamped check-and-set of many rows, see @percolator/mysql README'
+BEGIN
+  DECLARE v_n INT UNSIGNED;
+  DECLARE v_distinct INT UNSIGNED;
+  DECLARE v_matched INT UNSIGNED;
+  DECLARE v_ok BOOLEAN DEFAULT FALSE;
+  DECLARE v_found INT;
+  DECLARE v_done BOOLEAN DEFAULT FALSE;
+  DECLARE v_ts BIGINT UNSIGNED;
+  DECLARE v_stamp VARBINARY(8);
+  DECLARE v_committing BOOLEAN DEFAULT FALSE;
+  DECLARE v_tbl VARBINARY(64);
+  DECLARE v_key VARBINARY(1024);
+  DECLARE v_expected BIGINT UNSIGNED;
+  DECLARE v_version BIGINT UNSIGNED;
+  DECLARE v_at INT UNSIGNED;
+  DECLARE v_len INT UNSIGNED;
+  DECLARE v_notified BOOLEAN;
+  DECLARE c_rows CURSOR FOR
+    SELECT UNHEX(r.tbl_hex), UNHEX(r.key_hex), CAST(r.expected AS UNSIGNED),
+      CAST(r.version AS UNSIGNED), r.state_at, r.state_len, r.notified
+    FROM ${rows('    ')}
+    ORDER BY 1, 2;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+  BEGIN
+    ROLLBACK;
+    IF v_committing THEN
+      RESIGNAL SET MYSQL_ERRNO = 1180;
+    END IF;
+    RESIGNAL;
+  END;
+  SET v_n = JSON_LENGTH(p_rows);
+  IF v_n IS NULL OR v_n = 0 THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'percolator: p_rows must be a non-empty JSON array';
+  END IF;
+  START TRANSACTION READ ONLY;
+  SELECT COUNT(DISTINCT UNHEX(r.tbl_hex), UNHEX(r.key_hex)),
+    COALESCE(SUM(t.version <=> CAST(r.expected AS UNSIGNED)), 0)
+  INTO v_distinct, v_matched
+  FROM ${rows('  ')}
+  LEFT JOIN ${n.rows} AS t ON t.tbl = UNHEX(r.tbl_hex) AND t.row_key = UNHEX(r.key_hex);
+  IF v_distinct <> v_n THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'percolator: a row is named twice';
+  END IF;
+  SET v_ok = v_matched = v_n;
+  IF v_ok THEN
+    COMMIT;
+    START TRANSACTION;
+    OPEN c_rows;
+    lock_rows: LOOP
+      FETCH c_rows INTO v_tbl, v_key, v_expected, v_version, v_at, v_len, v_notified;
+      IF v_done THEN
+        LEAVE lock_rows;
+      END IF;
+      IF v_expected IS NULL THEN
+        INSERT INTO ${n.rows} (tbl, row_key, version, state, notified)
+        VALUES (v_tbl, v_key, v_version, '', FALSE)
+        ON DUPLICATE KEY UPDATE version = version;
+        SELECT COUNT(*) INTO v_found FROM ${n.rows}
+        WHERE tbl = v_tbl AND row_key = v_key AND version = v_version FOR UPDATE;
+      ELSE
+        SELECT COUNT(*) INTO v_found FROM ${n.rows}
+        WHERE tbl = v_tbl AND row_key = v_key AND version = v_expected FOR UPDATE;
+      END IF;
+      SET v_ok = v_found = 1;
+      IF NOT v_ok THEN
+        LEAVE lock_rows;
+      END IF;
+    END LOOP;
+    CLOSE c_rows;
+    IF v_ok THEN
+      INSERT INTO ${n.counters} (name, value) VALUES (p_counter, LAST_INSERT_ID(1))
+      ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + 1);
+      SET v_ts = LAST_INSERT_ID();
+      SET v_stamp = UNHEX(LPAD(HEX(v_ts), 16, '0'));
+      SET v_done = FALSE;
+      OPEN c_rows;
+      write_rows: LOOP
+        FETCH c_rows INTO v_tbl, v_key, v_expected, v_version, v_at, v_len, v_notified;
+        IF v_done THEN
+          LEAVE write_rows;
+        END IF;
+        UPDATE ${n.rows}
+        SET version = v_version,
+          state = INSERT(SUBSTRING(p_states, v_at, v_len), p_stamp_at + 1, 8, v_stamp),
+          notified = v_notified
+        WHERE tbl = v_tbl AND row_key = v_key;
+      END LOOP;
+      CLOSE c_rows;
+      SET v_committing = TRUE;
+      COMMIT;
+      SELECT 0 AS i, 1 AS applied, CAST(v_ts AS CHAR) AS ts, NULL AS version, NULL AS state;
+    ELSE
+      ROLLBACK;
+      START TRANSACTION READ ONLY;
+    END IF;
+  END IF;
+  IF NOT v_ok THEN
+    ${reply}
+    COMMIT;
+  END IF;
+END`;
+}
+
 /** The schema as one SQL script, for users who manage schemas themselves. */
 export function mysqlSchemaSql(namespace?: string): string {
   return `${mysqlSchemaStatements(namespace).join(';\n\n')};\n`;
@@ -272,6 +486,7 @@ export function mysqlDropStatements(namespace?: string): string[] {
   return [
     `DROP PROCEDURE IF EXISTS ${n.stampedCas}`,
     `DROP PROCEDURE IF EXISTS ${n.stampedRead}`,
+    `DROP PROCEDURE IF EXISTS ${n.stampedCasMany}`,
     `DROP TABLE IF EXISTS ${n.rows}, ${n.counters}, ${n.versionBlocks}`,
   ];
 }

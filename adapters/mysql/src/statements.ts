@@ -76,14 +76,24 @@ ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + ?)`,
     // per requested row that exists.
     stampedRead: `CALL ${n.stampedRead}(?, ?)`,
 
-    // At startup: the packet limit, and whether the stamped CAS and stamped read procedures
-    // exist (they do unless the schema was made by hand from an older script):
-    // stampedCheckAndSet, stampedRead.
+    // The stamped CAS of many rows: one CALL of the third procedure in schema.ts (see there
+    // for why it is atomic, why a later draw sees every row, and why it cannot deadlock).
+    // Rows as a JSON array of [table hex, key hex, expected or null, new version, state
+    // offset, state length, notified], the states packed into one blob, counter name, stamp
+    // offset. Answers (0, applied, ts) and, on failure, (position, version, state) per
+    // requested row that exists.
+    stampedCasMany: `CALL ${n.stampedCasMany}(?, ?, ?, ?)`,
+
+    // At startup: the packet limit, and whether the stamped CAS, stamped read and stamped
+    // CAS-of-many procedures exist (they do unless the schema was made by hand from an older
+    // script): stampedCheckAndSet, stampedRead, stampedCheckAndSetMany.
     settings: `SELECT @@max_allowed_packet AS p,
   (SELECT COUNT(*) FROM information_schema.ROUTINES
    WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped,
   (SELECT COUNT(*) FROM information_schema.ROUTINES
-   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped_read`,
+   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped_read,
+  (SELECT COUNT(*) FROM information_schema.ROUTINES
+   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped_many`,
   };
 }
 

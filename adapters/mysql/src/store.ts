@@ -5,16 +5,20 @@ import {
   type CasResult,
   ClosedError,
   checkedStore,
+  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
+  RowTooLargeError,
   type ScannedStoredRow,
   type ScanOptions,
   STAMP_OFFSET,
+  type StampedManyResult,
   type StoreCapabilities,
   type StoredRow,
   StoreError,
 } from '@percolator/core';
 import {
+  backoffMs,
   type CasPlan,
   canonicalIntegerVersions,
   DEFAULT_QUERY_TIMEOUT_MS,
@@ -30,13 +34,22 @@ import {
   partlyApplied,
   planCas,
   settleBatch,
+  sleep,
   toBytes,
   toSafeCounter,
 } from '@percolator/core/kit';
 import type { Connection as CoreConnection, QueryOptions } from 'mysql2';
 import { createPool, format, type Pool, type PoolConnection, type SqlValue } from 'mysql2/promise';
 import { MYSQL_URL } from './env.js';
-import { connectError, ER_DUP_ENTRY, errnoOf, isConnectionBroken, readError, writeError } from './errors.js';
+import {
+  connectError,
+  ER_DUP_ENTRY,
+  ER_LOCK_DEADLOCK,
+  errnoOf,
+  isConnectionBroken,
+  readError,
+  writeError,
+} from './errors.js';
 import type { OptionKeys } from './options.js';
 import {
   type MySqlNames,
@@ -47,6 +60,15 @@ import {
 } from './schema.js';
 import { type MySqlStatements, mysqlStatements } from './statements.js';
 import { VersionAllocator } from './versions.js';
+
+/**
+ * How often checkAndSetStampedMany sends its CALL when InnoDB picks it as a deadlock victim
+ * (ER_LOCK_DEADLOCK: the whole transaction was rolled back, so sending it again is safe).
+ * Its locks are taken in one order (schema.ts), but InnoDB's lock inheritance (an insert
+ * rolled back, a deleted row purged) can still make concurrent creators of one key
+ * deadlock; an error is left for the rare case that this happens again and again.
+ */
+const STAMPED_MANY_ATTEMPTS = 4;
 
 /** Never more than this per state, even when max_allowed_packet would allow it. */
 const STATE_CAP_BYTES = 64 * 1024 * 1024;
@@ -86,9 +108,10 @@ const isIssuableVersion = canonicalIntegerVersions(18446744073709551615n);
 const OPTION_KEYS: OptionKeys<MySqlStoreOptions> = { uri: true, ...POOLED_STORE_OPTION_KEYS };
 
 /**
- * Every optional method is implemented. stampedCheckAndSet and stampedRead are declared
- * only when the namespace has the stamped CAS / stamped read procedure (createSchema makes
- * both); without it the method fails (StoreError 'no').
+ * Every optional method is implemented. stampedCheckAndSet, stampedRead and
+ * stampedCheckAndSetMany are declared only when the namespace has the stamped CAS /
+ * stamped read / stamped CAS-of-many procedure (createSchema makes all three); without it
+ * the method fails (StoreError 'no').
  */
 export type MySqlStore = NamespacedStore;
 
@@ -115,19 +138,14 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
     const settings = (await connector.run('read server settings', 'read', mysqlStatements(names).settings, [
       names.stampedCasRoutine,
       names.stampedReadRoutine,
-    ])) as { p: unknown; stamped: unknown; stamped_read: unknown }[];
+      names.stampedCasManyRoutine,
+    ])) as { p: unknown; stamped: unknown; stamped_read: unknown; stamped_many: unknown }[];
     const maxAllowedPacket = Number(settings[0]!.p);
-    const stamped = Number(settings[0]!.stamped) > 0;
-    const stampedRead = Number(settings[0]!.stamped_read) > 0;
-    const store = new MySqlRowStore(
-      connector,
-      ownsPool,
-      names,
-      maxAllowedPacket,
-      multipleStatements,
-      stamped,
-      stampedRead,
-    );
+    const store = new MySqlRowStore(connector, ownsPool, names, maxAllowedPacket, multipleStatements, {
+      stampedCheckAndSet: Number(settings[0]!.stamped) > 0,
+      stampedRead: Number(settings[0]!.stamped_read) > 0,
+      stampedCheckAndSetMany: Number(settings[0]!.stamped_many) > 0,
+    });
     await store.prepare();
     return checkedStore<MySqlStore>(store);
   } catch (error) {
@@ -273,16 +291,12 @@ class MySqlRowStore implements MySqlStore {
     names: MySqlNames,
     maxAllowedPacket: number,
     private readonly multipleStatements: boolean,
-    stamped: boolean,
-    stampedRead: boolean,
+    procedures: Pick<StoreCapabilities, 'stampedCheckAndSet' | 'stampedRead' | 'stampedCheckAndSetMany'>,
   ) {
     this.namespace = names.namespace;
     this.sql = mysqlStatements(names);
     this.packetBudget = maxAllowedPacket - PACKET_HEADROOM_BYTES;
-    this.capabilities = fullCapabilities(maxStateBytesFor(maxAllowedPacket), {
-      stampedCheckAndSet: stamped,
-      stampedRead,
-    });
+    this.capabilities = fullCapabilities(maxStateBytesFor(maxAllowedPacket), procedures);
     this.versions = new VersionAllocator(async () => {
       const header = (await this.connector.run(
         'reserve a version block',
@@ -512,6 +526,132 @@ class MySqlRowStore implements MySqlStore {
   }
 
   /**
+   * One CALL of the namespace's stamped CAS-of-many procedure (schema.ts explains the
+   * steps, why it is all or nothing, why a later counter value implies every row is
+   * visible, and why it cannot deadlock): one round trip, one InnoDB transaction for the
+   * writes. The rows travel as one bound JSON string in request order and the states as
+   * one bound blob; the procedure locks them in (table, key) byte order whatever that
+   * order is. Versions come back in request order. A failure answers every requested row
+   * as it is now (from the procedure's snapshot: no extra round trip) and draws nothing.
+   *
+   * Refused before sending (nothing written): a schema without the procedure (StoreError
+   * 'no', not retryable), a row named twice or a request without a state
+   * (InvalidArgumentError), a state past maxStateBytes or states that together do not fit
+   * one packet (RowTooLargeError). A version this store never issues fails the call
+   * without sending it. Failure mapping as for checkAndSetStamped: a lost or timed-out
+   * reply is 'unknown', a server error answer is 'no' (rolled back before answering).
+   */
+  async checkAndSetStampedMany(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ): Promise<StampedManyResult> {
+    if (this.capabilities.stampedCheckAndSetMany !== true) {
+      throw new StoreError(
+        `mysql: checkAndSetStampedMany needs the procedure ${mysqlNames(this.namespace).stampedCasManyRoutine}, ` +
+          'which this schema lacks (capabilities.stampedCheckAndSetMany is false); run mysqlSchemaSql() again',
+        'no',
+        { retryable: false },
+      );
+    }
+    if (requests.length === 0) {
+      throw new InvalidArgumentError('checkAndSetStampedMany expects at least one request');
+    }
+    const plans = requests.map((request) => planCas(request, isIssuableVersion));
+    const seen = new Set<string>();
+    const writes: Extract<CasPlan, { kind: 'create' | 'update' }>[] = [];
+    for (const [i, plan] of plans.entries()) {
+      const { table, key, state } = requests[i]!;
+      const id = rowId(plan.tbl, plan.key);
+      if (seen.has(id)) {
+        throw new InvalidArgumentError(
+          `checkAndSetStampedMany names row ${table}/${JSON.stringify(key)} twice; the rows must be distinct`,
+        );
+      }
+      seen.add(id);
+      if (!(state instanceof Uint8Array) || state.byteLength < STAMP_OFFSET + 8) {
+        throw new InvalidArgumentError(
+          `checkAndSetStampedMany: the request for ${table}/${JSON.stringify(key)} needs a state of at least ` +
+            `${STAMP_OFFSET + 8} bytes (the stamp slot); a stamped write never deletes`,
+        );
+      }
+      // With a state, a plan creates, updates or cannot match.
+      if (plan.kind === 'create' || plan.kind === 'update') writes.push(plan);
+      if (state.byteLength > this.capabilities.maxStateBytes) {
+        throw new RowTooLargeError(
+          `mysql: the state of ${table}/${JSON.stringify(key)} is ${state.byteLength} bytes, ` +
+            `more than this store's maxStateBytes (${this.capabilities.maxStateBytes}); nothing was sent`,
+        );
+      }
+    }
+    // An expected version this store never issued matches no row: fails, nothing sent.
+    if (writes.length < plans.length) return this.failureMany(requests);
+    const entries: unknown[][] = [];
+    const states: Buffer[] = [];
+    const versions: string[] = [];
+    let at = 1;
+    for (const plan of writes) {
+      const version = await this.newVersion();
+      versions.push(version);
+      entries.push([
+        plan.tbl.toString('hex'),
+        plan.key.toString('hex'),
+        plan.kind === 'update' ? plan.expected : null,
+        version,
+        at,
+        plan.state.length,
+        plan.notified ? 1 : 0,
+      ]);
+      states.push(plan.state);
+      at += plan.state.length;
+    }
+    const json = JSON.stringify(entries);
+    const name = Buffer.from(counter, 'utf8');
+    // The SQL text: the JSON (at most doubled by escaping) and the blob and counter name as
+    // hex literals (2 characters per byte).
+    const textBytes = 2 * json.length + 2 * (at - 1) + 2 * name.length;
+    if (textBytes > this.packetBudget) {
+      throw new RowTooLargeError(
+        `mysql: the ${requests.length} states of checkAndSetStampedMany (${at - 1} bytes) do not fit one ` +
+          `statement of max_allowed_packet (${this.packetBudget + PACKET_HEADROOM_BYTES} bytes); nothing was sent`,
+      );
+    }
+    const values = [json, Buffer.concat(states), name, STAMP_OFFSET];
+    let results: unknown[];
+    for (let attempt = 1; ; attempt++) {
+      try {
+        results = (await this.callProcedure(
+          'checkAndSetStampedMany',
+          'write',
+          this.sql.stampedCasMany,
+          values,
+        )) as unknown[];
+        break;
+      } catch (error) {
+        // A deadlock victim committed nothing (its versions were never seen): send it again.
+        const deadlock = error instanceof StoreError && errnoOf(error.cause) === ER_LOCK_DEADLOCK;
+        if (!deadlock || attempt >= STAMPED_MANY_ATTEMPTS) throw error;
+        await sleep(backoffMs(attempt, 2, 50));
+      }
+    }
+    // A CALL answers its SELECT's rows, then the CALL's own OK packet.
+    const reply = Array.isArray(results[0]) ? (results[0] as Row[]) : [];
+    const head = reply.find((row) => Number(row.i) === 0);
+    if (head === undefined) {
+      throw new StoreError('mysql: checkAndSetStampedMany: no outcome in the reply', 'unknown');
+    }
+    // Applied; a stamp beyond 2^53 cannot be a JS number, so that throws (never a plain failure).
+    if (Number(head.applied) === 1) {
+      return { ok: true, versions, timestamp: toSafeCounter(String(head.ts), counter) };
+    }
+    const current: (StoredRow | null)[] = requests.map(() => null);
+    for (const row of reply) {
+      const i = Number(row.i);
+      if (i > 0) current[i - 1] = toStoredRow(row);
+    }
+    return { ok: false, current };
+  }
+
+  /**
    * One CALL of the namespace's stamped read procedure (schema.ts explains the steps and why
    * the read sees every write below the drawn value): one round trip. It draws counter + 1
    * with the statement `incrementCounter` uses and commits that, then reads the rows in a
@@ -626,6 +766,15 @@ class MySqlRowStore implements MySqlStore {
   /** The current row after a failed CAS; a failure of this extra read only loses `current`. */
   private failure(ref: RowRef): Promise<CasResult> {
     return failedWithCurrent((table, key) => this.read(table, key), ref);
+  }
+
+  /** The same for a failed checkAndSetStampedMany: every row, in one readMany. */
+  private async failureMany(refs: readonly RowRef[]): Promise<StampedManyResult> {
+    try {
+      return { ok: false, current: await this.readMany(refs) };
+    } catch {
+      return { ok: false };
+    }
   }
 }
 

@@ -73,10 +73,14 @@ describe('mysql store: optional capabilities', () => {
   it('declares what it implements', async () => {
     expect(store.name).toBe('mysql');
     // Every capability, with what max_allowed_packet leaves for a state.
-    expect(store.capabilities).toEqual(fullCapabilities(maxStateBytesFor(await maxAllowedPacket())));
+    expect(store.capabilities).toEqual({
+      ...fullCapabilities(maxStateBytesFor(await maxAllowedPacket())),
+      stampedCheckAndSetMany: true,
+    });
     expect(store.capabilities.maxStateBytes).toBeLessThan((await maxAllowedPacket()) / 2);
     expect(typeof store.checkAndSetStamped).toBe('function');
     expect(typeof store.readStamped).toBe('function');
+    expect(typeof store.checkAndSetStampedMany).toBe('function');
   });
 
   // What each request of a batch does is the conformance suite's; this is the round trip.

@@ -46,6 +46,7 @@ describe('mysql namespaces: list and drop', () => {
     const listed = (await listMySqlNamespaces({ uri: url })).find((n) => n.namespace === ns);
     expect(listed?.complete).toBe(true);
     expect(listed?.objects).toEqual([
+      expect.stringMatching(new RegExp(`^${ns}_cas_stamped_many_v\\d+$`)),
       `${ns}_counters`,
       `${ns}_rows`,
       expect.stringMatching(new RegExp(`^${ns}_stamped_cas_v\\d+$`)),
@@ -80,7 +81,7 @@ describe('mysql namespaces: list and drop', () => {
     await admin.query(`DROP TABLE \`${ns}_counters\`, \`${ns}_version_blocks\``);
     const listed = (await listMySqlNamespaces({ uri: url })).find((n) => n.namespace === ns);
     expect(listed?.complete).toBe(false);
-    expect(listed?.objects).toHaveLength(3); // rows and the two procedures
+    expect(listed?.objects).toHaveLength(4); // rows and the three procedures
     expect((await dropMySqlNamespace(ns, { uri: url }))?.objects).toEqual(listed?.objects);
     for (const name of listed!.objects) expect(await exists(name)).toBe(false);
   });

@@ -195,9 +195,11 @@ export async function dropPostgresNamespace(
       if (tables.length > 0) await client.query(`DROP TABLE ${tables.map(quoted).join(', ')}`);
       if (objects.includes(`${ns}_version_seq`))
         await client.query(`DROP SEQUENCE ${quoted(`${ns}_version_seq`)}`);
-      // The stamped-read function (schema.ts) goes with its namespace. It holds no data, so
-      // it is not listed among the objects.
-      await client.query(`DROP FUNCTION IF EXISTS ${postgresNames(ns).readStampedSignature}`);
+      // The schema's functions (schema.ts) go with their namespace. They hold no data, so
+      // they are not listed among the objects.
+      const names = postgresNames(ns);
+      await client.query(`DROP FUNCTION IF EXISTS ${names.readStampedSignature}`);
+      await client.query(`DROP FUNCTION IF EXISTS ${names.casStampedManySignature}`);
       await client.query('COMMIT');
       return { ...found, objects };
     } catch (error) {

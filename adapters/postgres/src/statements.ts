@@ -35,8 +35,9 @@ UNION ALL
 SELECT ${nextVersion}::text, NULL, true
 WHERE NOT EXISTS (SELECT 1 FROM ${n.rows} WHERE tbl = $1 AND key = $2)`,
 
-    // Whether the stamped-read function exists (a schema the user created may predate it).
-    hasReadStamped: `SELECT to_regprocedure('${n.readStampedSignature}') IS NOT NULL AS present`,
+    // Which of the schema's functions exist (a schema the user created may predate them).
+    hasFunctions: `SELECT to_regprocedure('${n.readStampedSignature}') IS NOT NULL AS read_stamped,
+  to_regprocedure('${n.casStampedManySignature}') IS NOT NULL AS cas_stamped_many`,
 
     /*
      * Stamped read (capability stampedRead): one statement calling the function the schema
@@ -178,6 +179,19 @@ w AS (
   RETURNING t.version, c.value
 )
 SELECT version::text AS version, value::text AS ts FROM w`,
+
+    /*
+     * Stamped multi-row check-and-set (capability stampedCheckAndSetMany): one statement
+     * calling the function the schema defines (schema.ts, casStampedManyFunctionBody),
+     * which checks, draws, and writes every row in (tbl, key) order, all or nothing. Row
+     * (0, drawn value, NULL) means applied, then (ordinal, new version, NULL) per request;
+     * no row 0 means a request did not match, and the rows are the present rows as they
+     * are. A row that changed after the draw raises CAS_MANY_MISMATCH (all rolled back).
+     * $1 counter name, $2 tables, $3 keys, $4 expected versions (NULL: must be absent),
+     * $5 state templates, $6 notified flags.
+     */
+    casStampedMany: `SELECT ordinal::int AS i, row_version::text AS version, row_state AS state
+FROM ${n.casStampedMany}($1::bytea, $2::bytea[], $3::bytea[], $4::bigint[], $5::bytea[], $6::boolean[])`,
   };
 }
 

@@ -5,10 +5,14 @@ import {
   type CasResult,
   ClosedError,
   checkedStore,
+  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
+  RowTooLargeError,
   type ScannedStoredRow,
   type ScanOptions,
+  STAMP_OFFSET,
+  type StampedManyResult,
   type StoreCapabilities,
   type StoredRow,
   StoreError,
@@ -43,6 +47,7 @@ import {
   submitQuery,
 } from './pg.js';
 import {
+  CAS_MANY_MISMATCH,
   type PostgresNames,
   postgresDropStatements,
   postgresNames,
@@ -79,8 +84,9 @@ const isIssuableVersion = canonicalIntegerVersions(9223372036854775807n);
 const OPTION_KEYS: OptionKeys<PostgresStoreOptions> = { connectionString: true, ...POOLED_STORE_OPTION_KEYS };
 
 /**
- * Every optional method is implemented (readStamped refuses, and stampedRead is false, only
- * on a hand-made schema that lacks its function); dropNamespace also drops the sequence.
+ * Every optional method is implemented (readStamped and checkAndSetStampedMany refuse, and
+ * stampedRead / stampedCheckAndSetMany are false, only on a hand-made schema that lacks
+ * their function); dropNamespace also drops the sequence.
  */
 export type PostgresStore = NamespacedStore;
 
@@ -115,8 +121,8 @@ export async function createPostgresStore(options: PostgresStoreOptions = {}): P
 
 class PostgresRowStore implements PostgresStore {
   readonly name = 'postgres';
-  // Not readonly here: verifySchema turns stampedRead off for a user-made schema without
-  // the function, before the store is handed out.
+  // Not readonly here: verifySchema turns stampedRead / stampedCheckAndSetMany off for a
+  // user-made schema without their function, before the store is handed out.
   capabilities: StoreCapabilities = fullCapabilities(POSTGRES_MAX_STATE_BYTES);
   readonly namespace: string;
   private readonly sql: PostgresStatements;
@@ -249,6 +255,73 @@ class PostgresRowStore implements PostgresStore {
   }
 
   /**
+   * One statement (statements.ts: casStampedMany) calls the namespace's PL/pgSQL function
+   * (schema.ts: casStampedManyFunctionBody): it checks every row without locks (a visible
+   * mismatch draws nothing and answers with the rows as they are), then draws counter + 1
+   * (the counter row first) and applies every CAS in (tbl, key) byte order with that value
+   * at STAMP_OFFSET, in one transaction. A row that changed after the check raises
+   * CAS_MANY_MISMATCH, which rolls the whole statement back (the draw too): `ok: false`,
+   * with `current` from one more read (as checkAndSet does on failure). See the function's
+   * comment for why it is atomic and cannot deadlock.
+   */
+  async checkAndSetStampedMany(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ): Promise<StampedManyResult> {
+    checkStampedMany(requests, this.capabilities.maxStateBytes);
+    if (this.capabilities.stampedCheckAndSetMany !== true) {
+      throw new StoreError(
+        `postgres: checkAndSetStampedMany needs the function ${postgresNames(this.namespace).casStampedMany}, ` +
+          'which this schema lacks (capabilities.stampedCheckAndSetMany is false); run postgresSchemaSql() again',
+        'no',
+        { retryable: false },
+      );
+    }
+    const plans = requests.map((request) => planCas(request, isIssuableVersion));
+    // A version this store never issues matches no row: the whole step fails, nothing sent.
+    const writes = plans.filter((p) => p.kind === 'create' || p.kind === 'update');
+    if (writes.length !== plans.length) return this.manyFailure(requests);
+    const values = [
+      Buffer.from(counter, 'utf8'),
+      writes.map((p) => p.tbl),
+      writes.map((p) => p.key),
+      writes.map((p) => (p.kind === 'update' ? p.expected : null)),
+      writes.map((p) => p.state),
+      writes.map((p) => p.notified),
+    ];
+    let result: PgQueryResult;
+    try {
+      result = await this.withTransientRetry(() => this.query('casStampedMany', 'write', values));
+    } catch (error) {
+      // Lost a race after the draw: the server rolled everything back.
+      if (isCasManyMismatch(error)) return this.manyFailure(requests);
+      throw error;
+    }
+    const drawn = result.rows.find((row) => Number(row.i) === 0);
+    if (drawn === undefined) {
+      // The check failed before the draw; the reply holds the present rows (absent: null).
+      const current: (StoredRow | null)[] = requests.map(() => null);
+      for (const row of result.rows) current[Number(row.i) - 1] = toStoredRow(row);
+      return { ok: false, current };
+    }
+    const versions: string[] = [];
+    for (const row of result.rows) {
+      const i = Number(row.i);
+      if (i > 0) versions[i - 1] = String(row.version);
+    }
+    for (let i = 0; i < requests.length; i++) {
+      if (versions[i] === undefined) {
+        // Applied (row 0 came back), yet a version is missing: not a plain failure.
+        throw new StoreError(`postgres: stamped check-and-set: no version for request ${i + 1}`, 'unknown', {
+          retryable: false,
+        });
+      }
+    }
+    // Applied; a stamp beyond 2^53 cannot be a JS number, so that throws (not a plain failure).
+    return { ok: true, versions, timestamp: toSafeCounter(String(drawn.version), counter) };
+  }
+
+  /**
    * One statement (statements.ts: readStamped) calls the namespace's PL/pgSQL function
    * (schema.ts: readStampedFunctionBody), which draws counter + 1 with the upsert
    * `incrementCounter` uses and then reads the rows in a second query: under READ COMMITTED
@@ -323,10 +396,13 @@ class PostgresRowStore implements PostgresStore {
       }
       throw error;
     }
-    // A schema made from an older postgresSchemaSql() lacks the stamped-read function:
-    // everything works without it, only stamped reads are not offered.
-    const fn = await this.query('hasReadStamped', 'read', []);
-    if (fn.rows[0]?.present !== true) this.capabilities = { ...this.capabilities, stampedRead: false };
+    // A schema made from an older postgresSchemaSql() may lack the functions: everything
+    // works without them, only stamped reads / stamped multi-row CAS are not offered.
+    const fn = (await this.query('hasFunctions', 'read', [])).rows[0];
+    if (fn?.read_stamped !== true) this.capabilities = { ...this.capabilities, stampedRead: false };
+    if (fn?.cas_stamped_many !== true) {
+      this.capabilities = { ...this.capabilities, stampedCheckAndSetMany: false };
+    }
   }
 
   async dropNamespace(): Promise<void> {
@@ -358,6 +434,15 @@ class PostgresRowStore implements PostgresStore {
   /** The current row after a failed CAS; a failure of this extra read only loses `current`. */
   private failure(ref: RowRef): Promise<CasResult> {
     return failedWithCurrent((table, key) => this.read(table, key), ref);
+  }
+
+  /** A failed checkAndSetStampedMany with the rows as they are now (lost if that read fails). */
+  private async manyFailure(refs: readonly RowRef[]): Promise<StampedManyResult> {
+    try {
+      return { ok: false, current: await this.readMany(refs) };
+    } catch {
+      return { ok: false };
+    }
   }
 
   /** Runs one casMany statement; returns applied request ordinals (1-based) -> new version. */
@@ -463,6 +548,49 @@ function casValues(plan: CasPlan): unknown[] {
     case 'unmatchable':
       return [plan.tbl, plan.key];
   }
+}
+
+/**
+ * What the core's contract check also refuses (checked-store.ts), checked again because the
+ * function relies on it and a store may be called unchecked (a CompositeStore's inner
+ * stores): at least one request, each with a state that has room for the stamp and fits,
+ * and no row twice (the function would then fail as a conflict, not as the caller's bug).
+ */
+function checkStampedMany(
+  requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+  maxStateBytes: number,
+): void {
+  if (!Array.isArray(requests) || requests.length === 0) {
+    throw new InvalidArgumentError('checkAndSetStampedMany expects a non-empty array of requests');
+  }
+  const seen = new Set<string>();
+  for (const { table, key, state } of requests) {
+    if (!(state instanceof Uint8Array) || state.byteLength < STAMP_OFFSET + 8) {
+      throw new InvalidArgumentError(
+        `a stamped check-and-set needs a state of at least ${STAMP_OFFSET + 8} bytes (the stamp slot), never null`,
+      );
+    }
+    if (state.byteLength > maxStateBytes) {
+      throw new RowTooLargeError(
+        `state of ${table}/${JSON.stringify(key).slice(0, 80)} is ${state.byteLength} bytes; ` +
+          `this store accepts at most ${maxStateBytes} (capabilities.maxStateBytes)`,
+      );
+    }
+    const id = `${table}\u0000${key}`;
+    if (seen.has(id)) {
+      throw new InvalidArgumentError(
+        `checkAndSetStampedMany names row ${table}/${JSON.stringify(key).slice(0, 80)} twice`,
+      );
+    }
+    seen.add(id);
+  }
+}
+
+/** The function's "a row changed after the draw" error (schema.ts), behind the StoreError. */
+function isCasManyMismatch(error: unknown): boolean {
+  return (
+    error instanceof StoreError && (error.cause as { code?: unknown } | undefined)?.code === CAS_MANY_MISMATCH
+  );
 }
 
 function toStoredRow(row: Record<string, unknown>): StoredRow {

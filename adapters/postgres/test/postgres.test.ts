@@ -67,9 +67,11 @@ describe('postgres store: optional capabilities', () => {
   it('declares what it implements', () => {
     expect(store.name).toBe('postgres');
     // Every capability, with bytea's 64 MiB.
-    expect(store.capabilities).toEqual(fullCapabilities(64 * 1024 * 1024));
-    // test/stamped.test.ts covers checkAndSetStamped, test/read-stamped.test.ts readStamped.
+    expect(store.capabilities).toEqual(fullCapabilities(64 * 1024 * 1024, { stampedCheckAndSetMany: true }));
+    // test/stamped.test.ts covers checkAndSetStamped, test/read-stamped.test.ts readStamped,
+    // test/stamped-many.test.ts checkAndSetStampedMany.
     expect(typeof store.checkAndSetStamped).toBe('function');
+    expect(typeof store.checkAndSetStampedMany).toBe('function');
     expect(typeof store.readStamped).toBe('function');
   });
 

@@ -4,7 +4,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { createRedisClient, REDIS_URL } from './client.js';
 import { isAuthFailure } from './errors.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
-import { CAS_SCRIPT, loadScripts, READ_STAMPED_SCRIPT } from './scripts.js';
+import { CAS_MANY_SCRIPT, CAS_SCRIPT, loadScripts, READ_STAMPED_SCRIPT } from './scripts.js';
 import { type RedisClient, RedisStore } from './store.js';
 
 export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_PATTERN as NAMESPACE } from '@percolator/core/kit';
@@ -97,8 +97,11 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
     }
   }
   try {
-    // The stamped read runs only on a standalone Redis (see RedisStore).
-    await loadScripts(client, client.isCluster ? [CAS_SCRIPT] : [CAS_SCRIPT, READ_STAMPED_SCRIPT]);
+    // The stamped read and the stamped CAS of many rows run only on a standalone Redis (see RedisStore).
+    await loadScripts(
+      client,
+      client.isCluster ? [CAS_SCRIPT] : [CAS_SCRIPT, CAS_MANY_SCRIPT, READ_STAMPED_SCRIPT],
+    );
   } catch (error) {
     if (owns) client.disconnect();
     throw new StoreError(`redis SCRIPT LOAD failed: ${(error as Error).message}`, 'no', {

@@ -3,15 +3,69 @@ import type { Cluster, Redis } from 'ioredis';
 
 /**
  * Lua scripts. A plain CAS touches exactly one key, passed in KEYS[1], so it runs unchanged
- * on Redis Cluster. A stamped CAS also touches the oracle's counter key (KEYS[2]), and a
+ * on Redis Cluster. A stamped CAS also touches the oracle's counter key (KEYS[2]), a
+ * stamped CAS of many rows touches the counter, its rows and their tables' indexes, and a
  * stamped read touches the counter and every row it reads; those keys are in different hash
- * slots, so only a standalone Redis runs these two. User text only ever arrives in
- * KEYS and ARGV, never in the source.
+ * slots, so only a standalone Redis runs these. User text only ever arrives in KEYS and
+ * ARGV, never in the source.
  *
  * A row is a hash:  v = version token, s = state bytes,
  *                   x = token of the row's scan-index entry (set when the row is created),
  *                   n = token of its notification-index entry (present iff notified).
  */
+
+/**
+ * The row logic every CAS script shares (one place for each concept), composed into the
+ * head of CAS_LUA and CAS_MANY_LUA as local functions. Nothing user-given is in it: rows,
+ * counters, tokens, states and the stamp offset arrive as arguments from KEYS/ARGV.
+ *
+ * matches(v, mode, expected)   whether a row whose version is v (false = absent) is what a
+ *                              request expects: mode 'absent' | 'version'
+ * draw_stamp(counter)          INCR the counter; the 8 big-endian bytes of the new value, or
+ *                              nil (after the INCR, before any row write) past 2^53 - 1
+ * with_stamp(state, at, st)    the state with its bytes at 0-based [at, at + 8) set to st
+ * stamp_of(row, at)            the 8 stamp bytes a row's state carries
+ * put_row(row, v, x, oldN, token, state, notified)
+ *                              writes a put: version token, state, x (set to the token on a
+ *                              create: the row's scan-index entry) and n (the token when
+ *                              notified; cleared otherwise). v, x, oldN are the row's
+ *                              fields before ('' for no n).
+ *
+ * INCR returns an integer that Lua holds as a double, exact up to 2^53; the 8 bytes are
+ * built from it with % 256 and exact division (both exact on integers below 2^53), and
+ * values from 2^53 on are refused before anything but the counter is written.
+ */
+const ROW_LUA = `
+local function matches(v, mode, expected)
+  if mode == 'absent' then return v == false end
+  return v == expected
+end
+local function draw_stamp(counter)
+  local ts = redis.call('INCR', counter)
+  if ts > 9007199254740991 then return nil end
+  local b = {}
+  for i = 8, 1, -1 do
+    b[i] = ts % 256
+    ts = (ts - b[i]) / 256
+  end
+  return string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
+end
+local function with_stamp(state, at, st)
+  return string.sub(state, 1, at) .. st .. string.sub(state, at + 9)
+end
+local function stamp_of(row, at)
+  return string.sub(redis.call('HGET', row, 's'), at + 1, at + 8)
+end
+local function put_row(row, v, x, oldN, token, state, notified)
+  if v == false then x = token end
+  if notified then
+    redis.call('HSET', row, 'v', token, 's', state, 'x', x, 'n', token)
+  else
+    redis.call('HSET', row, 'v', token, 's', state, 'x', x)
+    if oldN ~= '' then redis.call('HDEL', row, 'n') end
+  end
+end
+`;
 
 /**
  * Check-and-set, plain or stamped (one script, so both share every line of the CAS logic).
@@ -42,26 +96,18 @@ import type { Cluster, Redis } from 'ioredis';
  * Stamped: the counter (the very key INCRBY serves for incrementCounter) is incremented only
  * once the version check has passed, so a CAS that does not apply leaves the counter alone.
  * Redis runs a script atomically, so whoever draws a later value from the counter, by
- * INCRBY or by another stamped CAS, runs after this script and sees its write. INCR
- * returns an integer that Lua holds as a double, exact up to 2^53; the 8 bytes are built
- * from it with % 256 and exact division (both exact on integers below 2^53), and values
- * from 2^53 on are refused before anything is written.
+ * INCRBY or by another stamped CAS, runs after this script and sees its write.
  */
-export const CAS_LUA = `
+export const CAS_LUA = `${ROW_LUA}
 local row = KEYS[1]
 local counter = KEYS[2]
 local cur = redis.call('HMGET', row, 'v', 'x', 'n')
 local v = cur[1]
 if ARGV[3] == 'put' and v == ARGV[4] then
-  if counter then
-    local at = tonumber(ARGV[7])
-    return {1, v, '', '', string.sub(redis.call('HGET', row, 's'), at + 1, at + 8)}
-  end
+  if counter then return {1, v, '', '', stamp_of(row, tonumber(ARGV[7]))} end
   return {1, v, '', ''}
 end
-local matches
-if ARGV[1] == 'absent' then matches = (v == false) else matches = (v == ARGV[2]) end
-if not matches then
+if not matches(v, ARGV[1], ARGV[2]) then
   if v == false then return {0} end
   return {0, v, redis.call('HGET', row, 's')}
 end
@@ -73,27 +119,94 @@ end
 local state = ARGV[5]
 local stamp
 if counter then
-  local ts = redis.call('INCR', counter)
-  if ts > 9007199254740991 then return {2} end
-  local b = {}
-  for i = 8, 1, -1 do
-    b[i] = ts % 256
-    ts = (ts - b[i]) / 256
-  end
-  stamp = string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
-  local at = tonumber(ARGV[7])
-  state = string.sub(state, 1, at) .. stamp .. string.sub(state, at + 9)
+  stamp = draw_stamp(counter)
+  if not stamp then return {2} end
+  state = with_stamp(state, tonumber(ARGV[7]), stamp)
 end
-local x = cur[2]
-if v == false then x = ARGV[4] end
-if ARGV[6] == '1' then
-  redis.call('HSET', row, 'v', ARGV[4], 's', state, 'x', x, 'n', ARGV[4])
-else
-  redis.call('HSET', row, 'v', ARGV[4], 's', state, 'x', x)
-  if oldN ~= '' then redis.call('HDEL', row, 'n') end
-end
+put_row(row, v, cur[2], oldN, ARGV[4], state, ARGV[6] == '1')
 if stamp then return {1, ARGV[4], '', oldN, stamp} end
 return {1, ARGV[4], '', oldN}
+`;
+
+/**
+ * Stamped check-and-set of many rows, all or nothing (standalone only: it touches rows of
+ * many slots, their tables' indexes and the counter).
+ * KEYS[1]          the counter to stamp from (the very key INCRBY serves)
+ * per row i (1-based), in request order, at k = 3 * i - 1:
+ *   KEYS[k]        the row
+ *   KEYS[k + 1]    its table's scan index
+ *   KEYS[k + 2]    its table's notification index
+ * ARGV[1]          stamp offset (STAMP_OFFSET, passed so no number is spliced in)
+ * per row i, at a = 6 * i - 4:
+ *   ARGV[a]        'absent' | 'version'   what the row must be
+ *   ARGV[a + 1]    expected version        (when 'version')
+ *   ARGV[a + 2]    new version token       (unique; see versions.ts)
+ *   ARGV[a + 3]    new state (with the 8-byte placeholder at the stamp offset)
+ *   ARGV[a + 4]    '1' | '0'               notified after this write
+ *   ARGV[a + 5]    the row's index-member prefix: escape(key) 0x00 0x01 (see keys.ts), to
+ *                  which a token is appended to name an index entry
+ * The rows are distinct (the client checks).
+ *
+ * Every row's version is checked first, writing nothing. Only if all match is the counter
+ * incremented, once, and every row written with that stamp exactly as CAS_LUA writes a
+ * stamped put (put_row). Redis runs a script atomically, so whoever draws a later value
+ * from the counter (INCRBY, a stamped CAS, a stamped read) runs after this script and sees
+ * every one of its writes; nobody sees some without the others.
+ *
+ * Indexes: the script keeps them itself, in the same step (every key is on the one server):
+ * a created row's scan-index entry and a notified row's notification-index entry are added,
+ * and the notification entry the row carried before (n) is removed when the write replaces
+ * or clears it. The entries are the ones the single CAS makes (member prefix + token, row
+ * fields x and n), so any later single CAS finds and cleans them as its own.
+ *
+ * Replies:
+ *   {1, stamp}                     applied; stamp = the 8 big-endian bytes written into every
+ *                                  row; the versions are the tokens sent, in request order
+ *   {0, v1, s1, v2, s2, ...}       not applied, nothing written and nothing drawn; each row's
+ *                                  current version and state (both nil when absent), in
+ *                                  request order
+ *   {2}                            the counter passed 2^53 - 1; no row was written
+ * A lost reply: a row whose version already is its new token can only have been written by
+ * an earlier run of this very request (tokens never repeat), and a run writes all of its
+ * rows or none, so the request reports success again with the stamp that run wrote, reading
+ * it back from that row, writing and drawing nothing (as CAS_LUA does for one row).
+ */
+export const CAS_MANY_LUA = `${ROW_LUA}
+local counter = KEYS[1]
+local at = tonumber(ARGV[1])
+local n = (#KEYS - 1) / 3
+local cur = {}
+local all = true
+for i = 1, n do
+  local row = KEYS[3 * i - 1]
+  local a = 6 * i - 4
+  local c = redis.call('HMGET', row, 'v', 'x', 'n')
+  if c[1] == ARGV[a + 2] then return {1, stamp_of(row, at)} end
+  if not matches(c[1], ARGV[a], ARGV[a + 1]) then all = false end
+  cur[i] = c
+end
+if not all then
+  local out = {0}
+  for i = 1, n do
+    local v = cur[i][1]
+    out[2 * i] = v
+    if v then out[2 * i + 1] = redis.call('HGET', KEYS[3 * i - 1], 's') else out[2 * i + 1] = false end
+  end
+  return out
+end
+local stamp = draw_stamp(counter)
+if not stamp then return {2} end
+for i = 1, n do
+  local row = KEYS[3 * i - 1]
+  local a = 6 * i - 4
+  local v, x, oldN = cur[i][1], cur[i][2], cur[i][3] or ''
+  local token, prefix, notified = ARGV[a + 2], ARGV[a + 5], ARGV[a + 4] == '1'
+  put_row(row, v, x, oldN, token, with_stamp(ARGV[a + 3], at, stamp), notified)
+  if v == false then redis.call('ZADD', KEYS[3 * i], 0, prefix .. token) end
+  if notified then redis.call('ZADD', KEYS[3 * i + 1], 0, prefix .. token) end
+  if oldN ~= '' then redis.call('ZREM', KEYS[3 * i + 1], prefix .. oldN) end
+end
+return {1, stamp}
 `;
 
 /**
@@ -152,6 +265,7 @@ export function script(source: string): LuaScript {
 }
 
 export const CAS_SCRIPT = script(CAS_LUA);
+export const CAS_MANY_SCRIPT = script(CAS_MANY_LUA);
 export const READ_STAMPED_SCRIPT = script(READ_STAMPED_LUA);
 export const READ_PEEKED_SCRIPT = script(READ_PEEKED_LUA);
 

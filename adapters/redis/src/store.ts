@@ -4,12 +4,15 @@ import {
   type CasRequest,
   type CasResult,
   ClosedError,
+  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
   type RowStore,
+  RowTooLargeError,
   type ScannedStoredRow,
   type ScanOptions,
   STAMP_OFFSET,
+  type StampedManyResult,
   type StoreCapabilities,
   type StoredRow,
   StoreError,
@@ -26,7 +29,14 @@ import {
   rowKeyName,
   scanIndexName,
 } from './keys.js';
-import { CAS_SCRIPT, type LuaScript, READ_PEEKED_SCRIPT, READ_STAMPED_SCRIPT, runScript } from './scripts.js';
+import {
+  CAS_MANY_SCRIPT,
+  CAS_SCRIPT,
+  type LuaScript,
+  READ_PEEKED_SCRIPT,
+  READ_STAMPED_SCRIPT,
+  runScript,
+} from './scripts.js';
 import { VersionTokens } from './versions.js';
 
 export type RedisClient = Redis | Cluster;
@@ -59,6 +69,10 @@ type StampedCas = (
   counter: string,
 ) => Promise<StampedResult>;
 
+type StampedRequest = CasRequest & { readonly state: Uint8Array };
+
+type StampedCasMany = (requests: readonly StampedRequest[], counter: string) => Promise<StampedManyResult>;
+
 type StampedRead = (
   rows: readonly RowRef[],
   counter: string,
@@ -87,6 +101,14 @@ type StampedRead = (
  * its own, see keys.ts), and a script may only touch keys of one slot, so a Cluster store
  * declares `stampedCheckAndSet: false` and has no `checkAndSetStamped` at all.
  *
+ * Stamped CAS of many rows (standalone only). `checkAndSetStampedMany` runs one script
+ * (CAS_MANY_LUA) over the counter, the rows and their tables' indexes: it checks every
+ * row's version, and only if all match draws one value and writes every row with it, all
+ * in one atomic step and one round trip. Its index entries are made inside the script (the
+ * one server holds every key), not around it as for the single CAS. On a Cluster the rows
+ * and the counter are in different slots, as above, so a Cluster store declares
+ * `stampedCheckAndSetMany: false` and has no `checkAndSetStampedMany`.
+ *
  * Stamped read (standalone only). `readStamped` runs one script (READ_STAMPED_LUA) that
  * increments the oracle's counter and then reads the rows, atomically and in one round trip.
  * On a Cluster the counter and the rows are in different slots, as above, so a Cluster store
@@ -97,6 +119,8 @@ export class RedisStore implements RowStore {
   readonly capabilities: StoreCapabilities;
   /** Present only on a standalone Redis (capability `stampedCheckAndSet`). */
   declare readonly checkAndSetStamped?: StampedCas;
+  /** Present only on a standalone Redis (capability `stampedCheckAndSetMany`). */
+  declare readonly checkAndSetStampedMany?: StampedCasMany;
   /** Present only on a standalone Redis (capability `stampedRead`). */
   declare readonly readStamped?: StampedRead;
   /** Present only on a standalone Redis (capability `peekedRead`). */
@@ -113,6 +137,7 @@ export class RedisStore implements RowStore {
     const stamped = !client.isCluster;
     this.capabilities = fullCapabilities(REDIS_MAX_STATE_BYTES, {
       stampedCheckAndSet: stamped,
+      stampedCheckAndSetMany: stamped,
       stampedRead: stamped,
       peekedRead: stamped,
       // The stamped read's INCR is an in-memory write in the same script: cheaper than
@@ -121,6 +146,7 @@ export class RedisStore implements RowStore {
     });
     if (stamped) {
       this.checkAndSetStamped = this.stampedCas.bind(this);
+      this.checkAndSetStampedMany = this.stampedCasMany.bind(this);
       this.readStamped = this.stampedRead.bind(this);
       this.readPeeked = this.peekedRead.bind(this);
     }
@@ -154,6 +180,91 @@ export class RedisStore implements RowStore {
     this.checkOpen();
     const [result] = await this.casBatch([request], counterKeyName(this.namespace, counter));
     return result!;
+  }
+
+  /**
+   * `checkAndSetStampedMany` on a standalone Redis: one script (CAS_MANY_LUA, see there and
+   * the class comment), so all or nothing and one round trip. The counter is advanced only
+   * when every row matches. Versions are the tokens made here, in request order.
+   *
+   * The core's contract check (checkedStore) checks the requests before they get here; the
+   * one step relies on their shape (distinct rows, each with a stamp slot), so they are
+   * checked here again for a caller of a bare RedisStore, before anything is sent.
+   *
+   * A lost reply is StoreError 'unknown'. The script also recognises a second run of the
+   * same request by its tokens and reports the first run's result (see CAS_MANY_LUA), but
+   * the store never sends a request twice itself: the core re-reads the rows instead.
+   */
+  private async stampedCasMany(
+    requests: readonly StampedRequest[],
+    counter: string,
+  ): Promise<StampedManyResult> {
+    this.checkOpen();
+    const what = 'stamped check-and-set of many rows';
+    if (!Array.isArray(requests) || requests.length === 0) {
+      throw new InvalidArgumentError('checkAndSetStampedMany expects a non-empty array of requests');
+    }
+    const keys: string[] = [counterKeyName(this.namespace, counter)];
+    const args: (string | Buffer)[] = [String(STAMP_OFFSET)];
+    const tokens: string[] = [];
+    const rows = new Set<string>();
+    for (const request of requests) {
+      const { table, key, expected, state, notified } = request;
+      const row = rowKeyName(this.namespace, table, key);
+      if (rows.has(row)) {
+        throw new InvalidArgumentError(
+          `checkAndSetStampedMany names row ${table}/${JSON.stringify(key)} twice`,
+        );
+      }
+      rows.add(row);
+      if (!(state instanceof Uint8Array) || state.byteLength < STAMP_OFFSET + 8) {
+        throw new InvalidArgumentError(
+          `a stamped state needs a Uint8Array of at least ${STAMP_OFFSET + 8} bytes (the stamp slot)`,
+        );
+      }
+      if (state.byteLength > this.capabilities.maxStateBytes) {
+        throw new RowTooLargeError(
+          `state of ${table}/${JSON.stringify(key).slice(0, 80)} is ${state.byteLength} bytes; ` +
+            `this store accepts at most ${this.capabilities.maxStateBytes} (capabilities.maxStateBytes)`,
+        );
+      }
+      const token = this.tokens.next();
+      tokens.push(token);
+      keys.push(row, scanIndexName(this.namespace, table), notifyIndexName(this.namespace, table));
+      args.push(
+        expected === null ? 'absent' : 'version',
+        expected ?? '',
+        token,
+        Buffer.from(state.buffer, state.byteOffset, state.byteLength),
+        notified ? '1' : '0',
+        indexMember(key, ''),
+      );
+    }
+    let reply: unknown;
+    try {
+      reply = await runScript(this.client, CAS_MANY_SCRIPT, keys, args);
+    } catch (error) {
+      throw toStoreError(error, what, 'write');
+    }
+    if (!Array.isArray(reply)) throw new StoreError(`redis ${what}: malformed reply`, 'unknown');
+    if (reply[0] === 2) {
+      // The script stopped after INCR, before touching any row.
+      throw new StoreError(`redis ${what} failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`, 'no');
+    }
+    if (reply[0] === 1) {
+      const stamp = reply[1] as unknown;
+      if (!Buffer.isBuffer(stamp) || stamp.length !== 8) {
+        throw new StoreError(`redis ${what}: the reply carries no 8-byte stamp`, 'unknown');
+      }
+      return { ok: true, versions: tokens, timestamp: Number(stamp.readBigUInt64BE(0)) };
+    }
+    if (reply[0] !== 0 || reply.length !== 1 + 2 * requests.length) {
+      throw new StoreError(`redis ${what}: malformed reply`, 'unknown');
+    }
+    return {
+      ok: false,
+      current: requests.map((_, i) => decodeRow(reply[1 + 2 * i] ?? null, reply[2 + 2 * i] ?? null)),
+    };
   }
 
   /**

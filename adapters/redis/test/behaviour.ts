@@ -177,16 +177,21 @@ export function describeStoreBehaviour(label: string, setup: BehaviourSetup): vo
       });
       if (setup.client().isCluster) {
         // The oracle's counter key and a row key are in different hash slots, so no script
-        // can touch both: no stamped CAS and no stamped read on a Cluster.
+        // can touch both: no stamped CAS (of one row or many) and no stamped read on a Cluster.
         expect(s.capabilities.stampedCheckAndSet).toBe(false);
         expect((s as RowStore).checkAndSetStamped).toBeUndefined();
         expect('checkAndSetStamped' in s).toBe(false);
+        expect(s.capabilities.stampedCheckAndSetMany).toBe(false);
+        expect((s as RowStore).checkAndSetStampedMany).toBeUndefined();
+        expect('checkAndSetStampedMany' in s).toBe(false);
         expect(s.capabilities.stampedRead).toBe(false);
         expect((s as RowStore).readStamped).toBeUndefined();
         expect('readStamped' in s).toBe(false);
       } else {
         expect(s.capabilities.stampedCheckAndSet).toBe(true);
         expect(typeof (s as RowStore).checkAndSetStamped).toBe('function');
+        expect(s.capabilities.stampedCheckAndSetMany).toBe(true);
+        expect(typeof (s as RowStore).checkAndSetStampedMany).toBe('function');
         expect(s.capabilities.stampedRead).toBe(true);
         expect(typeof (s as RowStore).readStamped).toBe('function');
       }

@@ -9,6 +9,7 @@ import { historyCases } from './history.js';
 import { leanRowCases } from './lean-rows.js';
 import { observerCases } from './observers.js';
 import { observerWorkerCases } from './observers-worker.js';
+import { onePhaseCases } from './one-phase.js';
 import { protocolCases } from './protocol.js';
 import { storeCases } from './store.js';
 
@@ -24,6 +25,7 @@ export function allCases(): ConformanceCase[] {
     ...faultCases,
     ...protocolCases('faulty'),
     ...blindWriteCases('faulty'),
+    ...onePhaseCases,
     ...historyCases(),
     ...leanRowCases,
     ...observerCases,

@@ -41,7 +41,7 @@ export function timed<T>(
   name: CommitStepName,
   rows: number,
   run: () => Promise<T>,
-  commitTsOf?: (result: T) => number,
+  commitTsOf?: (result: T) => number | undefined,
 ): Promise<T> {
   const events = ctx.env.events;
   const transaction = ctx.trace;

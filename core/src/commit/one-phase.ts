@@ -25,7 +25,7 @@ import {
 } from './prewrite.js';
 
 /**
- * One-phase commit (docs/protocol.md 4.6): where the store draws the commit timestamp
+ * One-phase commit (docs/protocol.md 4.5): where the store draws the commit timestamp
  * inside the atomic write itself, a transaction whose rows fit one such write commits in
  * that one step, with no locks: no prewrite, no commit point apart from it, no
  * secondaries. A reader that draws a later timestamp sees every row of it, because the
@@ -144,8 +144,10 @@ const MAX_STORE_FAILURES = 8;
  * not at all. A lost race (some row changed since it was read) re-reads and decides every
  * row again; a foreign lock is settled as a prewrite settles it; after an unknown outcome
  * the primary row tells whether the write landed, since it landed on every row or none.
+ * Resolves to undefined, having written nothing, when the store says the rows are too
+ * large for one step: the caller commits them in two phases.
  */
-export async function commitOnePhaseMany(ctx: CommitContext, counter: string): Promise<number> {
+export async function commitOnePhaseMany(ctx: CommitContext, counter: string): Promise<number | undefined> {
   const { env, startTs } = ctx;
   const { rows } = ctx;
   const cache = env.rowCache;
@@ -263,6 +265,9 @@ export async function commitOnePhaseMany(ctx: CommitContext, counter: string): P
         if (current !== undefined) cache?.set(m.table, m.row, current);
       }
     } catch (error) {
+      // The rows do not fit one step of this store (its message limit, say): nothing was
+      // sent, so two phases can take them, row by row.
+      if (error instanceof RowTooLargeError && !ambiguous) return undefined;
       lastError = error;
       if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
       for (const [i, m] of rows.entries()) {

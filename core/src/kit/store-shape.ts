@@ -13,6 +13,7 @@ type OptionalMethod =
   | 'incrementCounter'
   | 'scanNotified'
   | 'checkAndSetStamped'
+  | 'checkAndSetStampedMany'
   | 'readStamped'
   | 'readPeeked';
 
@@ -35,6 +36,7 @@ export function fullCapabilities(
     atomicCounter: true,
     notificationIndex: true,
     stampedCheckAndSet: true,
+    stampedCheckAndSetMany: true,
     stampedRead: true,
     peekedRead: true,
     ...overrides,

@@ -1,0 +1,318 @@
+/**
+ * One-phase commits of several rows (docs/protocol.md 4.5), on stores that declare
+ * `stampedCheckAndSetMany`: the store method itself (one drawn value on every row, all or
+ * nothing), and the commits built on it: a lost reply settled by the re-read and never a
+ * second write, a call lost before the store sent again, a reader whose start timestamp
+ * lands between the stamp and the reply seeing every row, and a client that dies in that
+ * window leaving every row or none. The list-append history runs (history.ts) mix
+ * one-step and two-phase clients under faults.
+ */
+import {
+  type CasRequest,
+  CommitUnknownError,
+  inspectHeadRow,
+  type RowStore,
+  STAMP_OFFSET,
+  type StampedManyResult,
+  StoreError,
+  type Transaction,
+} from '@percolator/core';
+import type { CaseContext, ConformanceCase } from '../types.js';
+import { bytes, check, checkEqual, errorText, rejection } from '../util.js';
+import { client } from './harness.js';
+
+const TABLE = 'p_onestep';
+const OTHER = 'p_onestep_2';
+const COUNTER = 'conformance.onestep';
+
+type StampedRequest = CasRequest & { readonly state: Uint8Array };
+
+/** A state with its stamp slot zeroed and `text` after it. */
+function stampable(text: string): Uint8Array {
+  const body = bytes(text);
+  const state = new Uint8Array(STAMP_OFFSET + 8 + body.length);
+  state.set(body, STAMP_OFFSET + 8);
+  return state;
+}
+
+function stampOf(state: Uint8Array): number {
+  return Number(new DataView(state.buffer, state.byteOffset, state.byteLength).getBigUint64(STAMP_OFFSET));
+}
+
+function textAfterStamp(state: Uint8Array): string {
+  return new TextDecoder().decode(state.subarray(STAMP_OFFSET + 8));
+}
+
+/** The raw method: one drawn value on every row, all or nothing. */
+async function storeMethod(ctx: CaseContext): Promise<void> {
+  const store = await ctx.createStore();
+  ctx.defer(() => store.close());
+  const many = store.checkAndSetStampedMany?.bind(store);
+  check(many !== undefined, 'stampedCheckAndSetMany is declared but checkAndSetStampedMany is missing');
+  // Creates in an order that is not the key order, over two tables.
+  const refs: [string, string][] = [
+    [TABLE, 'z'],
+    [OTHER, 'a'],
+    [TABLE, 'b'],
+  ];
+  const create = await many(
+    refs.map(([table, key]) => ({ table, key, expected: null, state: stampable(`one ${key}`) })),
+    COUNTER,
+  );
+  check(create.ok, 'three creates of absent rows were refused');
+  checkEqual(create.versions.length, 3, 'versions in the reply');
+  const after = await store.incrementCounter!(COUNTER, 1);
+  check(after > create.timestamp, `a later draw (${after}) is not above the stamp ${create.timestamp}`);
+  const rows = await Promise.all(refs.map(([table, key]) => store.read(table, key)));
+  for (const [i, row] of rows.entries()) {
+    check(row !== null, `row ${refs[i]!.join('/')} is missing after the step`);
+    checkEqual(row.version, create.versions[i], `version of ${refs[i]!.join('/')} (reply in request order)`);
+    checkEqual(stampOf(row.state), create.timestamp, `stamp of ${refs[i]!.join('/')}`);
+    checkEqual(textAfterStamp(row.state), `one ${refs[i]![1]}`, `state of ${refs[i]!.join('/')}`);
+  }
+  // One stale version among three: nothing is written.
+  const stale: StampedRequest[] = refs.map(([table, key], i) => ({
+    table,
+    key,
+    expected: i === 1 ? 'not-a-version-this-store-made' : rows[i]!.version,
+    state: stampable(`two ${key}`),
+  }));
+  const refused = await many(stale, COUNTER);
+  check(!refused.ok, 'a step with one stale version was applied');
+  const unchanged = await Promise.all(refs.map(([table, key]) => store.read(table, key)));
+  for (const [i, row] of unchanged.entries()) {
+    checkEqual(row?.version, rows[i]!.version, `version of ${refs[i]!.join('/')} after a refused step`);
+  }
+  if (refused.current !== undefined) {
+    checkEqual(refused.current.length, 3, 'current rows in a refusal');
+    for (const [i, row] of refused.current.entries()) {
+      if (row !== undefined) checkEqual(row?.version, rows[i]!.version, `current row ${i} in a refusal`);
+    }
+  }
+  // A create of a present row, beside an update that matches: neither is written.
+  const mixed = await many(
+    [
+      { table: TABLE, key: 'new', expected: null, state: stampable('three new') },
+      { table: TABLE, key: 'b', expected: null, state: stampable('three b') },
+      { table: TABLE, key: 'z', expected: rows[0]!.version, state: stampable('three z') },
+    ],
+    COUNTER,
+  );
+  check(!mixed.ok, 'a create of a present row was applied');
+  checkEqual(await store.read(TABLE, 'new'), null, 'the create beside a refused one');
+  checkEqual((await store.read(TABLE, 'z'))?.version, rows[0]!.version, 'the update beside a refused one');
+  // And the matching step applies, all of it, with a value above every earlier one.
+  const update = await many(
+    refs.map(([table, key], i) => ({
+      table,
+      key,
+      expected: rows[i]!.version,
+      state: stampable(`four ${key}`),
+    })),
+    COUNTER,
+  );
+  check(update.ok, 'a matching update of three rows was refused');
+  check(update.timestamp > after, `the stamp ${update.timestamp} is not above an earlier draw ${after}`);
+  for (const [table, key] of refs) {
+    const row = await store.read(table, key);
+    checkEqual(row && textAfterStamp(row.state), `four ${key}`, `state of ${table}/${key}`);
+    checkEqual(row && stampOf(row.state), update.timestamp, `stamp of ${table}/${key}`);
+  }
+}
+
+/** Both cells of rows a and b (one transaction writes both), as one snapshot reads them. */
+async function readPair(tx: Transaction): Promise<(string | undefined)[]> {
+  return [await tx.getString(TABLE, 'a', 'v'), await tx.getString(OTHER, 'b', 'v')];
+}
+
+/** A write of both rows after reading one, so it has a start timestamp of its own. */
+async function writePair(tx: Transaction, value: string): Promise<void> {
+  await tx.getString(TABLE, 'a', 'v');
+  tx.set(TABLE, 'a', 'v', value);
+  tx.set(OTHER, 'b', 'v', value);
+}
+
+/** The records of `startTs` on (table, key), column v. */
+async function recordsOf(store: RowStore, table: string, key: string, startTs: number): Promise<number> {
+  const row = await store.read(table, key);
+  const cell = row ? inspectHeadRow(row.state).cells.find((c) => c.column === 'v') : undefined;
+  return cell?.writes.filter((w) => w.startTs === startTs).length ?? 0;
+}
+
+/** Lost replies and lost requests of the one step. */
+async function lostReplies(ctx: CaseContext): Promise<void> {
+  const store = await ctx.createStore();
+  const { db, faulty } = client(ctx, store, { wrap: true });
+  const reader = client(ctx, store).db;
+  let steps = 0;
+  faulty!.onCall((call) => {
+    if (call.operation === 'checkAndSetStampedMany') steps++;
+  });
+  await db.transact((tx) => writePair(tx, 'v0'));
+  check(steps === 1, `a two-row transaction made ${steps} one-step calls, not 1`);
+  // Applied, then reported failed: the re-read finds the records, and nothing is sent again.
+  faulty!.failAfter(undefined, 'checkAndSetStampedMany');
+  let tx!: Transaction;
+  await db.transact(async (t) => {
+    tx = t;
+    await writePair(t, 'v1');
+  });
+  checkEqual(steps, 2, 'one-step calls after a lost reply (settled by the re-read)');
+  for (const [table, key] of [
+    [TABLE, 'a'],
+    [OTHER, 'b'],
+  ] as const) {
+    checkEqual(await recordsOf(store, table, key, tx.startTs), 1, `records of the settled commit on ${key}`);
+  }
+  checkEqual(await reader.transact(readPair), ['v1', 'v1'], 'after a lost reply');
+  // Failed before reaching the store (certain, or unknown in the faulty mode): sent again.
+  faulty!.inject({ kind: 'before', operation: 'checkAndSetStampedMany', times: 2 });
+  await db.transact((t) => writePair(t, 'v2'));
+  checkEqual(steps, 5, 'one-step calls after two lost requests');
+  checkEqual(await reader.transact(readPair), ['v2', 'v2'], 'after lost requests');
+  // A blind write (no start timestamp of its own) whose reply is lost: unknown, never resent.
+  faulty!.failAfter(undefined, 'checkAndSetStampedMany');
+  const blind = await rejection(
+    () =>
+      db.transact(async (t) => {
+        t.set(TABLE, 'a', 'v', 'v3');
+        t.set(OTHER, 'b', 'v', 'v3');
+      }),
+    'a blind two-row write whose reply was lost',
+  );
+  check(blind instanceof CommitUnknownError, () => `a blind write's lost reply: got ${errorText(blind)}`);
+  checkEqual(steps, 6, 'one-step calls after a blind write with a lost reply (never sent twice)');
+  checkEqual(await reader.transact(readPair), ['v3', 'v3'], 'after a blind write whose reply was lost');
+}
+
+/**
+ * A view of `inner` whose next `checkAndSetStampedMany` reaches the store and is applied,
+ * but whose reply waits until `release` (and then, with `lose`, fails as unknown).
+ */
+function replyHeld(inner: RowStore) {
+  let open!: () => void;
+  const gate = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  let onApplied!: (result: StampedManyResult) => void;
+  const applied = new Promise<StampedManyResult>((resolve) => {
+    onApplied = resolve;
+  });
+  let armed = true;
+  let lose = false;
+  const many = inner.checkAndSetStampedMany!.bind(inner);
+  const store = new Proxy(inner, {
+    get(target, property) {
+      if (property === 'checkAndSetStampedMany') {
+        return async (requests: readonly StampedRequest[], counter: string) => {
+          const result = await many(requests, counter);
+          if (!armed) return result;
+          armed = false;
+          onApplied(result);
+          await gate;
+          if (lose) throw new StoreError('injected: the reply was lost after the step applied', 'unknown');
+          return result;
+        };
+      }
+      const value = Reflect.get(target, property, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  return {
+    store,
+    applied,
+    release: (options: { lose?: boolean } = {}) => {
+      lose = options.lose ?? false;
+      open();
+    },
+  };
+}
+
+/** A reader whose start timestamp lands after the stamp, before the reply, sees every row. */
+async function readerInTheWindow(ctx: CaseContext): Promise<void> {
+  const store = await ctx.createStore();
+  const setup = client(ctx, store).db;
+  await setup.transact((tx) => writePair(tx, 'old'));
+  await setup.flush();
+  const held = replyHeld(store);
+  ctx.defer(() => held.release());
+  const writer = client(ctx, held.store).db;
+  const reader = client(ctx, store).db;
+  const tx = await writer.begin();
+  await writePair(tx, 'new');
+  const committing = tx.commit();
+  const result = await held.applied;
+  check(result.ok, 'the held one-step commit was not applied');
+  // Both a read-write snapshot (drawn) and a read-only one (peeked where the store can).
+  const drawn = await reader.begin();
+  check(drawn.startTs > result.timestamp, `a start timestamp drawn after the stamp is ${drawn.startTs}`);
+  checkEqual(await readPair(drawn), ['new', 'new'], 'a snapshot drawn between the stamp and the reply');
+  await drawn.rollback();
+  checkEqual(
+    await reader.transact(readPair, { readOnly: true }),
+    ['new', 'new'],
+    'a read-only snapshot between the stamp and the reply',
+  );
+  held.release();
+  const { commitTs } = await committing;
+  checkEqual(commitTs, result.timestamp, 'the commit timestamp is the stamp');
+}
+
+/** A client whose reply is lost and which can read nothing after it: every row or none. */
+async function clientDiesInTheWindow(ctx: CaseContext): Promise<void> {
+  const store = await ctx.createStore();
+  const setup = client(ctx, store).db;
+  await setup.transact((tx) => writePair(tx, 'old'));
+  await setup.flush();
+  const held = replyHeld(store);
+  ctx.defer(() => held.release());
+  const { db: writer, faulty } = client(ctx, held.store, { wrap: true });
+  const reader = client(ctx, store).db;
+  const tx = await writer.begin();
+  await writePair(tx, 'new');
+  const committing = tx.commit().then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+  await held.applied;
+  // The network goes: every later call of this client fails before the store.
+  faulty!.hold(() => true).fail();
+  held.release({ lose: true });
+  const error = await committing;
+  check(
+    error instanceof CommitUnknownError,
+    () => `a lost reply with no way to re-read: got ${errorText(error)}`,
+  );
+  checkEqual(
+    await reader.transact(readPair),
+    ['new', 'new'],
+    'rows of a commit whose client died after it landed',
+  );
+}
+
+export const onePhaseCases: ConformanceCase[] = [
+  {
+    part: 'store',
+    name: 'checkAndSetStampedMany writes one drawn value into every row, all or nothing',
+    requires: 'stampedCheckAndSetMany',
+    run: storeMethod,
+  },
+  {
+    part: 'faults',
+    name: "a transaction of several rows commits in one step: a lost reply is settled by a re-read, a lost request is sent again, a blind write's lost reply is CommitUnknownError",
+    requires: 'stampedCheckAndSetMany',
+    run: lostReplies,
+  },
+  {
+    part: 'faults',
+    name: 'a reader whose start lands between a one-step commit and its reply sees every row',
+    requires: 'stampedCheckAndSetMany',
+    run: readerInTheWindow,
+  },
+  {
+    part: 'faults',
+    name: 'a client that dies between a one-step commit and its reply leaves every row of it',
+    requires: 'stampedCheckAndSetMany',
+    run: clientDiesInTheWindow,
+  },
+];

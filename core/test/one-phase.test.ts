@@ -1,0 +1,356 @@
+import {
+  CommitUnknownError,
+  ConflictError,
+  inspectHeadRow,
+  MemoryStore,
+  Percolator,
+  type PercolatorEvent,
+  RowTooLargeError,
+  type Transaction,
+} from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { fakeClock, InstrumentedStore } from './support.js';
+
+/**
+ * One-phase commits of several rows (docs/protocol.md 4.5): on a store that writes many
+ * rows and draws their commit timestamp in one atomic step, a transaction that fits one
+ * such step commits in it, with no lock ever written.
+ */
+
+const ONE_STEP = { stampedCheckAndSetMany: true } as const;
+
+/** Every cell of (table, row) as stored: its lock and its records. */
+async function cellsOf(store: MemoryStore, table: string, row: string) {
+  const stored = await store.read(table, row);
+  return stored ? inspectHeadRow(stored.state).cells : [];
+}
+
+async function seed(db: Percolator, rows: readonly string[], value: string): Promise<void> {
+  await db.transact(async (tx) => {
+    for (const row of rows) tx.set('t', row, 'v', value);
+  });
+  await db.flush(); // its tidy step, so later guesses from the row cache hold
+}
+
+describe('one-phase commits of several rows', () => {
+  it('commit in one checkAndSetStampedMany: no prewrite, no commit point apart, no secondaries, no lock', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, ['a', 'b', 'c'], '0');
+    await db.flush();
+    const tx = await db.begin();
+    for (const row of ['a', 'b', 'c'])
+      tx.set('t', row, 'v', String(Number(await tx.getString('t', row, 'v')) + 1));
+    const before = { ...store.calls, many: store.stampedManyCalls };
+    const { commitTs } = await tx.commit();
+    expect(store.stampedManyCalls - before.many).toBe(1);
+    // Nothing else on the way: no CAS of any other kind, no timestamp drawn apart.
+    expect(store.calls.checkAndSet - before.checkAndSet).toBe(0);
+    expect(store.calls.checkAndSetStamped - before.checkAndSetStamped).toBe(0);
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(0);
+    expect(commitTs).toBeGreaterThan(tx.startTs);
+    for (const row of ['a', 'b', 'c']) {
+      const [cell] = await cellsOf(store.inner, 't', row);
+      expect(cell!.lock).toBeUndefined();
+      // Every row carries the one commit timestamp the store drew, with no secondaries list.
+      expect(cell!.writes[0]).toMatchObject({ commitTs, startTs: tx.startTs, kind: 'put' });
+      expect(cell!.writes[0]!.secondaries).toBeUndefined();
+    }
+    const later = await db.begin();
+    expect(later.startTs).toBeGreaterThan(commitTs);
+    expect(await Promise.all(['a', 'b', 'c'].map((r) => later.getString('t', r, 'v')))).toEqual([
+      '1',
+      '1',
+      '1',
+    ]);
+    await db.close();
+  });
+
+  it('a blind write of several rows draws no start timestamp: the store draws one value for both', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    // transact draws no start timestamp until the transaction reads (begin() draws one).
+    let blind!: Transaction;
+    await db.transact(async (tx) => {
+      blind = tx;
+      tx.set('t', 'a', 'v', 'x');
+      tx.set('u', 'b', 'v', 'y');
+      tx.delete('t', 'c', 'v');
+    });
+    expect(store.calls.incrementCounter + store.calls.readStamped + store.calls.readPeeked).toBe(0);
+    expect(store.stampedManyCalls).toBe(1);
+    const commitTs = blind.startTs;
+    const [a] = await cellsOf(store.inner, 't', 'a');
+    expect(a!.writes[0]).toMatchObject({ commitTs, startTs: commitTs });
+    const reader = await db.begin();
+    expect([await reader.getString('t', 'a', 'v'), await reader.getString('u', 'b', 'v')]).toEqual([
+      'x',
+      'y',
+    ]);
+    await db.close();
+  });
+
+  it('more rows than onePhaseMaxRows take two phases; onePhaseMaxRows 1 keeps every multi-row commit there', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const rows = ['a', 'b', 'c', 'd'];
+    const small = new Percolator({ store, onePhaseMaxRows: 3 });
+    await seed(small, rows, '1');
+    expect(store.stampedManyCalls).toBe(0);
+    await seed(small, rows.slice(0, 3), '2');
+    expect(store.stampedManyCalls).toBe(1);
+    const twoPhase = new Percolator({ store, onePhaseMaxRows: 1 });
+    await seed(twoPhase, rows.slice(0, 2), '3');
+    expect(store.stampedManyCalls).toBe(1);
+    expect(() => new Percolator({ store, onePhaseMaxRows: 0 })).toThrow(/onePhaseMaxRows/);
+    expect(() => new Percolator({ store, onePhaseMaxRows: 1.5 })).toThrow(/onePhaseMaxRows/);
+    await small.close();
+    await twoPhase.close();
+  });
+
+  it('a lost reply (applied, then unknown): the re-read finds its records on every row, and it is not written twice', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, ['a', 'b'], '0');
+    const calls = store.stampedManyCalls;
+    let faults = 1;
+    store.manyFault = () => (faults-- > 0 ? 'fail-after' : undefined);
+    const tx = await db.begin();
+    expect(await tx.getString('t', 'a', 'v')).toBe('0');
+    tx.set('t', 'a', 'v', '1');
+    tx.set('t', 'b', 'v', '1');
+    const { commitTs } = await tx.commit();
+    expect(store.stampedManyCalls - calls).toBe(1); // the lost one, then none: the re-read settled it
+    for (const row of ['a', 'b']) {
+      const [cell] = await cellsOf(store.inner, 't', row);
+      expect(cell!.writes.filter((w) => w.startTs === tx.startTs)).toHaveLength(1);
+      expect(cell!.writes[0]!.commitTs).toBe(commitTs);
+    }
+    await db.close();
+  });
+
+  it('a call that never reached the store (unknown outcome, not applied) is sent again, and commits once', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, ['a', 'b'], '0');
+    const calls = store.stampedManyCalls;
+    let faults = 2;
+    store.manyFault = () => (faults-- > 0 ? 'fail-before' : undefined);
+    const tx = await db.begin();
+    await tx.getString('t', 'b', 'v');
+    tx.set('t', 'a', 'v', '1');
+    tx.set('t', 'b', 'v', '1');
+    const { commitTs } = await tx.commit();
+    expect(store.stampedManyCalls - calls).toBe(3);
+    for (const row of ['a', 'b']) {
+      const [cell] = await cellsOf(store.inner, 't', row);
+      expect(cell!.writes.map((w) => w.commitTs)).toContain(commitTs);
+      expect(cell!.writes.filter((w) => w.startTs === tx.startTs)).toHaveLength(1);
+    }
+    await db.close();
+  });
+
+  it('a blind write whose reply is lost is CommitUnknownError, never a second write; it landed on every row', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    store.manyFault = () => 'fail-after';
+    const blind = db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', 'x');
+      tx.set('t', 'b', 'v', 'x');
+    });
+    await expect(blind).rejects.toBeInstanceOf(CommitUnknownError);
+    expect(store.stampedManyCalls).toBe(1);
+    store.manyFault = () => undefined;
+    const reader = await db.begin();
+    expect([await reader.getString('t', 'a', 'v'), await reader.getString('t', 'b', 'v')]).toEqual([
+      'x',
+      'x',
+    ]);
+    await db.close();
+  });
+
+  it('a reader whose start timestamp is drawn between the stamp and the reply sees every row of it', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    const reader = new Percolator({ store: store.inner });
+    await seed(db, ['a', 'b'], 'old');
+    let release!: () => void;
+    store.manyReplyHold = new Promise<void>((r) => {
+      release = r;
+    });
+    const tx = await db.begin();
+    await tx.getString('t', 'a', 'v');
+    tx.set('t', 'a', 'v', 'new');
+    tx.set('t', 'b', 'v', 'new');
+    const committing = tx.commit();
+    while (store.stampedManyCalls === 0) await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    // Applied, reply held: a reader that starts now is above its stamp and sees all of it.
+    const seen = await reader.transact(async (r) => [
+      await r.getString('t', 'a', 'v'),
+      await r.getString('t', 'b', 'v'),
+    ]);
+    expect(seen).toEqual(['new', 'new']);
+    release();
+    store.manyReplyHold = undefined;
+    const { commitTs } = await committing;
+    const snapshot = await reader.begin();
+    expect(snapshot.startTs).toBeGreaterThan(commitTs);
+    await db.close();
+    await reader.close();
+  });
+
+  it('a row changed since it was read refuses the whole step: nothing of the attempt lands, and the retry commits', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    const other = new Percolator({ store: store.inner });
+    await seed(db, ['a', 'b'], '0');
+    const events: PercolatorEvent[] = [];
+    const watched = new Percolator({ store, onEvent: (e) => events.push(e) });
+    let attempts = 0;
+    await watched.transact(async (tx) => {
+      attempts++;
+      const a = Number(await tx.getString('t', 'a', 'v'));
+      const b = Number(await tx.getString('t', 'b', 'v'));
+      if (attempts === 1) {
+        // Another client writes b after this transaction read it.
+        await other.transact(async (o) => o.set('t', 'b', 'v', '10'));
+        const [cell] = await cellsOf(store.inner, 't', 'a');
+        expect(cell!.writes).toHaveLength(1);
+      }
+      tx.set('t', 'a', 'v', String(a + 1));
+      tx.set('t', 'b', 'v', String(b + 1));
+    });
+    expect(attempts).toBe(2);
+    const failed = events.find((e) => e.type === 'commit.step' && e.step === 'onePhase' && e.error);
+    expect(failed && failed.type === 'commit.step' ? failed.error : undefined).toBeInstanceOf(ConflictError);
+    // a was not written by the refused attempt: one record from the seed, one from the retry.
+    const [a] = await cellsOf(store.inner, 't', 'a');
+    expect(a!.writes).toHaveLength(2);
+    const reader = await db.begin();
+    expect([await reader.getString('t', 'a', 'v'), await reader.getString('t', 'b', 'v')]).toEqual([
+      '1',
+      '11',
+    ]);
+    await Promise.all([db.close(), other.close(), watched.close()]);
+  });
+
+  it("meets a two-phase commit's locks: an abandoned lock is rolled back first, a live one fails it with ConflictError", async () => {
+    const inner = new MemoryStore();
+    const store = new InstrumentedStore(inner, ONE_STEP);
+    const clock = fakeClock();
+    const ttl = 1000;
+    const db = new Percolator({ store, clock, lockTtlMs: ttl });
+    await seed(db, ['a', 'b'], '0');
+    // A two-phase client that stops after its prewrites: its locks stay on a and b.
+    const crasher = new Percolator({
+      store: inner,
+      clock,
+      lockTtlMs: ttl,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') throw new Error('client stopped');
+        },
+      },
+    });
+    const stopped = await crasher.begin();
+    stopped.set('t', 'a', 'v', 'lost');
+    stopped.set('t', 'b', 'v', 'lost');
+    await expect(stopped.commit()).rejects.toThrow('client stopped');
+    expect((await cellsOf(inner, 't', 'b'))[0]!.lock).toBeDefined();
+    // Live: the paper aborts the newcomer.
+    const blind = await db.begin();
+    blind.set('t', 'a', 'v', '1');
+    blind.set('t', 'b', 'v', '1');
+    await expect(blind.commit()).rejects.toBeInstanceOf(ConflictError);
+    // Abandoned (its TTL passed): rolled back, and the one-step commit goes through.
+    clock.advance(ttl * 3);
+    const tx = await db.begin();
+    tx.set('t', 'a', 'v', '2');
+    tx.set('t', 'b', 'v', '2');
+    await tx.commit();
+    for (const row of ['a', 'b']) expect((await cellsOf(inner, 't', row))[0]!.lock).toBeUndefined();
+    const reader = await db.begin();
+    expect([await reader.getString('t', 'a', 'v'), await reader.getString('t', 'b', 'v')]).toEqual([
+      '2',
+      '2',
+    ]);
+    await db.close();
+  });
+
+  it('rows the store cannot take in one step (RowTooLargeError, nothing sent) commit in two phases instead', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const inner = store.inner;
+    // The store refuses the batch as too large for one step, as MySQL does past one packet.
+    (store as { checkAndSetStampedMany: unknown }).checkAndSetStampedMany = async () => {
+      store.stampedManyCalls++;
+      throw new RowTooLargeError('these states together exceed one packet');
+    };
+    const db = new Percolator({ store });
+    for (const blind of [true, false]) {
+      const tx = await db.begin();
+      if (!blind) await tx.getString('t', 'a', 'v');
+      tx.set('t', 'a', 'v', `v${blind}`);
+      tx.set('t', 'b', 'v', `v${blind}`);
+      const { commitTs } = await tx.commit();
+      expect(commitTs).toBeGreaterThan(tx.startTs);
+    }
+    expect(store.stampedManyCalls).toBe(2);
+    const reader = await new Percolator({ store: inner }).begin();
+    expect([await reader.getString('t', 'a', 'v'), await reader.getString('t', 'b', 'v')]).toEqual([
+      'vfalse',
+      'vfalse',
+    ]);
+    await db.close();
+  });
+
+  it('reports one onePhase step with the rows and the commit timestamp', async () => {
+    const events: PercolatorEvent[] = [];
+    const db = new Percolator({ store: new MemoryStore(), onEvent: (e) => events.push(e) });
+    const { commitTs } = await db.begin().then(async (tx) => {
+      await tx.getString('t', 'a', 'v');
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '1');
+      return tx.commit();
+    });
+    const steps = events.filter((e) => e.type === 'commit.step');
+    expect(steps).toHaveLength(1);
+    expect(steps[0]).toMatchObject({ step: 'onePhase', rows: 2, commitTs });
+    await db.close();
+  });
+
+  it('transfers between many clients keep the total: one-step and two-phase commits on the same rows', async () => {
+    const store = new MemoryStore();
+    const accounts = ['a', 'b', 'c', 'd', 'e'];
+    const setup = new Percolator({ store });
+    await seed(setup, accounts, '100');
+    const clients = [1, 16, 16, 1].map((onePhaseMaxRows) => new Percolator({ store, onePhaseMaxRows }));
+    await Promise.all(
+      clients.map(async (db, w) => {
+        for (let i = 0; i < 40; i++) {
+          const from = accounts[(w + i) % accounts.length]!;
+          const to = accounts[(w + i * 3 + 1) % accounts.length]!;
+          if (from === to) continue;
+          await db.transact(
+            async (tx) => {
+              const [f, t] = [
+                Number(await tx.getString('t', from, 'v')),
+                Number(await tx.getString('t', to, 'v')),
+              ];
+              tx.set('t', from, 'v', String(f - 1));
+              tx.set('t', to, 'v', String(t + 1));
+            },
+            { maxAttempts: 100 },
+          );
+        }
+      }),
+    );
+    const total = await setup.transact(async (tx) => {
+      let sum = 0;
+      for (const row of accounts) sum += Number(await tx.getString('t', row, 'v'));
+      return sum;
+    });
+    expect(total).toBe(500);
+    await Promise.all([setup, ...clients].map((db) => db.close()));
+  });
+});
