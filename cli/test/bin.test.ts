@@ -176,6 +176,7 @@ describe('the percolator bin', () => {
       const crashing = new Percolator({
         store,
         lockTtlMs: 3000, // long enough that the first resolve (a child process start) meets it live
+        onePhaseMaxRows: 1, // two phases: the hook stops at one of their steps
         hooks: {
           onCommitStep: (e) => {
             if (e.step === 'beforeCommitPrimary') throw new ClientCrash();

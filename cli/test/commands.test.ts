@@ -72,6 +72,7 @@ async function stage(store: RowStore, clock: () => number): Promise<void> {
       store,
       clock,
       lockTtlMs: TTL,
+      onePhaseMaxRows: 1, // two phases: the hooks stop at their steps
       hooks: {
         onCommitStep: (e) => {
           if (stopped || e.step !== s.step || (s.isPrimary !== undefined && e.isPrimary !== s.isPrimary))
@@ -237,6 +238,7 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       const db = new Percolator({
         store: backend.store,
         lockTtlMs: 600_000,
+        onePhaseMaxRows: 1, // two phases: the hook stops at one of their steps
         hooks: {
           onCommitStep: (e) => {
             if (e.step === 'afterCommitPrimary') throw new ClientCrash();

@@ -72,7 +72,12 @@ async function fill(store: RowStore): Promise<void> {
     ['beforeCommitPrimary', ['alice', 'bob'], '999'],
     ['afterCommitPrimary', ['carol', 'dave'], undefined],
   ] as const) {
-    const crashing = new Percolator({ store, lockTtlMs: TTL, hooks: { onCommitStep: stopAt({ step }) } });
+    const crashing = new Percolator({
+      store,
+      lockTtlMs: TTL,
+      onePhaseMaxRows: 1, // two phases: the hook stops at one of their steps
+      hooks: { onCommitStep: stopAt({ step }) },
+    });
     await expect(
       crashing.transact(
         async (tx) => {

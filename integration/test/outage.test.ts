@@ -106,7 +106,8 @@ async function deploy() {
       // Long enough that no heartbeat CAS runs during a test (the clock is fake: tests advance it).
       lockTtlMs: 30_000,
       lockWaitMs: 300,
-      ...(onCommitStep ? { hooks: { onCommitStep } } : {}),
+      // Two phases with hooks: they stop at one of their steps.
+      ...(onCommitStep ? { hooks: { onCommitStep }, onePhaseMaxRows: 1 } : {}),
     });
     clients.push(db);
     return db;

@@ -237,6 +237,7 @@ describe('partitions at prewrite, at the commit point and at the secondaries, on
             lockWaitMs: LOCK_TTL_MS,
             ...(i === d.faultedClient
               ? {
+                  onePhaseMaxRows: 1, // two phases: the faults are aimed at their steps
                   hooks: {
                     onCommitStep: async (e: CommitStepEvent) => {
                       const fault = armed;

@@ -321,7 +321,7 @@ describe('the installed percolator bin (operator CLI)', () => {
       "import { ClientCrash, Percolator } from '@percolator/core';\n" +
         "import { createPostgresStore } from '@percolator/postgres';\n" +
         `const store = await createPostgresStore({ connectionString: process.env.PG_URL, namespace: ${JSON.stringify(namespace)} });\n` +
-        "const db = new Percolator({ store, lockTtlMs: 600000, hooks: { onCommitStep: (e) => { if (e.step === 'afterCommitPrimary') throw new ClientCrash(); } } });\n" +
+        "const db = new Percolator({ store, lockTtlMs: 600000, onePhaseMaxRows: 1, hooks: { onCommitStep: (e) => { if (e.step === 'afterCommitPrimary') throw new ClientCrash(); } } });\n" +
         "await db.transact(async (tx) => { tx.set('t', 'a', 'v', '1'); tx.set('t', 'b', 'v', '1'); }, { maxAttempts: 1 }).catch(() => {});\n" +
         'await store.close();\n',
     );

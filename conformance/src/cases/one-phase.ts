@@ -46,7 +46,6 @@ function textAfterStamp(state: Uint8Array): string {
 /** The raw method: one drawn value on every row, all or nothing. */
 async function storeMethod(ctx: CaseContext): Promise<void> {
   const store = await ctx.createStore();
-  ctx.defer(() => store.close());
   const many = store.checkAndSetStampedMany?.bind(store);
   check(many !== undefined, 'stampedCheckAndSetMany is declared but checkAndSetStampedMany is missing');
   // Creates in an order that is not the key order, over two tables.
