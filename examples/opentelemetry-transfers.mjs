@@ -49,6 +49,7 @@ export async function runTransfers({ store, db, tracer }) {
   const crashing = new Percolator({
     store,
     lockTtlMs: LOCK_TTL_MS,
+    onePhaseMaxRows: 1, // two phases, so there is a prewrite to stop after
     hooks: {
       onCommitStep: (e) => {
         if (e.step === 'beforeCommitPrimary') throw new ClientCrash();

@@ -102,13 +102,11 @@ describe('a tiny end-to-end run on the memory store', () => {
     expect(percRead.roundTrips).toBeLessThanOrEqual(2);
     expect(percRead.criticalPath!.roundTrips).toBe(percRead.roundTrips);
     const transfer = report.results.find((r) => r.workload === 'transfer' && r.concurrency === 1)!;
-    // At least: the reads (with or after the start timestamp), the prewrites, the primary's
-    // commit and the secondary's (reads and prewrites may be batched, the commit timestamp
-    // drawn in the primary's commit where the store can stamp).
-    expect(transfer.roundTrips).toBeGreaterThanOrEqual(4);
-    // Sequential round trips: the secondary's commit is off the critical path.
-    expect(transfer.criticalPath!.roundTrips).toBeLessThan(transfer.roundTrips);
-    expect(transfer.criticalPath!.backgroundCalls).toBeGreaterThanOrEqual(1);
+    // On the memory store, which reads with its start timestamp and writes several rows in
+    // one stamped step: the stamped read of both rows, then the one-step commit (no locks,
+    // no secondaries). Background work (the tidy step) may add calls, never sequential ones.
+    expect(transfer.criticalPath!.roundTrips).toBe(2);
+    expect(transfer.roundTrips).toBeGreaterThanOrEqual(2);
     expect(rawRead.criticalPath).toMatchObject({ roundTrips: 1, criticalCalls: 1, backgroundCalls: 0 });
     // Counted store traffic: at least both rows read and written.
     expect(transfer.io!.rowsRead).toBeGreaterThanOrEqual(2);

@@ -65,7 +65,13 @@ async function traceTransfers(commitSteps?: 'spans' | 'events' | 'attributes') {
     ...(commitSteps ? { commitSteps } : {}),
   });
   const store = new MemoryStore();
-  const db = new Percolator({ store, lockTtlMs: LOCK_TTL_MS, onEvent: telemetry.onEvent });
+  // Two phases, so each step has its span (a one-step commit's span: the test below).
+  const db = new Percolator({
+    store,
+    lockTtlMs: LOCK_TTL_MS,
+    onEvent: telemetry.onEvent,
+    onePhaseMaxRows: 1,
+  });
   const result = await runTransfers({ store, db, tracer: tracerProvider.getTracer('test') });
   await db.close();
   await tracerProvider.forceFlush();
@@ -286,6 +292,7 @@ describe('PercolatorTelemetry spans', () => {
     const mine = new Map<number, unknown>();
     const db = new Percolator({
       store: new MemoryStore(),
+      onePhaseMaxRows: 1, // two phases: a tree of step spans
       onEvent: (e) => {
         if (e.type === 'transaction.begin') e.transaction.listenerState ??= 'third';
         for (const t of telemetries) t.onEvent(e);
@@ -309,6 +316,29 @@ describe('PercolatorTelemetry spans', () => {
           'percolator.commit_secondaries',
         ]);
     }
+  });
+
+  it('traces a one-step commit of several rows as one percolator.one_phase_commit span with its rows and commit timestamp', async () => {
+    const exporter = new InMemorySpanExporter();
+    const telemetry = new PercolatorTelemetry({
+      tracerProvider: new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+      metrics: false,
+    });
+    const db = new Percolator({ store: new MemoryStore(), onEvent: telemetry.onEvent });
+    const commitTs = await db.transact(async (tx) => {
+      await tx.getString('accounts', 'alice', 'balance');
+      tx.set('accounts', 'alice', 'balance', '90');
+      tx.set('accounts', 'bob', 'balance', '110');
+      tx.set('ledger', 'entry-1', 'amount', '10');
+      return tx;
+    });
+    await db.close();
+    const [root] = tree(exporter.getFinishedSpans());
+    expect(root!.span.name).toBe('percolator.transaction');
+    expect(names(root!.children)).toEqual(['percolator.one_phase_commit']);
+    expect(attrs(root!.children[0])).toMatchObject({ 'percolator.rows': 3 });
+    expect(attrs(root)).toMatchObject({ 'percolator.outcome': 'committed', 'percolator.rows': 3 });
+    expect(commitTs.startTs).toBeGreaterThan(0);
   });
 
   it('records tidy passes as metrics, and as spans only when they fail or with tidySpans', async () => {
