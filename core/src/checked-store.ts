@@ -173,21 +173,7 @@ class CheckedStore implements RowStore {
     counter: string,
   ): Promise<StampedManyResult> {
     try {
-      if (!Array.isArray(requests) || requests.length === 0) {
-        throw new InvalidArgumentError('checkAndSetStampedMany expects a non-empty array of requests');
-      }
-      const max = this.inner.capabilities.maxStateBytes;
-      const seen = new Set<string>();
-      for (const request of requests) {
-        checkStampedRequest(request, max);
-        const id = `${request.table}\u0000${request.key}`;
-        if (seen.has(id)) {
-          throw new InvalidArgumentError(
-            `checkAndSetStampedMany names row ${request.table}/${JSON.stringify(request.key)} twice`,
-          );
-        }
-        seen.add(id);
-      }
+      checkStampedManyRequests(requests, this.inner.capabilities.maxStateBytes);
       checkCounterName(counter);
     } catch (error) {
       return Promise.reject(error);
@@ -406,6 +392,29 @@ function checkCasRequest(request: CasRequest, maxStateBytes: number): void {
       `state of ${table}/${JSON.stringify(key).slice(0, 80)} is ${state.byteLength} bytes; ` +
         `this store accepts at most ${maxStateBytes} (capabilities.maxStateBytes)`,
     );
+  }
+}
+
+/**
+ * The requests of one `checkAndSetStampedMany`: a non-empty array of stamped requests
+ * (each a valid CAS with a state that has room for the stamp, within `maxStateBytes`),
+ * naming distinct rows. InvalidArgumentError or RowTooLargeError otherwise. Adapters whose
+ * one step relies on that shape check it too (a bare store may be called unchecked).
+ */
+export function checkStampedManyRequests(requests: readonly StampedRequest[], maxStateBytes: number): void {
+  if (!Array.isArray(requests) || requests.length === 0) {
+    throw new InvalidArgumentError('checkAndSetStampedMany expects a non-empty array of requests');
+  }
+  const seen = new Set<string>();
+  for (const request of requests) {
+    checkStampedRequest(request, maxStateBytes);
+    const id = `${request.table}\u0000${request.key}`;
+    if (seen.has(id)) {
+      throw new InvalidArgumentError(
+        `checkAndSetStampedMany names row ${request.table}/${JSON.stringify(request.key).slice(0, 80)} twice`,
+      );
+    }
+    seen.add(id);
   }
 }
 

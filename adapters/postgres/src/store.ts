@@ -5,13 +5,10 @@ import {
   type CasResult,
   ClosedError,
   checkedStore,
-  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
-  RowTooLargeError,
   type ScannedStoredRow,
   type ScanOptions,
-  STAMP_OFFSET,
   type StampedManyResult,
   type StoreCapabilities,
   type StoredRow,
@@ -20,6 +17,7 @@ import {
 import {
   type CasPlan,
   canonicalIntegerVersions,
+  checkStampedManyRequests,
   DEFAULT_QUERY_TIMEOUT_MS,
   encodeRef,
   failedWithCurrent,
@@ -268,7 +266,7 @@ class PostgresRowStore implements PostgresStore {
     requests: readonly (CasRequest & { readonly state: Uint8Array })[],
     counter: string,
   ): Promise<StampedManyResult> {
-    checkStampedMany(requests, this.capabilities.maxStateBytes);
+    checkStampedManyRequests(requests, this.capabilities.maxStateBytes);
     if (this.capabilities.stampedCheckAndSetMany !== true) {
       throw new StoreError(
         `postgres: checkAndSetStampedMany needs the function ${postgresNames(this.namespace).casStampedMany}, ` +
@@ -556,36 +554,6 @@ function casValues(plan: CasPlan): unknown[] {
  * stores): at least one request, each with a state that has room for the stamp and fits,
  * and no row twice (the function would then fail as a conflict, not as the caller's bug).
  */
-function checkStampedMany(
-  requests: readonly (CasRequest & { readonly state: Uint8Array })[],
-  maxStateBytes: number,
-): void {
-  if (!Array.isArray(requests) || requests.length === 0) {
-    throw new InvalidArgumentError('checkAndSetStampedMany expects a non-empty array of requests');
-  }
-  const seen = new Set<string>();
-  for (const { table, key, state } of requests) {
-    if (!(state instanceof Uint8Array) || state.byteLength < STAMP_OFFSET + 8) {
-      throw new InvalidArgumentError(
-        `a stamped check-and-set needs a state of at least ${STAMP_OFFSET + 8} bytes (the stamp slot), never null`,
-      );
-    }
-    if (state.byteLength > maxStateBytes) {
-      throw new RowTooLargeError(
-        `state of ${table}/${JSON.stringify(key).slice(0, 80)} is ${state.byteLength} bytes; ` +
-          `this store accepts at most ${maxStateBytes} (capabilities.maxStateBytes)`,
-      );
-    }
-    const id = `${table}\u0000${key}`;
-    if (seen.has(id)) {
-      throw new InvalidArgumentError(
-        `checkAndSetStampedMany names row ${table}/${JSON.stringify(key).slice(0, 80)} twice`,
-      );
-    }
-    seen.add(id);
-  }
-}
-
 /** The function's "a row changed after the draw" error (schema.ts), behind the StoreError. */
 function isCasManyMismatch(error: unknown): boolean {
   return (

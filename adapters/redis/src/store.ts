@@ -4,11 +4,9 @@ import {
   type CasRequest,
   type CasResult,
   ClosedError,
-  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
   type RowStore,
-  RowTooLargeError,
   type ScannedStoredRow,
   type ScanOptions,
   STAMP_OFFSET,
@@ -17,7 +15,7 @@ import {
   type StoredRow,
   StoreError,
 } from '@percolator/core';
-import { fullCapabilities } from '@percolator/core/kit';
+import { checkStampedManyRequests, fullCapabilities } from '@percolator/core/kit';
 import type { Cluster, Redis } from 'ioredis';
 import { toStoreError } from './errors.js';
 import { walkIndex } from './index-walk.js';
@@ -201,33 +199,13 @@ export class RedisStore implements RowStore {
   ): Promise<StampedManyResult> {
     this.checkOpen();
     const what = 'stamped check-and-set of many rows';
-    if (!Array.isArray(requests) || requests.length === 0) {
-      throw new InvalidArgumentError('checkAndSetStampedMany expects a non-empty array of requests');
-    }
+    checkStampedManyRequests(requests, this.capabilities.maxStateBytes);
     const keys: string[] = [counterKeyName(this.namespace, counter)];
     const args: (string | Buffer)[] = [String(STAMP_OFFSET)];
     const tokens: string[] = [];
-    const rows = new Set<string>();
     for (const request of requests) {
       const { table, key, expected, state, notified } = request;
       const row = rowKeyName(this.namespace, table, key);
-      if (rows.has(row)) {
-        throw new InvalidArgumentError(
-          `checkAndSetStampedMany names row ${table}/${JSON.stringify(key)} twice`,
-        );
-      }
-      rows.add(row);
-      if (!(state instanceof Uint8Array) || state.byteLength < STAMP_OFFSET + 8) {
-        throw new InvalidArgumentError(
-          `a stamped state needs a Uint8Array of at least ${STAMP_OFFSET + 8} bytes (the stamp slot)`,
-        );
-      }
-      if (state.byteLength > this.capabilities.maxStateBytes) {
-        throw new RowTooLargeError(
-          `state of ${table}/${JSON.stringify(key).slice(0, 80)} is ${state.byteLength} bytes; ` +
-            `this store accepts at most ${this.capabilities.maxStateBytes} (capabilities.maxStateBytes)`,
-        );
-      }
       const token = this.tokens.next();
       tokens.push(token);
       keys.push(row, scanIndexName(this.namespace, table), notifyIndexName(this.namespace, table));

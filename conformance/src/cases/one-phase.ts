@@ -227,19 +227,27 @@ function replyHeld(inner: RowStore) {
   };
 }
 
-/** A reader whose start timestamp lands after the stamp, before the reply, sees every row. */
-async function readerInTheWindow(ctx: CaseContext): Promise<void> {
+/**
+ * Rows a and b written 'old', then a client (through a FaultyStore over `replyHeld`)
+ * committing 'new' to both, whose one-step commit's reply is held; and a reader.
+ */
+async function commitHeld(ctx: CaseContext) {
   const store = await ctx.createStore();
   const setup = client(ctx, store).db;
   await setup.transact((tx) => writePair(tx, 'old'));
   await setup.flush();
   const held = replyHeld(store);
   ctx.defer(() => held.release());
-  const writer = client(ctx, held.store).db;
+  const { db: writer, faulty } = client(ctx, held.store, { wrap: true });
   const reader = client(ctx, store).db;
   const tx = await writer.begin();
   await writePair(tx, 'new');
-  const committing = tx.commit();
+  return { held, reader, faulty: faulty!, committing: tx.commit() };
+}
+
+/** A reader whose start timestamp lands after the stamp, before the reply, sees every row. */
+async function readerInTheWindow(ctx: CaseContext): Promise<void> {
+  const { held, reader, committing } = await commitHeld(ctx);
   const result = await held.applied;
   check(result.ok, 'the held one-step commit was not applied');
   // Both a read-write snapshot (drawn) and a read-only one (peeked where the store can).
@@ -259,25 +267,16 @@ async function readerInTheWindow(ctx: CaseContext): Promise<void> {
 
 /** A client whose reply is lost and which can read nothing after it: every row or none. */
 async function clientDiesInTheWindow(ctx: CaseContext): Promise<void> {
-  const store = await ctx.createStore();
-  const setup = client(ctx, store).db;
-  await setup.transact((tx) => writePair(tx, 'old'));
-  await setup.flush();
-  const held = replyHeld(store);
-  ctx.defer(() => held.release());
-  const { db: writer, faulty } = client(ctx, held.store, { wrap: true });
-  const reader = client(ctx, store).db;
-  const tx = await writer.begin();
-  await writePair(tx, 'new');
-  const committing = tx.commit().then(
+  const { held, reader, faulty, committing } = await commitHeld(ctx);
+  const failed = committing.then(
     () => undefined,
     (error: unknown) => error,
   );
   await held.applied;
   // The network goes: every later call of this client fails before the store.
-  faulty!.hold(() => true).fail();
+  faulty.hold(() => true).fail();
   held.release({ lose: true });
-  const error = await committing;
+  const error = await failed;
   check(
     error instanceof CommitUnknownError,
     () => `a lost reply with no way to re-read: got ${errorText(error)}`,

@@ -1,11 +1,12 @@
 /**
  * The adapter kit (`@percolator/core/kit`): what every store adapter shares and no adapter
  * should write again. docs/writing-an-adapter.md says when to use each part. The contract
- * checks themselves are not here: the core applies them to every store (checkedStore).
+ * checks themselves are not here: the core applies them to every store (checkedStore);
+ * `checkStampedManyRequests` is there for an adapter whose one step relies on that shape.
  */
 
 export { backoffMs, sleep } from '../backoff.js';
-export { checkedStore } from '../checked-store.js';
+export { checkedStore, checkStampedManyRequests } from '../checked-store.js';
 export {
   asBuffer,
   type CasPlan,
