@@ -611,6 +611,7 @@ export class Transaction {
     rows: RowMutations[],
     signal: AbortSignal | undefined,
     startTs: number = this.startTs,
+    oneStep = true,
   ): Promise<number> {
     // A deterministic primary: the first row in (table, key) order.
     rows.sort((a, b) => (a.table === b.table ? compareKeys(a.row, b.row) : a.table < b.table ? -1 : 1));
@@ -636,7 +637,7 @@ export class Transaction {
       );
     }
     const many = this.env.stampManyCounter;
-    if (many !== undefined && rows.length <= this.env.onePhaseMaxRows) {
+    if (oneStep && many !== undefined && rows.length <= this.env.onePhaseMaxRows) {
       const commitTs = await timed(
         ctx,
         'onePhase',
@@ -647,7 +648,7 @@ export class Transaction {
       // Too large for one step of this store: nothing was written.
       if (commitTs !== undefined) return commitTs;
       // A blind write never drew a start timestamp; two phases need one.
-      if (startTs === STAMP) return this.commitRows(rows, signal, await this.ready());
+      if (startTs === STAMP) return this.commitRows(rows, signal, await this.ready(), false);
     }
     return commitTransaction(ctx);
   }

@@ -288,13 +288,20 @@ describe('one-phase commits of several rows', () => {
     };
     const db = new Percolator({ store });
     for (const blind of [true, false]) {
-      const tx = await db.begin();
-      if (!blind) await tx.getString('t', 'a', 'v');
-      tx.set('t', 'a', 'v', `v${blind}`);
-      tx.set('t', 'b', 'v', `v${blind}`);
-      const { commitTs } = await tx.commit();
-      expect(commitTs).toBeGreaterThan(tx.startTs);
+      let seen!: Transaction;
+      await db.transact(async (tx) => {
+        seen = tx;
+        if (!blind) await tx.getString('t', 'a', 'v');
+        tx.set('t', 'a', 'v', `v${blind}`);
+        tx.set('t', 'b', 'v', `v${blind}`);
+      });
+      // Two phases: a start timestamp of its own (the blind one drew it after the refusal).
+      const stored = await inner.read('t', 'a');
+      const [cell] = inspectHeadRow(stored!.state).cells;
+      expect(cell!.writes[0]).toMatchObject({ startTs: seen.startTs });
+      expect(cell!.writes[0]!.commitTs).toBeGreaterThan(seen.startTs);
     }
+    // One refused attempt per transaction, none again on the two-phase path.
     expect(store.stampedManyCalls).toBe(2);
     const reader = await new Percolator({ store: inner }).begin();
     expect([await reader.getString('t', 'a', 'v'), await reader.getString('t', 'b', 'v')]).toEqual([
