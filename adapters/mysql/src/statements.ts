@@ -79,9 +79,9 @@ ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + ?)`,
     // The stamped CAS of many rows: one CALL of the third procedure in schema.ts (see there
     // for why it is atomic, why a later draw sees every row, and why it cannot deadlock).
     // Rows as a JSON array of [table hex, key hex, expected or null, new version, state
-    // offset, state length, notified], the states packed into one blob, counter name, stamp
-    // offset. Answers (0, applied, ts) and, on failure, (position, version, state) per
-    // requested row that exists.
+    // offset, state length, notified] in (table, key) byte order, the states packed into one
+    // blob, counter name, stamp offset. Answers (0, applied, ts) and, on failure, (position
+    // in that array, version, state) per requested row that exists.
     stampedCasMany: `CALL ${n.stampedCasMany}(?, ?, ?, ?)`,
 
     // At startup: the packet limit, and whether the stamped CAS, stamped read and stamped

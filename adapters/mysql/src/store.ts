@@ -5,7 +5,6 @@ import {
   type CasResult,
   ClosedError,
   checkedStore,
-  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
   RowTooLargeError,
@@ -21,6 +20,7 @@ import {
   backoffMs,
   type CasPlan,
   canonicalIntegerVersions,
+  checkStampedManyRequests,
   DEFAULT_QUERY_TIMEOUT_MS,
   type EncodedRef,
   encodeRef,
@@ -529,10 +529,10 @@ class MySqlRowStore implements MySqlStore {
    * One CALL of the namespace's stamped CAS-of-many procedure (schema.ts explains the
    * steps, why it is all or nothing, why a later counter value implies every row is
    * visible, and why it cannot deadlock): one round trip, one InnoDB transaction for the
-   * writes. The rows travel as one bound JSON string in request order and the states as
-   * one bound blob; the procedure locks them in (table, key) byte order whatever that
-   * order is. Versions come back in request order. A failure answers every requested row
-   * as it is now (from the procedure's snapshot: no extra round trip) and draws nothing.
+   * writes. The rows travel as one bound JSON string, sorted here in (table, key) byte
+   * order, the order the procedure locks them in (it refuses any other), and the states as
+   * one bound blob. Versions come back in request order. A failure answers every requested
+   * row as it is now (from the procedure's snapshot: no extra round trip) and draws nothing.
    *
    * Refused before sending (nothing written): a schema without the procedure (StoreError
    * 'no', not retryable), a row named twice or a request without a state
@@ -553,50 +553,31 @@ class MySqlRowStore implements MySqlStore {
         { retryable: false },
       );
     }
-    if (requests.length === 0) {
-      throw new InvalidArgumentError('checkAndSetStampedMany expects at least one request');
-    }
+    checkStampedManyRequests(requests, this.capabilities.maxStateBytes);
     const plans = requests.map((request) => planCas(request, isIssuableVersion));
-    const seen = new Set<string>();
-    const writes: Extract<CasPlan, { kind: 'create' | 'update' }>[] = [];
-    for (const [i, plan] of plans.entries()) {
-      const { table, key, state } = requests[i]!;
-      const id = rowId(plan.tbl, plan.key);
-      if (seen.has(id)) {
-        throw new InvalidArgumentError(
-          `checkAndSetStampedMany names row ${table}/${JSON.stringify(key)} twice; the rows must be distinct`,
-        );
-      }
-      seen.add(id);
-      if (!(state instanceof Uint8Array) || state.byteLength < STAMP_OFFSET + 8) {
-        throw new InvalidArgumentError(
-          `checkAndSetStampedMany: the request for ${table}/${JSON.stringify(key)} needs a state of at least ` +
-            `${STAMP_OFFSET + 8} bytes (the stamp slot); a stamped write never deletes`,
-        );
-      }
-      // With a state, a plan creates, updates or cannot match.
-      if (plan.kind === 'create' || plan.kind === 'update') writes.push(plan);
-      if (state.byteLength > this.capabilities.maxStateBytes) {
-        throw new RowTooLargeError(
-          `mysql: the state of ${table}/${JSON.stringify(key)} is ${state.byteLength} bytes, ` +
-            `more than this store's maxStateBytes (${this.capabilities.maxStateBytes}); nothing was sent`,
-        );
-      }
-    }
+    // With a state, a plan creates, updates or cannot match.
+    const writes = plans.filter(
+      (plan): plan is Extract<CasPlan, { kind: 'create' | 'update' }> =>
+        plan.kind === 'create' || plan.kind === 'update',
+    );
     // An expected version this store never issued matches no row: fails, nothing sent.
     if (writes.length < plans.length) return this.failureMany(requests);
+    // New versions in request order; the rows travel in (table, key) byte order, the order
+    // the procedure locks them in (it refuses any other). `sorted[j]` is the request index
+    // of the j-th row sent.
+    const versions: string[] = [];
+    for (let i = 0; i < writes.length; i++) versions.push(await this.newVersion());
+    const sorted = writes.map((_, i) => i).sort((a, b) => compareRows(writes[a]!, writes[b]!));
     const entries: unknown[][] = [];
     const states: Buffer[] = [];
-    const versions: string[] = [];
     let at = 1;
-    for (const plan of writes) {
-      const version = await this.newVersion();
-      versions.push(version);
+    for (const i of sorted) {
+      const plan = writes[i]!;
       entries.push([
         plan.tbl.toString('hex'),
         plan.key.toString('hex'),
         plan.kind === 'update' ? plan.expected : null,
-        version,
+        versions[i],
         at,
         plan.state.length,
         plan.notified ? 1 : 0,
@@ -646,7 +627,7 @@ class MySqlRowStore implements MySqlStore {
     const current: (StoredRow | null)[] = requests.map(() => null);
     for (const row of reply) {
       const i = Number(row.i);
-      if (i > 0) current[i - 1] = toStoredRow(row);
+      if (i > 0) current[sorted[i - 1]!] = toStoredRow(row);
     }
     return { ok: false, current };
   }
@@ -825,6 +806,11 @@ function whereRowsIn(refs: readonly EncodedRef[]): [string, unknown[]] {
     values.push(tbl, ...keys);
   }
   return [clauses.join(' OR '), values];
+}
+
+/** (table, key) byte order: VARBINARY order, the order the stamped CAS of many rows locks in. */
+function compareRows(a: EncodedRef, b: EncodedRef): number {
+  return Buffer.compare(a.tbl, b.tbl) || Buffer.compare(a.key, b.key);
 }
 
 /** latin1 maps bytes 1:1 to characters; table names contain no NUL, so this is unique. */

@@ -1,10 +1,11 @@
 /**
  * checkAndSetStampedMany (capability stampedCheckAndSetMany) on a real server: one drawn
  * value stamped into every row, all or nothing, versions in request order, the failure
- * paths (before and after the rows are locked), no deadlock among concurrent calls over
- * overlapping rows in any order (nor with the other stamped statements), the guarantee the
- * core relies on (whoever draws a later counter value and then reads sees every row), the
- * schema's procedure, failure mapping, and no text spliced into SQL.
+ * paths (at once, and at a row the call had to wait for), rows locked in (table, key) byte
+ * order whatever the request order, no deadlock among concurrent calls over overlapping
+ * rows in any order (nor with the other stamped statements), the guarantee the core relies
+ * on (whoever draws a later counter value and then reads sees every row), the schema's
+ * procedure, failure mapping, and no text spliced into SQL.
  */
 import { randomBytes } from 'node:crypto';
 import { errorOf, stampOf } from '@percolator/conformance';
@@ -104,7 +105,7 @@ async function untilLockWait(test: (query: string) => boolean): Promise<{ thread
  */
 const waitingIn = (namespace: string, statement: 'lock' | 'write', key: string) => (query: string) =>
   (statement === 'lock'
-    ? query.startsWith(`SELECT COUNT(*) INTO v_found FROM \`${namespace}_rows\``)
+    ? query.startsWith(`SELECT COUNT(*) = 1 INTO v_ok FROM \`${namespace}_rows\``)
     : query.startsWith(`UPDATE \`${namespace}_rows\``)) && query.includes(`_binary'${key}'`);
 
 /** Resolves to 'pending' if `promise` has not settled within `ms`. */
@@ -290,7 +291,7 @@ describe('mysql stamped check-and-set of many rows: the step', () => {
     expect(await counterValue(store, counter)).toBeUndefined();
   });
 
-  it('a row changed after the precheck, while the call waits for it: rolled back whole, rows as they are now', async () => {
+  it('rows locked in key order; a row changed while the call waits for it: rolled back whole, rows as they are now', async () => {
     const counter = 'sm.race';
     const [va, vb] = await create(store, 'race', ['a', 'b']);
     const blocker = await admin.getConnection();
@@ -310,8 +311,18 @@ describe('mysql stamped check-and-set of many rows: the step', () => {
         counter,
       );
       pending.catch(() => {});
-      // It passed the precheck, locked '0' and 'a', and waits for 'b'.
+      // Sent in key order ('0', 'a', 'b'), not request order: it created '0', locked 'a',
+      // and waits for 'b' while holding both.
       await untilLockWait(waitingIn(store.namespace, 'lock', 'b'));
+      for (const key of ['0', 'a']) {
+        const held = await errorOf(
+          admin.query(
+            `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE NOWAIT`,
+            [Buffer.from('race'), Buffer.from(key)],
+          ),
+        );
+        expect((held as Error).message).toMatch(/lock wait timeout/i);
+      }
       await blocker.query(
         `UPDATE \`${store.namespace}_rows\` SET version = version + 1, state = ? WHERE tbl = ? AND row_key = ?`,
         [Buffer.from(template('theirs')), Buffer.from('race'), Buffer.from('b')],
@@ -425,6 +436,20 @@ describe('mysql stamped check-and-set of many rows: SQL text and connections', (
       });
     }
     expect(await s.incrementCounter(counter, 1)).toBe(3);
+    // All in one table, in no order: the store sorts them as the server compares them
+    // (bytes: NUL, multi-byte UTF-8, prefixes), else the procedure would refuse the call.
+    const third = applied(
+      await s.checkAndSetStampedMany(
+        shuffled([...nasty, 'nul', 'nul\u0000', 'n', '\u0000']).map((key) => ({
+          table: 'q.one',
+          key,
+          expected: null,
+          state: template(key),
+        })),
+        counter,
+      ),
+    );
+    expect(third.timestamp).toBe(4);
     const [counters] = await admin.query<RowDataPacket[]>(
       `SELECT COUNT(*) AS n FROM \`${store.namespace}_counters\` WHERE name = ?`,
       [Buffer.from(counter, 'utf8')],
@@ -449,7 +474,7 @@ describe('mysql stamped check-and-set of many rows: SQL text and connections', (
       ),
     );
     expect(await openTransactions(pool)).toBe(0);
-    // Failing at the precheck.
+    // Failing at its first row.
     expect(
       await s.checkAndSetStampedMany(
         [{ table: 'ac', key: 'k1', expected: null, state: template('x') }],
@@ -688,13 +713,15 @@ describe('mysql stamped check-and-set of many rows: a later counter value implie
   it('a later incrementCounter waits until all rows have committed, then a read sees every one', async () => {
     // White box, as in stamped.test.ts: the call is held after its draw, before its COMMIT
     // (its final write of a row with notified = TRUE waits for a locking scan of the
-    // `notified` index in another session), so it holds the counter row.
+    // `notified` index in another session), so it holds the counter row. The rows are
+    // written from the last in key order to the first, so the held row sorts first: the
+    // other two are written before it.
     const counter = 'sm.wait';
     const base = await store.incrementCounter(counter, 1);
-    const [v1, v2] = await create(store, 'wait.a', ['k1', 'k2'], 'old');
-    // The held row exists (notified FALSE): a create's placeholder INSERT would wait for the
-    // scan's gap lock before the draw, not after it.
-    const [vn] = await create(store, 'wait.b', ['n'], 'old');
+    const [v1, v2] = await create(store, 'wait.b', ['k1', 'k2'], 'old');
+    // The held row exists (notified FALSE): a create's INSERT would wait for the scan's gap
+    // lock before the draw, not after it.
+    const [vn] = await create(store, 'wait.a', ['n'], 'old');
     const other = await openStore({ namespace: store.namespace, createSchema: false });
     const blocker = await admin.getConnection();
     try {
@@ -703,12 +730,12 @@ describe('mysql stamped check-and-set of many rows: a later counter value implie
       await blocker.query(
         `SELECT row_key FROM \`${store.namespace}_rows\` FORCE INDEX (\`${store.namespace}_rows_notified\`)
          WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
-        [Buffer.from('wait.b')],
+        [Buffer.from('wait.a')],
       );
       const requests: StampedRequest[] = [
-        { table: 'wait.b', key: 'n', expected: vn!, state: template('n'), notified: true },
-        { table: 'wait.a', key: 'k2', expected: v2!, state: template('k2') },
-        { table: 'wait.a', key: 'k1', expected: v1!, state: template('k1') },
+        { table: 'wait.b', key: 'k2', expected: v2!, state: template('k2') },
+        { table: 'wait.a', key: 'n', expected: vn!, state: template('n'), notified: true },
+        { table: 'wait.b', key: 'k1', expected: v1!, state: template('k1') },
       ];
       const pending = store.checkAndSetStampedMany(requests, counter);
       pending.catch(() => {});
@@ -717,8 +744,8 @@ describe('mysql stamped check-and-set of many rows: a later counter value implie
       later.catch(() => {});
       expect(await settledWithin(later, 500)).toBe('pending');
       // Nothing of it is visible yet: the rows written before the held one, nor the counter.
-      expect(await other.read('wait.a', 'k1')).toEqual({ version: v1, state: template('old.k1') });
-      expect(await other.read('wait.b', 'n')).toEqual({ version: vn, state: template('old.n') });
+      expect(await other.read('wait.b', 'k1')).toEqual({ version: v1, state: template('old.k1') });
+      expect(await other.read('wait.a', 'n')).toEqual({ version: vn, state: template('old.n') });
       expect(await counterValue(store, counter)).toBe(base);
       await blocker.query('ROLLBACK');
       const r = applied(await pending);
@@ -802,16 +829,24 @@ describe('mysql stamped check-and-set of many rows: schema and failures', () => 
     expect(await routine(names.stampedCasManyRoutine)).toEqual([
       { security: 'INVOKER', access: 'MODIFIES SQL DATA' },
     ]);
+    // Version 2: the body of version 1 (a read-only precheck, then cursors) was replaced.
+    expect(names.stampedCasManyRoutine).toBe(`${store.namespace}_cas_stamped_many_v2`);
     const namespace = uniqueNamespace();
     const s = await openStore({ namespace });
+    // What a namespace created before version 2 still holds next to it.
+    await admin.query(
+      `CREATE PROCEDURE \`${namespace}_cas_stamped_many_v1\`() COMMENT 'percolator stamped check-and-set of many rows' BEGIN END`,
+    );
     const listed = (await listMySqlNamespaces({ uri: url })).find((n) => n.namespace === namespace);
+    expect(listed?.objects).toContain(`${namespace}_cas_stamped_many_v2`);
     expect(listed?.objects).toContain(`${namespace}_cas_stamped_many_v1`);
     await s.dropNamespace();
+    expect(await routine(`${namespace}_cas_stamped_many_v2`)).toEqual([]);
     expect(await routine(`${namespace}_cas_stamped_many_v1`)).toEqual([]);
     const another = await openStore({ namespace: uniqueNamespace() });
     const dropped = await dropMySqlNamespace(another.namespace, { uri: url });
-    expect(dropped?.objects).toContain(`${another.namespace}_cas_stamped_many_v1`);
-    expect(await routine(`${another.namespace}_cas_stamped_many_v1`)).toEqual([]);
+    expect(dropped?.objects).toContain(`${another.namespace}_cas_stamped_many_v2`);
+    expect(await routine(`${another.namespace}_cas_stamped_many_v2`)).toEqual([]);
   });
 
   it('a hand-made schema without the procedure declares no stampedCheckAndSetMany; the method refuses; adding it enables it', async () => {
@@ -844,19 +879,38 @@ describe('mysql stamped check-and-set of many rows: schema and failures', () => 
     );
   });
 
-  it('the procedure itself refuses a row named twice (StoreError no, nothing written)', async () => {
+  it('the procedure itself refuses a row named twice, and rows out of key order (an error, nothing written)', async () => {
     const names = mysqlNames(store.namespace);
-    const row = ['64', Buffer.from('k').toString('hex'), null, '1', 1, 9, 0];
-    const error = await errorOf(
-      admin.query(`CALL ${names.stampedCasMany}(?, ?, ?, ?)`, [
-        JSON.stringify([row, row]),
-        Buffer.from(template('')),
-        Buffer.from('c'),
-        1,
-      ]),
+    // Creates of table 'd' (hex 64), each with its own state slice.
+    const row = (key: string, version: string) => [
+      '64',
+      Buffer.from(key).toString('hex'),
+      null,
+      version,
+      1,
+      9,
+      0,
+    ];
+    const call = (rows: unknown[][]) =>
+      errorOf(
+        admin.query(`CALL ${names.stampedCasMany}(?, ?, ?, ?)`, [
+          JSON.stringify(rows),
+          Buffer.from(template('')),
+          Buffer.from('c'),
+          1,
+        ]),
+      );
+    expect(((await call([row('k', '1'), row('k', '1')])) as Error).message).toMatch(/named twice/);
+    // 'a' and 'l' are created before 'k' breaks the order; all of it is rolled back.
+    expect(((await call([row('a', '2'), row('l', '3'), row('k', '4')])) as Error).message).toMatch(
+      /not in \(tbl, row_key\) order/,
     );
-    expect((error as Error).message).toMatch(/named twice/);
-    expect(await store.read('d', 'k')).toBeNull();
+    expect(await store.readMany(['k', 'a', 'l'].map((key) => ({ table: 'd', key })))).toEqual([
+      null,
+      null,
+      null,
+    ]);
+    expect(await counterValue(store, 'c')).toBeUndefined();
   });
 
   it('reports a connection killed mid-call as StoreError unknown; nothing was committed', async () => {
