@@ -155,26 +155,25 @@ export function heldRecords(cell: Cell, policy: PrunePolicy, nowMs: number): Wri
   return held;
 }
 
-/** Of `records` (newest first), the puts a current snapshot no longer needs: every put but the newest write. */
-function supersededPuts(records: readonly WriteRecord[]): WriteRecord[] {
-  const out: WriteRecord[] = [];
-  let passedCurrent = false;
-  for (const rec of records) {
-    if (rec.kind === 'rollback') continue;
-    if (!passedCurrent) {
-      passedCurrent = true;
-      continue;
-    }
-    if (rec.kind === 'put') out.push(rec);
-  }
-  return out;
+/**
+ * Of `records` (newest first), the index of the first put a current snapshot no longer
+ * needs: every put after the newest write (put or delete; rollbacks are no writes) is
+ * superseded. `records.length` if there is none.
+ */
+function firstSuperseded(records: readonly WriteRecord[]): number {
+  let i = 0;
+  while (i < records.length && records[i]!.kind === 'rollback') i++;
+  return i + 1;
 }
 
 /** Bytes of superseded values in `cell.recent` (`inline`, or also `moving`): the history's are in its header. */
 function recentSupersededBytes(cell: Cell, places: 'inline' | 'kept'): number {
+  const recent = cell.recent;
   let bytes = 0;
-  for (const rec of supersededPuts(cell.recent)) {
-    if (rec.value === 'moved' || (places === 'inline' && rec.value !== 'inline')) continue;
+  for (let i = firstSuperseded(recent); i < recent.length; i++) {
+    const rec = recent[i]!;
+    if (rec.kind !== 'put' || rec.value === 'moved' || (places === 'inline' && rec.value !== 'inline'))
+      continue;
     bytes += cell.recentData.get(rec.startTs)?.length ?? 0;
   }
   return bytes;
@@ -202,16 +201,23 @@ export function markMoving(cell: Cell, limitBytes: number | 'force'): boolean {
   // candidate is recent: the history stays encoded.
   const recentOnly = history !== undefined && history.inline === 0;
   const data = recentOnly ? cell.recentData : cell.data;
-  const candidates = supersededPuts(recentOnly ? cell.recent : cell.writes).filter(
-    (rec) => rec.value === 'inline' && data.has(rec.startTs),
-  );
-  if (candidates.length === 0) return false;
-  if (limitBytes !== 'force') {
-    let bytes = 0;
-    for (const rec of candidates) bytes += data.get(rec.startTs)!.length;
-    if (bytes <= limitBytes) return false;
+  const records = recentOnly ? cell.recent : cell.writes;
+  const first = firstSuperseded(records);
+  let count = 0;
+  let bytes = 0;
+  for (let i = first; i < records.length; i++) {
+    const rec = records[i]!;
+    if (rec.kind !== 'put' || rec.value !== 'inline') continue;
+    const value = data.get(rec.startTs);
+    if (value === undefined) continue;
+    count++;
+    bytes += value.length;
   }
-  for (const rec of candidates) rec.value = 'moving';
+  if (count === 0 || (limitBytes !== 'force' && bytes <= limitBytes)) return false;
+  for (let i = first; i < records.length; i++) {
+    const rec = records[i]!;
+    if (rec.kind === 'put' && rec.value === 'inline' && data.has(rec.startTs)) rec.value = 'moving';
+  }
   return true;
 }
 

@@ -45,7 +45,9 @@ import {
  * carries commitTs STAMP until then; every later write re-encodes it with its real value.
  * A start-stamped record (a one-phase blind write, section 4) also has startTs = the stamp:
  * in memory its startTs and its data key are STAMP, encoded as the bit and data key 0.
- * Version row, format 16: format=16, then the value's bytes.
+ * Version row, format 16: format=16, then the value's bytes. Format 17 (a version row
+ * written inside a one-step commit, which stamps every row it writes): format=17, the
+ * stamp slot (8 bytes at STAMP_OFFSET, unused), then the value's bytes.
  *
  * A row in any other format (format 1 was the first version's single-blob layout) is a
  * CorruptRowError: never guessed at.
@@ -58,6 +60,8 @@ const HOT_EXTRA = 1;
 /** The commitTs of a record whose timestamp the store will stamp (sorts newest). */
 export const STAMP = Number.MAX_SAFE_INTEGER;
 export const VERSION_FORMAT = 16;
+/** A version row with a stamp slot, written by a one-step commit (which stamps every row). */
+export const VERSION_FORMAT_STAMPED = 17;
 const KINDS: RecordKind[] = ['put', 'delete', 'rollback'];
 const PLACES: ValuePlace[] = ['inline', 'moving', 'moved'];
 const KIND_BITS: Record<RecordKind, number> = { put: 0, delete: 1, rollback: 2 };
@@ -646,9 +650,11 @@ function decodeHistory(
   return { writes, data };
 }
 
-export function encodeVersionRow(value: Uint8Array): Uint8Array {
-  const w = new Writer(value.length + 4);
-  w.uint(VERSION_FORMAT);
+/** A version row; `stamped`: with the 8-byte slot a stamped step writes its timestamp into (format 17). */
+export function encodeVersionRow(value: Uint8Array, stamped = false): Uint8Array {
+  const w = new Writer(value.length + 12);
+  w.uint(stamped ? VERSION_FORMAT_STAMPED : VERSION_FORMAT);
+  if (stamped) w.fixed64(0);
   w.raw(value);
   return w.result();
 }
@@ -656,9 +662,10 @@ export function encodeVersionRow(value: Uint8Array): Uint8Array {
 export function decodeVersionRow(bytes: Uint8Array): Uint8Array {
   const r = new Reader(bytes);
   const format = r.uint();
-  if (format !== VERSION_FORMAT) {
+  if (format === VERSION_FORMAT_STAMPED) r.take(8);
+  else if (format !== VERSION_FORMAT) {
     throw new CorruptRowError(
-      `version row is in format ${format}; this version of percolator reads ${VERSION_FORMAT}`,
+      `version row is in format ${format}; this version of percolator reads ${VERSION_FORMAT} and ${VERSION_FORMAT_STAMPED}`,
     );
   }
   return bytes.slice(r.pos);

@@ -94,6 +94,8 @@ export interface RowTidier {
   beforeWrite(table: string, key: string, state: RowState): void;
   /** Starts the background tidy batch that is waiting for more rows now (flush, close). */
   hurry(): void;
+  /** A version row created by a one-step commit, with its store version: deleting it later needs no read. */
+  created(table: string, key: string, version: string): void;
   /** Called after every head-row write. */
   afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void;
   tidyRow(

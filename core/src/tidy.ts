@@ -198,6 +198,10 @@ export class Tidier implements RowTidier {
     }
   }
 
+  created(table: string, key: string, version: string): void {
+    this.createdVersions.set(rowId(table, key), version);
+  }
+
   /** Called after every head-row write: forgets applied releases, queues the tidy step if the row asks for it. */
   afterWrite(table: string, key: string, state: RowState | null, stored: StoredRow | null | undefined): void {
     if (!this.released.empty && state) this.forgetApplied(table, key, state);

@@ -1,6 +1,6 @@
 import { CorruptRowError } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
-import { decodeRow, encodeRow } from '../src/codec.js';
+import { decodeRow, decodeVersionRow, encodeRow, encodeVersionRow } from '../src/codec.js';
 import { plainRow, rowFrom } from './row-support.js';
 
 /**
@@ -80,5 +80,21 @@ describe('names in head rows', () => {
     const broken = bytes.slice();
     broken[at + 2] = 0x80;
     expect(() => decodeRow(broken)).toThrow(CorruptRowError);
+  });
+
+  it('version rows: format 16 and the stamped format 17 (its slot skipped) read back the value; any other format is a CorruptRowError', () => {
+    const value = new TextEncoder().encode('a value');
+    expect(decodeVersionRow(encodeVersionRow(value))).toEqual(value);
+    const stamped = encodeVersionRow(value, true);
+    expect(stamped.length).toBe(1 + 8 + value.length);
+    stamped.set([1, 2, 3, 4, 5, 6, 7, 8], 1); // what a store writes into the slot
+    expect(decodeVersionRow(stamped)).toEqual(value);
+    for (const format of [15, 18]) {
+      const other = encodeVersionRow(value, true);
+      other[0] = format;
+      expect(() => decodeVersionRow(other)).toThrow(CorruptRowError);
+    }
+    // A format 17 row too short for its slot.
+    expect(() => decodeVersionRow(new Uint8Array([17, 0, 0]))).toThrow(CorruptRowError);
   });
 });

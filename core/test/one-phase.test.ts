@@ -9,6 +9,9 @@ import {
   type Transaction,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
+import { decodeVersionRow, encodeVersionRow, VERSION_FORMAT, VERSION_FORMAT_STAMPED } from '../src/codec.js';
+import type { CasRequest } from '../src/store.js';
+import { versionKey, versionTable } from '../src/versions.js';
 import { fakeClock, InstrumentedStore } from './support.js';
 
 /**
@@ -309,6 +312,135 @@ describe('one-phase commits of several rows', () => {
       'vfalse',
     ]);
     await db.close();
+  });
+
+  describe('values the commit moves out of the head row ride in its step', () => {
+    // inlineHistoryBytes 0: every superseded value leaves the head row.
+    const gc = { inlineHistoryBytes: 0 };
+    const text = (s: string) => new TextEncoder().encode(s);
+    async function seeded(store: InstrumentedStore) {
+      const db = new Percolator({ store, gc });
+      const first = await db.begin();
+      first.set('t', 'a', 'v', 'v0');
+      first.set('t', 'b', 'v', 'v0');
+      await first.commit();
+      await db.flush();
+      return { db, seedTs: first.startTs };
+    }
+    async function commitV1(db: Percolator) {
+      const tx = await db.begin();
+      await tx.getString('t', 'a', 'v');
+      tx.set('t', 'a', 'v', 'v1');
+      tx.set('t', 'b', 'v', 'v1');
+      return tx.commit();
+    }
+
+    it('their version rows are created in the same step, the records say moved at once, and no tidy pass is needed', async () => {
+      const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+      const { db, seedTs } = await seeded(store);
+      const old = await db.begin(); // a snapshot from before the commit
+      const sent: CasRequest[][] = [];
+      store.manyFault = (requests) => {
+        sent.push([...requests]);
+        return undefined;
+      };
+      const before = { ...store.calls };
+      await commitV1(db);
+      await db.flush();
+      expect(sent).toHaveLength(1);
+      const vt = versionTable('t');
+      expect(sent[0]!.map((r) => [r.table, r.key, r.expected])).toEqual([
+        ['t', 'a', expect.any(String)],
+        ['t', 'b', expect.any(String)],
+        [vt, versionKey('a', 'v', seedTs), null],
+        [vt, versionKey('b', 'v', seedTs), null],
+      ]);
+      // Nothing else wrote: no tidy pass created them or rewrote the head rows.
+      expect(store.calls.checkAndSet - before.checkAndSet).toBe(0);
+      for (const row of ['a', 'b']) {
+        const [cell] = await cellsOf(store.inner, 't', row);
+        expect(cell!.writes.find((w) => w.startTs === seedTs)).toMatchObject({ kind: 'put', value: 'moved' });
+        const version = await store.inner.read(vt, versionKey(row, 'v', seedTs));
+        // Format 17: the slot the step stamped, then the value.
+        expect(version!.state[0]).toBe(VERSION_FORMAT_STAMPED);
+        expect(decodeVersionRow(version!.state)).toEqual(text('v0'));
+        expect(await old.getString('t', row, 'v')).toBe('v0');
+      }
+      await db.close();
+    });
+
+    it('a version row already there (a tidy pass that lost its head-row CAS) is not written again: the step marks it moved', async () => {
+      const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+      const { db, seedTs } = await seeded(store);
+      const old = await db.begin();
+      const vt = versionTable('t');
+      const created = await store.inner.checkAndSet({
+        table: vt,
+        key: versionKey('a', 'v', seedTs),
+        expected: null,
+        state: encodeVersionRow(text('v0')),
+      });
+      expect(created.ok).toBe(true);
+      const calls = store.stampedManyCalls;
+      await commitV1(db);
+      // Refused once (that row is there), then sent without it.
+      expect(store.stampedManyCalls - calls).toBe(2);
+      const there = await store.inner.read(vt, versionKey('a', 'v', seedTs));
+      expect(there!.state[0]).toBe(VERSION_FORMAT);
+      expect(there!.version).toBe(created.ok ? created.version : undefined);
+      for (const row of ['a', 'b']) {
+        const [cell] = await cellsOf(store.inner, 't', row);
+        expect(cell!.writes.find((w) => w.startTs === seedTs)).toMatchObject({ value: 'moved' });
+        expect(await old.getString('t', row, 'v')).toBe('v0');
+      }
+      await db.close();
+    });
+
+    it('a lost reply: the step landed with its version rows, and nothing is written twice', async () => {
+      const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+      const { db, seedTs } = await seeded(store);
+      const old = await db.begin();
+      let faults = 1;
+      store.manyFault = () => (faults-- > 0 ? 'fail-after' : undefined);
+      const calls = store.stampedManyCalls;
+      await commitV1(db);
+      expect(store.stampedManyCalls - calls).toBe(1);
+      for (const row of ['a', 'b']) {
+        expect(await old.getString('t', row, 'v')).toBe('v0');
+        const version = await store.inner.read(versionTable('t'), versionKey(row, 'v', seedTs));
+        expect(decodeVersionRow(version!.state)).toEqual(text('v0'));
+      }
+      await db.close();
+    });
+
+    it('a step the store refuses as too large is sent again without them, and the tidy step moves them', async () => {
+      const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+      const { db, seedTs } = await seeded(store);
+      const old = await db.begin();
+      const inner = store.inner;
+      const original = inner.checkAndSetStampedMany.bind(inner);
+      let refused = 0;
+      inner.checkAndSetStampedMany = async (requests, counter) => {
+        if (requests.length > 2) {
+          refused++;
+          throw new RowTooLargeError('too many rows for one step (test)');
+        }
+        return original(requests, counter);
+      };
+      const calls = store.stampedManyCalls;
+      await commitV1(db);
+      expect(refused).toBe(1);
+      expect(store.stampedManyCalls - calls).toBe(2);
+      await db.flush();
+      for (const row of ['a', 'b']) {
+        const [cell] = await cellsOf(inner, 't', row);
+        expect(cell!.writes.find((w) => w.startTs === seedTs)).toMatchObject({ value: 'moved' });
+        const version = await inner.read(versionTable('t'), versionKey(row, 'v', seedTs));
+        expect(version!.state[0]).toBe(VERSION_FORMAT); // written by the tidy step
+        expect(await old.getString('t', row, 'v')).toBe('v0');
+      }
+      await db.close();
+    });
   });
 
   it('reports one onePhase step with the rows and the commit timestamp', async () => {

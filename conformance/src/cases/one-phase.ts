@@ -288,6 +288,39 @@ async function clientDiesInTheWindow(ctx: CaseContext): Promise<void> {
   );
 }
 
+/**
+ * Values a one-step commit moves out of its head rows go in its step (protocol.md 7.1): as
+ * the commit returns, their records say `moved` and their version rows are there, stamped
+ * by the store like every row of the step, and an older snapshot reads them. Before, the
+ * records said `moving` until a tidy pass after the commit.
+ */
+async function movesRideTheStep(ctx: CaseContext): Promise<void> {
+  const store = await ctx.createStore();
+  const { db } = client(ctx, store, { gc: { inlineHistoryBytes: 0 } });
+  const startOf = async (value: string) => {
+    const tx = await db.begin();
+    await writePair(tx, value);
+    await tx.commit();
+    return tx.startTs;
+  };
+  const firstTs = await startOf('first');
+  const old = await db.begin();
+  checkEqual(await readPair(old), ['first', 'first'], 'the snapshot before the second commit');
+  await startOf('second');
+  for (const [table, key] of [
+    [TABLE, 'a'],
+    [OTHER, 'b'],
+  ] as const) {
+    const row = await store.read(table, key);
+    const cell = row ? inspectHeadRow(row.state).cells.find((c) => c.column === 'v') : undefined;
+    const place = cell?.writes.find((w) => w.startTs === firstTs)?.value;
+    checkEqual(place, 'moved', `${table}/${key}: the first value's place as the second commit returns`);
+  }
+  checkEqual(await readPair(old), ['first', 'first'], 'the older snapshot, from the version rows');
+  const later = await db.begin();
+  checkEqual(await readPair(later), ['second', 'second'], 'a snapshot after the second commit');
+}
+
 export const onePhaseCases: ConformanceCase[] = [
   {
     part: 'store',
@@ -312,5 +345,11 @@ export const onePhaseCases: ConformanceCase[] = [
     name: 'a client that dies between a one-step commit and its reply leaves every row of it',
     requires: 'stampedCheckAndSetMany',
     run: clientDiesInTheWindow,
+  },
+  {
+    part: 'faults',
+    name: 'values a one-step commit moves out of the head row go in its step: moved as it returns, read by older snapshots',
+    requires: 'stampedCheckAndSetMany',
+    run: movesRideTheStep,
   },
 ];

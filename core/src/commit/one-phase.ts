@@ -1,6 +1,6 @@
 import { backoffMs, sleep } from '../backoff.js';
-import { addRecord, findRecord, tidyCell } from '../cells.js';
-import { decodeRow, STAMP } from '../codec.js';
+import { addRecord, findRecord, recordsThatMayBeMoving, tidyCell } from '../cells.js';
+import { decodeRow, encodeVersionRow, STAMP } from '../codec.js';
 import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from '../errors.js';
 import { cellOf, emptyRow, type RowState, rowHasNotification } from '../row-state.js';
 import {
@@ -13,8 +13,9 @@ import {
   type RowDecision,
   updateRow,
 } from '../row-update.js';
-import type { CasRequest, StoredRow } from '../store.js';
+import type { CasRequest, RowRef, StoredRow } from '../store.js';
 import { writeStampInPlace } from '../store.js';
+import { versionKey, versionTable } from '../versions.js';
 import { alive, BlockedByLock, type CommitContext, notAborted, type RowMutations, rowId } from './context.js';
 import {
   applyPrewrite,
@@ -49,6 +50,43 @@ function applyOnePhase(ctx: CommitContext, m: RowMutations, state: RowState): vo
       value: 'inline',
     });
     tidyCell(cell, ctx.env.prune, now);
+  }
+}
+
+/** Most version rows one step carries; values past it stay `moving`, for the tidy step. */
+export const MAX_CARRIED_VERSIONS = 32;
+
+/**
+ * Values this commit marked `moving` (cells.ts, markMoving) leave the head row in the same
+ * one-step write: their version rows go with it, created with `expected: null` (format 17,
+ * with the stamp slot every row of the step gets), and their records say `moved` already.
+ * The step is atomic, so the head row never names a version row that is not there, and no
+ * tidy pass, with its read and its head-row CAS racing the next commit, is needed for them.
+ * A version row `present` (created by a tidy pass that then lost its head-row CAS, or that
+ * crashed) holds the same bytes, since its name is unique to the value: it is marked
+ * `moved` without being written again.
+ */
+function carryMoves(
+  table: string,
+  key: string,
+  state: RowState,
+  present: ReadonlySet<string>,
+  out: (CasRequest & { readonly state: Uint8Array })[],
+): void {
+  const vt = versionTable(table);
+  for (const [column, cell] of state.cells) {
+    for (const rec of recordsThatMayBeMoving(cell)) {
+      if (rec.value !== 'moving') continue;
+      const value = cell.valueAt(rec.startTs);
+      if (!value) continue;
+      const vkey = versionKey(key, column, rec.startTs);
+      if (!present.has(rowId(vt, vkey))) {
+        if (out.length >= MAX_CARRIED_VERSIONS) return;
+        out.push({ table: vt, key: vkey, expected: null, state: encodeVersionRow(value, true) });
+      }
+      rec.value = 'moved';
+      cell.dropValue(rec.startTs);
+    }
   }
 }
 
@@ -134,6 +172,24 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
   });
 }
 
+/** Notes which carried version rows a refused step found there (read where not returned). */
+async function notePresent(
+  env: CommitContext['env'],
+  carried: readonly CasRequest[],
+  current: readonly (StoredRow | null | undefined)[] | undefined,
+  present: Set<string>,
+): Promise<void> {
+  const unread: RowRef[] = [];
+  for (const [j, v] of carried.entries()) {
+    const row = current?.[j];
+    if (row) present.add(rowId(v.table, v.key));
+    else if (row === undefined) unread.push({ table: v.table, key: v.key });
+  }
+  if (unread.length === 0) return;
+  const rows = await Promise.all(unread.map((ref) => env.reader.read(ref.table, ref.key)));
+  for (const [j, ref] of unread.entries()) if (rows[j]) present.add(rowId(ref.table, ref.key));
+}
+
 /** The retry budgets of the many-row loop, as `updateRow`'s. */
 const MAX_ATTEMPTS = 64;
 const MAX_STORE_FAILURES = 8;
@@ -168,6 +224,8 @@ export async function commitOnePhaseMany(ctx: CommitContext, counter: string): P
   let failures = 0;
   let lockRounds = 0;
   let relieved = false;
+  let carry = true;
+  const present = new Set<string>();
   let lastError: unknown;
   // After an unknown outcome, only an error that says it landed or did not is certain.
   const unknown = (cause: unknown) =>
@@ -221,9 +279,11 @@ export async function commitOnePhaseMany(ctx: CommitContext, counter: string): P
     }
     if (again) continue;
     const requests: (CasRequest & { readonly state: Uint8Array })[] = [];
+    const carried: (CasRequest & { readonly state: Uint8Array })[] = [];
     for (const [i, m] of rows.entries()) {
       const state = states[i]!;
       env.tidier.beforeWrite(m.table, m.row, state);
+      if (carry) carryMoves(m.table, m.row, state, present, carried);
       try {
         requests.push({
           table: m.table,
@@ -244,8 +304,13 @@ export async function commitOnePhaseMany(ctx: CommitContext, counter: string): P
     }
     if (again) continue;
     try {
-      const outcome = await env.store.checkAndSetStampedMany!(requests, counter);
+      const outcome = await env.store.checkAndSetStampedMany!(
+        carried.length > 0 ? requests.concat(carried) : requests,
+        counter,
+      );
       if (outcome.ok) {
+        for (const [j, v] of carried.entries())
+          env.tidier.created(v.table, v.key, outcome.versions[rows.length + j]!);
         for (const [i, m] of rows.entries()) {
           // The states are this step's own encodings, and the store is done with them.
           const stored = {
@@ -264,10 +329,17 @@ export async function commitOnePhaseMany(ctx: CommitContext, counter: string): P
         guessed[i] = false;
         if (current !== undefined) cache?.set(m.table, m.row, current);
       }
+      // A carried version row that is there already is not written again (carryMoves).
+      if (carried.length > 0) await notePresent(env, carried, outcome.current?.slice(rows.length), present);
     } catch (error) {
       // The rows do not fit one step of this store (its message limit, say): nothing was
-      // sent, so two phases can take them, row by row.
-      if (error instanceof RowTooLargeError && !ambiguous) return undefined;
+      // sent. Without carried version rows, then with none, two phases take them.
+      if (error instanceof RowTooLargeError && !ambiguous) {
+        if (carried.length === 0) return undefined;
+        carry = false;
+        for (const [i] of rows.entries()) known[i] = undefined;
+        continue;
+      }
       lastError = error;
       if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
       for (const [i, m] of rows.entries()) {
