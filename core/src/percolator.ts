@@ -71,7 +71,9 @@ export interface PercolatorOptions {
    * commit takes no locks and is one round trip (docs/protocol.md 4.5). Default 16; 1 keeps
    * every multi-row transaction on the two-phase path (prewrite, commit point,
    * secondaries), as on stores without the capability. A one-row transaction commits in one
-   * step wherever the store stamps a single row, whatever this says.
+   * step wherever the store stamps a single row, whatever this says; where the store also
+   * has the many-row step (and this is above 1), the old values its commit moves out of the
+   * head row go in that step with it (docs/protocol.md 7.2), else the tidy step moves them.
    */
   readonly onePhaseMaxRows?: number;
 }

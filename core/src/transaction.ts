@@ -627,7 +627,10 @@ export class Transaction {
       trace: this.ref,
     };
     const counter = this.env.stampCounter;
-    if (rows.length === 1 && counter !== undefined) {
+    const many = this.env.stampManyCounter;
+    // Where the store also writes several rows in one step, a single row goes that way too:
+    // the values its commit moves out of the head row then ride in the step (one-phase.ts).
+    if (rows.length === 1 && counter !== undefined && many === undefined) {
       return timed(
         ctx,
         'onePhase',
@@ -636,8 +639,11 @@ export class Transaction {
         (commitTs) => commitTs,
       );
     }
-    const many = this.env.stampManyCounter;
-    if (oneStep && many !== undefined && rows.length <= this.env.onePhaseMaxRows) {
+    if (
+      many !== undefined &&
+      oneStep &&
+      (rows.length === 1 ? counter !== undefined : rows.length <= this.env.onePhaseMaxRows)
+    ) {
       const commitTs = await timed(
         ctx,
         'onePhase',

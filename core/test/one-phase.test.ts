@@ -413,6 +413,49 @@ describe('one-phase commits of several rows', () => {
       await db.close();
     });
 
+    it('a one-row transaction: the single-row stamped CAS when nothing rides with it, the many-row step when a version row does', async () => {
+      const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+      const db = new Percolator({ store, gc });
+      const sent: CasRequest[][] = [];
+      store.manyFault = (requests) => {
+        sent.push([...requests]);
+        return undefined;
+      };
+      const write = async (value: string) => {
+        const tx = await db.begin();
+        await tx.getString('t', 'a', 'v');
+        tx.set('t', 'a', 'v', value);
+        await tx.commit();
+        return tx.startTs;
+      };
+      const firstTs = await write('v0'); // nothing superseded yet
+      expect(sent).toHaveLength(0);
+      expect(store.calls.checkAndSetStamped).toBe(1);
+      const old = await db.begin();
+      await write('v1');
+      expect(store.calls.checkAndSetStamped).toBe(1);
+      expect(sent.map((requests) => requests.map((r) => [r.table, r.key]))).toEqual([
+        [
+          ['t', 'a'],
+          [versionTable('t'), versionKey('a', 'v', firstTs)],
+        ],
+      ]);
+      const [cell] = await cellsOf(store.inner, 't', 'a');
+      expect(cell!.writes.find((w) => w.startTs === firstTs)).toMatchObject({ value: 'moved' });
+      expect(await old.getString('t', 'a', 'v')).toBe('v0');
+      await db.close();
+      // onePhaseMaxRows 1: no many-row step at all; the tidy step moves the value.
+      const twoPhase = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+      const plain = new Percolator({ store: twoPhase, gc, onePhaseMaxRows: 1 });
+      for (const value of ['v0', 'v1']) await plain.transact(async (tx) => tx.set('t', 'a', 'v', value));
+      await plain.flush();
+      expect(twoPhase.stampedManyCalls).toBe(0);
+      expect(twoPhase.calls.checkAndSetStamped).toBe(2);
+      const [moved] = await cellsOf(twoPhase.inner, 't', 'a');
+      expect(moved!.writes.map((w) => w.value)).toEqual(['inline', 'moved']);
+      await plain.close();
+    });
+
     it('a step the store refuses as too large is sent again without them, and the tidy step moves them', async () => {
       const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
       const { db, seedTs } = await seeded(store);

@@ -354,10 +354,12 @@ describe('PercolatorTelemetry spans', () => {
         meterProvider: new MeterProvider({ readers: [reader] }),
         ...(tidySpans === undefined ? {} : { tidySpans }),
       });
-      // Every superseded value moves out: each commit after the first schedules a tidy pass.
+      // Every superseded value moves out: each commit after the first schedules a tidy pass
+      // (onePhaseMaxRows 1: no one-step commit, which would carry its moves itself).
       const db = new Percolator({
         store: new MemoryStore(),
         gc: { inlineHistoryBytes: 0 },
+        onePhaseMaxRows: 1,
         onEvent: telemetry.onEvent,
       });
       for (let i = 0; i < 5; i++) await db.transact(async (tx) => tx.set('t', 'a', 'c', 'x'.repeat(100 + i)));

@@ -319,6 +319,25 @@ async function movesRideTheStep(ctx: CaseContext): Promise<void> {
   checkEqual(await readPair(old), ['first', 'first'], 'the older snapshot, from the version rows');
   const later = await db.begin();
   checkEqual(await readPair(later), ['second', 'second'], 'a snapshot after the second commit');
+  // A one-row transaction: the value its commit moves out goes in its step too.
+  const soloTs = await db.begin().then(async (tx) => {
+    tx.set(TABLE, 'solo', 'v', 'first');
+    await tx.commit();
+    return tx.startTs;
+  });
+  const beforeSolo = await db.begin();
+  await db.transact(async (tx) => {
+    await tx.getString(TABLE, 'solo', 'v');
+    tx.set(TABLE, 'solo', 'v', 'second');
+  });
+  const solo = await store.read(TABLE, 'solo');
+  const soloCell = solo ? inspectHeadRow(solo.state).cells.find((c) => c.column === 'v') : undefined;
+  checkEqual(
+    soloCell?.writes.find((w) => w.startTs === soloTs)?.value,
+    'moved',
+    "a one-row commit: the first value's place as the second commit returns",
+  );
+  checkEqual(await beforeSolo.getString(TABLE, 'solo', 'v'), 'first', 'the older snapshot of the one row');
 }
 
 export const onePhaseCases: ConformanceCase[] = [
