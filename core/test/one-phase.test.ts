@@ -396,6 +396,30 @@ describe('one-phase commits of several rows', () => {
       await db.close();
     });
 
+    it('a store that refuses without the current rows: the version row already there is found by a read', async () => {
+      const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+      const { db, seedTs } = await seeded(store);
+      const old = await db.begin();
+      const vt = versionTable('t');
+      await store.inner.checkAndSet({
+        table: vt,
+        key: versionKey('a', 'v', seedTs),
+        expected: null,
+        state: encodeVersionRow(text('v0')),
+      });
+      const inner = store.inner;
+      const original = inner.checkAndSetStampedMany.bind(inner);
+      inner.checkAndSetStampedMany = async (requests, counter) => {
+        const result = await original(requests, counter);
+        return result.ok ? result : { ok: false }; // `current` is optional
+      };
+      const calls = store.stampedManyCalls;
+      await commitV1(db);
+      expect(store.stampedManyCalls - calls).toBe(2);
+      for (const row of ['a', 'b']) expect(await old.getString('t', row, 'v')).toBe('v0');
+      await db.close();
+    });
+
     it('a lost reply: the step landed with its version rows, and nothing is written twice', async () => {
       const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
       const { db, seedTs } = await seeded(store);

@@ -347,7 +347,13 @@ export async function commitOnePhaseMany(ctx: CommitContext, counter: string): P
         if (current !== undefined) cache?.set(m.table, m.row, current);
       }
       // A carried version row that is there already is not written again (carryMoves).
-      if (carried.length > 0) await notePresent(env, carried, outcome.current?.slice(rows.length), present);
+      if (carried.length > 0) {
+        await notePresent(env, carried, outcome.current?.slice(rows.length), present).catch(
+          (error: unknown) => {
+            throw ambiguous ? unknown(error) : error;
+          },
+        );
+      }
     } catch (error) {
       // The rows do not fit one step of this store (its message limit, say): nothing was
       // sent. Without carried version rows, then with none, two phases take them.
