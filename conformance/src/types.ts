@@ -7,9 +7,12 @@ export const PARTS: readonly Part[] = ['store', 'protocol', 'history', 'faults',
 
 /**
  * Optional capabilities a case may need: the boolean fields of StoreCapabilities that govern
- * a store method (`stampedReadUnderLoad` is a cost hint, not one).
+ * a store method (`stampedReadUnderLoad` and `stampedManyForOneRow` are cost hints, not ones).
  */
-export type Capability = Exclude<keyof StoreCapabilities, 'maxStateBytes' | 'stampedReadUnderLoad'>;
+export type Capability = Exclude<
+  keyof StoreCapabilities,
+  'maxStateBytes' | 'stampedReadUnderLoad' | 'stampedManyForOneRow'
+>;
 
 export interface ConformanceOptions {
   /** Shown in test names and reports, e.g. "memory" or "postgres". */

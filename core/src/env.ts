@@ -58,6 +58,11 @@ export interface ProtocolEnv {
    * nothing, and `onePhaseMaxRows` allows more than one: such transactions commit in one step.
    */
   readonly stampManyCounter: string | undefined;
+  /**
+   * With `stampManyCounter`: the store declares `stampedManyForOneRow`, so one-row
+   * transactions commit through the many-row step too, carrying their moves in it.
+   */
+  readonly oneRowCarriesMoves: boolean;
   /** The most rows a one-step commit of several rows takes (`onePhaseMaxRows`). */
   readonly onePhaseMaxRows: number;
   /** The oracle's counter, when the store can draw a start timestamp and read in one step. */

@@ -72,8 +72,9 @@ export interface PercolatorOptions {
    * every multi-row transaction on the two-phase path (prewrite, commit point,
    * secondaries), as on stores without the capability. A one-row transaction commits in one
    * step wherever the store stamps a single row, whatever this says; where the store also
-   * has the many-row step (and this is above 1), the old values its commit moves out of the
-   * head row go in that step with it (docs/protocol.md 7.2), else the tidy step moves them.
+   * has the many-row step and declares it as cheap as one row's (`stampedManyForOneRow`:
+   * Redis, memory) and this is above 1, the old values its commit moves out of the head
+   * row go in that step with it (docs/protocol.md 7.2), else the tidy step moves them.
    */
   readonly onePhaseMaxRows?: number;
 }
@@ -207,6 +208,7 @@ export class Percolator {
         store.checkAndSetStampedMany
           ? defaultOracle.counterName
           : undefined,
+      oneRowCarriesMoves: store.capabilities.stampedManyForOneRow === true,
       onePhaseMaxRows,
       // A first read stamped with the start timestamp must draw it from the oracle's counter.
       stampedReads: new StampedReadGauge(

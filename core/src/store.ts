@@ -106,6 +106,17 @@ export interface StoreCapabilities {
    */
   readonly stampedCheckAndSetMany?: boolean;
   /**
+   * With `stampedCheckAndSetMany`: a step of a few rows costs the store about what one
+   * `checkAndSetStamped` does (a cost hint, absent means false). A one-row commit whose old
+   * values leave its head row then sends their version rows in one `checkAndSetStampedMany`
+   * with it, instead of a single-row stamped CAS followed by a tidy pass (docs/protocol.md
+   * 7.2). Redis (one script either way) and the memory store declare it; MariaDB does not
+   * (its procedure of two rows costs about 1.35 times the single-row one, and one-row
+   * writes that carried their moves ran 7-13 % slower), nor PostgreSQL (no gain measured).
+   * Multi-row one-step commits carry their moves on every store with the capability.
+   */
+  readonly stampedManyForOneRow?: boolean;
+  /**
    * `readStamped`: a start timestamp and a batch of reads in one round trip (absent means
    * false). Lets a transaction's first reads need no separate round trip to the oracle.
    */

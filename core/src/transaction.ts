@@ -627,9 +627,10 @@ export class Transaction {
       trace: this.ref,
     };
     const counter = this.env.stampCounter;
-    const many = this.env.stampManyCounter;
-    // Where the store also writes several rows in one step, a single row goes that way too:
-    // the values its commit moves out of the head row then ride in the step (one-phase.ts).
+    // Where a step of several rows costs the store about what one row's does, a single row
+    // goes that way too: the values its commit moves out of the head row ride in the step
+    // (one-phase.ts; capability stampedManyForOneRow).
+    const many = this.env.oneRowCarriesMoves || rows.length > 1 ? this.env.stampManyCounter : undefined;
     if (rows.length === 1 && counter !== undefined && many === undefined) {
       return timed(
         ctx,

@@ -478,6 +478,28 @@ describe('one-phase commits of several rows', () => {
       const [moved] = await cellsOf(twoPhase.inner, 't', 'a');
       expect(moved!.writes.map((w) => w.value)).toEqual(['inline', 'moved']);
       await plain.close();
+      // A store that does not declare stampedManyForOneRow (MariaDB): one-row commits keep
+      // the single-row stamped CAS and leave their moves to the tidy step; commits of
+      // several rows still carry theirs.
+      const costly = new InstrumentedStore(new MemoryStore(), { ...ONE_STEP, stampedManyForOneRow: false });
+      const hinted = new Percolator({ store: costly, gc });
+      for (const value of ['v0', 'v1']) await hinted.transact(async (tx) => tx.set('t', 'a', 'v', value));
+      expect(costly.stampedManyCalls).toBe(0);
+      await hinted.flush();
+      const [tidied] = await cellsOf(costly.inner, 't', 'a');
+      expect(tidied!.writes.map((w) => w.value)).toEqual(['inline', 'moved']);
+      const pairs: CasRequest[][] = [];
+      costly.manyFault = (requests) => {
+        pairs.push([...requests]);
+        return undefined;
+      };
+      for (const value of ['v2', 'v3'])
+        await hinted.transact(async (tx) => {
+          tx.set('t', 'a', 'v', value);
+          tx.set('t', 'b', 'v', value);
+        });
+      expect(pairs.at(-1)!.some((r) => r.table === versionTable('t'))).toBe(true);
+      await hinted.close();
     });
 
     it('a step the store refuses as too large is sent again without them, and the tidy step moves them', async () => {

@@ -141,6 +141,9 @@ export class RedisStore implements RowStore {
       // The stamped read's INCR is an in-memory write in the same script: cheaper than
       // sharing oracle batches, which cost each transaction a second round trip.
       stampedReadUnderLoad: stamped,
+      // The many-row script costs about the single-row one: a one-row commit carries the
+      // version rows of the values it moves out in it (docs/protocol.md 7.2).
+      stampedManyForOneRow: stamped,
     });
     if (stamped) {
       this.checkAndSetStamped = this.stampedCas.bind(this);

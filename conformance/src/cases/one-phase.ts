@@ -319,7 +319,9 @@ async function movesRideTheStep(ctx: CaseContext): Promise<void> {
   checkEqual(await readPair(old), ['first', 'first'], 'the older snapshot, from the version rows');
   const later = await db.begin();
   checkEqual(await readPair(later), ['second', 'second'], 'a snapshot after the second commit');
-  // A one-row transaction: the value its commit moves out goes in its step too.
+  // A one-row transaction: where a step of several rows costs about one row's
+  // (stampedManyForOneRow), the value its commit moves out goes in its step too; else the
+  // tidy step moves it. Either way an older snapshot reads it.
   const soloTs = await db.begin().then(async (tx) => {
     tx.set(TABLE, 'solo', 'v', 'first');
     await tx.commit();
@@ -332,11 +334,13 @@ async function movesRideTheStep(ctx: CaseContext): Promise<void> {
   });
   const solo = await store.read(TABLE, 'solo');
   const soloCell = solo ? inspectHeadRow(solo.state).cells.find((c) => c.column === 'v') : undefined;
-  checkEqual(
-    soloCell?.writes.find((w) => w.startTs === soloTs)?.value,
-    'moved',
-    "a one-row commit: the first value's place as the second commit returns",
-  );
+  if (store.capabilities.stampedManyForOneRow === true) {
+    checkEqual(
+      soloCell?.writes.find((w) => w.startTs === soloTs)?.value,
+      'moved',
+      "a one-row commit: the first value's place as the second commit returns",
+    );
+  }
   checkEqual(await beforeSolo.getString(TABLE, 'solo', 'v'), 'first', 'the older snapshot of the one row');
 }
 
