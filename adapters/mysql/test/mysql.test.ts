@@ -1,7 +1,7 @@
 // Twin of the PostgreSQL adapter's test of the same name: both check what each adapter does
 // with its own driver (statements, failure mapping, timeouts, schema); the contract is the
-// conformance suite's. Their setup and test shapes match on purpose (`duplicates` pairs them).
-import { randomBytes } from 'node:crypto';
+// conformance suite's. Their test shapes match on purpose (`duplicates` pairs them); their
+// setup is ./fixture.ts.
 import { readFileSync } from 'node:fs';
 import { type CasResult, ClosedError, InvalidArgumentError, StoreError } from '@percolator/core';
 import { fullCapabilities } from '@percolator/core/kit';
@@ -9,30 +9,16 @@ import {
   assertMySqlReachable,
   createMySqlStore,
   MYSQL_URL_ENV,
-  type MySqlStore,
   maxStateBytesFor,
   mysqlSchemaSql,
   resolveMySqlUrl,
 } from '@percolator/mysql';
-import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
-import { createPool, type Pool, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { createPool, type ResultSetHeader, type RowDataPacket } from 'mysql2/promise';
+import { describe, expect, it, vi } from 'vitest';
+import { admin, openStore, store, uniqueNamespace, url, useMySqlFixture } from './fixture.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);
-const uniqueNamespace = () => `t_${randomBytes(6).toString('hex')}`;
-
-let server: TestServer | undefined;
-let url: string;
-let admin: Pool;
-let store: MySqlStore;
-const opened: MySqlStore[] = [];
-
-async function openStore(options: Parameters<typeof createMySqlStore>[0] = {}): Promise<MySqlStore> {
-  const s = await createMySqlStore({ uri: url, ...options });
-  opened.push(s);
-  return s;
-}
 
 async function tablesOf(namespace: string): Promise<string[]> {
   const [rows] = await admin.query<RowDataPacket[]>(
@@ -53,21 +39,7 @@ function version(result: CasResult): string {
   return result.version;
 }
 
-beforeAll(async () => {
-  server = await ensureMySql();
-  url = server.url;
-  admin = createPool({ uri: url, connectionLimit: 3 });
-  store = await openStore({ namespace: uniqueNamespace() });
-});
-
-afterAll(async () => {
-  for (const s of opened) {
-    await s.dropNamespace().catch(() => {});
-    await s.close();
-  }
-  await admin?.end();
-  await server?.stop();
-});
+useMySqlFixture('t');
 
 describe('mysql store: optional capabilities', () => {
   it('declares what it implements', async () => {

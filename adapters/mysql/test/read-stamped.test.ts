@@ -21,7 +21,6 @@ import {
   writeStamp,
 } from '@percolator/core';
 import {
-  createMySqlStore,
   dropMySqlNamespace,
   listMySqlNamespaces,
   type MySqlStore,
@@ -29,12 +28,11 @@ import {
   mysqlSchemaSql,
   mysqlSchemaStatements,
 } from '@percolator/mysql';
-import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
-import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import type { Pool, RowDataPacket } from 'mysql2/promise';
+import { describe, expect, it, vi } from 'vitest';
+import { admin, openStore, store, uniqueNamespace, url, useMySqlFixture, userPool } from './fixture.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
-const uniqueNamespace = () => `rs_${randomBytes(6).toString('hex')}`;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A stamped state: a format byte, the 8-byte slot (placeholder), then `tail`. */
@@ -46,25 +44,6 @@ type StampedRead = (
   rows: readonly RowRef[],
   counter: string,
 ) => Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
-
-let server: TestServer | undefined;
-let url: string;
-let admin: Pool;
-let store: MySqlStore;
-const opened: MySqlStore[] = [];
-const pools: Pool[] = [];
-
-async function openStore(options: Parameters<typeof createMySqlStore>[0] = {}): Promise<MySqlStore> {
-  const s = await createMySqlStore({ uri: url, ...options });
-  opened.push(s);
-  return s;
-}
-
-function userPool(options: Parameters<typeof createPool>[0] & object = {}): Pool {
-  const pool = createPool({ uri: url, connectionLimit: 4, ...options });
-  pools.push(pool);
-  return pool;
-}
 
 function version(result: CasResult): string {
   if (!result.ok) throw new Error(`expected the CAS to apply: ${JSON.stringify(result)}`);
@@ -139,22 +118,7 @@ COMMIT`;
   };
 }
 
-beforeAll(async () => {
-  server = await ensureMySql();
-  url = server.url;
-  admin = createPool({ uri: url, connectionLimit: 4 });
-  store = await openStore({ namespace: uniqueNamespace() });
-});
-
-afterAll(async () => {
-  for (const s of opened) {
-    await s.dropNamespace().catch(() => {});
-    await s.close();
-  }
-  for (const pool of pools) await pool.end();
-  await admin?.end();
-  await server?.stop();
-});
+useMySqlFixture('rs');
 
 describe('mysql readStamped: the step', () => {
   it('declares stampedRead', () => {

@@ -7,7 +7,6 @@
  * on (whoever draws a later counter value and then reads sees every row), the schema's
  * procedure, failure mapping, and no text spliced into SQL.
  */
-import { randomBytes } from 'node:crypto';
 import { errorOf, stampOf } from '@percolator/conformance';
 import {
   type CasRequest,
@@ -19,7 +18,6 @@ import {
   writeStamp,
 } from '@percolator/core';
 import {
-  createMySqlStore,
   dropMySqlNamespace,
   listMySqlNamespaces,
   type MySqlStore,
@@ -27,12 +25,11 @@ import {
   mysqlSchemaSql,
   mysqlSchemaStatements,
 } from '@percolator/mysql';
-import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
-import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import type { Pool, RowDataPacket } from 'mysql2/promise';
+import { describe, expect, it, vi } from 'vitest';
+import { admin, openStore, store, uniqueNamespace, url, useMySqlFixture, userPool } from './fixture.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
-const uniqueNamespace = () => `sm_${randomBytes(6).toString('hex')}`;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A stamped state: a format byte, the 8-byte slot (placeholder), then `tail`. */
@@ -40,25 +37,6 @@ const template = (tail: Uint8Array | string) =>
   Uint8Array.from([9, 0, 0, 0, 0, 0, 0, 0, 0, ...(typeof tail === 'string' ? bytes(tail) : tail)]);
 
 type StampedRequest = CasRequest & { readonly state: Uint8Array };
-
-let server: TestServer | undefined;
-let url: string;
-let admin: Pool;
-let store: MySqlStore;
-const opened: MySqlStore[] = [];
-const pools: Pool[] = [];
-
-async function openStore(options: Parameters<typeof createMySqlStore>[0] = {}): Promise<MySqlStore> {
-  const s = await createMySqlStore({ uri: url, ...options });
-  opened.push(s);
-  return s;
-}
-
-function userPool(options: Parameters<typeof createPool>[0] & object = {}): Pool {
-  const pool = createPool({ uri: url, connectionLimit: 4, ...options });
-  pools.push(pool);
-  return pool;
-}
 
 function applied(result: StampedManyResult): { versions: readonly string[]; timestamp: number } {
   if (!result.ok)
@@ -135,22 +113,7 @@ function shuffled<T>(items: readonly T[]): T[] {
   return out;
 }
 
-beforeAll(async () => {
-  server = await ensureMySql();
-  url = server.url;
-  admin = createPool({ uri: url, connectionLimit: 4 });
-  store = await openStore({ namespace: uniqueNamespace() });
-});
-
-afterAll(async () => {
-  for (const s of opened) {
-    await s.dropNamespace().catch(() => {});
-    await s.close();
-  }
-  for (const pool of pools) await pool.end();
-  await admin?.end();
-  await server?.stop();
-});
+useMySqlFixture('sm');
 
 describe('mysql stamped check-and-set of many rows: the step', () => {
   it('declares stampedCheckAndSetMany', () => {

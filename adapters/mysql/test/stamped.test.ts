@@ -1,45 +1,25 @@
 // Twin of the PostgreSQL adapter's test of the same name: both check what each adapter does
 // with its own driver (statements, failure mapping, timeouts, schema); the contract is the
-// conformance suite's. Their setup and test shapes match on purpose (`duplicates` pairs them).
+// conformance suite's. Their test shapes match on purpose (`duplicates` pairs them); their
+// setup is ./fixture.ts.
 /**
  * The stamped check-and-set (capability stampedCheckAndSet) on a real server: layout of the
  * stamp, the shared counter, failure mapping, and the guarantee that makes it usable as a
  * commit point: whoever draws a later counter value and then reads sees the write.
  */
-import { randomBytes } from 'node:crypto';
 import { appliedStamp as applied, errorOf, stampOf } from '@percolator/conformance';
 import { StoreError, writeStamp } from '@percolator/core';
-import { createMySqlStore, type MySqlStore, mysqlSchemaStatements } from '@percolator/mysql';
-import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
-import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { mysqlSchemaStatements } from '@percolator/mysql';
+import type { RowDataPacket } from 'mysql2/promise';
+import { describe, expect, it, vi } from 'vitest';
+import { admin, openStore, store, uniqueNamespace, useMySqlFixture, userPool } from './fixture.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
-const uniqueNamespace = () => `s_${randomBytes(6).toString('hex')}`;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A stamped state: a format byte, the 8-byte slot (placeholder), then `tail`. */
 const template = (tail: Uint8Array | string) =>
   Uint8Array.from([9, 0, 0, 0, 0, 0, 0, 0, 0, ...(typeof tail === 'string' ? bytes(tail) : tail)]);
-
-let server: TestServer | undefined;
-let url: string;
-let admin: Pool;
-let store: MySqlStore;
-const opened: MySqlStore[] = [];
-const pools: Pool[] = [];
-
-async function openStore(options: Parameters<typeof createMySqlStore>[0] = {}): Promise<MySqlStore> {
-  const s = await createMySqlStore({ uri: url, ...options });
-  opened.push(s);
-  return s;
-}
-
-function userPool(options: Parameters<typeof createPool>[0] & object = {}): Pool {
-  const pool = createPool({ uri: url, connectionLimit: 4, ...options });
-  pools.push(pool);
-  return pool;
-}
 
 /** InnoDB transactions of `namespace`'s store connections that wait for a lock. */
 async function lockWaiters(): Promise<{ thread: number; query: string }[]> {
@@ -82,22 +62,7 @@ async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | 'p
   return Promise.race([promise, sleep(ms).then(() => 'pending' as const)]);
 }
 
-beforeAll(async () => {
-  server = await ensureMySql();
-  url = server.url;
-  admin = createPool({ uri: url, connectionLimit: 4 });
-  store = await openStore({ namespace: uniqueNamespace() });
-});
-
-afterAll(async () => {
-  for (const s of opened) {
-    await s.dropNamespace().catch(() => {});
-    await s.close();
-  }
-  for (const pool of pools) await pool.end();
-  await admin?.end();
-  await server?.stop();
-});
+useMySqlFixture('s');
 
 describe('mysql stamped check-and-set: the step', () => {
   it('fails like checkAndSet, answers the current row, and does not advance the counter', async () => {

@@ -1,7 +1,7 @@
 // Twin of the MySQL adapter's test of the same name: both check what each adapter does
 // with its own driver (statements, failure mapping, timeouts, schema); the contract is the
-// conformance suite's. Their setup and test shapes match on purpose (`duplicates` pairs them).
-import { randomBytes } from 'node:crypto';
+// conformance suite's. Their test shapes match on purpose (`duplicates` pairs them); their
+// setup is ./fixture.ts.
 import { readFileSync } from 'node:fs';
 import { type CasResult, ClosedError, InvalidArgumentError, StoreError } from '@percolator/core';
 import { fullCapabilities } from '@percolator/core/kit';
@@ -9,29 +9,15 @@ import {
   assertPostgresReachable,
   createPostgresStore,
   POSTGRES_URL_ENV,
-  type PostgresStore,
   postgresSchemaSql,
   resolvePostgresUrl,
 } from '@percolator/postgres';
-import { ensurePostgres, type TestServer } from '@percolator/testkit/postgres';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { admin, openStore, store, uniqueNamespace, url, usePostgresFixture } from './fixture.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);
-const uniqueNamespace = () => `t_${randomBytes(6).toString('hex')}`;
-
-let server: TestServer | undefined;
-let url: string;
-let admin: pg.Pool;
-let store: PostgresStore;
-const opened: PostgresStore[] = [];
-
-async function openStore(options: Parameters<typeof createPostgresStore>[0] = {}): Promise<PostgresStore> {
-  const s = await createPostgresStore({ connectionString: url, ...options });
-  opened.push(s);
-  return s;
-}
 
 async function tablesOf(namespace: string): Promise<string[]> {
   const result = await admin.query(
@@ -46,22 +32,7 @@ function version(result: CasResult): string {
   return result.version;
 }
 
-beforeAll(async () => {
-  server = await ensurePostgres();
-  url = server.url;
-  admin = new pg.Pool({ connectionString: url, max: 3 });
-  admin.on('error', () => {});
-  store = await openStore({ namespace: uniqueNamespace() });
-});
-
-afterAll(async () => {
-  for (const s of opened) {
-    await s.dropNamespace().catch(() => {});
-    await s.close();
-  }
-  await admin?.end();
-  await server?.stop();
-});
+usePostgresFixture('t');
 
 describe('postgres store: optional capabilities', () => {
   it('declares what it implements', () => {

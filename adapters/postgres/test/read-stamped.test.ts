@@ -1,7 +1,7 @@
 // Twin of the MySQL adapter's test of the same name: both check what each adapter does
 // with its own driver (statements, failure mapping, timeouts, schema); the contract is the
-// conformance suite's. Their setup and test shapes match on purpose (`duplicates` pairs them).
-import { randomBytes } from 'node:crypto';
+// conformance suite's. Their test shapes match on purpose (`duplicates` pairs them); their
+// setup is ./fixture.ts.
 import { errorOf, appliedStamp as stamped, stampedRace } from '@percolator/conformance';
 import {
   type CasResult,
@@ -12,17 +12,16 @@ import {
   writeStamp,
 } from '@percolator/core';
 import {
-  createPostgresStore,
   dropPostgresNamespace,
   type PgPoolClient,
   type PostgresStore,
   postgresNames,
   postgresSchemaSql,
 } from '@percolator/postgres';
-import { ensurePostgres, type TestServer } from '@percolator/testkit/postgres';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { postgresStatements } from '../src/statements.js';
+import { admin, openStore, store, uniqueNamespace, url, usePostgresFixture } from './fixture.js';
 
 /*
  * readStamped (capability stampedRead) against a real server: the same answers as readMany,
@@ -34,7 +33,6 @@ import { postgresStatements } from '../src/statements.js';
  */
 
 const bytes = (text: string) => new TextEncoder().encode(text);
-const uniqueNamespace = () => `rs_${randomBytes(6).toString('hex')}`;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A format byte, the 8-byte stamp slot (zeros), then `tail`. */
@@ -46,18 +44,6 @@ type StampedRead = (
   rows: readonly RowRef[],
   counter: string,
 ) => Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
-
-let server: TestServer | undefined;
-let url: string;
-let admin: pg.Pool;
-let store: PostgresStore;
-const opened: PostgresStore[] = [];
-
-async function openStore(options: Parameters<typeof createPostgresStore>[0] = {}): Promise<PostgresStore> {
-  const s = await createPostgresStore({ connectionString: url, ...options });
-  opened.push(s);
-  return s;
-}
 
 function _version(result: CasResult): string {
   if (!result.ok) throw new Error(`expected the CAS to apply: ${JSON.stringify(result)}`);
@@ -98,22 +84,7 @@ JOIN ${n.rows} t ON t.tbl = r.tbl AND t.key = r.key`;
   };
 }
 
-beforeAll(async () => {
-  server = await ensurePostgres();
-  url = server.url;
-  admin = new pg.Pool({ connectionString: url, max: 4 });
-  admin.on('error', () => {});
-  store = await openStore({ namespace: uniqueNamespace() });
-});
-
-afterAll(async () => {
-  for (const s of opened) {
-    await s.dropNamespace().catch(() => {});
-    await s.close();
-  }
-  await admin?.end();
-  await server?.stop();
-});
+usePostgresFixture('rs');
 
 describe('postgres readStamped: the step', () => {
   it('declares stampedRead', () => {

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { errorOf, stampOf } from '@percolator/conformance';
 import {
   type CasRequest,
@@ -11,17 +10,16 @@ import {
   writeStamp,
 } from '@percolator/core';
 import {
-  createPostgresStore,
   dropPostgresNamespace,
   type PgPoolClient,
   type PostgresStore,
   postgresNames,
   postgresSchemaSql,
 } from '@percolator/postgres';
-import { ensurePostgres, type TestServer } from '@percolator/testkit/postgres';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { postgresStatements } from '../src/statements.js';
+import { admin, openStore, store, uniqueNamespace, url, usePostgresFixture } from './fixture.js';
 
 /*
  * checkAndSetStampedMany (capability stampedCheckAndSetMany) against a real server: one
@@ -37,25 +35,12 @@ type StampedRequest = CasRequest & { readonly state: Uint8Array };
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);
-const uniqueNamespace = () => `sm_${randomBytes(6).toString('hex')}`;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A format byte, the 8-byte stamp slot (zeros), then `tail`. */
 const template = (tail: string) => Uint8Array.from([2, 0, 0, 0, 0, 0, 0, 0, 0, ...bytes(tail)]);
 /** What follows the stamp slot. */
 const tailOf = (state: Uint8Array) => text(state.subarray(9));
-
-let server: TestServer | undefined;
-let url: string;
-let admin: pg.Pool;
-let store: PostgresStore;
-const opened: PostgresStore[] = [];
-
-async function openStore(options: Parameters<typeof createPostgresStore>[0] = {}): Promise<PostgresStore> {
-  const s = await createPostgresStore({ connectionString: url, ...options });
-  opened.push(s);
-  return s;
-}
 
 /** The store's method (the checked store's, so the core's contract check runs too). */
 function many(s: PostgresStore, requests: readonly StampedRequest[], counter: string) {
@@ -140,22 +125,7 @@ function recordingPool(max: number, applicationName?: string) {
   return { pool, texts, values, errorCodes };
 }
 
-beforeAll(async () => {
-  server = await ensurePostgres();
-  url = server.url;
-  admin = new pg.Pool({ connectionString: url, max: 4 });
-  admin.on('error', () => {});
-  store = await openStore({ namespace: uniqueNamespace() });
-});
-
-afterAll(async () => {
-  for (const s of opened) {
-    await s.dropNamespace().catch(() => {});
-    await s.close();
-  }
-  await admin?.end();
-  await server?.stop();
-});
+usePostgresFixture('sm');
 
 describe('postgres checkAndSetStampedMany: the step', () => {
   it('declares stampedCheckAndSetMany', () => {

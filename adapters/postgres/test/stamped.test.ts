@@ -1,7 +1,7 @@
 // Twin of the MySQL adapter's test of the same name: both check what each adapter does
 // with its own driver (statements, failure mapping, timeouts, schema); the contract is the
-// conformance suite's. Their setup and test shapes match on purpose (`duplicates` pairs them).
-import { randomBytes } from 'node:crypto';
+// conformance suite's. Their test shapes match on purpose (`duplicates` pairs them); their
+// setup is ./fixture.ts.
 import net from 'node:net';
 import { appliedStamp as applied, errorOf, stampOf } from '@percolator/conformance';
 import { StoreError, writeStamp } from '@percolator/core';
@@ -11,10 +11,10 @@ import {
   type PostgresStore,
   postgresNames,
 } from '@percolator/postgres';
-import { ensurePostgres, type TestServer } from '@percolator/testkit/postgres';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { postgresStatements } from '../src/statements.js';
+import { admin, openStore, store, uniqueNamespace, url, usePostgresFixture } from './fixture.js';
 
 /*
  * checkAndSetStamped (capability stampedCheckAndSet) against a real server: the stamp, the
@@ -23,41 +23,13 @@ import { postgresStatements } from '../src/statements.js';
  */
 
 const bytes = (text: string) => new TextEncoder().encode(text);
-const uniqueNamespace = () => `s_${randomBytes(6).toString('hex')}`;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A format byte, the 8-byte stamp slot (zeros), then `tail`. */
 const template = (tail: Uint8Array | string) =>
   Uint8Array.from([2, 0, 0, 0, 0, 0, 0, 0, 0, ...(typeof tail === 'string' ? bytes(tail) : tail)]);
 
-let server: TestServer | undefined;
-let url: string;
-let admin: pg.Pool;
-let store: PostgresStore;
-const opened: PostgresStore[] = [];
-
-async function openStore(options: Parameters<typeof createPostgresStore>[0] = {}): Promise<PostgresStore> {
-  const s = await createPostgresStore({ connectionString: url, ...options });
-  opened.push(s);
-  return s;
-}
-
-beforeAll(async () => {
-  server = await ensurePostgres();
-  url = server.url;
-  admin = new pg.Pool({ connectionString: url, max: 4 });
-  admin.on('error', () => {});
-  store = await openStore({ namespace: uniqueNamespace() });
-});
-
-afterAll(async () => {
-  for (const s of opened) {
-    await s.dropNamespace().catch(() => {});
-    await s.close();
-  }
-  await admin?.end();
-  await server?.stop();
-});
+usePostgresFixture('s');
 
 // The step itself (stamp bytes, counter, failures, notified flag, 2^53) is the conformance
 // suite's (store: checkAndSetStamped draws a timestamp ...), run on every stamped store.

@@ -1,0 +1,57 @@
+/**
+ * The set-up the MariaDB adapter's test files share: the server (started if it is down),
+ * an admin pool, one store in a namespace of its own, and the stores and pools a test
+ * opens, each dropped and closed after the file. Vitest gives every test file its own copy
+ * of this module, so these bindings are that file's.
+ */
+import { randomBytes } from 'node:crypto';
+import { createMySqlStore, type MySqlStore } from '@percolator/mysql';
+import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
+import { createPool, type Pool } from 'mysql2/promise';
+import { afterAll, beforeAll } from 'vitest';
+
+let server: TestServer | undefined;
+let prefix = 't';
+const opened: MySqlStore[] = [];
+const pools: Pool[] = [];
+export let url: string;
+export let admin: Pool;
+/** The file's store, in a namespace of its own (set in beforeAll). */
+export let store: MySqlStore;
+
+/** A namespace no other test uses: the file's prefix and 12 random hex digits. */
+export const uniqueNamespace = () => `${prefix}_${randomBytes(6).toString('hex')}`;
+
+/** A store on the test server, dropped and closed after the file. */
+export async function openStore(options: Parameters<typeof createMySqlStore>[0] = {}): Promise<MySqlStore> {
+  const s = await createMySqlStore({ uri: url, ...options });
+  opened.push(s);
+  return s;
+}
+
+/** A pool of the test server's, as a user would make one, ended after the file. */
+export function userPool(options: Parameters<typeof createPool>[0] & object = {}): Pool {
+  const pool = createPool({ uri: url, connectionLimit: 4, ...options });
+  pools.push(pool);
+  return pool;
+}
+
+/** Registers the file's beforeAll / afterAll; namespaces start with `namespacePrefix`. */
+export function useMySqlFixture(namespacePrefix: string): void {
+  prefix = namespacePrefix;
+  beforeAll(async () => {
+    server = await ensureMySql();
+    url = server.url;
+    admin = createPool({ uri: url, connectionLimit: 4 });
+    store = await openStore({ namespace: uniqueNamespace() });
+  });
+  afterAll(async () => {
+    for (const s of opened) {
+      await s.dropNamespace().catch(() => {});
+      await s.close();
+    }
+    for (const pool of pools) await pool.end();
+    await admin?.end();
+    await server?.stop();
+  });
+}
