@@ -137,6 +137,21 @@ export function recordsThatMayBeMoving(cell: Cell): readonly WriteRecord[] {
   return !cell.history || cell.history.moving === 0 ? cell.recent : cell.writes;
 }
 
+/**
+ * The `moving` records of a cell whose values are still in the head row, with those values:
+ * what a move writes to version rows (the tidy step's creates, a one-step commit's carried
+ * ones).
+ */
+export function movingValues(cell: Cell): { rec: WriteRecord; value: Uint8Array }[] {
+  const out: { rec: WriteRecord; value: Uint8Array }[] = [];
+  for (const rec of recordsThatMayBeMoving(cell)) {
+    if (rec.value !== 'moving') continue;
+    const value = cell.valueAt(rec.startTs);
+    if (value) out.push({ rec, value });
+  }
+  return out;
+}
+
 /** Held records: commit records past the prune point kept only for their secondaries list. */
 export function heldRecords(cell: Cell, policy: PrunePolicy, nowMs: number): WriteRecord[] {
   if (cell.history?.held === 0 && !cell.recent.some((rec) => rec.secondaries)) return [];

@@ -6,6 +6,7 @@ import {
   heldRecords,
   heldWorthSettling,
   markMoving,
+  movingValues,
   pruneCell,
   pruneDue,
   recordsThatMayBeMoving,
@@ -424,10 +425,7 @@ export class Tidier implements RowTidier {
       work.push(i);
       const vt = versionTable(table);
       for (const [column, cell] of state.cells) {
-        for (const rec of recordsThatMayBeMoving(cell)) {
-          if (rec.value !== 'moving') continue;
-          const value = cell.valueAt(rec.startTs);
-          if (!value) continue;
+        for (const { rec, value } of movingValues(cell)) {
           creates.push({
             id: part(i, column, rec.startTs),
             row: i,

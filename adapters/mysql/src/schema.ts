@@ -100,6 +100,33 @@ WHERE NOT EXISTS (SELECT 1 FROM ${n.versionBlocks})`,
   ];
 }
 
+/**
+ * The counter draw of every stamped procedure: exactly `incrementCounter`'s statement with
+ * delta 1 (statements.ts, `increment`), its value into v_ts. `indent` goes before each line.
+ */
+function drawCounter(n: MySqlNames, indent: string): string {
+  return [
+    `INSERT INTO ${n.counters} (name, value) VALUES (p_counter, LAST_INSERT_ID(1))`,
+    'ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + 1);',
+    'SET v_ts = LAST_INSERT_ID();',
+  ]
+    .map((line) => indent + line)
+    .join('\n');
+}
+
+/**
+ * The exit handler of the procedures that write rows: roll back, and an error once COMMIT
+ * was issued (v_committing) is resignalled as ER_ERROR_DURING_COMMIT (1180), 'unknown'.
+ */
+const WRITE_EXIT_HANDLER = `  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+  BEGIN
+    ROLLBACK;
+    IF v_committing THEN
+      RESIGNAL SET MYSQL_ERRNO = 1180;
+    END IF;
+    RESIGNAL;
+  END;`;
+
 /*
  * The stamped check-and-set (capability stampedCheckAndSet), one CALL = one statement = one
  * round trip. Everything arrives as a parameter (table, key, versions, state, counter name,
@@ -166,14 +193,7 @@ BEGIN
   DECLARE v_ok INT DEFAULT 0;
   DECLARE v_ts BIGINT UNSIGNED;
   DECLARE v_committing BOOLEAN DEFAULT FALSE;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION
-  BEGIN
-    ROLLBACK;
-    IF v_committing THEN
-      RESIGNAL SET MYSQL_ERRNO = 1180;
-    END IF;
-    RESIGNAL;
-  END;
+${WRITE_EXIT_HANDLER}
   START TRANSACTION;
   IF p_expected IS NULL THEN
     SET v_ok = 1;
@@ -187,9 +207,7 @@ BEGIN
     WHERE tbl = p_tbl AND row_key = p_key AND version = p_expected FOR UPDATE;
   END IF;
   IF v_ok = 1 THEN
-    INSERT INTO ${n.counters} (name, value) VALUES (p_counter, LAST_INSERT_ID(1))
-    ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + 1);
-    SET v_ts = LAST_INSERT_ID();
+${drawCounter(n, '    ')}
     UPDATE ${n.rows}
     SET version = p_version,
       state = INSERT(p_state, p_stamp_at + 1, 8, UNHEX(LPAD(HEX(v_ts), 16, '0'))),
@@ -253,9 +271,7 @@ BEGIN
     RESIGNAL;
   END;
   START TRANSACTION;
-  INSERT INTO ${n.counters} (name, value) VALUES (p_counter, LAST_INSERT_ID(1))
-  ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + 1);
-  SET v_ts = LAST_INSERT_ID();
+${drawCounter(n, '  ')}
   COMMIT;
   START TRANSACTION READ ONLY;
   SELECT 0 AS i, CAST(v_ts AS CHAR) AS version, NULL AS state
@@ -387,14 +403,7 @@ BEGIN
   DECLARE v_at INT UNSIGNED;
   DECLARE v_len INT UNSIGNED;
   DECLARE v_notified BOOLEAN;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION
-  BEGIN
-    ROLLBACK;
-    IF v_committing THEN
-      RESIGNAL SET MYSQL_ERRNO = 1180;
-    END IF;
-    RESIGNAL;
-  END;
+${WRITE_EXIT_HANDLER}
   SET v_n = JSON_LENGTH(p_rows);
   IF v_n IS NULL OR v_n = 0 THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'percolator: p_rows must be a non-empty JSON array';
@@ -426,9 +435,7 @@ BEGIN
     SET v_last_tbl = v_tbl, v_last_key = v_key, v_i = v_i + 1;
   END WHILE;
   IF v_ok THEN
-    INSERT INTO ${n.counters} (name, value) VALUES (p_counter, LAST_INSERT_ID(1))
-    ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + 1);
-    SET v_ts = LAST_INSERT_ID();
+${drawCounter(n, '    ')}
     SET v_stamp = UNHEX(LPAD(HEX(v_ts), 16, '0'));
     -- The rows from the last to the first: the last one's v_row, v_tbl and v_key are set.
     SET v_i = v_n;

@@ -47,6 +47,20 @@ export function postgresNames(namespace?: string): PostgresNames {
 }
 
 /**
+ * The counter draw of the stamped functions, the same upsert as incrementCounter with delta
+ * 1 (created at 1 if absent), answered at once as the row (0, drawn, NULL).
+ */
+function drawAndAnswer(n: PostgresNames): string {
+  return `  INSERT INTO ${n.counters} (name, value) VALUES (counter_name, 1)
+  ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
+  RETURNING value INTO drawn;
+  ordinal := 0;
+  row_version := drawn;
+  row_state := NULL;
+  RETURN NEXT;`;
+}
+
+/**
  * The body of `<ns>_read_stamped(counter_name, tbls, keys)` (capability stampedRead). It
  * returns one row `(0, drawn value, NULL)`, then `(ordinal, version, state)` for every
  * requested row that exists (ordinals 1-based, in request order; absent rows are omitted).
@@ -71,13 +85,7 @@ DECLARE
   drawn bigint;
 BEGIN
   -- The draw: the same upsert as incrementCounter with delta 1 (created at 1 if absent).
-  INSERT INTO ${n.counters} (name, value) VALUES (counter_name, 1)
-  ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
-  RETURNING value INTO drawn;
-  ordinal := 0;
-  row_version := drawn;
-  row_state := NULL;
-  RETURN NEXT;
+${drawAndAnswer(n)}
   -- A new query, so (READ COMMITTED) a new snapshot, taken after the draw above returned.
   RETURN QUERY
     SELECT r.i, t.version, t.state
@@ -166,13 +174,7 @@ BEGIN
   END IF;
   -- 2. The draw: the same upsert as incrementCounter with delta 1; the counter row stays
   -- locked until this transaction commits, and it is the first lock taken.
-  INSERT INTO ${n.counters} (name, value) VALUES (counter_name, 1)
-  ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
-  RETURNING value INTO drawn;
-  ordinal := 0;
-  row_version := drawn;
-  row_state := NULL;
-  RETURN NEXT;
+${drawAndAnswer(n)}
   -- 3. The writes, one row at a time in (tbl, key) byte order, each stamped with drawn.
   FOR r IN
     SELECT q.tbl, q.key, q.exp, q.state, q.flag, q.i

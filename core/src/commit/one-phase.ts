@@ -1,5 +1,5 @@
 import { backoffMs, sleep } from '../backoff.js';
-import { addRecord, findRecord, recordsThatMayBeMoving, tidyCell } from '../cells.js';
+import { addRecord, findRecord, movingValues, tidyCell } from '../cells.js';
 import { decodeRow, encodeVersionRow, STAMP } from '../codec.js';
 import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from '../errors.js';
 import { cellOf, emptyRow, type RowState, rowHasNotification } from '../row-state.js';
@@ -75,10 +75,7 @@ function carryMoves(
 ): void {
   const vt = versionTable(table);
   for (const [column, cell] of state.cells) {
-    for (const rec of recordsThatMayBeMoving(cell)) {
-      if (rec.value !== 'moving') continue;
-      const value = cell.valueAt(rec.startTs);
-      if (!value) continue;
+    for (const { rec, value } of movingValues(cell)) {
       const vkey = versionKey(key, column, rec.startTs);
       if (!present.has(rowId(vt, vkey))) {
         if (out.length >= MAX_CARRIED_VERSIONS) return;
