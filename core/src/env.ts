@@ -1,4 +1,5 @@
 import type { PrunePolicy } from './cells.js';
+import type { SharedSteps } from './commit/shared-steps.js';
 import type { EventSink, TidyEvent } from './events.js';
 import type { LocalCommits } from './local-commits.js';
 import type { TimestampOracle } from './oracle.js';
@@ -58,6 +59,11 @@ export interface ProtocolEnv {
    * nothing, and `onePhaseMaxRows` allows more than one: such transactions commit in one step.
    */
   readonly stampManyCounter: string | undefined;
+  /**
+   * With `stampCounter`: where every stamped step goes (the single-row and many-row stamped
+   * CAS), shared by the steps of one turn where the store can (group commit, shared-steps.ts).
+   */
+  readonly steps: SharedSteps | undefined;
   /**
    * With `stampManyCounter`: the store declares `stampedManyForOneRow`, so one-row
    * transactions commit through the many-row step too, carrying their moves in it.

@@ -249,14 +249,15 @@ export class MemoryStore implements RowStore {
     requests: readonly (CasRequest & { readonly state: Uint8Array })[],
     counter: string,
   ): StampedManyResult {
-    let matches = true;
-    const current = requests.map((request) => {
-      const row = this.tables.get(request.table)?.rows.get(request.key);
-      if ((row?.version ?? null) === request.expected) return undefined;
-      matches = false;
-      return row ? { version: row.version, state: row.state.slice() } : null;
-    });
-    if (!matches) return { ok: false, current };
+    const matches = requests.every(
+      (request) =>
+        (this.tables.get(request.table)?.rows.get(request.key)?.version ?? null) === request.expected,
+    );
+    if (!matches) {
+      // Every row as it is now, as the networked stores answer (a shared step tells by them
+      // which of its transactions lost the race: shared-steps.ts).
+      return { ok: false, current: requests.map((r) => this.readNow(r.table, r.key)) };
+    }
     for (const request of requests) {
       if (request.state.length > this.capabilities.maxStateBytes) return this.casNow(request) as never; // throws RowTooLargeError
     }

@@ -2,6 +2,7 @@ import { backoffMs, sleep } from './backoff.js';
 import type { PrunePolicy } from './cells.js';
 import { checkedStore } from './checked-store.js';
 import { abortedError } from './commit/context.js';
+import { SharedSteps } from './commit/shared-steps.js';
 import { observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge } from './env.js';
 import { ClosedError, InvalidArgumentError, isRetryable, UnsupportedOperationError } from './errors.js';
 import { EventSink, type PercolatorEventListener } from './events.js';
@@ -77,6 +78,16 @@ export interface PercolatorOptions {
    * row go in that step with it (docs/protocol.md 7.2), else the tidy step moves them.
    */
   readonly onePhaseMaxRows?: number;
+  /**
+   * Group commit (default true): the stamped steps (one-step commits, stamped primary
+   * commits) that this client's transactions send in the same turn of the event loop go to
+   * the store as one atomic step with one commit timestamp, where the store can write
+   * several rows in one stamped step (`stampedCheckAndSetMany`). On PostgreSQL and
+   * MySQL/MariaDB each draw from the oracle's counter holds its row until the draw is
+   * durable, so one shared step commits several transactions for one fsync
+   * (docs/protocol.md 4.5, "Shared stamped steps"). false: each step goes on its own.
+   */
+  readonly groupCommit?: boolean;
 }
 
 /** The default of `onePhaseMaxRows`. */
@@ -118,6 +129,7 @@ const CLIENT_OPTIONS: OptionKeys<PercolatorOptions> = {
   onEvent: true,
   rowCacheBytes: true,
   onePhaseMaxRows: true,
+  groupCommit: true,
 };
 const GC_OPTIONS: OptionKeys<PrunePolicy> = {
   retentionMs: true,
@@ -170,6 +182,8 @@ export class Percolator {
     const onePhaseMaxRows = options.onePhaseMaxRows ?? DEFAULT_ONE_PHASE_MAX_ROWS;
     if (!Number.isSafeInteger(onePhaseMaxRows) || onePhaseMaxRows < 1)
       throw new InvalidArgumentError('onePhaseMaxRows must be a positive integer');
+    if (options.groupCommit !== undefined && typeof options.groupCommit !== 'boolean')
+      throw new InvalidArgumentError('groupCommit must be a boolean');
     const observed = new Set<string>();
     for (const { table, column } of options.observedColumns ?? []) {
       validateUserTable(table);
@@ -184,6 +198,13 @@ export class Percolator {
       defaultOracle && store.capabilities.peekedRead === true && store.readPeeked
         ? defaultOracle.counterName
         : undefined;
+    // Stamped commits need the write and the commit timestamp drawn in one atomic step
+    // from the same counter the oracle uses: only possible with the default oracle.
+    const stampCounter =
+      defaultOracle && store.capabilities.stampedCheckAndSet && store.checkAndSetStamped
+        ? defaultOracle.counterName
+        : undefined;
+    const stampsMany = store.capabilities.stampedCheckAndSetMany === true && !!store.checkAndSetStampedMany;
     const env: Omit<ProtocolEnv, 'tidier'> & { tidier?: Tidier } = {
       store,
       reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),
@@ -194,19 +215,13 @@ export class Percolator {
       prune,
       hooks: options.hooks ?? {},
       events: options.onEvent ? new EventSink(options.onEvent, store.name) : undefined,
-      // Stamped commits need the write and the commit timestamp drawn in one atomic step
-      // from the same counter the oracle uses: only possible with the default oracle.
-      stampCounter:
-        defaultOracle && store.capabilities.stampedCheckAndSet && store.checkAndSetStamped
-          ? defaultOracle.counterName
-          : undefined,
+      stampCounter,
       // One atomic stamped write of many rows: the same counter, and rows to spare.
       stampManyCounter:
-        defaultOracle &&
-        onePhaseMaxRows > 1 &&
-        store.capabilities.stampedCheckAndSetMany === true &&
-        store.checkAndSetStampedMany
-          ? defaultOracle.counterName
+        defaultOracle && onePhaseMaxRows > 1 && stampsMany ? defaultOracle.counterName : undefined,
+      steps:
+        stampCounter !== undefined
+          ? new SharedSteps(store, stampCounter, stampsMany && options.groupCommit !== false)
           : undefined,
       oneRowCarriesMoves: store.capabilities.stampedManyForOneRow === true,
       onePhaseMaxRows,

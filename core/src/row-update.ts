@@ -124,23 +124,19 @@ export async function updateRow<T>(
     const request = casRequest(env, table, key, current?.version ?? null, decision.write);
     try {
       if (stampCounter !== undefined && request.state) {
-        const outcome = await env.store.checkAndSetStamped!(
-          { ...request, state: request.state },
-          stampCounter,
-        );
-        if (outcome.ok && outcome.timestamp !== undefined) {
+        // A step of one row, shared with this turn's other stamped steps where the store can.
+        const outcome = await env.steps!.send([{ ...request, state: request.state }]);
+        if (outcome.ok) {
           // The state is this step's own encoding, and the store is done with it: stamp it in place.
           const stored = {
-            version: outcome.version,
+            version: outcome.versions[0]!,
             state: writeStampInPlace(request.state, outcome.timestamp),
           };
           cache?.set(table, key, stored);
           env.tidier.afterWrite(table, key, decision.write, stored);
           return { result: decision.result, stored, timestamp: outcome.timestamp };
         }
-        // Applied without a timestamp breaks the contract: re-read, and the decision finds out.
-        current = outcome.ok ? undefined : outcome.current;
-        if (outcome.ok) ambiguous = true;
+        current = outcome.current?.[0];
         if (current !== undefined) cache?.set(table, key, current);
         continue;
       }

@@ -185,11 +185,14 @@ export interface RowStore {
    * request's state at `STAMP_OFFSET`, and apply every CAS, but only if every request's
    * `expected` matches its row (a version, or absent for `null`). If any does not match,
    * nothing is written (the counter may still advance) and the reply is `ok: false`, with
-   * each row as it is now where the store returns that cheaply (`undefined` = not known).
+   * each row as it is now where the store returns that cheaply (`undefined` = not known;
+   * answer every row where you can: the core's shared steps tell by them which transaction
+   * of a step lost the race, and resend the others alone where a row is not known).
    * Atomic means: whoever draws a later value from the counter and then reads any of these
    * rows sees every one of these writes. The requests name distinct rows (the core sends at
-   * most a few dozen); every `state` is non-null. Versions come back in request order. Lost
-   * replies follow the usual rules (StoreError 'unknown'): the core re-reads and finds out.
+   * most 64, or one transaction's step where that is more); every `state` is non-null.
+   * Versions come back in request order. Lost replies follow the usual rules (StoreError
+   * 'unknown'): the core re-reads and finds out.
    */
   checkAndSetStampedMany?(
     requests: readonly (CasRequest & { readonly state: Uint8Array })[],

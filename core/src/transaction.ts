@@ -649,7 +649,7 @@ export class Transaction {
         ctx,
         'onePhase',
         rows.length,
-        () => commitOnePhaseMany(ctx, many),
+        () => commitOnePhaseMany(ctx),
         (commitTs) => commitTs,
       );
       // Too large for one step of this store: nothing was written.

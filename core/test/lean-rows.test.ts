@@ -214,7 +214,9 @@ describe('lean rows', () => {
       expect(view.cells[0]!.writes.filter((w) => w.value !== 'moved').map((w) => w.value)).toEqual([
         'inline',
       ]);
-      expect(view.cells[0]!.garbage).toEqual([]);
+      // Pruned version rows are deleted GARBAGE_BATCH at a time (docs/protocol.md 7.3): fewer
+      // names than that wait for the row's next write or gc, and ask for no tidy step.
+      expect(view.cells[0]!.garbage.length).toBeLessThan(GARBAGE_BATCH);
     }
   });
 

@@ -184,8 +184,9 @@ describe('one-phase commits of several rows', () => {
     await tx.getString('t', 'a', 'v');
     tx.set('t', 'a', 'v', 'new');
     tx.set('t', 'b', 'v', 'new');
+    const sent = store.stampedManyCalls; // the seed's steps
     const committing = tx.commit();
-    while (store.stampedManyCalls === 0) await new Promise((r) => setImmediate(r));
+    while (store.stampedManyCalls === sent) await new Promise((r) => setImmediate(r));
     await new Promise((r) => setImmediate(r));
     // Applied, reply held: a reader that starts now is above its stamp and sees all of it.
     const seen = await reader.transact(async (r) => [

@@ -10,7 +10,9 @@
 import {
   type CasRequest,
   CommitUnknownError,
+  ConflictError,
   inspectHeadRow,
+  type Percolator,
   type RowStore,
   STAMP_OFFSET,
   type StampedManyResult,
@@ -344,6 +346,114 @@ async function movesRideTheStep(ctx: CaseContext): Promise<void> {
   checkEqual(await beforeSolo.getString(TABLE, 'solo', 'v'), 'first', 'the older snapshot of the one row');
 }
 
+const SHARED = ['s1', 's2', 's3', 's4'];
+
+/** Per key of SHARED, a transaction that read both its rows and writes them `value key`, ready to commit. */
+function pairsReady(db: Percolator, value: string): Promise<Transaction[]> {
+  return Promise.all(
+    SHARED.map(async (k) => {
+      const tx = await db.begin();
+      await tx.getString(TABLE, k, 'v');
+      await tx.getString(OTHER, k, 'v');
+      tx.set(TABLE, k, 'v', `${value} ${k}`);
+      tx.set(OTHER, k, 'v', `${value} ${k}`);
+      return tx;
+    }),
+  );
+}
+
+/** Each transaction of `txs` (one per key of SHARED) has exactly `expected[i]` records on both its rows. */
+async function checkRecords(
+  store: RowStore,
+  txs: readonly Transaction[],
+  expected: readonly number[],
+  what: string,
+) {
+  for (const [i, k] of SHARED.entries()) {
+    for (const table of [TABLE, OTHER]) {
+      checkEqual(
+        await recordsOf(store, table, k, txs[i]!.startTs),
+        expected[i],
+        `${what}: records on ${table}/${k}`,
+      );
+    }
+  }
+}
+
+/**
+ * Group commit (docs/protocol.md 4.5, "Shared stamped steps"): the one-step commits a
+ * client sends in one turn go as one atomic step with one commit timestamp. A transaction
+ * whose rows changed fails alone while the others commit; a lost reply of the shared step
+ * is settled by each transaction's re-read, and nothing is written twice.
+ */
+async function sharedSteps(ctx: CaseContext): Promise<void> {
+  const store = await ctx.createStore();
+  const { db, faulty } = client(ctx, store, { wrap: true });
+  const other = client(ctx, store).db;
+  const reader = client(ctx, store).db;
+  let steps = 0;
+  faulty!.onCall((call) => {
+    if (call.operation === 'checkAndSetStampedMany' || call.operation === 'checkAndSetStamped') steps++;
+  });
+  const readAll = () =>
+    reader.transact((tx) =>
+      Promise.all(SHARED.flatMap((k) => [tx.getString(TABLE, k, 'v'), tx.getString(OTHER, k, 'v')])),
+    );
+  const both = (values: readonly string[]) => values.flatMap((v) => [v, v]);
+
+  // Four commits sent in one turn: one step, one commit timestamp, every row once.
+  let txs = await pairsReady(db, 'one');
+  steps = 0;
+  const results = await Promise.all(txs.map((tx) => tx.commit()));
+  checkEqual(steps, 1, 'stamped steps of four one-step commits sent in one turn');
+  checkEqual(
+    new Set(results.map((r) => r.commitTs)).size,
+    1,
+    'distinct commit timestamps of one shared step',
+  );
+  await checkRecords(store, txs, [1, 1, 1, 1], 'a shared step');
+  checkEqual(await readAll(), both(SHARED.map((k) => `one ${k}`)), 'rows after a shared step');
+
+  // One of them lost a race: it alone fails; the others commit once.
+  txs = await pairsReady(db, 'two');
+  await other.transact(async (tx) => tx.set(TABLE, 's1', 'v', 'other'));
+  const outcomes = await Promise.allSettled(txs.map((tx) => tx.commit()));
+  const lost = outcomes[0]!;
+  check(
+    lost.status === 'rejected' && lost.reason instanceof ConflictError,
+    () =>
+      `the transaction whose row changed: ${lost.status === 'rejected' ? errorText(lost.reason) : 'committed'}`,
+  );
+  for (const [i, o] of outcomes.entries()) {
+    if (i > 0)
+      check(
+        o.status === 'fulfilled',
+        () =>
+          `transaction ${SHARED[i]} beside the one that lost: ${o.status === 'rejected' ? errorText(o.reason) : ''}`,
+      );
+  }
+  await checkRecords(store, txs, [0, 1, 1, 1], 'a shared step refused for one of its transactions');
+  checkEqual(
+    await readAll(),
+    ['other', 'one s1', 'two s2', 'two s2', 'two s3', 'two s3', 'two s4', 'two s4'],
+    'rows after a shared step refused for one of its transactions',
+  );
+
+  // A lost reply of the shared step: each transaction's re-read finds its records.
+  txs = await pairsReady(db, 'three');
+  faulty!.failAfter(undefined, 'checkAndSetStampedMany');
+  steps = 0;
+  const settled = await Promise.all(txs.map((tx) => tx.commit()));
+  checkEqual(steps, 1, 'stamped steps after the lost reply of a shared step (settled by re-reads)');
+  checkEqual(new Set(settled.map((r) => r.commitTs)).size, 1, 'commit timestamps found by the re-reads');
+  await checkRecords(store, txs, [1, 1, 1, 1], 'a shared step whose reply was lost');
+  checkEqual(
+    await readAll(),
+    both(SHARED.map((k) => `three ${k}`)),
+    'rows after a lost reply of a shared step',
+  );
+}
+
 export const onePhaseCases: ConformanceCase[] = [
   {
     part: 'store',
@@ -374,5 +484,11 @@ export const onePhaseCases: ConformanceCase[] = [
     name: 'values a one-step commit moves out of the head row go in its step: moved as it returns, read by older snapshots',
     requires: 'stampedCheckAndSetMany',
     run: movesRideTheStep,
+  },
+  {
+    part: 'faults',
+    name: "one-step commits a client sends in one turn share one step: one commit timestamp; a lost race fails only its own transaction; a lost reply is settled by each one's re-read",
+    requires: 'stampedCheckAndSetMany',
+    run: sharedSteps,
   },
 ];

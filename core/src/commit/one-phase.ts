@@ -13,7 +13,7 @@ import {
   type RowDecision,
   updateRow,
 } from '../row-update.js';
-import type { CasRequest, RowRef, StampedManyResult, StoredRow } from '../store.js';
+import type { CasRequest, RowRef, StoredRow } from '../store.js';
 import { writeStampInPlace } from '../store.js';
 import { versionKey, versionTable } from '../versions.js';
 import { alive, BlockedByLock, type CommitContext, notAborted, type RowMutations, rowId } from './context.js';
@@ -169,26 +169,6 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
   });
 }
 
-/**
- * The one step: `checkAndSetStampedMany`, or for a single row with nothing carried, the
- * store's single-row `checkAndSetStamped` (cheaper on some stores: one row lock and no
- * list to unpack), read as a step of one row.
- */
-async function sendStep(
-  env: CommitContext['env'],
-  requests: readonly (CasRequest & { readonly state: Uint8Array })[],
-  counter: string,
-): Promise<StampedManyResult> {
-  if (requests.length > 1) return env.store.checkAndSetStampedMany!(requests, counter);
-  const outcome = await env.store.checkAndSetStamped!(requests[0]!, counter);
-  if (!outcome.ok) return { ok: false, current: [outcome.current] };
-  if (outcome.timestamp === undefined) {
-    // Applied without a timestamp breaks the contract: the re-read finds out what landed.
-    throw new StoreError('checkAndSetStamped applied a write but returned no timestamp', 'unknown');
-  }
-  return { ok: true, versions: [outcome.version], timestamp: outcome.timestamp };
-}
-
 /** Notes which carried version rows a refused step found there (read where not returned). */
 async function notePresent(
   env: CommitContext['env'],
@@ -220,7 +200,7 @@ const MAX_STORE_FAILURES = 8;
  * Resolves to undefined, having written nothing, when the store says the rows are too
  * large for one step: the caller commits them in two phases.
  */
-export async function commitOnePhaseMany(ctx: CommitContext, counter: string): Promise<number | undefined> {
+export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | undefined> {
   const { env, startTs } = ctx;
   const { rows } = ctx;
   const cache = env.rowCache;
@@ -321,7 +301,8 @@ export async function commitOnePhaseMany(ctx: CommitContext, counter: string): P
     }
     if (again) continue;
     try {
-      const outcome = await sendStep(env, carried.length > 0 ? requests.concat(carried) : requests, counter);
+      // The one step (shared with this turn's other steps where the store can: shared-steps.ts).
+      const outcome = await env.steps!.send(carried.length > 0 ? requests.concat(carried) : requests);
       if (outcome.ok) {
         for (const [j, v] of carried.entries())
           env.tidier.created(v.table, v.key, outcome.versions[rows.length + j]!);

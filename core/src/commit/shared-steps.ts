@@ -1,0 +1,161 @@
+import { nextTurn } from '../backoff.js';
+import { RowTooLargeError, StoreError } from '../errors.js';
+import type { CasRequest, RowStore, StampedManyResult, StoredRow } from '../store.js';
+
+/** A stamped CAS request: its state carries the stamp slot the store fills. */
+export type StampedRequest = CasRequest & { readonly state: Uint8Array };
+
+/** Rows in one shared step at most (a step's own rows are never split). */
+const MAX_SHARED_ROWS = 64;
+
+interface Waiter {
+  readonly requests: readonly StampedRequest[];
+  /** `table \0 key` of each request, to keep the rows of one shared step distinct. */
+  readonly ids: readonly string[];
+  readonly resolve: (reply: StampedManyResult) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * Group commit: the stamped steps (docs/protocol.md 4.5) that this client's transactions
+ * send in the same turn of the event loop go to the store as one `checkAndSetStampedMany`,
+ * as the read-only transactions of a turn share one peek (peek-batcher.ts) and the batched
+ * oracle shares one counter call (docs/protocol.md 4.9, "Shared stamped steps").
+ *
+ * Why: on PostgreSQL and MySQL/MariaDB every draw from the oracle's counter holds the
+ * counter row until its transaction is durable (an fsync), so stamped steps sent one by one
+ * queue on that row and commit one fsync at a time, whatever the number of clients. A step
+ * shared by k transactions draws once and commits once for all k.
+ *
+ * Why it is safe: the shared step is one atomic step that draws one value, so the
+ * transactions in it commit at the same instant with the same commit timestamp. Their rows
+ * are distinct (two steps that name a common row never share), so no write of one can hide
+ * a write of another, and a snapshot drawn from the counter sees all of them or none, as
+ * if each had drawn its own adjacent value at that instant. Each keeps its own start
+ * timestamp; a blind write (whose start timestamp is its stamp) shares the stamp with the
+ * others of its step, on other rows, where no record of it can be mistaken for theirs.
+ *
+ * Each transaction gets its own reply, in its own order:
+ * - applied: its versions and the one timestamp;
+ * - refused: the store refuses the whole step if any row changed. A transaction whose own
+ *   rows are shown changed gets the refusal with them; the others did not lose a race and
+ *   go again, together, then each on its own if refused again (then the reply is its own);
+ * - failed (lost request, lost reply, an error): each gets the same error and settles it
+ *   as after its own step (a lost reply: each re-reads its rows and finds its records or
+ *   not, since the step landed whole or not at all);
+ * - too large for one step of this store (nothing was sent): each goes on its own.
+ */
+export class SharedSteps {
+  private waiting: Waiter[] = [];
+
+  constructor(
+    private readonly store: RowStore,
+    private readonly counter: string,
+    /** The store has `checkAndSetStampedMany`: steps may share. Without it each goes alone. */
+    private readonly share: boolean,
+  ) {}
+
+  /** Sends one transaction's stamped step, shared with the others of this turn where it can be. */
+  send(requests: readonly StampedRequest[]): Promise<StampedManyResult> {
+    if (!this.share) return this.alone(requests);
+    return new Promise((resolve, reject) => {
+      if (this.waiting.length === 0) nextTurn(() => this.flush());
+      const ids = requests.map((r) => `${r.table}\u0000${r.key}`);
+      this.waiting.push({ requests, ids, resolve, reject });
+    });
+  }
+
+  private flush(): void {
+    const waiting = this.waiting;
+    this.waiting = [];
+    // Pack in order of asking: a step joins the first shared step it fits, with no row in common.
+    const steps: { waiters: Waiter[]; ids: Set<string>; rows: number }[] = [];
+    for (const w of waiting) {
+      let into = steps.find(
+        (s) => s.rows + w.requests.length <= MAX_SHARED_ROWS && !w.ids.some((id) => s.ids.has(id)),
+      );
+      if (!into) {
+        into = { waiters: [], ids: new Set(), rows: 0 };
+        steps.push(into);
+      }
+      into.waiters.push(w);
+      for (const id of w.ids) into.ids.add(id);
+      into.rows += w.requests.length;
+    }
+    for (const s of steps) this.sendShared(s.waiters, true);
+  }
+
+  /** One transaction's step on its own: the single-row stamped CAS for one row, read as a step. */
+  private async alone(requests: readonly StampedRequest[]): Promise<StampedManyResult> {
+    if (requests.length > 1) return this.store.checkAndSetStampedMany!(requests, this.counter);
+    const outcome = await this.store.checkAndSetStamped!(requests[0]!, this.counter);
+    if (!outcome.ok) return { ok: false, current: [outcome.current] };
+    if (outcome.timestamp === undefined) {
+      // Applied without a timestamp breaks the contract: the re-read finds out what landed.
+      throw new StoreError('checkAndSetStamped applied a write but returned no timestamp', 'unknown');
+    }
+    return { ok: true, versions: [outcome.version], timestamp: outcome.timestamp };
+  }
+
+  private sendAlone(w: Waiter): void {
+    this.alone(w.requests).then(w.resolve, w.reject);
+  }
+
+  /** `again`: whether the waiters that did not lose a race may share once more after a refusal. */
+  private sendShared(waiters: readonly Waiter[], again: boolean): void {
+    if (waiters.length === 1) {
+      this.sendAlone(waiters[0]!);
+      return;
+    }
+    const requests = waiters.flatMap((w) => w.requests);
+    this.store.checkAndSetStampedMany!(requests, this.counter).then(
+      (outcome) => {
+        let at = 0;
+        const retry: Waiter[] = [];
+        for (const w of waiters) {
+          const n = w.requests.length;
+          if (outcome.ok) {
+            w.resolve({
+              ok: true,
+              versions: outcome.versions.slice(at, at + n),
+              timestamp: outcome.timestamp,
+            });
+          } else {
+            const current = outcome.current?.slice(at, at + n);
+            const fate = current ? raceOf(w.requests, current) : 'untold';
+            if (fate === 'lost') w.resolve({ ok: false, current: current! });
+            else if (fate === 'clean' && again) retry.push(w);
+            // Its rows not shown, or refused again though they looked unchanged: alone, its own reply.
+            else this.sendAlone(w);
+          }
+          at += n;
+        }
+        if (retry.length > 0) this.sendShared(retry, false);
+      },
+      (error: unknown) => {
+        // Nothing was sent: each fits a step of its own, or gets its own RowTooLargeError.
+        if (error instanceof RowTooLargeError) for (const w of waiters) this.sendAlone(w);
+        else for (const w of waiters) w.reject(error);
+      },
+    );
+  }
+}
+
+/**
+ * What a refused shared step says of one transaction's rows, as the store showed them:
+ * 'lost' if one of them is not what it expected (it lost a race: its refusal), 'clean' if
+ * every one is (the refusal was another's), 'untold' if the store did not show them all.
+ */
+function raceOf(
+  requests: readonly StampedRequest[],
+  current: readonly (StoredRow | null | undefined)[],
+): 'lost' | 'clean' | 'untold' {
+  let untold = false;
+  for (const [i, r] of requests.entries()) {
+    const row = current[i];
+    if (row === undefined) untold = true;
+    // Versions are never reused for a key: the same version is the same row.
+    else if ((row?.version ?? null) !== r.expected) return 'lost';
+  }
+  return untold ? 'untold' : 'clean';
+}

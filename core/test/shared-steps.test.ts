@@ -1,0 +1,280 @@
+import {
+  CommitUnknownError,
+  ConflictError,
+  InvalidArgumentError,
+  inspectHeadRow,
+  MemoryStore,
+  Percolator,
+  RowTooLargeError,
+  type Transaction,
+} from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import type { CasRequest } from '../src/store.js';
+import { type Fault, InstrumentedStore } from './support.js';
+
+/**
+ * Group commit (docs/protocol.md 4.5, "Shared stamped steps"): the stamped steps of one
+ * client's transactions sent in the same turn go to the store as one atomic step.
+ */
+
+const ONE_STEP = { stampedCheckAndSetMany: true } as const;
+
+/** An InstrumentedStore that also records the rows of every checkAndSetStampedMany. */
+class RecordingStore extends InstrumentedStore {
+  readonly steps: string[][] = [];
+  /** Refuses, as too large, any step of more rows than this (nothing applied). */
+  maxRows = Number.POSITIVE_INFINITY;
+
+  override async checkAndSetStampedMany(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ) {
+    this.steps.push(requests.map((r) => `${r.table}/${r.key}`));
+    if (requests.length > this.maxRows) throw new RowTooLargeError(`more than ${this.maxRows} rows`);
+    return super.checkAndSetStampedMany(requests, counter);
+  }
+}
+
+/** A fault for the first call only. */
+function once(fault: Fault): () => Fault {
+  let left = true;
+  return () => {
+    const now = left ? fault : undefined;
+    left = false;
+    return now;
+  };
+}
+
+/** Each key's row written once, so every later transaction knows it (and the client caches it). */
+async function seed(db: Percolator, keys: readonly string[]): Promise<void> {
+  for (const k of keys) await db.transact(async (tx) => tx.set('t', k, 'v', 'seed'));
+}
+
+/** A transaction that read row `key` and writes it with `value`, ready to commit. */
+async function readAndWrite(db: Percolator, key: string, value: string): Promise<Transaction> {
+  const tx = await db.begin();
+  await tx.getString('t', key, 'v');
+  tx.set('t', key, 'v', value);
+  return tx;
+}
+
+/** The records of `startTs` on (t, key), column v. */
+async function recordsOf(store: MemoryStore, key: string, startTs: number): Promise<number> {
+  const row = await store.read('t', key);
+  const cell = row ? inspectHeadRow(row.state).cells.find((c) => c.column === 'v') : undefined;
+  return cell?.writes.filter((w) => w.startTs === startTs).length ?? 0;
+}
+
+async function valuesOf(db: Percolator, keys: readonly string[]): Promise<(string | undefined)[]> {
+  return db.transact(async (tx) => Promise.all(keys.map((k) => tx.getString('t', k, 'v'))), {
+    readOnly: true,
+  });
+}
+
+const KEYS = ['a', 'b', 'c', 'd'];
+
+describe('shared stamped steps (group commit)', () => {
+  it('commits of one turn go as one step: one commit timestamp, every row written once', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, KEYS);
+    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+    store.steps.length = 0;
+    store.calls.checkAndSetStamped = 0;
+    const results = await Promise.all(txs.map((tx) => tx.commit()));
+    expect(store.steps).toHaveLength(1);
+    expect([...store.steps[0]!].sort()).toEqual(KEYS.map((k) => `t/${k}`));
+    expect(store.calls.checkAndSetStamped).toBe(0);
+    const stamps = new Set(results.map((r) => r.commitTs));
+    expect(stamps.size).toBe(1);
+    // Each transaction keeps its own start timestamp, below the shared commit timestamp.
+    expect(new Set(txs.map((tx) => tx.startTs)).size).toBe(KEYS.length);
+    for (const tx of txs) expect(tx.startTs).toBeLessThan(results[0]!.commitTs);
+    for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
+    expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
+    // A snapshot drawn afterwards is above the commit; one at the commit sees all of them.
+    const after = await db.begin();
+    expect(after.startTs).toBeGreaterThan(results[0]!.commitTs);
+    await db.close();
+  });
+
+  it('blind one-row writes of one turn share one step; each reads back, stamped alike', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, KEYS);
+    store.steps.length = 0;
+    const txs: Transaction[] = [];
+    await Promise.all(
+      KEYS.map((k) =>
+        db.transact(async (tx) => {
+          txs.push(tx);
+          tx.set('t', k, 'v', `blind ${k}`);
+        }),
+      ),
+    );
+    expect(store.steps).toHaveLength(1);
+    expect(new Set(txs.map((tx) => tx.startTs)).size).toBe(1);
+    expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `blind ${k}`));
+    await db.close();
+  });
+
+  it('transactions that write a common row never share a step: the second loses the race on its own', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, ['a', 'b', 'c']);
+    const first = await readAndWrite(db, 'a', 'first');
+    first.set('t', 'b', 'v', 'first');
+    const second = await readAndWrite(db, 'a', 'second');
+    second.set('t', 'c', 'v', 'second');
+    store.steps.length = 0;
+    const [one, two] = await Promise.allSettled([first.commit(), second.commit()]);
+    for (const step of store.steps) expect(new Set(step).size).toBe(step.length);
+    expect(store.steps.filter((s) => s.includes('t/a')).length).toBe(2);
+    expect(one.status).toBe('fulfilled');
+    expect(two.status === 'rejected' && two.reason).toBeInstanceOf(ConflictError);
+    expect(await valuesOf(db, ['a', 'b', 'c'])).toEqual(['first', 'first', 'seed']);
+    await db.close();
+  });
+
+  it("one transaction's lost race refuses the shared step: the others go again together and commit once", async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    const other = new Percolator({ store: store.inner });
+    await seed(db, KEYS);
+    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+    // Another client writes a's row after the first transaction read it.
+    await other.transact(async (tx) => tx.set('t', 'a', 'v', 'other'));
+    store.steps.length = 0;
+    const outcomes = await Promise.allSettled(txs.map((tx) => tx.commit()));
+    expect(outcomes[0]!.status === 'rejected' && outcomes[0]!.reason).toBeInstanceOf(ConflictError);
+    for (const o of outcomes.slice(1)) expect(o.status).toBe('fulfilled');
+    // The refused step of four, then the three that did not lose, together.
+    expect(store.steps.map((s) => s.length)).toEqual([4, 3]);
+    for (const [i, k] of KEYS.entries()) {
+      expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(i === 0 ? 0 : 1);
+    }
+    expect(await valuesOf(db, KEYS)).toEqual(['other', 'new b', 'new c', 'new d']);
+    await db.close();
+    await other.close();
+  });
+
+  it('a lost reply of a shared step: each transaction finds its records by a re-read, nothing is sent twice', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, KEYS);
+    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+    store.steps.length = 0;
+    store.manyFault = once('fail-after');
+    const results = await Promise.all(txs.map((tx) => tx.commit()));
+    expect(store.steps).toHaveLength(1);
+    expect(new Set(results.map((r) => r.commitTs)).size).toBe(1);
+    for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
+    expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
+    await db.close();
+  });
+
+  it('a lost reply of a shared step of blind writes: each is CommitUnknownError, and landed once', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, KEYS);
+    store.steps.length = 0;
+    store.manyFault = once('fail-after');
+    const outcomes = await Promise.allSettled(
+      KEYS.map((k) => db.transact(async (tx) => tx.set('t', k, 'v', `blind ${k}`))),
+    );
+    for (const o of outcomes) expect(o.status === 'rejected' && o.reason).toBeInstanceOf(CommitUnknownError);
+    expect(store.steps).toHaveLength(1);
+    expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `blind ${k}`));
+    await db.close();
+  });
+
+  it('a shared step lost before the store: each transaction sends its own again and commits once', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, KEYS);
+    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+    store.steps.length = 0;
+    store.manyFault = once('fail-before');
+    store.calls.checkAndSetStamped = 0;
+    await Promise.all(txs.map((tx) => tx.commit()));
+    // The lost shared step, then each again (alone or shared, as their backoffs fall).
+    expect(store.steps[0]).toHaveLength(KEYS.length);
+    expect(store.steps.length + store.calls.checkAndSetStamped).toBeGreaterThanOrEqual(2);
+    for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
+    expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
+    await db.close();
+  });
+
+  it('a shared step too large for the store: each transaction goes alone, nothing written twice', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await seed(db, KEYS);
+    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+    store.steps.length = 0;
+    store.calls.checkAndSetStamped = 0;
+    store.maxRows = 1;
+    const results = await Promise.all(txs.map((tx) => tx.commit()));
+    // The shared step was refused before anything was applied; then one step each.
+    expect(store.steps[0]).toHaveLength(4);
+    expect(store.steps.length + store.calls.checkAndSetStamped).toBe(1 + KEYS.length);
+    expect(new Set(results.map((r) => r.commitTs)).size).toBe(KEYS.length);
+    for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
+    await db.close();
+  });
+
+  it('a reader whose start lands between a shared step and its reply sees every transaction of it', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    const reader = new Percolator({ store: store.inner });
+    await seed(db, KEYS);
+    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+    let release!: () => void;
+    store.manyReplyHold = new Promise<void>((r) => {
+      release = r;
+    });
+    const sent = store.steps.length;
+    const committing = Promise.all(txs.map((tx) => tx.commit()));
+    while (store.steps.length === sent) await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    expect(await valuesOf(reader, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
+    release();
+    store.manyReplyHold = undefined;
+    const results = await committing;
+    expect(new Set(results.map((r) => r.commitTs)).size).toBe(1);
+    await db.close();
+    await reader.close();
+  });
+
+  it('two-phase primary commits share the step too; their secondaries get the shared timestamp', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store, onePhaseMaxRows: 1 });
+    await seed(db, ['a1', 'a2', 'b1', 'b2']);
+    const pair = async (p: string) => {
+      const tx = await readAndWrite(db, `${p}1`, `new ${p}`);
+      tx.set('t', `${p}2`, 'v', `new ${p}`);
+      return tx;
+    };
+    const txs = [await pair('a'), await pair('b')];
+    store.steps.length = 0;
+    const results = await Promise.all(txs.map((tx) => tx.commit()));
+    await db.flush();
+    expect(store.steps).toEqual([['t/a1', 't/b1']]);
+    expect(results[0]!.commitTs).toBe(results[1]!.commitTs);
+    expect(await valuesOf(db, ['a1', 'a2', 'b1', 'b2'])).toEqual(['new a', 'new a', 'new b', 'new b']);
+    await db.close();
+  });
+
+  it('groupCommit: false sends each step on its own; a bad value is a typed error', async () => {
+    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store, groupCommit: false });
+    await seed(db, KEYS);
+    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+    store.steps.length = 0;
+    store.calls.checkAndSetStamped = 0;
+    const results = await Promise.all(txs.map((tx) => tx.commit()));
+    expect(store.steps.length + store.calls.checkAndSetStamped).toBe(KEYS.length);
+    expect(new Set(results.map((r) => r.commitTs)).size).toBe(KEYS.length);
+    await db.close();
+    expect(() => new Percolator({ store, groupCommit: 'yes' as never })).toThrow(InvalidArgumentError);
+  });
+});
