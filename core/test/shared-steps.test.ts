@@ -22,15 +22,16 @@ const ONE_STEP = { stampedCheckAndSetMany: true } as const;
 /** An InstrumentedStore that also records the rows of every checkAndSetStampedMany. */
 class RecordingStore extends InstrumentedStore {
   readonly steps: string[][] = [];
-  /** Refuses, as too large, any step of more rows than this (nothing applied). */
-  maxRows = Number.POSITIVE_INFINITY;
+  /** An error to refuse a step with before anything is applied (undefined: none). */
+  refuse: (requests: readonly CasRequest[]) => Error | undefined = () => undefined;
 
   override async checkAndSetStampedMany(
     requests: readonly (CasRequest & { readonly state: Uint8Array })[],
     counter: string,
   ) {
     this.steps.push(requests.map((r) => `${r.table}/${r.key}`));
-    if (requests.length > this.maxRows) throw new RowTooLargeError(`more than ${this.maxRows} rows`);
+    const refusal = this.refuse(requests);
+    if (refusal) throw refusal;
     return super.checkAndSetStampedMany(requests, counter);
   }
 }
@@ -205,22 +206,27 @@ describe('shared stamped steps (group commit)', () => {
     await db.close();
   });
 
-  it('a shared step too large for the store: each transaction goes alone, nothing written twice', async () => {
-    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
-    await seed(db, KEYS);
-    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
-    store.steps.length = 0;
-    store.calls.checkAndSetStamped = 0;
-    store.maxRows = 1;
-    const results = await Promise.all(txs.map((tx) => tx.commit()));
-    // The shared step was refused before anything was applied; then one step each.
-    expect(store.steps[0]).toHaveLength(4);
-    expect(store.steps.length + store.calls.checkAndSetStamped).toBe(1 + KEYS.length);
-    expect(new Set(results.map((r) => r.commitTs)).size).toBe(KEYS.length);
-    for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
-    await db.close();
-  });
+  for (const [what, error] of [
+    ['too large for the store', () => new RowTooLargeError('more than 1 row')],
+    ["refused by the store's checks", () => new InvalidArgumentError('one request is wrong')],
+  ] as const) {
+    it(`a shared step ${what}: each transaction goes alone, nothing written twice`, async () => {
+      const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+      const db = new Percolator({ store });
+      await seed(db, KEYS);
+      const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+      store.steps.length = 0;
+      store.calls.checkAndSetStamped = 0;
+      store.refuse = (requests) => (requests.length > 1 ? error() : undefined);
+      const results = await Promise.all(txs.map((tx) => tx.commit()));
+      // The shared step was refused before anything was applied; then one step each.
+      expect(store.steps[0]).toHaveLength(4);
+      expect(store.steps.length + store.calls.checkAndSetStamped).toBe(1 + KEYS.length);
+      expect(new Set(results.map((r) => r.commitTs)).size).toBe(KEYS.length);
+      for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
+      await db.close();
+    });
+  }
 
   it('a reader whose start lands between a shared step and its reply sees every transaction of it', async () => {
     const store = new RecordingStore(new MemoryStore(), ONE_STEP);

@@ -454,6 +454,53 @@ async function sharedSteps(ctx: CaseContext): Promise<void> {
   );
 }
 
+/**
+ * A shared step applied, its reply held: a reader that starts then sees every transaction
+ * of it; then the reply is lost and the client can read nothing more (it died): each
+ * transaction is CommitUnknownError, and every row of every one of them is there.
+ */
+async function sharedStepHeld(ctx: CaseContext): Promise<void> {
+  const store = await ctx.createStore();
+  const held = replyHeld(store);
+  ctx.defer(() => held.release());
+  const { db: writer, faulty } = client(ctx, held.store, { wrap: true });
+  const reader = client(ctx, store).db;
+  const readAll = (tx: Transaction) =>
+    Promise.all(SHARED.flatMap((k) => [tx.getString(TABLE, k, 'v'), tx.getString(OTHER, k, 'v')]));
+  const txs = await pairsReady(writer, 'held');
+  const failed = Promise.all(
+    txs.map((tx) =>
+      tx.commit().then(
+        () => undefined,
+        (error: unknown) => error,
+      ),
+    ),
+  );
+  const result = await held.applied;
+  check(result.ok, 'the held shared step was not applied');
+  const drawn = await reader.begin();
+  check(drawn.startTs > result.timestamp, `a start timestamp drawn after the stamp is ${drawn.startTs}`);
+  const all = SHARED.flatMap((k) => [`held ${k}`, `held ${k}`]);
+  checkEqual(await readAll(drawn), all, 'a snapshot drawn between a shared step and its reply');
+  await drawn.rollback();
+  checkEqual(
+    await reader.transact(readAll, { readOnly: true }),
+    all,
+    'a read-only snapshot between a shared step and its reply',
+  );
+  // The network goes: every later call of this client fails before the store.
+  faulty!.hold(() => true).fail();
+  held.release({ lose: true });
+  for (const [i, error] of (await failed).entries()) {
+    check(
+      error instanceof CommitUnknownError,
+      () => `transaction ${SHARED[i]} of a shared step whose client died: got ${errorText(error)}`,
+    );
+  }
+  checkEqual(await reader.transact(readAll), all, 'rows of a shared step whose client died after it landed');
+  await checkRecords(store, txs, [1, 1, 1, 1], 'a shared step whose client died after it landed');
+}
+
 export const onePhaseCases: ConformanceCase[] = [
   {
     part: 'store',
@@ -490,5 +537,11 @@ export const onePhaseCases: ConformanceCase[] = [
     name: "one-step commits a client sends in one turn share one step: one commit timestamp; a lost race fails only its own transaction; a lost reply is settled by each one's re-read",
     requires: 'stampedCheckAndSetMany',
     run: sharedSteps,
+  },
+  {
+    part: 'faults',
+    name: 'a reader whose start lands between a shared step and its reply sees every transaction of it; a client that dies there leaves every row of every one',
+    requires: 'stampedCheckAndSetMany',
+    run: sharedStepHeld,
   },
 ];

@@ -1,5 +1,5 @@
 import { nextTurn } from '../backoff.js';
-import { RowTooLargeError, StoreError } from '../errors.js';
+import { InvalidArgumentError, RowTooLargeError, StoreError } from '../errors.js';
 import type { CasRequest, RowStore, StampedManyResult, StoredRow } from '../store.js';
 
 /** A stamped CAS request: its state carries the stamp slot the store fills. */
@@ -43,7 +43,8 @@ interface Waiter {
  * - failed (lost request, lost reply, an error): each gets the same error and settles it
  *   as after its own step (a lost reply: each re-reads its rows and finds its records or
  *   not, since the step landed whole or not at all);
- * - too large for one step of this store (nothing was sent): each goes on its own.
+ * - too large for one step of this store, or refused by its checks (nothing was sent):
+ *   each goes on its own, so that only a transaction whose own request was wrong fails.
  */
 export class SharedSteps {
   private waiting: Waiter[] = [];
@@ -133,9 +134,11 @@ export class SharedSteps {
         if (retry.length > 0) this.sendShared(retry, false);
       },
       (error: unknown) => {
-        // Nothing was sent: each fits a step of its own, or gets its own RowTooLargeError.
-        if (error instanceof RowTooLargeError) for (const w of waiters) this.sendAlone(w);
-        else for (const w of waiters) w.reject(error);
+        // Refused before anything was sent: each goes alone, so that a request only one of
+        // them got wrong (too large, refused by the store's checks) fails only its own.
+        if (error instanceof RowTooLargeError || error instanceof InvalidArgumentError) {
+          for (const w of waiters) this.sendAlone(w);
+        } else for (const w of waiters) w.reject(error);
       },
     );
   }
