@@ -125,9 +125,10 @@ describe('the history workload on the memory store', () => {
       expect(io.bytesRead, workload).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
       expect(io.rowsWritten, workload).toBe(0);
     }
-    // A write transaction writes at least its 1 KB value in at least one write call.
+    // A write transaction writes at least its 1 KB value, in write calls it may share with
+    // the other transactions of its client (group commit: fewer calls than transactions).
     const write = cell('history-write-long', 'percolator').io!;
-    expect(write.writes).toBeGreaterThanOrEqual(1);
+    expect(write.writes).toBeGreaterThan(0);
     expect(write.rowsWritten).toBeGreaterThanOrEqual(1);
     expect(write.bytesWritten).toBeGreaterThanOrEqual(HISTORY_VALUE_BYTES);
     const rawWrite = cell('history-write-long', 'raw').io!;
