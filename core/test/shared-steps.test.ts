@@ -74,14 +74,29 @@ async function valuesOf(db: Percolator, keys: readonly string[]): Promise<(strin
 
 const KEYS = ['a', 'b', 'c', 'd'];
 
+/**
+ * A client over a RecordingStore with KEYS seeded, and per key a transaction that read it
+ * and writes `new <key>`, ready to commit; the store's counts start afresh.
+ */
+async function fourReady(options: { groupCommit?: boolean } = {}) {
+  const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+  const db = new Percolator({ store, ...options });
+  await seed(db, KEYS);
+  const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+  store.steps.length = 0;
+  store.calls.checkAndSetStamped = 0;
+  return { store, db, txs };
+}
+
+/** Each transaction of `txs` (one per key of KEYS) has `expected` records on its row. */
+async function expectRecords(store: RecordingStore, txs: readonly Transaction[], expected = [1, 1, 1, 1]) {
+  for (const [i, k] of KEYS.entries())
+    expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(expected[i]);
+}
+
 describe('shared stamped steps (group commit)', () => {
   it('commits of one turn go as one step: one commit timestamp, every row written once', async () => {
-    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
-    await seed(db, KEYS);
-    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
-    store.steps.length = 0;
-    store.calls.checkAndSetStamped = 0;
+    const { store, db, txs } = await fourReady();
     const results = await Promise.all(txs.map((tx) => tx.commit()));
     expect(store.steps).toHaveLength(1);
     expect([...store.steps[0]!].sort()).toEqual(KEYS.map((k) => `t/${k}`));
@@ -91,7 +106,7 @@ describe('shared stamped steps (group commit)', () => {
     // Each transaction keeps its own start timestamp, below the shared commit timestamp.
     expect(new Set(txs.map((tx) => tx.startTs)).size).toBe(KEYS.length);
     for (const tx of txs) expect(tx.startTs).toBeLessThan(results[0]!.commitTs);
-    for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
+    await expectRecords(store, txs);
     expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
     // A snapshot drawn afterwards is above the commit; one at the commit sees all of them.
     const after = await db.begin();
@@ -138,38 +153,28 @@ describe('shared stamped steps (group commit)', () => {
   });
 
   it("one transaction's lost race refuses the shared step: the others go again together and commit once", async () => {
-    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const { store, db, txs } = await fourReady();
     const other = new Percolator({ store: store.inner });
-    await seed(db, KEYS);
-    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
     // Another client writes a's row after the first transaction read it.
     await other.transact(async (tx) => tx.set('t', 'a', 'v', 'other'));
-    store.steps.length = 0;
     const outcomes = await Promise.allSettled(txs.map((tx) => tx.commit()));
     expect(outcomes[0]!.status === 'rejected' && outcomes[0]!.reason).toBeInstanceOf(ConflictError);
     for (const o of outcomes.slice(1)) expect(o.status).toBe('fulfilled');
     // The refused step of four, then the three that did not lose, together.
     expect(store.steps.map((s) => s.length)).toEqual([4, 3]);
-    for (const [i, k] of KEYS.entries()) {
-      expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(i === 0 ? 0 : 1);
-    }
+    await expectRecords(store, txs, [0, 1, 1, 1]);
     expect(await valuesOf(db, KEYS)).toEqual(['other', 'new b', 'new c', 'new d']);
     await db.close();
     await other.close();
   });
 
   it('a lost reply of a shared step: each transaction finds its records by a re-read, nothing is sent twice', async () => {
-    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
-    await seed(db, KEYS);
-    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
-    store.steps.length = 0;
+    const { store, db, txs } = await fourReady();
     store.manyFault = once('fail-after');
     const results = await Promise.all(txs.map((tx) => tx.commit()));
     expect(store.steps).toHaveLength(1);
     expect(new Set(results.map((r) => r.commitTs)).size).toBe(1);
-    for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
+    await expectRecords(store, txs);
     expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
     await db.close();
   });
@@ -190,18 +195,14 @@ describe('shared stamped steps (group commit)', () => {
   });
 
   it('a shared step lost before the store: each transaction sends its own again and commits once', async () => {
-    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
-    await seed(db, KEYS);
-    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
-    store.steps.length = 0;
+    const { store, db, txs } = await fourReady();
     store.manyFault = once('fail-before');
     store.calls.checkAndSetStamped = 0;
     await Promise.all(txs.map((tx) => tx.commit()));
     // The lost shared step, then each again (alone or shared, as their backoffs fall).
     expect(store.steps[0]).toHaveLength(KEYS.length);
     expect(store.steps.length + store.calls.checkAndSetStamped).toBeGreaterThanOrEqual(2);
-    for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
+    await expectRecords(store, txs);
     expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
     await db.close();
   });
@@ -211,29 +212,21 @@ describe('shared stamped steps (group commit)', () => {
     ["refused by the store's checks", () => new InvalidArgumentError('one request is wrong')],
   ] as const) {
     it(`a shared step ${what}: each transaction goes alone, nothing written twice`, async () => {
-      const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-      const db = new Percolator({ store });
-      await seed(db, KEYS);
-      const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
-      store.steps.length = 0;
-      store.calls.checkAndSetStamped = 0;
+      const { store, db, txs } = await fourReady();
       store.refuse = (requests) => (requests.length > 1 ? error() : undefined);
       const results = await Promise.all(txs.map((tx) => tx.commit()));
       // The shared step was refused before anything was applied; then one step each.
       expect(store.steps[0]).toHaveLength(4);
       expect(store.steps.length + store.calls.checkAndSetStamped).toBe(1 + KEYS.length);
       expect(new Set(results.map((r) => r.commitTs)).size).toBe(KEYS.length);
-      for (const [i, k] of KEYS.entries()) expect(await recordsOf(store.inner, k, txs[i]!.startTs)).toBe(1);
+      await expectRecords(store, txs);
       await db.close();
     });
   }
 
   it('a reader whose start lands between a shared step and its reply sees every transaction of it', async () => {
-    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const { store, db, txs } = await fourReady();
     const reader = new Percolator({ store: store.inner });
-    await seed(db, KEYS);
-    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
     let release!: () => void;
     store.manyReplyHold = new Promise<void>((r) => {
       release = r;
@@ -271,12 +264,7 @@ describe('shared stamped steps (group commit)', () => {
   });
 
   it('groupCommit: false sends each step on its own; a bad value is a typed error', async () => {
-    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store, groupCommit: false });
-    await seed(db, KEYS);
-    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
-    store.steps.length = 0;
-    store.calls.checkAndSetStamped = 0;
+    const { store, db, txs } = await fourReady({ groupCommit: false });
     const results = await Promise.all(txs.map((tx) => tx.commit()));
     expect(store.steps.length + store.calls.checkAndSetStamped).toBe(KEYS.length);
     expect(new Set(results.map((r) => r.commitTs)).size).toBe(KEYS.length);

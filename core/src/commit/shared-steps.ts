@@ -20,7 +20,7 @@ interface Waiter {
  * Group commit: the stamped steps (docs/protocol.md 4.5) that this client's transactions
  * send in the same turn of the event loop go to the store as one `checkAndSetStampedMany`,
  * as the read-only transactions of a turn share one peek (peek-batcher.ts) and the batched
- * oracle shares one counter call (docs/protocol.md 4.9, "Shared stamped steps").
+ * oracle shares one counter call (docs/protocol.md 4.5, "Shared stamped steps").
  *
  * Why: on PostgreSQL and MySQL/MariaDB every draw from the oracle's counter holds the
  * counter row until its transaction is durable (an fsync), so stamped steps sent one by one
