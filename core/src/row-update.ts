@@ -68,7 +68,7 @@ export interface RowUpdateResult<T> {
   readonly result: T;
   /** The row as this loop last saw or wrote it (undefined if unknown). */
   readonly stored: StoredRow | null | undefined;
-  /** With `stampCounter`: the timestamp the store drew for a write this loop applied. */
+  /** With `stamped`: the timestamp the store drew for a write this loop applied. */
   readonly timestamp?: number;
 }
 
@@ -80,10 +80,10 @@ export async function updateRow<T>(
   decide: Decide<T>,
   startAmbiguous = false,
   /**
-   * Send writes as stamped CAS drawing from this counter (a decision's records with
-   * commitTs STAMP get the drawn value). Only for stores with `stampedCheckAndSet`.
+   * Send writes as stamped steps (`env.steps`, drawing from the oracle's counter): a
+   * decision's records with commitTs STAMP get the drawn value. Only where `env.steps` is.
    */
-  stampCounter?: string,
+  stamped = false,
 ): Promise<RowUpdateResult<T>> {
   const cache = env.rowCache;
   // A guess only before anything may have landed: after an ambiguous CAS, the row as read.
@@ -123,7 +123,7 @@ export async function updateRow<T>(
     }
     const request = casRequest(env, table, key, current?.version ?? null, decision.write);
     try {
-      if (stampCounter !== undefined && request.state) {
+      if (stamped && request.state) {
         // A step of one row, shared with this turn's other stamped steps where the store can.
         const outcome = await env.steps!.send([{ ...request, state: request.state }]);
         if (outcome.ok) {

@@ -636,7 +636,7 @@ export class Transaction {
         ctx,
         'onePhase',
         1,
-        () => commitOnePhase(ctx, counter),
+        () => commitOnePhase(ctx),
         (commitTs) => commitTs,
       );
     }

@@ -79,13 +79,20 @@ const KEYS = ['a', 'b', 'c', 'd'];
  * and writes `new <key>`, ready to commit; the store's counts start afresh.
  */
 async function fourReady(options: { groupCommit?: boolean } = {}) {
-  const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-  const db = new Percolator({ store, ...options });
-  await seed(db, KEYS);
+  const { store, db } = await seeded(options);
   const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
   store.steps.length = 0;
   store.calls.checkAndSetStamped = 0;
   return { store, db, txs };
+}
+
+/** A client over a RecordingStore with KEYS seeded; the store's step list starts afresh. */
+async function seeded(options: { groupCommit?: boolean } = {}) {
+  const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+  const db = new Percolator({ store, ...options });
+  await seed(db, KEYS);
+  store.steps.length = 0;
+  return { store, db };
 }
 
 /** Each transaction of `txs` (one per key of KEYS) has `expected` records on its row. */
@@ -115,10 +122,7 @@ describe('shared stamped steps (group commit)', () => {
   });
 
   it('blind one-row writes of one turn share one step; each reads back, stamped alike', async () => {
-    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
-    await seed(db, KEYS);
-    store.steps.length = 0;
+    const { store, db } = await seeded();
     const txs: Transaction[] = [];
     await Promise.all(
       KEYS.map((k) =>
@@ -180,10 +184,7 @@ describe('shared stamped steps (group commit)', () => {
   });
 
   it('a lost reply of a shared step of blind writes: each is CommitUnknownError, and landed once', async () => {
-    const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
-    await seed(db, KEYS);
-    store.steps.length = 0;
+    const { store, db } = await seeded();
     store.manyFault = once('fail-after');
     const outcomes = await Promise.allSettled(
       KEYS.map((k) => db.transact(async (tx) => tx.set('t', k, 'v', `blind ${k}`))),

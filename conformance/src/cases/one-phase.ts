@@ -362,6 +362,11 @@ function pairsReady(db: Percolator, value: string): Promise<Transaction[]> {
   );
 }
 
+/** Both rows of every key of SHARED, as one snapshot reads them, in key order. */
+function readShared(tx: Transaction): Promise<(string | undefined)[]> {
+  return Promise.all(SHARED.flatMap((k) => [tx.getString(TABLE, k, 'v'), tx.getString(OTHER, k, 'v')]));
+}
+
 /** Each transaction of `txs` (one per key of SHARED) has exactly `expected[i]` records on both its rows. */
 async function checkRecords(
   store: RowStore,
@@ -395,10 +400,7 @@ async function sharedSteps(ctx: CaseContext): Promise<void> {
   faulty!.onCall((call) => {
     if (call.operation === 'checkAndSetStampedMany' || call.operation === 'checkAndSetStamped') steps++;
   });
-  const readAll = () =>
-    reader.transact((tx) =>
-      Promise.all(SHARED.flatMap((k) => [tx.getString(TABLE, k, 'v'), tx.getString(OTHER, k, 'v')])),
-    );
+  const readAll = () => reader.transact(readShared);
   const both = (values: readonly string[]) => values.flatMap((v) => [v, v]);
 
   // Four commits sent in one turn: one step, one commit timestamp, every row once.
@@ -465,8 +467,6 @@ async function sharedStepHeld(ctx: CaseContext): Promise<void> {
   ctx.defer(() => held.release());
   const { db: writer, faulty } = client(ctx, held.store, { wrap: true });
   const reader = client(ctx, store).db;
-  const readAll = (tx: Transaction) =>
-    Promise.all(SHARED.flatMap((k) => [tx.getString(TABLE, k, 'v'), tx.getString(OTHER, k, 'v')]));
   const txs = await pairsReady(writer, 'held');
   const failed = Promise.all(
     txs.map((tx) =>
@@ -481,10 +481,10 @@ async function sharedStepHeld(ctx: CaseContext): Promise<void> {
   const drawn = await reader.begin();
   check(drawn.startTs > result.timestamp, `a start timestamp drawn after the stamp is ${drawn.startTs}`);
   const all = SHARED.flatMap((k) => [`held ${k}`, `held ${k}`]);
-  checkEqual(await readAll(drawn), all, 'a snapshot drawn between a shared step and its reply');
+  checkEqual(await readShared(drawn), all, 'a snapshot drawn between a shared step and its reply');
   await drawn.rollback();
   checkEqual(
-    await reader.transact(readAll, { readOnly: true }),
+    await reader.transact(readShared, { readOnly: true }),
     all,
     'a read-only snapshot between a shared step and its reply',
   );
@@ -497,7 +497,11 @@ async function sharedStepHeld(ctx: CaseContext): Promise<void> {
       () => `transaction ${SHARED[i]} of a shared step whose client died: got ${errorText(error)}`,
     );
   }
-  checkEqual(await reader.transact(readAll), all, 'rows of a shared step whose client died after it landed');
+  checkEqual(
+    await reader.transact(readShared),
+    all,
+    'rows of a shared step whose client died after it landed',
+  );
   await checkRecords(store, txs, [1, 1, 1, 1], 'a shared step whose client died after it landed');
 }
 

@@ -61,7 +61,7 @@ export async function commitPrimary(ctx: CommitContext, commitTs: number): Promi
         );
       },
       false,
-      commitTs === STAMP ? env.stampCounter : undefined,
+      commitTs === STAMP,
     );
     return timestamp ?? result;
   } catch (error) {

@@ -112,8 +112,8 @@ function landedOn(ctx: CommitContext, state: RowState | undefined, column: strin
 }
 
 /**
- * A single-row transaction in one stamped CAS. The usual row loop (`updateRow` with a
- * stamp counter) sends it; after an unknown outcome the decision finds our own record, a
+ * A single-row transaction in one stamped CAS. The usual row loop (`updateRow`, stamped)
+ * sends it; after an unknown outcome the decision finds our own record, a
  * rollback record, or nothing it can trust.
  *
  * With `startTs` STAMP (a blind write that never drew a start timestamp): the one drawn
@@ -122,7 +122,7 @@ function landedOn(ctx: CommitContext, state: RowState | undefined, column: strin
  * on the row can be newer. Such a record has no identity the client knows before the
  * reply, so a lost reply is CommitUnknownError (never a second write).
  */
-export async function commitOnePhase(ctx: CommitContext, counter: string): Promise<number> {
+export async function commitOnePhase(ctx: CommitContext): Promise<number> {
   const { env, startTs } = ctx;
   const m = ctx.rows[0]!;
   const id = rowId(m.table, m.row);
@@ -144,7 +144,7 @@ export async function commitOnePhase(ctx: CommitContext, counter: string): Promi
     return { write: state, result: STAMP };
   };
   const send = async (known: Known) => {
-    const { result, timestamp } = await updateRow(env, m.table, m.row, known, decide, false, counter);
+    const { result, timestamp } = await updateRow(env, m.table, m.row, known, decide, false, true);
     return timestamp ?? result;
   };
   const unknown = (error: AmbiguousOutcome) =>
