@@ -19,7 +19,7 @@ import { schemaLockName } from './schema.js';
 export interface MySqlNamespace {
   readonly namespace: string;
   /**
-   * Its objects that exist, e.g. ["ns_cas_stamped_many_v3", "ns_counters", "ns_rows",
+   * Its objects that exist, e.g. ["ns_cas_stamped_many_v4", "ns_counters", "ns_rows",
    * "ns_stamped_cas_v1", "ns_stamped_read_v1", "ns_version_blocks"].
    */
   readonly objects: string[];
