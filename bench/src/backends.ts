@@ -1,8 +1,10 @@
 import { type ConnectedStore, openStore } from '@percolator/connect';
 import {
   CompositeStore,
+  DEFAULT_PRUNE_POLICY,
   MemoryStore,
   type PercolatorEventListener,
+  type PercolatorOptions,
   type RowStore,
   redactUrl,
 } from '@percolator/core';
@@ -50,6 +52,8 @@ export interface BackendSettings {
   readonly services: SharedServices;
   /** `--rtt`: milliseconds added to every round trip to a backend (0 or absent: none). */
   readonly rttMs?: number;
+  /** `--inline-history-bytes`: the Percolator engines' `gc.inlineHistoryBytes`. */
+  readonly inlineHistoryBytes?: number;
   /** `--tracing`: another Percolator engine per listener (variant `si+<kind>`). */
   readonly traced?: readonly { readonly kind: string; readonly onEvent: PercolatorEventListener }[];
 }
@@ -88,10 +92,17 @@ async function closeAll(steps: ReadonlyArray<() => Promise<unknown>>): Promise<v
   if (failures.length > 0) throw new Error(`cleanup failed: ${failures.join('; ')}`);
 }
 
+/** The Percolator engines' client options from the run's settings. */
+function clientOptions(settings: BackendSettings): Omit<PercolatorOptions, 'store'> {
+  return settings.inlineHistoryBytes === undefined
+    ? {}
+    : { gc: { ...DEFAULT_PRUNE_POLICY, inlineHistoryBytes: settings.inlineHistoryBytes } };
+}
+
 /** Percolator and raw engines over one store, each with its own call counter. */
 function storeEngines(store: RowStore, settings: BackendSettings): Engine[] {
   return [
-    new PercolatorEngine(new CountingStore(store), settings.maxAttempts),
+    new PercolatorEngine(new CountingStore(store), settings.maxAttempts, clientOptions(settings)),
     ...tracedEngine(() => new CountingStore(store), settings),
     new RawEngine(new CountingStore(store), settings.maxAttempts),
   ];
@@ -106,7 +117,7 @@ function tracedEngine(counted: () => CountingStore, settings: BackendSettings): 
       new PercolatorEngine(
         counted(),
         settings.maxAttempts,
-        { onEvent },
+        { ...clientOptions(settings), onEvent },
         {
           tablePrefix: `${kind.replace(/-/g, '_')}_`,
           variant: `si+${kind}`,
@@ -490,7 +501,7 @@ async function openMixed(
     return new CompositeCountingStore(composite, parts);
   };
   const engines = [
-    new PercolatorEngine(counted(), settings.maxAttempts),
+    new PercolatorEngine(counted(), settings.maxAttempts, clientOptions(settings)),
     ...tracedEngine(counted, settings),
     new RawEngine(counted(), settings.maxAttempts),
   ];

@@ -249,6 +249,7 @@ export async function runBench(
     startServices: options.startServices,
     services,
     rttMs: options.rttMs,
+    ...(options.inlineHistoryBytes === undefined ? {} : { inlineHistoryBytes: options.inlineHistoryBytes }),
     ...(tracing ? { traced: tracing.listeners } : {}),
   };
   let network: BenchReport['network'];

@@ -26,6 +26,12 @@ export interface BenchOptions {
   /** history: updates of each long-history cell. */
   readonly historyVersions: number;
   readonly maxAttempts: number;
+  /**
+   * `--inline-history-bytes`: the Percolator engines' `gc.inlineHistoryBytes` (absent: the
+   * client's default, 512), to measure what moving superseded values out of head rows
+   * costs (docs/protocol.md 7.2, "What moving costs").
+   */
+  readonly inlineHistoryBytes?: number;
   readonly seed: number;
   readonly outDir: string;
   readonly markdown: boolean;
@@ -47,6 +53,9 @@ export interface BenchOptions {
   readonly rounds: number;
   readonly help: boolean;
 }
+
+/** The largest --inline-history-bytes: past it a head row of small values is mostly history. */
+export const MAX_INLINE_HISTORY_BYTES = 1024 * 1024;
 
 /** Enough waiters to find the timestamp oracle's ceiling (the oracle workload at 4,096). */
 export const MAX_CONCURRENCY = 8192;
@@ -88,6 +97,10 @@ export const USAGE = `usage: pnpm bench -- [options]
   --history-versions N
                       history: updates of each long-history cell (default ${DEFAULTS.historyVersions})
   --max-attempts N    attempts per transaction before giving up (default ${DEFAULTS.maxAttempts})
+  --inline-history-bytes N
+                      the Percolator engines' gc.inlineHistoryBytes: superseded values a
+                      head row keeps before they move to version rows (default: the
+                      client's, 512; 0 to ${MAX_INLINE_HISTORY_BYTES})
   --seed N            seed for key choices (default ${DEFAULTS.seed})
   --out DIR           where results.json, results.md, summary.md and report.html go
                       (default ${DEFAULTS.outDir})
@@ -215,6 +228,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
         'history-cells': { type: 'string' },
         'history-versions': { type: 'string' },
         'max-attempts': { type: 'string' },
+        'inline-history-bytes': { type: 'string' },
         seed: { type: 'string' },
         out: { type: 'string' },
         markdown: { type: 'boolean' },
@@ -283,6 +297,17 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
       100_000,
     ),
     maxAttempts: integer('max-attempts', str('max-attempts'), DEFAULTS.maxAttempts, 1, 1000),
+    ...(str('inline-history-bytes') === undefined
+      ? {}
+      : {
+          inlineHistoryBytes: integer(
+            'inline-history-bytes',
+            str('inline-history-bytes'),
+            0,
+            0,
+            MAX_INLINE_HISTORY_BYTES,
+          ),
+        }),
     seed: integer('seed', str('seed'), DEFAULTS.seed, 0, 2 ** 31 - 1),
     outDir: out,
     markdown: values.markdown === true,

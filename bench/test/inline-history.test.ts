@@ -1,0 +1,73 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { InvalidArgumentError } from '@percolator/core';
+import { afterAll, describe, expect, test } from 'vitest';
+import { main } from '../src/cli.js';
+import { MAX_INLINE_HISTORY_BYTES, parseOptions } from '../src/options.js';
+import type { BenchReport } from '../src/types.js';
+
+const dirs: string[] = [];
+
+/** Transfers on the memory store, one client, with `--inline-history-bytes` as given. */
+async function transfers(inlineHistoryBytes: string): Promise<BenchReport> {
+  const dir = await mkdtemp(join(tmpdir(), 'bench-inline-'));
+  dirs.push(dir);
+  const sink = () => Object.assign(new PassThrough(), { isTTY: false }) as unknown as NodeJS.WriteStream;
+  const code = await main(
+    [
+      '--backends',
+      'memory',
+      '--workloads',
+      'transfer',
+      '--modes',
+      'percolator',
+      '--concurrency',
+      '1',
+      '--duration',
+      '200ms',
+      '--warmup',
+      '50ms',
+      '--accounts',
+      '8',
+      '--inline-history-bytes',
+      inlineHistoryBytes,
+      '--out',
+      dir,
+    ],
+    { stdout: sink(), stderr: sink() },
+  );
+  expect(code).toBe(0);
+  return JSON.parse(await readFile(join(dir, 'results.json'), 'utf8')) as BenchReport;
+}
+
+afterAll(async () => {
+  for (const dir of dirs) await rm(dir, { recursive: true, force: true });
+});
+
+describe('--inline-history-bytes', () => {
+  test('is parsed as an integer from 0 to the maximum; anything else is an InvalidArgumentError', () => {
+    expect(parseOptions([]).inlineHistoryBytes).toBeUndefined();
+    expect(parseOptions(['--inline-history-bytes', '4096']).inlineHistoryBytes).toBe(4096);
+    expect(parseOptions(['--inline-history-bytes', '0']).inlineHistoryBytes).toBe(0);
+    for (const bad of ['-1', '1.5', 'lots', String(MAX_INLINE_HISTORY_BYTES + 1)])
+      expect(() => parseOptions(['--inline-history-bytes', bad])).toThrow(InvalidArgumentError);
+  });
+
+  test("reaches the Percolator client: with 0 every commit moves the cells' old values to version rows, with a large budget none does", async () => {
+    // A transfer writes two head rows. With 0, each commit after a cell's first also
+    // creates the version row of the value it supersedes, in the same step (about 4 rows
+    // a transfer); with 64 KB every old value stays inline until pruning drops it.
+    const moving = await transfers('0');
+    const inline = await transfers('65536');
+    const [m] = moving.results;
+    const [i] = inline.results;
+    expect(m?.check.ok && i?.check.ok).toBe(true);
+    expect(m!.transactions).toBeGreaterThan(20);
+    expect(i!.transactions).toBeGreaterThan(20);
+    expect(m!.io?.rowsWritten).toBeGreaterThan(3);
+    expect(i!.io?.rowsWritten).toBeLessThanOrEqual(2.01);
+    expect(moving.command).toContain('--inline-history-bytes 0');
+  });
+});
