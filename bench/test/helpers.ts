@@ -1,5 +1,7 @@
+import { PassThrough } from 'node:stream';
 import { type CasRequest, type CasResult, MemoryStore, type RowStore } from '@percolator/core';
 import type { OpenBackend } from '../src/backends.js';
+import { main } from '../src/cli.js';
 import { CountingStore } from '../src/counting-store.js';
 import { PercolatorEngine } from '../src/engines/percolator.js';
 import { RawEngine } from '../src/engines/raw.js';
@@ -51,4 +53,20 @@ export function storeBackend(store: RowStore, name: OpenBackend['name'] = 'memor
       for (const e of engines) await e.close();
     },
   };
+}
+
+/** A stream the CLI can write to, and a test can listen on. */
+export function sink(): NodeJS.WriteStream {
+  return Object.assign(new PassThrough(), { isTTY: false }) as unknown as NodeJS.WriteStream;
+}
+
+/**
+ * The CLI's main() on the memory store's transfer workload, Percolator engines only, with
+ * `args` after those and results in `dir`: its exit code.
+ */
+export function memoryTransfers(dir: string, args: readonly string[], stdout = sink()): Promise<number> {
+  return main(
+    ['--backends', 'memory', '--workloads', 'transfer', '--modes', 'percolator', ...args, '--out', dir],
+    { stdout, stderr: sink() },
+  );
 }

@@ -1,12 +1,11 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PassThrough } from 'node:stream';
 import { InvalidArgumentError } from '@percolator/core';
 import { afterAll, describe, expect, test } from 'vitest';
-import { main } from '../src/cli.js';
 import { MAX_INLINE_HISTORY_BYTES, parseOptions } from '../src/options.js';
 import type { BenchReport } from '../src/types.js';
+import { memoryTransfers } from './helpers.js';
 
 const dirs: string[] = [];
 
@@ -14,30 +13,18 @@ const dirs: string[] = [];
 async function transfers(inlineHistoryBytes: string): Promise<BenchReport> {
   const dir = await mkdtemp(join(tmpdir(), 'bench-inline-'));
   dirs.push(dir);
-  const sink = () => Object.assign(new PassThrough(), { isTTY: false }) as unknown as NodeJS.WriteStream;
-  const code = await main(
-    [
-      '--backends',
-      'memory',
-      '--workloads',
-      'transfer',
-      '--modes',
-      'percolator',
-      '--concurrency',
-      '1',
-      '--duration',
-      '200ms',
-      '--warmup',
-      '50ms',
-      '--accounts',
-      '8',
-      '--inline-history-bytes',
-      inlineHistoryBytes,
-      '--out',
-      dir,
-    ],
-    { stdout: sink(), stderr: sink() },
-  );
+  const code = await memoryTransfers(dir, [
+    '--concurrency',
+    '1',
+    '--duration',
+    '200ms',
+    '--warmup',
+    '50ms',
+    '--accounts',
+    '8',
+    '--inline-history-bytes',
+    inlineHistoryBytes,
+  ]);
   expect(code).toBe(0);
   return JSON.parse(await readFile(join(dir, 'results.json'), 'utf8')) as BenchReport;
 }

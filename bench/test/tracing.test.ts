@@ -1,12 +1,11 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PassThrough } from 'node:stream';
 import { InvalidArgumentError } from '@percolator/core';
 import { afterAll, describe, expect, test } from 'vitest';
-import { main } from '../src/cli.js';
 import { parseOptions } from '../src/options.js';
 import type { BenchReport } from '../src/types.js';
+import { memoryTransfers, sink } from './helpers.js';
 
 describe('--tracing otel', () => {
   let dir: string | undefined;
@@ -29,23 +28,16 @@ describe('--tracing otel', () => {
 
   test('runs Percolator again with OpenTelemetry on, compared with Percolator in the same run', async () => {
     dir = await mkdtemp(join(tmpdir(), 'bench-tracing-'));
-    const sink = () => Object.assign(new PassThrough(), { isTTY: false }) as unknown as NodeJS.WriteStream;
     const out = sink();
     let text = '';
     out.on('data', (c: Buffer) => {
       text += c.toString();
     });
-    const code = await main(
+    const code = await memoryTransfers(
+      dir,
       [
-        '--backends',
-        'memory',
-        '--workloads',
-        'transfer',
-        '--modes',
-        'percolator',
         '--duration',
         '80ms',
-      ].concat([
         '--warmup',
         '20ms',
         '--concurrency',
@@ -54,10 +46,8 @@ describe('--tracing otel', () => {
         '32',
         '--tracing',
         'otel,otel-events,otel-lean',
-        '--out',
-        dir,
-      ]),
-      { stdout: out, stderr: sink() },
+      ],
+      out,
     );
     const report = JSON.parse(await readFile(join(dir, 'results.json'), 'utf8')) as BenchReport;
     expect(report.failures).toEqual([]);
