@@ -50,22 +50,24 @@ export interface ProtocolEnv {
   /** The `onEvent` listener's sink; undefined without one (then no event is built). */
   readonly events: EventSink | undefined;
   /**
-   * The oracle's counter, when the store can stamp a CAS from it: single-row transactions
-   * then commit in one CAS, and primary commits draw their commitTs in the same step.
-   */
-  readonly stampCounter: string | undefined;
-  /**
-   * The oracle's counter, when the store can stamp a CAS of several rows from it, all or
-   * nothing, and `onePhaseMaxRows` allows more than one: such transactions commit in one step.
-   */
-  readonly stampManyCounter: string | undefined;
-  /**
-   * With `stampCounter`: where every stamped step goes (the single-row and many-row stamped
-   * CAS), shared by the steps of one turn where the store can (group commit, shared-steps.ts).
+   * When the store can stamp a CAS from the oracle's counter, of one row or of several
+   * (it holds the counter's name): where every stamped step goes, shared by the steps of
+   * one turn where the store can (group commit, shared-steps.ts).
    */
   readonly steps: SharedSteps | undefined;
   /**
-   * With `stampManyCounter`: the store declares `stampedManyForOneRow`, so one-row
+   * With `steps`: the store stamps a single-row CAS (`stampedCheckAndSet`). Single-row
+   * transactions then commit in one CAS, and primary commits draw their commitTs in the
+   * same step.
+   */
+  readonly stampsOne: boolean;
+  /**
+   * With `steps`: the store can stamp a CAS of several rows, all or nothing, and
+   * `onePhaseMaxRows` allows more than one: such transactions commit in one step.
+   */
+  readonly stampsMany: boolean;
+  /**
+   * With `stampsMany`: the store declares `stampedManyForOneRow`, so one-row
    * transactions commit through the many-row step too, carrying their moves in it.
    */
   readonly oneRowCarriesMoves: boolean;

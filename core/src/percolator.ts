@@ -199,12 +199,11 @@ export class Percolator {
         ? defaultOracle.counterName
         : undefined;
     // Stamped commits need the write and the commit timestamp drawn in one atomic step
-    // from the same counter the oracle uses: only possible with the default oracle.
-    const stampCounter =
-      defaultOracle && store.capabilities.stampedCheckAndSet && store.checkAndSetStamped
-        ? defaultOracle.counterName
-        : undefined;
-    const stampsMany = store.capabilities.stampedCheckAndSetMany === true && !!store.checkAndSetStampedMany;
+    // from the same counter the oracle uses: only possible with the default oracle. The
+    // single-row and the many-row stamped CAS are separate capabilities.
+    const stampsOne = !!defaultOracle && store.capabilities.stampedCheckAndSet && !!store.checkAndSetStamped;
+    const storeStampsMany =
+      !!defaultOracle && store.capabilities.stampedCheckAndSetMany === true && !!store.checkAndSetStampedMany;
     const env: Omit<ProtocolEnv, 'tidier'> & { tidier?: Tidier } = {
       store,
       reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),
@@ -215,14 +214,16 @@ export class Percolator {
       prune,
       hooks: options.hooks ?? {},
       events: options.onEvent ? new EventSink(options.onEvent, store.name) : undefined,
-      stampCounter,
-      // One atomic stamped write of many rows: the same counter, and rows to spare.
-      stampManyCounter:
-        defaultOracle && onePhaseMaxRows > 1 && stampsMany ? defaultOracle.counterName : undefined,
       steps:
-        stampCounter !== undefined
-          ? new SharedSteps(store, stampCounter, stampsMany && options.groupCommit !== false)
+        defaultOracle && (stampsOne || storeStampsMany)
+          ? new SharedSteps(store, defaultOracle.counterName, {
+              one: stampsOne,
+              share: storeStampsMany && options.groupCommit !== false,
+            })
           : undefined,
+      stampsOne,
+      // One atomic stamped write of many rows: the same counter, and rows to spare.
+      stampsMany: onePhaseMaxRows > 1 && storeStampsMany,
       oneRowCarriesMoves: store.capabilities.stampedManyForOneRow === true,
       onePhaseMaxRows,
       // A first read stamped with the start timestamp must draw it from the oracle's counter.

@@ -598,12 +598,11 @@ export class Transaction {
    * column it writes gets its notification in the same CAS, stamped like its record.
    */
   private stampsItsStart(): boolean {
-    if (this.ts !== undefined || this.starting !== undefined || this.env.stampCounter === undefined) {
+    if (this.ts !== undefined || this.starting !== undefined || !this.env.stampsOne) {
       return false;
     }
     const rows = this.mutations.size;
-    const oneStep =
-      rows === 1 || (this.env.stampManyCounter !== undefined && rows <= this.env.onePhaseMaxRows);
+    const oneStep = rows === 1 || (this.env.stampsMany && rows <= this.env.onePhaseMaxRows);
     return oneStep && (this.notifications?.size ?? 0) === 0;
   }
 
@@ -626,12 +625,12 @@ export class Transaction {
       signal,
       trace: this.ref,
     };
-    const counter = this.env.stampCounter;
+    const stamps = this.env.stampsOne;
     // Where a step of several rows costs the store about what one row's does, a single row
     // goes that way too: the values its commit moves out of the head row ride in the step
     // (one-phase.ts; capability stampedManyForOneRow).
-    const many = this.env.oneRowCarriesMoves || rows.length > 1 ? this.env.stampManyCounter : undefined;
-    if (rows.length === 1 && counter !== undefined && many === undefined) {
+    const many = this.env.stampsMany && (this.env.oneRowCarriesMoves || rows.length > 1);
+    if (rows.length === 1 && stamps && !many) {
       return timed(
         ctx,
         'onePhase',
@@ -640,11 +639,7 @@ export class Transaction {
         (commitTs) => commitTs,
       );
     }
-    if (
-      many !== undefined &&
-      oneStep &&
-      (rows.length === 1 ? counter !== undefined : rows.length <= this.env.onePhaseMaxRows)
-    ) {
+    if (many && oneStep && (rows.length === 1 ? stamps : rows.length <= this.env.onePhaseMaxRows)) {
       const commitTs = await timed(
         ctx,
         'onePhase',

@@ -69,6 +69,32 @@ describe('one-phase commits of several rows', () => {
     await db.close();
   });
 
+  it('a store with stampedCheckAndSetMany and not stampedCheckAndSet commits several rows in one step, one row in two phases', async () => {
+    // The two capabilities are independent (store.ts). Every stamped step goes through one
+    // SharedSteps (shared-steps.ts), which must exist for the many-row step alone too.
+    const store = new InstrumentedStore(new MemoryStore(), { ...ONE_STEP, stampedCheckAndSet: false });
+    const db = new Percolator({ store });
+    await seed(db, ['a', 'b'], '0');
+    const tx = await db.begin();
+    for (const row of ['a', 'b'])
+      tx.set('t', row, 'v', String(Number(await tx.getString('t', row, 'v')) + 1));
+    const before = { ...store.calls, many: store.stampedManyCalls };
+    const { commitTs } = await tx.commit();
+    expect(store.stampedManyCalls - before.many).toBe(1);
+    expect(store.calls.checkAndSet - before.checkAndSet).toBe(0);
+    expect(store.calls.checkAndSetStamped - before.checkAndSetStamped).toBe(0);
+    expect(commitTs).toBeGreaterThan(tx.startTs);
+    // One row: no single-row stamped CAS here, so a prewrite and a commit point apart.
+    const one = { ...store.calls, many: store.stampedManyCalls };
+    await db.transact(async (t) => t.set('t', 'a', 'v', '7'));
+    expect(store.stampedManyCalls - one.many).toBe(0);
+    expect(store.calls.checkAndSetStamped - one.checkAndSetStamped).toBe(0);
+    expect(store.calls.checkAndSet - one.checkAndSet).toBeGreaterThanOrEqual(2);
+    const later = await db.begin();
+    expect(await Promise.all(['a', 'b'].map((r) => later.getString('t', r, 'v')))).toEqual(['7', '1']);
+    await db.close();
+  });
+
   it('a blind write of several rows draws no start timestamp: the store draws one value for both', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
     const db = new Percolator({ store });

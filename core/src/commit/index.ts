@@ -68,7 +68,7 @@ async function reachCommitPoint(ctx: CommitContext): Promise<number> {
       1,
       async () => {
         // Where the store can stamp the commit CAS, the commit timestamp is drawn inside it.
-        const commitTs = ctx.env.stampCounter !== undefined ? STAMP : await ctx.env.oracle.next();
+        const commitTs = ctx.env.stampsOne ? STAMP : await ctx.env.oracle.next();
         await step(ctx, { step: 'beforeCommitPrimary', ...(commitTs === STAMP ? {} : { commitTs }) });
         notAborted(ctx); // the last moment a signal counts: after this CAS the transaction is committed
         await heartbeat.stop();

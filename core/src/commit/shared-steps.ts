@@ -49,12 +49,22 @@ interface Waiter {
 export class SharedSteps {
   private waiting: Waiter[] = [];
 
+  private readonly one: boolean;
+  private readonly share: boolean;
+
   constructor(
     private readonly store: RowStore,
     private readonly counter: string,
-    /** The store has `checkAndSetStampedMany`: steps may share. Without it each goes alone. */
-    private readonly share: boolean,
-  ) {}
+    options: {
+      /** The store has `checkAndSetStamped`: a step of one row goes as that. */
+      readonly one: boolean;
+      /** The store has `checkAndSetStampedMany` and group commit is on: steps may share. */
+      readonly share: boolean;
+    },
+  ) {
+    this.one = options.one;
+    this.share = options.share;
+  }
 
   /** Sends one transaction's stamped step, shared with the others of this turn where it can be. */
   send(requests: readonly StampedRequest[]): Promise<StampedManyResult> {
@@ -86,9 +96,12 @@ export class SharedSteps {
     for (const s of steps) this.sendShared(s.waiters, true);
   }
 
-  /** One transaction's step on its own: the single-row stamped CAS for one row, read as a step. */
+  /**
+   * One transaction's step on its own: the single-row stamped CAS for one row where the
+   * store has it (cheaper on some stores: one row lock and no list to unpack), read as a step.
+   */
   private async alone(requests: readonly StampedRequest[]): Promise<StampedManyResult> {
-    if (requests.length > 1) return this.store.checkAndSetStampedMany!(requests, this.counter);
+    if (requests.length > 1 || !this.one) return this.store.checkAndSetStampedMany!(requests, this.counter);
     const outcome = await this.store.checkAndSetStamped!(requests[0]!, this.counter);
     if (!outcome.ok) return { ok: false, current: [outcome.current] };
     if (outcome.timestamp === undefined) {
