@@ -1,7 +1,6 @@
 import { type ConnectedStore, openStore } from '@percolator/connect';
 import {
   CompositeStore,
-  DEFAULT_PRUNE_POLICY,
   MemoryStore,
   type PercolatorEventListener,
   type PercolatorOptions,
@@ -96,7 +95,7 @@ async function closeAll(steps: ReadonlyArray<() => Promise<unknown>>): Promise<v
 function clientOptions(settings: BackendSettings): Omit<PercolatorOptions, 'store'> {
   return settings.inlineHistoryBytes === undefined
     ? {}
-    : { gc: { ...DEFAULT_PRUNE_POLICY, inlineHistoryBytes: settings.inlineHistoryBytes } };
+    : { gc: { inlineHistoryBytes: settings.inlineHistoryBytes } };
 }
 
 /** Percolator and raw engines over one store, each with its own call counter. */

@@ -82,10 +82,10 @@ export interface PercolatorOptions {
    * Group commit (default true): the stamped steps (one-step commits, stamped primary
    * commits) that this client's transactions send in the same turn of the event loop go to
    * the store as one atomic step with one commit timestamp, where the store can write
-   * several rows in one stamped step (`stampedCheckAndSetMany`). On PostgreSQL and
-   * MySQL/MariaDB each draw from the oracle's counter holds its row until the draw is
-   * durable, so one shared step commits several transactions for one fsync
-   * (docs/protocol.md 4.5, "Shared stamped steps"). false: each step goes on its own.
+   * several rows in one stamped step (`stampedCheckAndSetMany`): one call, one draw from
+   * the oracle's counter and one commit for several transactions (on PostgreSQL, where a
+   * draw holds the counter row until it is durable, one flush; docs/protocol.md 4.5,
+   * "Shared stamped steps"). false: each step goes on its own.
    */
   readonly groupCommit?: boolean;
 }

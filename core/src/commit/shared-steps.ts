@@ -22,10 +22,12 @@ interface Waiter {
  * as the read-only transactions of a turn share one peek (peek-batcher.ts) and the batched
  * oracle shares one counter call (docs/protocol.md 4.5, "Shared stamped steps").
  *
- * Why: on PostgreSQL and MySQL/MariaDB every draw from the oracle's counter holds the
- * counter row until its transaction is durable (an fsync), so stamped steps sent one by one
- * queue on that row and commit one fsync at a time, whatever the number of clients. A step
- * shared by k transactions draws once and commits once for all k.
+ * Why: every step draws from the oracle's counter and commits a store transaction of its
+ * own. On PostgreSQL a draw holds the counter row until its transaction is durable (row
+ * locks go after the commit record is flushed), so steps sent one by one queue on that row
+ * and commit one flush at a time, whatever the number of clients. MariaDB releases the row
+ * before its flush; there a shared step saves a call, a draw and a commit per transaction.
+ * A step shared by k transactions draws once and commits once for all k.
  *
  * Why it is safe: the shared step is one atomic step that draws one value, so the
  * transactions in it commit at the same instant with the same commit timestamp. Their rows
