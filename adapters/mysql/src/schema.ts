@@ -10,7 +10,7 @@ import { validateNamespace } from '@percolator/core/kit';
  *                        ids start at the clock, so not after re-creation either.
  *   <ns>_stamped_cas_v1  stored procedure: the stamped check-and-set (see below).
  *   <ns>_stamped_read_v1 stored procedure: the stamped read (see below).
- *   <ns>_cas_stamped_many_v4  stored procedure: the stamped check-and-set of many rows.
+ *   <ns>_cas_stamped_many_v6  stored procedure: the stamped check-and-set of many rows.
  * Identifiers are built only from the validated namespace and fixed suffixes.
  */
 export interface MySqlNames {
@@ -38,7 +38,7 @@ export interface MySqlNames {
  */
 const STAMPED_CAS_SUFFIX = 'stamped_cas_v1';
 const STAMPED_READ_SUFFIX = 'stamped_read_v1';
-const STAMPED_CAS_MANY_SUFFIX = 'cas_stamped_many_v5';
+const STAMPED_CAS_MANY_SUFFIX = 'cas_stamped_many_v6';
 
 export function mysqlNames(namespace?: string): MySqlNames {
   const ns = validateNamespace(namespace);
@@ -323,38 +323,42 @@ END`;
  * SUBSTRING, so no state is ever hex inside JSON); the counter name; where the stamp goes.
  *
  * Steps, in one InnoDB transaction:
- *   1. Lock the rows to update one by one, in the array's order: SELECT the row FOR UPDATE
- *      at the expected version (a locking read: the latest committed version, after
- *      waiting for whoever holds the row). A create locks nothing here. At the first row
- *      that does not match: ROLLBACK (nothing was written, nothing drawn), then answer every
- *      requested row from a fresh snapshot (START TRANSACTION READ ONLY, one SELECT,
- *      COMMIT).
- *   2. All of them locked and matched: add 1 to the counter with the very statement
- *      `increment` uses (the counter row stays X-locked until COMMIT); write every row in
- *      the array's order again (new version, notified, its state with the value, 8 bytes
- *      big endian, over bytes p_stamp_at+1 .. p_stamp_at+8): an update is one UPDATE on its
- *      primary key, a create one plain INSERT. A create that finds the row there (ER_DUP_ENTRY,
- *      caught for that statement alone) stops the loop: ROLLBACK, which takes back the draw
- *      too (no one saw the drawn value: the counter row was held), and the answer of step 1.
- *      Otherwise COMMIT; answer (applied, ts).
- * The draw is the last statement before the writes, so the counter is held for the writes
- * and the COMMIT alone.
+ *   1. Lock the rows one by one, in the array's order: a create INSERTs the row with its new
+ *      version and its notified flag, and an empty state for now, ON DUPLICATE KEY UPDATE
+ *      the version (XOR 1): one row affected means inserted, two that the row exists, and
+ *      the call fails, as in the stamped CAS (its ROLLBACK undoes that change; a row the
+ *      call holds is never seen changed by anyone). Two, whatever the client's found-rows
+ *      flag: only a row set to its current values counts differently with it. ON DUPLICATE KEY makes InnoDB
+ *      take the duplicate check's lock exclusive at once; a plain INSERT takes it shared and
+ *      then asks for an exclusive one to write over a deleted (delete-marked, not yet
+ *      purged) row, so two calls creating a key just deleted both held the shared lock and
+ *      deadlocked asking for the exclusive one (seen about once in every other run of the
+ *      churn test). An update SELECTs the row FOR
+ *      UPDATE at the expected version (a locking read: the latest committed version, after
+ *      waiting for whoever holds the row). At the first row that does not match: ROLLBACK
+ *      (nothing was written, nothing drawn), then answer every requested row from a fresh
+ *      snapshot (START TRANSACTION READ ONLY, one SELECT, COMMIT).
+ *   2. All rows locked and matched: add 1 to the counter with the very statement `increment`
+ *      uses (the counter row stays X-locked until COMMIT); write every row, one UPDATE on
+ *      its primary key each, in the array's order again (new version,
+ *      notified, its state with the value, 8 bytes big endian, over bytes p_stamp_at+1 ..
+ *      p_stamp_at+8); COMMIT; answer (applied, ts).
+ * The draw is the last statement before the writes, and the writes touch only rows the
+ * transaction holds already, so the counter is held for the writes and the COMMIT alone.
  *
- * Why a create is one INSERT after the draw (`_v5`). `_v4` created each row in step 1
- * with an INSERT of an empty state ON DUPLICATE KEY UPDATE nothing, read it back FOR
- * UPDATE, and wrote its state after the draw: three statements where one does. Creates
- * are most of a transfer's rows here (the version rows a one-step commit carries, 7.2 of
- * docs/protocol.md): at 8 clients the server's CPU per transfer went from 922-1,036 to
- * 756-835 microseconds and transfers from 907-957 to 1,008-1,101 a second (alternating
- * runs, 2026-11-28). It also settles the deadlock `_v3` fixed with ON DUPLICATE KEY: a
- * plain INSERT takes the duplicate check's lock shared and then asks for an exclusive one
- * to write over a deleted (delete-marked, not yet purged) row, so two calls creating a key
- * just deleted could both hold the shared lock and deadlock. Creates now run only while
- * the call holds the counter, so two calls never create at the same time.
+ * Why a create costs two statements (`_v6`). `_v4` read each created row back FOR UPDATE
+ * to learn whether its INSERT had made it, a third statement; the affected-row count
+ * tells as much. Creates are most rows a transfer's one-step commit writes here (the
+ * version rows it carries, docs/protocol.md 7.2). `_v5`, never released, went further: a
+ * create locked nothing before the draw and was one INSERT after it, which cut the
+ * server's CPU per transfer by about a sixth, but then a call waited for row locks while
+ * it held the counter, so whoever held a key being created (an idle session's locking
+ * read of an absent key, say) stalled every draw on that counter until its lock wait
+ * timed out, where here it stalls only that call.
  *
  * Cost. Per row: its entry cut out of p_rows at a byte offset (nextRow), then JSON_VALUE
- * of each field; an update costs one statement on the primary key to lock it and one to
- * write it, a create one INSERT; so a call costs in proportion to its rows. No statement reads
+ * of each field, one statement on the primary key to lock (or create) it and one to write
+ * it, so a call costs in proportion to its rows. No statement reads
  * JSON_TABLE on the way to a success: on MariaDB 10.11 a statement over JSON_TABLE builds
  * a temporary table each time it runs and costs as much as several primary-key
  * statements. Measured with one such statement to lock all rows and one to write them,
@@ -366,8 +370,8 @@ END`;
  * its own lock, having locked only the rows sorted before it, which the ROLLBACK releases
  * at once.
  *
- * Each row's state is cut out of p_states by a SET (v_state) and the UPDATE or INSERT
- * names only v_state. MariaDB rewrites every SQL statement inside a procedure with the values of the
+ * Each row's state is cut out of p_states by a SET (v_state) and the UPDATE names only
+ * v_state. MariaDB rewrites every SQL statement inside a procedure with the values of the
  * variables it names, escaped, into a query string (for its logs and the process list;
  * it does so with every log off too), while a SET is not rewritten. `_v3` named p_states
  * in each row's UPDATE, so each row copied and escaped every row's state: the cost grew
@@ -390,24 +394,19 @@ END`;
  * rows commit together, so a value above this one is handed out only after all of the
  * rows are visible.
  *
- * Deadlocks (under REPEATABLE READ or READ COMMITTED). Locks are taken in one order: the
- * rows to update (in byte order), the counter, then the rows to create. A call waits for a
- * row to update only while holding rows that sort before it (the order check comes before
- * each lock); a lookup that does not match (which may leave a gap lock) is followed by
- * ROLLBACK, never by a wait. Whoever holds the counter (step 2 here, the stamped CAS after
- * its draw, `increment`, the stamped read's draw) waits for no row except this procedure's
- * creates (and, as for the stamped CAS, a locking scan of the `notified` index, which
- * nothing in this library runs, could hold up the index entries of a write that sets the
- * flag). A create waits only for whoever holds its key: a plain CAS or a statement of
- * checkAndSetMany (autocommit, one row each), which waits for nothing else meanwhile; a
- * session whose lookup left a gap lock, which rolls back at once; or a writer of that very
- * row that waits for the counter, which is a cycle: the stamped CAS creating or updating
- * it, or another call updating it in step 1. In such a cycle both sides write the same
- * row, one expecting it absent and the other at a version, so at most one of them could
- * succeed anyway. InnoDB finds the cycle and rolls one side back whole: the store sends a
- * CALL rolled back this way again (store.ts, STAMPED_MANY_ATTEMPTS; a test stages this
- * cycle), where its create then fails as a refused CAS; a stamped CAS fails as not
- * applied, retryable. The other cycle this order cannot rule out comes from
+ * No deadlock with the other statements (under REPEATABLE READ or READ COMMITTED): locks
+ * are taken in one global order, rows (in byte order) before the counter. Whoever holds the
+ * counter (step 2 here, the stamped CAS after its draw, `increment`, the stamped read's
+ * draw) waits for no row: it holds all of its rows already (the final writes touch only
+ * them; as for the stamped CAS, only a locking scan of the `notified` index, which nothing
+ * in this library runs, could hold up the new index entries of an update that changes the
+ * flag; a create's entry was made in step 1). A plain CAS, a statement of checkAndSetMany
+ * (autocommit, one row each) and the stamped CAS's row lock hold at most one row, and the
+ * stamped CAS then waits only for the counter. This procedure waits for a row only while
+ * holding rows that sort before it (the order check comes before each lock); a lookup that
+ * does not match (which may leave a gap lock) and a duplicate key (which leaves an exclusive
+ * lock on the row that is there) are followed by ROLLBACK, never by a wait. So the
+ * wait-for graph of these locks has no cycle. What this ordering cannot rule out is
  * InnoDB's lock inheritance: when a deleted row is purged, the locks on it, waiting ones
  * included, become gap locks on the next row, held by sessions that never asked for them;
  * several sessions then creating a key in that gap can deadlock (single INSERT statements
@@ -466,12 +465,20 @@ ${nextRow('    ')}
       SIGNAL SQLSTATE '45000'
       SET MESSAGE_TEXT = 'percolator: a row is named twice, or the rows are not in (tbl, row_key) order';
     END IF;
-    IF v_expected IS NOT NULL THEN
+    IF v_expected IS NULL THEN
+      SET v_version = JSON_VALUE(v_row, '$[3]');
+      -- 1 row affected: inserted. 2: the row was there, and was changed (so the count
+      -- tells, whatever the client's found-rows flag); the ROLLBACK below undoes that.
+      INSERT INTO ${n.rows} (tbl, row_key, version, state, notified)
+      VALUES (v_tbl, v_key, v_version, '', JSON_VALUE(v_row, '$[6]'))
+      ON DUPLICATE KEY UPDATE version = version ^ 1;
+      SET v_ok = ROW_COUNT() = 1;
+    ELSE
       SELECT COUNT(*) = 1 INTO v_ok FROM ${n.rows}
       WHERE tbl = v_tbl AND row_key = v_key AND version = v_expected FOR UPDATE;
-      IF NOT v_ok THEN
-        LEAVE lock_rows;
-      END IF;
+    END IF;
+    IF NOT v_ok THEN
+      LEAVE lock_rows;
     END IF;
     SET v_last_tbl = v_tbl, v_last_key = v_key, v_i = v_i + 1;
   END WHILE;
@@ -482,36 +489,20 @@ ${drawCounter(n, '    ')}
     write_rows: WHILE v_i < v_n DO
 ${nextRow('      ')}
       SET v_tbl = UNHEX(JSON_VALUE(v_row, '$[0]')), v_key = UNHEX(JSON_VALUE(v_row, '$[1]')),
-        v_expected = JSON_VALUE(v_row, '$[2]'),
         v_version = JSON_VALUE(v_row, '$[3]'),
         v_at = JSON_VALUE(v_row, '$[4]'),
         v_len = JSON_VALUE(v_row, '$[5]'),
         v_notified = JSON_VALUE(v_row, '$[6]');
       SET v_state = INSERT(SUBSTRING(p_states, v_at, v_len), p_stamp_at + 1, 8, v_stamp);
-      IF v_expected IS NULL THEN
-        BEGIN
-          -- A row already there: this create, and so the whole call, is refused.
-          DECLARE CONTINUE HANDLER FOR 1062 SET v_ok = FALSE;
-          INSERT INTO ${n.rows} (tbl, row_key, version, state, notified)
-          VALUES (v_tbl, v_key, v_version, v_state, v_notified);
-        END;
-        IF NOT v_ok THEN
-          LEAVE write_rows;
-        END IF;
-      ELSE
-        UPDATE ${n.rows}
-        SET version = v_version, state = v_state, notified = v_notified
-        WHERE tbl = v_tbl AND row_key = v_key;
-      END IF;
+      UPDATE ${n.rows}
+      SET version = v_version, state = v_state, notified = v_notified
+      WHERE tbl = v_tbl AND row_key = v_key;
       SET v_i = v_i + 1;
     END WHILE;
-  END IF;
-  IF v_ok THEN
     SET v_committing = TRUE;
     COMMIT;
     SELECT 0 AS i, 1 AS applied, CAST(v_ts AS CHAR) AS ts, NULL AS version, NULL AS state;
   ELSE
-    -- Nothing of this call stays, its draw included (no one saw the drawn value).
     ROLLBACK;
     START TRANSACTION READ ONLY;
     SELECT 0 AS i, 0 AS applied, NULL AS ts, NULL AS version, NULL AS state
@@ -540,11 +531,12 @@ export function mysqlDropStatements(namespace?: string): string[] {
     `DROP PROCEDURE IF EXISTS ${n.stampedCas}`,
     `DROP PROCEDURE IF EXISTS ${n.stampedRead}`,
     `DROP PROCEDURE IF EXISTS ${n.stampedCasMany}`,
-    // Its previous bodies, which a namespace created before version 5 may still hold.
+    // Its previous bodies, which a namespace created before version 6 may still hold.
     `DROP PROCEDURE IF EXISTS \`${n.namespace}_cas_stamped_many_v1\``,
     `DROP PROCEDURE IF EXISTS \`${n.namespace}_cas_stamped_many_v2\``,
     `DROP PROCEDURE IF EXISTS \`${n.namespace}_cas_stamped_many_v3\``,
     `DROP PROCEDURE IF EXISTS \`${n.namespace}_cas_stamped_many_v4\``,
+    `DROP PROCEDURE IF EXISTS \`${n.namespace}_cas_stamped_many_v5\``,
     `DROP TABLE IF EXISTS ${n.rows}, ${n.counters}, ${n.versionBlocks}`,
   ];
 }

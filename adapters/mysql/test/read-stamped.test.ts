@@ -232,7 +232,7 @@ describe('mysql readStamped: SQL text and schema', () => {
     const s = await openStore({ namespace });
     const listed = (await listMySqlNamespaces({ uri: url })).find((n) => n.namespace === namespace);
     expect(listed?.objects).toEqual([
-      `${namespace}_cas_stamped_many_v5`,
+      `${namespace}_cas_stamped_many_v6`,
       `${namespace}_counters`,
       `${namespace}_rows`,
       `${namespace}_stamped_cas_v1`,

@@ -81,15 +81,10 @@ async function untilLockWait(test: (query: string) => boolean): Promise<{ thread
  * A statement inside the procedure as INNODB_TRX shows it while it waits (local variables
  * appear as NAME_CONST('v_key', _binary'<key>' ...)), for one key.
  */
-const waitingIn =
-  (namespace: string, statement: 'lock' | 'write' | 'create', key: string) => (query: string) =>
-    query.startsWith(
-      statement === 'lock'
-        ? `SELECT COUNT(*) = 1 INTO v_ok FROM \`${namespace}_rows\``
-        : statement === 'write'
-          ? `UPDATE \`${namespace}_rows\``
-          : `INSERT INTO \`${namespace}_rows\``,
-    ) && query.includes(`_binary'${key}'`);
+const waitingIn = (namespace: string, statement: 'lock' | 'write', key: string) => (query: string) =>
+  (statement === 'lock'
+    ? query.startsWith(`SELECT COUNT(*) = 1 INTO v_ok FROM \`${namespace}_rows\``)
+    : query.startsWith(`UPDATE \`${namespace}_rows\``)) && query.includes(`_binary'${key}'`);
 
 /** Resolves to 'pending' if `promise` has not settled within `ms`. */
 async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | 'pending'> {
@@ -312,22 +307,24 @@ describe('mysql stamped check-and-set of many rows: the step', () => {
         [
           { table: 'race', key: 'b', expected: vb!, state: template('b2') },
           { table: 'race', key: 'a', expected: va!, state: template('a2') },
-          // Sorts first: a create, written only after the draw, so never here.
+          // Sorts first: INSERTed, then rolled back with the rest.
           { table: 'race', key: '0', expected: null, state: template('02') },
         ],
         counter,
       );
       pending.catch(() => {});
-      // Sent in key order ('0', 'a', 'b'), not request order: it locked 'a' and waits for
-      // 'b' while holding it. The create of '0' locks nothing before the draw.
+      // Sent in key order ('0', 'a', 'b'), not request order: it created '0', locked 'a',
+      // and waits for 'b' while holding both.
       await untilLockWait(waitingIn(store.namespace, 'lock', 'b'));
-      const lockNow = (key: string) =>
-        admin.query<RowDataPacket[]>(
-          `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE NOWAIT`,
-          [Buffer.from('race'), Buffer.from(key)],
+      for (const key of ['0', 'a']) {
+        const held = await errorOf(
+          admin.query(
+            `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE NOWAIT`,
+            [Buffer.from('race'), Buffer.from(key)],
+          ),
         );
-      expect(((await errorOf(lockNow('a'))) as Error).message).toMatch(/lock wait timeout/i);
-      expect((await lockNow('0'))[0]).toEqual([]);
+        expect((held as Error).message).toMatch(/lock wait timeout/i);
+      }
       await blocker.query(
         `UPDATE \`${store.namespace}_rows\` SET version = version + 1, state = ? WHERE tbl = ? AND row_key = ?`,
         [Buffer.from(template('theirs')), Buffer.from('race'), Buffer.from('b')],
@@ -744,59 +741,46 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
       blocker.release();
     }
   });
-  it('a create after the draw meets a writer of its row that waits for the counter: InnoDB breaks the cycle, and the call is refused whole', async () => {
-    // A create is written after the draw, while the call holds the counter. Another
-    // session holding that row and then asking for the counter closes a cycle (the stamped
-    // CAS and another call's step 1 do just that). Whichever side InnoDB rolls back, the
-    // row is there, so the call ends refused, with nothing of it written and its draw
-    // taken back.
-    const counter = 'sm.cycle';
+  it('a call waiting for a key it creates holds no counter: every other draw goes on meanwhile', async () => {
+    // Whoever holds the counter waits for no row (schema.ts): a create locks its key
+    // before the draw. So a session holding that key (here a locking read of the absent
+    // key, left open) holds up this call alone, never the oracle. (`_v5`, never released,
+    // created after the draw and stalled every draw here until the lock wait timed out.)
+    const counter = 'sm.nostall';
     const base = await store.incrementCounter(counter, 1);
-    const [va, vk] = await create(store, 'cycle', ['a', 'k']);
-    const before = await store.readMany([
-      { table: 'cycle', key: 'a' },
-      { table: 'cycle', key: 'k' },
-    ]);
+    const other = await openStore({ namespace: store.namespace, createSchema: false });
     const blocker = await admin.getConnection();
     try {
+      await blocker.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
       await blocker.query('BEGIN');
       await blocker.query(
-        `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? AND version = ? FOR UPDATE`,
-        [Buffer.from('cycle'), Buffer.from('k'), vk],
+        `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE`,
+        [Buffer.from('nostall'), Buffer.from('k')],
       );
       const pending = store.checkAndSetStampedMany(
-        [
-          { table: 'cycle', key: 'a', expected: va!, state: template('a2') },
-          { table: 'cycle', key: 'k', expected: null, state: template('k2') },
-        ],
+        [{ table: 'nostall', key: 'k', expected: null, state: template('k') }],
         counter,
       );
       pending.catch(() => {});
-      // It locked 'a', drew, wrote 'a', and waits to create 'k' while holding the counter.
-      await untilLockWait(waitingIn(store.namespace, 'create', 'k'));
-      const draw = await errorOf(
-        blocker.query(
-          `INSERT INTO \`${store.namespace}_counters\` (name, value) VALUES (?, 1)
-           ON DUPLICATE KEY UPDATE value = value + 1`,
-          [Buffer.from(counter)],
-        ),
+      await untilLockWait(
+        (query) =>
+          query.startsWith(`INSERT INTO \`${store.namespace}_rows\``) && query.includes("_binary'k'"),
       );
-      // Either the blocker was the victim (all of it rolled back, 'k' released), or the
-      // call was (rolled back whole; the store sends it again, and it waits for the
-      // counter the blocker now holds until the ROLLBACK below).
-      if (draw !== undefined) expect((draw as { errno?: unknown }).errno).toBe(1213); // ER_LOCK_DEADLOCK
+      // The call waits for 'k' before its draw: other draws and stamped reads go on.
+      expect(await settledWithin(other.incrementCounter(counter, 1), 2_000)).toBe(base + 1);
+      const read = await settledWithin(other.readStamped!([{ table: 'nostall', key: 'k' }], counter), 2_000);
+      expect(read).toEqual({ timestamp: base + 2, rows: [null] });
       await blocker.query('ROLLBACK');
-      expect(await pending).toEqual({ ok: false, current: before });
-      expect(
-        await store.readMany([
-          { table: 'cycle', key: 'a' },
-          { table: 'cycle', key: 'k' },
-        ]),
-      ).toEqual(before);
-      expect(await counterValue(store, counter)).toBe(base);
+      const r = applied(await pending);
+      expect(r.timestamp).toBe(base + 3);
+      expect(await store.read('nostall', 'k')).toEqual({
+        version: r.versions[0],
+        state: writeStamp(template('k'), base + 3),
+      });
     } finally {
       await blocker.query('ROLLBACK').catch(() => {});
       blocker.release();
+      await other.close();
     }
   });
 });
@@ -921,28 +905,29 @@ describe('mysql stamped check-and-set of many rows: schema and failures', () => 
     expect(await routine(names.stampedCasManyRoutine)).toEqual([
       { security: 'INVOKER', access: 'MODIFIES SQL DATA' },
     ]);
-    // Version 5: the bodies of version 1 (a read-only precheck, then cursors), version 2 (a
-    // plain INSERT for a create, before the draw), version 3 (each row's UPDATE named every
-    // row's states) and version 4 (three statements per create) were replaced.
-    expect(names.stampedCasManyRoutine).toBe(`${store.namespace}_cas_stamped_many_v5`);
+    // Version 6: the bodies of version 1 (a read-only precheck, then cursors), version 2 (a
+    // plain INSERT for a create), version 3 (each row's UPDATE named every row's states),
+    // version 4 (a create read back FOR UPDATE) and version 5 (never released: a create
+    // written after the draw) were replaced.
+    expect(names.stampedCasManyRoutine).toBe(`${store.namespace}_cas_stamped_many_v6`);
     const namespace = uniqueNamespace();
     const s = await openStore({ namespace });
-    // What a namespace created before version 5 may still hold next to it.
-    for (const old of ['v1', 'v2', 'v3', 'v4']) {
+    // What a namespace created before version 6 may still hold next to it.
+    for (const old of ['v1', 'v2', 'v3', 'v4', 'v5']) {
       await admin.query(
         `CREATE PROCEDURE \`${namespace}_cas_stamped_many_${old}\`() COMMENT 'percolator stamped check-and-set of many rows' BEGIN END`,
       );
     }
     const listed = (await listMySqlNamespaces({ uri: url })).find((n) => n.namespace === namespace);
-    for (const v of ['v1', 'v2', 'v3', 'v4', 'v5'])
+    for (const v of ['v1', 'v2', 'v3', 'v4', 'v5', 'v6'])
       expect(listed?.objects).toContain(`${namespace}_cas_stamped_many_${v}`);
     await s.dropNamespace();
-    for (const v of ['v1', 'v2', 'v3', 'v4', 'v5'])
+    for (const v of ['v1', 'v2', 'v3', 'v4', 'v5', 'v6'])
       expect(await routine(`${namespace}_cas_stamped_many_${v}`)).toEqual([]);
     const another = await openStore({ namespace: uniqueNamespace() });
     const dropped = await dropMySqlNamespace(another.namespace, { uri: url });
-    expect(dropped?.objects).toContain(`${another.namespace}_cas_stamped_many_v5`);
-    expect(await routine(`${another.namespace}_cas_stamped_many_v5`)).toEqual([]);
+    expect(dropped?.objects).toContain(`${another.namespace}_cas_stamped_many_v6`);
+    expect(await routine(`${another.namespace}_cas_stamped_many_v6`)).toEqual([]);
   });
 
   it("reads the call's packed arguments per row only by offset, in SET, never in a statement (MariaDB escapes those into the statement's text)", async () => {
