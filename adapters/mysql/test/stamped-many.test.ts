@@ -667,6 +667,73 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     }
   });
 
+  it('calls, single-row stamped CAS and deletes on the same keys: every write applies whole or fails as a not-applied deadlock victim', async () => {
+    // The single-row stamped CAS creates with a plain INSERT (its duplicate check's lock is
+    // shared, then exclusive); calls create with INSERT ... ON DUPLICATE KEY (exclusive at
+    // once). Both lock their rows before they draw, so whoever holds the counter waits for
+    // no row: a cycle can only come from two writers of one row, and InnoDB breaks it.
+    // Every row left must be the whole work of one write that applied: its version and stamp.
+    const counter = 'sm.mixed';
+    const table = 'mixed';
+    const keys = Array.from({ length: 6 }, (_, i) => `m${i}`);
+    const other = await openStore({ namespace: store.namespace, createSchema: false, maxConnections: 10 });
+    const applied = new Map<string, number>();
+    let victims = 0;
+    const isVictim = (error: unknown) =>
+      error instanceof StoreError &&
+      error.applied === 'no' &&
+      error.retryable &&
+      /ER_LOCK_DEADLOCK/.test(error.message);
+    const victim = (error: unknown) => {
+      if (!isVictim(error)) throw error;
+      victims++;
+      return undefined;
+    };
+    const worker = async (id: number) => {
+      const s = id % 2 === 0 ? store : other;
+      for (let i = 0; i < 15; i++) {
+        const picked = shuffled(keys).slice(0, 1 + ((id + i) % 3));
+        const now = await s.readMany(picked.map((key) => ({ table, key })));
+        if ((id + i) % 3 === 0) {
+          // One row, stamped: a create where the row is absent.
+          const r = await s.checkAndSetStamped!(
+            { table, key: picked[0]!, expected: now[0]?.version ?? null, state: template(`${id}.${i}`) },
+            counter,
+          ).catch(victim);
+          if (r?.ok) applied.set(r.version, r.timestamp!);
+        } else {
+          const r = await s
+            .checkAndSetStampedMany(
+              picked.map((key, j) => ({
+                table,
+                key,
+                expected: now[j]?.version ?? null,
+                state: template(`${id}.${i}`),
+              })),
+              counter,
+            )
+            .catch(victim);
+          if (r?.ok) for (const version of r.versions) applied.set(version, r.timestamp);
+        }
+        if (i % 3 === 2) {
+          const row = await s.read(table, picked[0]!);
+          if (row)
+            await s.checkAndSet({ table, key: picked[0]!, expected: row.version, state: null }).catch(victim);
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: 12 }, (_, id) => worker(id)));
+    expect(applied.size).toBeGreaterThan(0);
+    // Deadlocks here are rare; many would be a regression (a wait that closes a cycle).
+    expect(victims).toBeLessThan(12);
+    const rows = await store.readMany(keys.map((key) => ({ table, key })));
+    for (const row of rows) {
+      if (row === null) continue;
+      expect(applied.has(row.version)).toBe(true);
+      expect(stampOf(row.state)).toBe(applied.get(row.version));
+    }
+  });
+
   it('a deadlock victim is sent again and applies (white box)', async () => {
     // Another session holds `b`, the call locks `a` and waits for `b`, then that session asks
     // for `a`: a deadlock. That session has written many rows, so InnoDB rolls the call back
