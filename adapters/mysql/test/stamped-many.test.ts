@@ -268,6 +268,43 @@ describe('mysql stamped check-and-set of many rows: the step', () => {
     expect(await store.incrementCounter(counter, 1)).toBe(drawn + 1);
   });
 
+  it.each([
+    ['with FOUND_ROWS (mysql2 default)', [] as string[]],
+    ['without FOUND_ROWS', ['-FOUND_ROWS']],
+  ])('a create tells inserted from present by its affected rows, %s', async (_, flags) => {
+    // The procedure's create is INSERT ... ON DUPLICATE KEY UPDATE version = version ^ 1:
+    // 1 row affected = inserted, 2 = the row was there (changed, then rolled back). The
+    // client flag FOUND_ROWS changes the count only for a row set to its current values.
+    const s = await openStore({ pool: userPool({ flags }), namespace: store.namespace, createSchema: false });
+    const table = `flags${flags.length}`;
+    const counter = `sm.flags${flags.length}`;
+    const first = applied(
+      await s.checkAndSetStampedMany(
+        [
+          { table, key: 'a', expected: null, state: template('a') },
+          { table, key: 'b', expected: null, state: template('b') },
+        ],
+        counter,
+      ),
+    );
+    const before = await s.readMany([
+      { table, key: 'a' },
+      { table, key: 'b' },
+    ]);
+    expect(before.map((row) => row?.version)).toEqual(first.versions);
+    const refused = await s.checkAndSetStampedMany(
+      [
+        { table, key: 'b', expected: null, state: template('b2') },
+        { table, key: 'c', expected: null, state: template('c') },
+      ],
+      counter,
+    );
+    expect(refused).toEqual({ ok: false, current: [before[1], null] });
+    expect(await s.read(table, 'b')).toEqual(before[1]);
+    expect(await s.read(table, 'c')).toBeNull();
+    expect(await counterValue(s, counter)).toBe(first.timestamp);
+  });
+
   it('a create of a present row: ok false, and none of the other creates or updates is written', async () => {
     const counter = 'sm.present';
     const [vp, vq] = await create(store, 'present', ['p', 'q']);
