@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { createMySqlStore, type MySqlStore } from '@percolator/mysql';
 import { ensureMySql, type TestServer } from '@percolator/testkit/mysql';
-import { createPool, type Pool } from 'mysql2/promise';
+import { createPool, type Pool, type PoolConnection } from 'mysql2/promise';
 import { afterAll, beforeAll } from 'vitest';
 
 let server: TestServer | undefined;
@@ -34,6 +34,24 @@ export function userPool(options: Parameters<typeof createPool>[0] & object = {}
   const pool = createPool({ uri: url, connectionLimit: 4, ...options });
   pools.push(pool);
   return pool;
+}
+
+/**
+ * A session of the admin pool inside a REPEATABLE READ transaction that has run `sql` (a
+ * locking read): it holds those locks until the caller's ROLLBACK, then must be released.
+ */
+export async function lockingSession(sql: string, values: unknown[]): Promise<PoolConnection> {
+  const session = await admin.getConnection();
+  try {
+    await session.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+    await session.query('BEGIN');
+    await session.query(sql, values);
+    return session;
+  } catch (error) {
+    await session.query('ROLLBACK').catch(() => {});
+    session.release();
+    throw error;
+  }
 }
 
 /** Registers the file's beforeAll / afterAll; namespaces start with `namespacePrefix`. */

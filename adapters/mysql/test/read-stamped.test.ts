@@ -30,7 +30,16 @@ import {
 } from '@percolator/mysql';
 import type { Pool, RowDataPacket } from 'mysql2/promise';
 import { describe, expect, it, vi } from 'vitest';
-import { admin, openStore, store, uniqueNamespace, url, useMySqlFixture, userPool } from './fixture.js';
+import {
+  admin,
+  lockingSession,
+  openStore,
+  store,
+  uniqueNamespace,
+  url,
+  useMySqlFixture,
+  userPool,
+} from './fixture.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -368,15 +377,12 @@ describe('mysql readStamped: a timestamp above a stamp sees the stamped write', 
     const key = `k${randomBytes(3).toString('hex')}`;
     const v = version(await s.checkAndSet({ table: 'hold', key, expected: null, state: template('old') }));
     const base = await s.incrementCounter(counter, 1);
-    const blocker = await admin.getConnection();
+    const blocker = await lockingSession(
+      `SELECT row_key FROM \`${s.namespace}_rows\` FORCE INDEX (\`${s.namespace}_rows_notified\`)
+       WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
+      [Buffer.from('hold')],
+    );
     try {
-      await blocker.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-      await blocker.query('BEGIN');
-      await blocker.query(
-        `SELECT row_key FROM \`${s.namespace}_rows\` FORCE INDEX (\`${s.namespace}_rows_notified\`)
-         WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
-        [Buffer.from('hold')],
-      );
       const cas = s.checkAndSetStamped(
         { table: 'hold', key, expected: v, state: template('new'), notified: true },
         counter,

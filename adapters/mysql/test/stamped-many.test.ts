@@ -27,7 +27,16 @@ import {
 } from '@percolator/mysql';
 import type { Pool, RowDataPacket } from 'mysql2/promise';
 import { describe, expect, it, vi } from 'vitest';
-import { admin, openStore, store, uniqueNamespace, url, useMySqlFixture, userPool } from './fixture.js';
+import {
+  admin,
+  lockingSession,
+  openStore,
+  store,
+  uniqueNamespace,
+  url,
+  useMySqlFixture,
+  userPool,
+} from './fixture.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -53,6 +62,27 @@ async function create(s: MySqlStore, table: string, keys: readonly string[], tai
     versions.push(r.version);
   }
   return versions;
+}
+
+/** A write InnoDB rolled back as a deadlock victim (past every resend): not applied, retryable. */
+const isDeadlockVictim = (error: unknown) =>
+  error instanceof StoreError &&
+  error.applied === 'no' &&
+  error.retryable &&
+  /ER_LOCK_DEADLOCK/.test(error.message);
+
+/** Every row of `keys` left is the whole work of one write that applied: its version, and its stamp. */
+async function expectWholeWrites(
+  table: string,
+  keys: readonly string[],
+  applied: ReadonlyMap<string, number>,
+) {
+  const rows = await store.readMany(keys.map((key) => ({ table, key })));
+  for (const row of rows) {
+    if (row === null) continue;
+    expect(applied.has(row.version)).toBe(true);
+    expect(stampOf(row.state)).toBe(applied.get(row.version));
+  }
 }
 
 /** InnoDB transactions that wait for a lock, with the statement they wait in. */
@@ -651,11 +681,6 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     const other = await openStore({ namespace: store.namespace, createSchema: false, maxConnections: 10 });
     const applied = new Map<string, number>();
     let victims = 0;
-    const isVictim = (error: unknown) =>
-      error instanceof StoreError &&
-      error.applied === 'no' &&
-      error.retryable &&
-      /ER_LOCK_DEADLOCK/.test(error.message);
     const worker = async (id: number) => {
       const s = id % 2 === 0 ? store : other;
       for (let i = 0; i < 15; i++) {
@@ -673,7 +698,7 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
             counter,
           )
           .catch((error: unknown) => {
-            if (!isVictim(error)) throw error;
+            if (!isDeadlockVictim(error)) throw error;
             victims++;
             return undefined;
           });
@@ -686,7 +711,7 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
             await s
               .checkAndSet({ table, key: picked[0]!, expected: row.version, state: null })
               .catch((error: unknown) => {
-                if (!isVictim(error)) throw error;
+                if (!isDeadlockVictim(error)) throw error;
               });
           }
         }
@@ -696,12 +721,7 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     expect(applied.size).toBeGreaterThan(0);
     // 16 workers x 15 calls: a victim past every resend is rare; many would be a regression.
     expect(victims).toBeLessThan(8);
-    const rows = await store.readMany(keys.map((key) => ({ table, key })));
-    for (const row of rows) {
-      if (row === null) continue;
-      expect(applied.has(row.version)).toBe(true);
-      expect(stampOf(row.state)).toBe(applied.get(row.version));
-    }
+    await expectWholeWrites(table, keys, applied);
   });
 
   it('calls, single-row stamped CAS and deletes on the same keys: every write applies whole or fails as a not-applied deadlock victim', async () => {
@@ -716,13 +736,8 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     const other = await openStore({ namespace: store.namespace, createSchema: false, maxConnections: 10 });
     const applied = new Map<string, number>();
     let victims = 0;
-    const isVictim = (error: unknown) =>
-      error instanceof StoreError &&
-      error.applied === 'no' &&
-      error.retryable &&
-      /ER_LOCK_DEADLOCK/.test(error.message);
     const victim = (error: unknown) => {
-      if (!isVictim(error)) throw error;
+      if (!isDeadlockVictim(error)) throw error;
       victims++;
       return undefined;
     };
@@ -763,12 +778,7 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     expect(applied.size).toBeGreaterThan(0);
     // Deadlocks here are rare; many would be a regression (a wait that closes a cycle).
     expect(victims).toBeLessThan(12);
-    const rows = await store.readMany(keys.map((key) => ({ table, key })));
-    for (const row of rows) {
-      if (row === null) continue;
-      expect(applied.has(row.version)).toBe(true);
-      expect(stampOf(row.state)).toBe(applied.get(row.version));
-    }
+    await expectWholeWrites(table, keys, applied);
   });
 
   it('a deadlock victim is sent again and applies (white box)', async () => {
@@ -853,14 +863,11 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     const counter = 'sm.nostall';
     const base = await store.incrementCounter(counter, 1);
     const other = await openStore({ namespace: store.namespace, createSchema: false });
-    const blocker = await admin.getConnection();
+    const blocker = await lockingSession(
+      `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE`,
+      [Buffer.from('nostall'), Buffer.from('k')],
+    );
     try {
-      await blocker.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-      await blocker.query('BEGIN');
-      await blocker.query(
-        `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE`,
-        [Buffer.from('nostall'), Buffer.from('k')],
-      );
       const pending = store.checkAndSetStampedMany(
         [{ table: 'nostall', key: 'k', expected: null, state: template('k') }],
         counter,
@@ -903,15 +910,12 @@ describe('mysql stamped check-and-set of many rows: a later counter value implie
     // lock before the draw, not after it.
     const [vn] = await create(store, 'wait.a', ['n'], 'old');
     const other = await openStore({ namespace: store.namespace, createSchema: false });
-    const blocker = await admin.getConnection();
+    const blocker = await lockingSession(
+      `SELECT row_key FROM \`${store.namespace}_rows\` FORCE INDEX (\`${store.namespace}_rows_notified\`)
+       WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
+      [Buffer.from('wait.a')],
+    );
     try {
-      await blocker.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-      await blocker.query('BEGIN');
-      await blocker.query(
-        `SELECT row_key FROM \`${store.namespace}_rows\` FORCE INDEX (\`${store.namespace}_rows_notified\`)
-         WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
-        [Buffer.from('wait.a')],
-      );
       const requests: StampedRequest[] = [
         { table: 'wait.b', key: 'k2', expected: v2!, state: template('k2') },
         { table: 'wait.a', key: 'n', expected: vn!, state: template('n'), notified: true },
@@ -1166,15 +1170,12 @@ describe('mysql stamped check-and-set of many rows: schema and failures', () => 
     const [va] = await create(s, 'lwt.a', ['a'], '0');
     const [vn] = await create(s, 'lwt.b', ['n'], '0');
     const before = await s.incrementCounter(counter, 1);
-    const blocker = await admin.getConnection();
+    const blocker = await lockingSession(
+      `SELECT row_key FROM \`${s.namespace}_rows\` FORCE INDEX (\`${s.namespace}_rows_notified\`)
+       WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
+      [Buffer.from('lwt.b')],
+    );
     try {
-      await blocker.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-      await blocker.query('BEGIN');
-      await blocker.query(
-        `SELECT row_key FROM \`${s.namespace}_rows\` FORCE INDEX (\`${s.namespace}_rows_notified\`)
-         WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
-        [Buffer.from('lwt.b')],
-      );
       const error = await errorOf(
         s.checkAndSetStampedMany(
           [

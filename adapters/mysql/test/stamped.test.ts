@@ -12,7 +12,15 @@ import { StoreError, writeStamp } from '@percolator/core';
 import { mysqlSchemaStatements } from '@percolator/mysql';
 import type { RowDataPacket } from 'mysql2/promise';
 import { describe, expect, it, vi } from 'vitest';
-import { admin, openStore, store, uniqueNamespace, useMySqlFixture, userPool } from './fixture.js';
+import {
+  admin,
+  lockingSession,
+  openStore,
+  store,
+  uniqueNamespace,
+  useMySqlFixture,
+  userPool,
+} from './fixture.js';
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -201,15 +209,12 @@ describe('mysql stamped check-and-set: a later counter value implies the write i
     const v = (await store.checkAndSet({ table: 'wait', key: 'k', expected: null, state: template('old') }))!;
     if (!v.ok) throw new Error('setup failed');
     const other = await openStore({ namespace: store.namespace, createSchema: false });
-    const blocker = await admin.getConnection();
+    const blocker = await lockingSession(
+      `SELECT row_key FROM \`${store.namespace}_rows\` FORCE INDEX (\`${store.namespace}_rows_notified\`)
+       WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
+      [Buffer.from('wait')],
+    );
     try {
-      await blocker.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-      await blocker.query('BEGIN');
-      await blocker.query(
-        `SELECT row_key FROM \`${store.namespace}_rows\` FORCE INDEX (\`${store.namespace}_rows_notified\`)
-         WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
-        [Buffer.from('wait')],
-      );
       const stamped = store.checkAndSetStamped(
         { table: 'wait', key: 'k', expected: v.version, state: template('new'), notified: true },
         counter,
@@ -315,15 +320,12 @@ describe('mysql stamped check-and-set: failures', () => {
     const v = (await s.checkAndSet({ table: 'lwt', key: 'k', expected: null, state: template('0') }))!;
     if (!v.ok) throw new Error('setup failed');
     const before = await s.incrementCounter(counter, 1);
-    const blocker = await admin.getConnection();
+    const blocker = await lockingSession(
+      `SELECT row_key FROM \`${s.namespace}_rows\` FORCE INDEX (\`${s.namespace}_rows_notified\`)
+       WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
+      [Buffer.from('lwt')],
+    );
     try {
-      await blocker.query('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-      await blocker.query('BEGIN');
-      await blocker.query(
-        `SELECT row_key FROM \`${s.namespace}_rows\` FORCE INDEX (\`${s.namespace}_rows_notified\`)
-         WHERE tbl = ? AND notified = TRUE FOR UPDATE`,
-        [Buffer.from('lwt')],
-      );
       const error = await errorOf(
         s.checkAndSetStamped(
           { table: 'lwt', key: 'k', expected: v.version, state: template('1'), notified: true },
