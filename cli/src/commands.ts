@@ -149,7 +149,7 @@ export async function inspectRow(
         : {}),
       writes: writes.map((w) =>
         w.kind === 'put' && w.value !== 'inline'
-          ? { ...w, versionRow: versionRowRef(table, row, cell.column, w.startTs) }
+          ? { ...w, versionRow: versionRowRef(table, row, cell.column, w.block ?? w.startTs) }
           : w,
       ),
     });

@@ -57,7 +57,22 @@ export interface PrunePolicy {
    * usually never do either. 0 moves every superseded value.
    */
   readonly inlineHistoryBytes: number;
+  /**
+   * Most bytes of values one version row (a block) holds (default: 64 KiB, or half the
+   * store's largest row if that is less). Values marked `moving` together share one version
+   * row up to this size, so a hot cell creates and deletes one version row per move, not
+   * one per value. 0: every value gets its own version row.
+   */
+  readonly versionBlockBytes?: number;
 }
+
+/** The startTs naming the version row of a `moving` or `moved` record: its group's anchor. */
+export function blockOf(rec: WriteRecord): number {
+  return rec.block ?? rec.startTs;
+}
+
+/** What a value costs a block besides its bytes (its startTs and length; codec.ts, format 18). */
+export const BLOCK_ENTRY_BYTES = 16;
 
 /**
  * Primary commit records still holding their secondaries list that are past the prune
@@ -111,6 +126,8 @@ export function pruneCell(cell: Cell, policy: PrunePolicy, nowMs: number): void 
   const kept: WriteRecord[] = writes.slice(0, safeIndex);
   let keptVisible = false;
   let dropped = false;
+  // Blocks some dropped record named: garbage once no kept record names them.
+  let blocks: number[] | undefined;
   for (let i = safeIndex; i < writes.length; i++) {
     const rec = writes[i]!;
     if (!keptVisible && rec.kind !== 'rollback') {
@@ -120,11 +137,17 @@ export function pruneCell(cell: Cell, policy: PrunePolicy, nowMs: number): void 
       kept.push(rec);
     } else {
       dropped = true;
-      if (rec.value !== 'inline') cell.garbage.push(rec.startTs);
+      if (rec.value !== 'inline') (blocks ??= []).push(blockOf(rec));
       cell.data.delete(rec.startTs);
     }
   }
   if (!dropped) return;
+  if (blocks) {
+    // A block holds the values of several records: it goes only with the last of them.
+    const named = new Set<number>();
+    for (const rec of kept) if (rec.value !== 'inline') named.add(blockOf(rec));
+    for (const block of new Set(blocks)) if (!named.has(block)) cell.garbage.push(block);
+  }
   cell.writes = kept;
   cell.prunedThrough = Math.max(cell.prunedThrough, safePoint);
 }
@@ -137,19 +160,34 @@ export function recordsThatMayBeMoving(cell: Cell): readonly WriteRecord[] {
   return !cell.history || cell.history.moving === 0 ? cell.recent : cell.writes;
 }
 
+/** A group of `moving` values still in the head row: what one version row (a block) holds. */
+export interface MovingBlock {
+  /** The startTs naming the version row. */
+  readonly block: number;
+  /** Its records, newest first, each with its value. */
+  readonly entries: { rec: WriteRecord; value: Uint8Array }[];
+  /** Bytes of the values. */
+  bytes: number;
+}
+
 /**
- * The `moving` records of a cell whose values are still in the head row, with those values:
- * what a move writes to version rows (the tidy step's creates, a one-step commit's carried
- * ones).
+ * The `moving` records of a cell whose values are still in the head row, with those values,
+ * by block: what a move writes to version rows (the tidy step's creates, a one-step
+ * commit's carried ones).
  */
-export function movingValues(cell: Cell): { rec: WriteRecord; value: Uint8Array }[] {
-  const out: { rec: WriteRecord; value: Uint8Array }[] = [];
+export function movingBlocks(cell: Cell): MovingBlock[] {
+  const out = new Map<number, MovingBlock>();
   for (const rec of recordsThatMayBeMoving(cell)) {
     if (rec.value !== 'moving') continue;
     const value = cell.valueAt(rec.startTs);
-    if (value) out.push({ rec, value });
+    if (!value) continue;
+    const block = blockOf(rec);
+    let group = out.get(block);
+    if (!group) out.set(block, (group = { block, entries: [], bytes: 0 }));
+    group.entries.push({ rec, value });
+    group.bytes += value.length;
   }
-  return out;
+  return [...out.values()];
 }
 
 /** Held records: commit records past the prune point kept only for their secondaries list. */
@@ -203,8 +241,16 @@ export function inlineHistoryBytes(cell: Cell): number {
 /**
  * Marks superseded inline values `moving` once they pass `limitBytes` (or all of them with
  * 'force'). Only the mark: the tidy step creates the version rows afterwards.
+ *
+ * The values marked together are grouped into blocks of at most `blockBytes` (a value
+ * larger than that is a block of its own), and every record of a group gets the group's
+ * anchor, the largest startTs among them, as its `block`: the name of the one version row
+ * that will hold their values. Anchors never repeat: each is the startTs of one record, and
+ * a record is marked once. A group never gains a record later, and only loses records to
+ * pruning, so a version row created for it at any time holds every value its records name
+ * then and later (a superset): "already there" is as good as written.
  */
-export function markMoving(cell: Cell, limitBytes: number | 'force'): boolean {
+export function markMoving(cell: Cell, limitBytes: number | 'force', blockBytes = 0): boolean {
   const history = cell.history;
   if (
     history &&
@@ -229,11 +275,33 @@ export function markMoving(cell: Cell, limitBytes: number | 'force'): boolean {
     bytes += value.length;
   }
   if (count === 0 || (limitBytes !== 'force' && bytes <= limitBytes)) return false;
+  let group: WriteRecord[] = [];
+  let groupBytes = 0;
   for (let i = first; i < records.length; i++) {
     const rec = records[i]!;
-    if (rec.kind === 'put' && rec.value === 'inline' && data.has(rec.startTs)) rec.value = 'moving';
+    if (rec.kind !== 'put' || rec.value !== 'inline') continue;
+    const value = data.get(rec.startTs);
+    if (value === undefined) continue;
+    const size = value.length + BLOCK_ENTRY_BYTES;
+    if (group.length > 0 && groupBytes + size > blockBytes) {
+      anchorGroup(group);
+      group = [];
+      groupBytes = 0;
+    }
+    rec.value = 'moving';
+    group.push(rec);
+    groupBytes += size;
   }
+  anchorGroup(group);
   return true;
+}
+
+/** Gives every record of a group the group's anchor (undefined for a group of one: its own startTs). */
+function anchorGroup(group: readonly WriteRecord[]): void {
+  if (group.length < 2) return;
+  let anchor = 0;
+  for (const rec of group) if (rec.startTs > anchor) anchor = rec.startTs;
+  for (const rec of group) rec.block = anchor;
 }
 
 /**
@@ -264,7 +332,7 @@ export function pruneDue(cell: Cell, policy: PrunePolicy, nowMs: number): boolea
 /** What every CAS that adds a commit record does to the cell: prune (in batches), then mark values to move. */
 export function tidyCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
   if (pruneDue(cell, policy, nowMs)) pruneCell(cell, policy, nowMs);
-  markMoving(cell, policy.inlineHistoryBytes);
+  markMoving(cell, policy.inlineHistoryBytes, policy.versionBlockBytes ?? 0);
 }
 
 /**

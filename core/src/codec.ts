@@ -15,26 +15,29 @@ import {
  * protocol step decodes and re-encodes a head row, so it is compact and fast. All integers
  * are unsigned LEB128 varints (they hold any safe integer); signed ones are zigzagged.
  *
- * Head row, format 3 (format 2 is read too: the same without bit 4):
- *   format=3, stamp (8 bytes, big endian, at STAMP_OFFSET), n cells, per cell: name,
+ * Head row, format 4 (formats 2 and 3 are read too: format 3 is the same without the anchor
+ * bits of the records, format 2 also without bit 4 of the cell flags):
+ *   format=4, stamp (8 bytes, big endian, at STAMP_OFFSET), n cells, per cell: name,
  *   flags(bit0 lock, bit1 notify, bit2 garbage, bit3 notifyTs is the stamp, bit4 history),
  *   prunedThrough,
  *   n data {startTs, bytes},
  *   [lock {startTs, table, row, column, kind, ttlMs, wallTimeMs, n secondaries {table, row}}],
  *   n writes, newest first, each {bits (kind | place<<2 | hasSecondaries<<4 | stamped<<5
- *     | startStamped<<6), unstamped: zigzag(commitTs - base), commitTs - startTs; stamped:
+ *     | startStamped<<6 | anchored<<7), unstamped: zigzag(commitTs - base), commitTs - startTs; stamped:
  *     startTs; start-stamped: nothing (base 0 after it);
  *     wallTimeMs (the first absolute, then zigzag of the newer one's minus this),
- *     [n secondaries]}, where base is the newer record's commitTs (its startTs if stamped),
- *     0 for the first;
+ *     [n secondaries], [anchored: zigzag(block - startTs)]}, where base is the newer record's
+ *     commitTs (its startTs if stamped), 0 for the first;
  *   [notifyTs, unless bit3], n acks {name, ts}, [n garbage {startTs}],
  *   [history: length (a varint padded to 4 bytes), count, newestCommitTs, newestWallTimeMs,
  *     the two smallest wallTimeMs of records with no secondaries (plus 1; 0: none), inlineBytes,
  *     movingBytes, moving, inline (records with their value here), held, then the records
  *     oldest first,
- *     each {bits (kind | place<<2 | hasSecondaries<<4 | hasValue<<5), zigzag(commitTs - the
+ *     each {bits (kind | place<<2 | hasSecondaries<<4 | hasValue<<5 | anchored<<6), zigzag(commitTs - the
  *     older one's, 0 for the first), commitTs - startTs, zigzag(wallTimeMs - the older
- *     one's), [n secondaries], [value bytes]}].
+ *     one's), [n secondaries], [value bytes], [anchored: zigzag(block - startTs)]}].
+ * A record is anchored when its value is in a version row named by another record's startTs
+ * (its group's anchor, `WriteRecord.block`): a block of values moved together.
  * The records and values before the history are the cell's recent ones: the newest put or
  * delete, any rollback newer than it, and one more (HOT_RECORDS). Older ones go to the
  * history, which is oldest first so that records demoted later are appended after its
@@ -45,23 +48,32 @@ import {
  * carries commitTs STAMP until then; every later write re-encodes it with its real value.
  * A start-stamped record (a one-phase blind write, section 4) also has startTs = the stamp:
  * in memory its startTs and its data key are STAMP, encoded as the bit and data key 0.
- * Version row, format 16: format=16, then the value's bytes. Format 17 (a version row
- * written inside a one-step commit, which stamps every row it writes): format=17, the
- * stamp slot (8 bytes at STAMP_OFFSET, unused), then the value's bytes.
+ * Version row (a block), format 18: format=18, n values, each {startTs, value bytes},
+ * newest first. Format 19 (written inside a one-step commit, which stamps every row it
+ * writes): format=19, the stamp slot (8 bytes at STAMP_OFFSET, unused), then as format 18.
+ * Formats 16 and 17 (one value per version row, before blocks) are read too: format=16,
+ * then the value's bytes; format=17, the stamp slot, then the value's bytes.
  *
  * A row in any other format (format 1 was the first version's single-blob layout) is a
  * CorruptRowError: never guessed at.
  */
-export const HEAD_FORMAT = 3;
+export const HEAD_FORMAT = 4;
+/** Head rows written before version blocks (no anchored records): read, never written. */
+const HEAD_FORMAT_3 = 3;
 /** Head rows written before cell histories: read, never written. */
 const HEAD_FORMAT_2 = 2;
 /** Records a cell keeps recent past its newest put or delete (and the rollbacks newer than it). */
 const HOT_EXTRA = 1;
 /** The commitTs of a record whose timestamp the store will stamp (sorts newest). */
 export const STAMP = Number.MAX_SAFE_INTEGER;
+/** A version row of one value (before blocks): read, never written. */
 export const VERSION_FORMAT = 16;
-/** A version row with a stamp slot, written by a one-step commit (which stamps every row). */
+/** The same with a stamp slot: read, never written. */
 export const VERSION_FORMAT_STAMPED = 17;
+/** A version row holding a block of values. */
+export const BLOCK_FORMAT = 18;
+/** A block with a stamp slot, written by a one-step commit (which stamps every row). */
+export const BLOCK_FORMAT_STAMPED = 19;
 const KINDS: RecordKind[] = ['put', 'delete', 'rollback'];
 const PLACES: ValuePlace[] = ['inline', 'moving', 'moved'];
 const KIND_BITS: Record<RecordKind, number> = { put: 0, delete: 1, rollback: 2 };
@@ -357,12 +369,14 @@ function encodeCell(w: Writer, name: string, cell: Cell): void {
     const stamped = rec.commitTs === STAMP;
     const startStamped = stamped && rec.startTs === STAMP;
     const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
+    const anchored = rec.block !== undefined && rec.block !== rec.startTs;
     w.uint(
       KIND_BITS[rec.kind] |
         PLACE_BITS[rec.value] |
         (hasSecondaries ? 16 : 0) |
         (stamped ? 32 : 0) |
-        (startStamped ? 64 : 0),
+        (startStamped ? 64 : 0) |
+        (anchored ? 128 : 0),
     );
     if (startStamped) {
       base = 0;
@@ -377,6 +391,7 @@ function encodeCell(w: Writer, name: string, cell: Cell): void {
     if (i === 0) w.uint(rec.wallTimeMs);
     else w.int(newerWall - rec.wallTimeMs);
     if (hasSecondaries) writeRows(w, rec.secondaries);
+    if (anchored) w.int(rec.block! - rec.startTs);
     newerWall = rec.wallTimeMs;
   }
   // A one-phase blind write to an observed column: its notification is stamped too.
@@ -469,12 +484,20 @@ function encodeHistory(
     const rec = writes[i]!;
     const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
     const value = historyValue(rec, data);
-    w.uint(KIND_BITS[rec.kind] | PLACE_BITS[rec.value] | (hasSecondaries ? 16 : 0) | (value ? 32 : 0));
+    const anchored = rec.block !== undefined && rec.block !== rec.startTs;
+    w.uint(
+      KIND_BITS[rec.kind] |
+        PLACE_BITS[rec.value] |
+        (hasSecondaries ? 16 : 0) |
+        (value ? 32 : 0) |
+        (anchored ? 64 : 0),
+    );
     w.int(rec.commitTs - newestCommitTs);
     w.uint(rec.commitTs - rec.startTs);
     w.int(rec.wallTimeMs - newestWall);
     if (hasSecondaries) writeRows(w, rec.secondaries);
     if (value) w.bytes(value);
+    if (anchored) w.int(rec.block! - rec.startTs);
     newestCommitTs = rec.commitTs;
     newestWall = rec.wallTimeMs;
   }
@@ -489,14 +512,17 @@ export function formatOf(bytes: Uint8Array): number {
 export function decodeRow(bytes: Uint8Array): RowState {
   const r = new Reader(bytes);
   const format = r.uint();
-  if (format !== HEAD_FORMAT && format !== HEAD_FORMAT_2) {
+  if (format !== HEAD_FORMAT && format !== HEAD_FORMAT_3 && format !== HEAD_FORMAT_2) {
     throw new CorruptRowError(
       format === 1
-        ? 'row is in format 1 (the first version of percolator, one blob per row with every version); this version reads formats 2 and 3 only: rewrite the data with the version that wrote it'
-        : `row is in format ${format}, which this version of percolator does not know (it reads head rows in formats 2 and ${HEAD_FORMAT})`,
+        ? `row is in format 1 (the first version of percolator, one blob per row with every version); this version reads formats 2 to ${HEAD_FORMAT} only: rewrite the data with the version that wrote it`
+        : `row is in format ${format}, which this version of percolator does not know (it reads head rows in formats 2 to ${HEAD_FORMAT})`,
     );
   }
-  const flagLimit = format === HEAD_FORMAT ? 32 : 16;
+  const flagLimit = format === HEAD_FORMAT_2 ? 16 : 32;
+  // Anchored records (version blocks) exist from format 4 on.
+  const recordLimit = format === HEAD_FORMAT ? 256 : 128;
+  const historyLimit = format === HEAD_FORMAT ? 128 : 64;
   const stamp = r.fixed64();
   const cells = new Map<string, Cell>();
   const n = r.uint();
@@ -530,7 +556,7 @@ export function decodeRow(bytes: Uint8Array): RowState {
       const bits = r.uint();
       const kind = KINDS[bits & 3];
       const value = PLACES[(bits >> 2) & 3];
-      if (!kind || !value || bits >= 128 || (bits & 96) === 64)
+      if (!kind || !value || bits >= recordLimit || (bits & 96) === 64)
         throw new CorruptRowError('row state has an unknown write record kind');
       let commitTs: number;
       let startTs: number;
@@ -551,7 +577,8 @@ export function decodeRow(bytes: Uint8Array): RowState {
       }
       wallTimeMs = j === 0 ? r.uint() : wallTimeMs - r.int();
       const secondaries = bits & 16 ? readRows(r) : undefined;
-      writes.push({ commitTs, startTs, kind, value, wallTimeMs, secondaries });
+      const block = bits & 128 ? startTs + r.int() : undefined;
+      writes.push({ commitTs, startTs, kind, value, wallTimeMs, secondaries, block });
     }
     let notifyTs = 0;
     if (flags & 8) {
@@ -573,7 +600,7 @@ export function decodeRow(bytes: Uint8Array): RowState {
     }
     let history: EncodedHistory | undefined;
     if (flags & 16) {
-      history = readHistory(r);
+      history = readHistory(r, historyLimit);
       const last = writes.at(-1);
       if (!last || last.commitTs <= history.newestCommitTs)
         throw new CorruptRowError('row state has a history that is not older than its recent records');
@@ -590,7 +617,7 @@ export function decodeRow(bytes: Uint8Array): RowState {
 }
 
 /** A history section: its stats now, its records only when `decode` is called. */
-function readHistory(r: Reader): EncodedHistory {
+function readHistory(r: Reader, bitsLimit: number): EncodedHistory {
   const length = r.uint();
   const section = r.take(length);
   const h = new Reader(section);
@@ -616,7 +643,7 @@ function readHistory(r: Reader): EncodedHistory {
     inline,
     held,
     body,
-    decode: () => decodeHistory(body, count, newestCommitTs),
+    decode: () => decodeHistory(body, count, newestCommitTs, bitsLimit),
   };
 }
 
@@ -624,6 +651,7 @@ function decodeHistory(
   body: Uint8Array,
   count: number,
   newestCommitTs: number,
+  bitsLimit: number,
 ): { writes: WriteRecord[]; data: Map<number, Uint8Array> } {
   // Every record takes at least 4 bytes: a count past that is corrupt (and no huge allocation).
   if (count > body.length / 4) throw new CorruptRowError('row history does not match its header');
@@ -636,37 +664,96 @@ function decodeHistory(
     const bits = r.uint();
     const kind = KINDS[bits & 3];
     const value = PLACES[(bits >> 2) & 3];
-    if (!kind || !value || bits >= 64)
+    if (!kind || !value || bits >= bitsLimit)
       throw new CorruptRowError('row history has an unknown write record kind');
     commitTs += r.int();
     const startTs = commitTs - r.uint();
     wallTimeMs += r.int();
     const secondaries = bits & 16 ? readRows(r) : undefined;
     if (bits & 32) data.set(startTs, r.bytes());
-    writes[i] = { commitTs, startTs, kind, value, wallTimeMs, secondaries };
+    const block = bits & 64 ? startTs + r.int() : undefined;
+    writes[i] = { commitTs, startTs, kind, value, wallTimeMs, secondaries, block };
   }
   if (r.pos !== body.length || commitTs !== newestCommitTs)
     throw new CorruptRowError('row history does not match its header');
   return { writes, data };
 }
 
-/** A version row; `stamped`: with the 8-byte slot a stamped step writes its timestamp into (format 17). */
+/**
+ * A version row holding a block of values (format 18; `stamped`: format 19, with the 8-byte
+ * slot a stamped step writes its timestamp into), newest first.
+ */
+export function encodeVersionBlock(
+  entries: readonly { readonly startTs: number; readonly value: Uint8Array }[],
+  stamped = false,
+): Uint8Array {
+  let size = 24;
+  for (const e of entries) size += e.value.length + 16;
+  const w = new Writer(size);
+  w.uint(stamped ? BLOCK_FORMAT_STAMPED : BLOCK_FORMAT);
+  if (stamped) w.fixed64(0);
+  w.uint(entries.length);
+  for (const e of entries) {
+    w.uint(e.startTs);
+    w.bytes(e.value);
+  }
+  return w.result();
+}
+
+/**
+ * The value written at `startTs` that a version row holds: the row's only value (formats
+ * 16 and 17), or the entry of a block (18 and 19); `undefined` if a block does not hold it.
+ */
+export function decodeVersionRow(bytes: Uint8Array, startTs: number): Uint8Array | undefined {
+  const r = new Reader(bytes);
+  const format = r.uint();
+  if (format === VERSION_FORMAT_STAMPED || format === BLOCK_FORMAT_STAMPED) r.take(8);
+  else if (format !== VERSION_FORMAT && format !== BLOCK_FORMAT) {
+    throw new CorruptRowError(
+      `version row is in format ${format}; this version of percolator reads formats ${VERSION_FORMAT} to ${BLOCK_FORMAT_STAMPED}`,
+    );
+  }
+  if (format === VERSION_FORMAT || format === VERSION_FORMAT_STAMPED) return bytes.slice(r.pos);
+  const n = r.uint();
+  // Every entry takes at least 2 bytes: a count past that is corrupt.
+  if (n > bytes.length / 2) throw new CorruptRowError('version block does not match its count');
+  for (let i = 0; i < n; i++) {
+    const ts = r.uint();
+    const value = r.bytes();
+    if (ts === startTs) return value.slice();
+  }
+  if (r.pos !== bytes.length) throw new CorruptRowError('version block does not match its count');
+  return undefined;
+}
+
+/** The startTs of every value a version row holds (for inspect): one for formats 16 and 17. */
+export function versionRowEntries(bytes: Uint8Array): { startTs: number | undefined; bytes: number }[] {
+  const r = new Reader(bytes);
+  const format = r.uint();
+  if (format === VERSION_FORMAT_STAMPED || format === BLOCK_FORMAT_STAMPED) r.take(8);
+  else if (format !== VERSION_FORMAT && format !== BLOCK_FORMAT) {
+    throw new CorruptRowError(
+      `version row is in format ${format}; this version of percolator reads formats ${VERSION_FORMAT} to ${BLOCK_FORMAT_STAMPED}`,
+    );
+  }
+  if (format === VERSION_FORMAT || format === VERSION_FORMAT_STAMPED)
+    return [{ startTs: undefined, bytes: bytes.length - r.pos }];
+  const n = r.uint();
+  if (n > bytes.length / 2) throw new CorruptRowError('version block does not match its count');
+  const out: { startTs: number | undefined; bytes: number }[] = [];
+  for (let i = 0; i < n; i++) out.push({ startTs: r.uint(), bytes: r.bytes().length });
+  if (r.pos !== bytes.length) throw new CorruptRowError('version block does not match its count');
+  return out;
+}
+
+/**
+ * A version row of one value (format 16; `stamped`: 17), as written before blocks: read
+ * still, written only by tests of that.
+ */
 export function encodeVersionRow(value: Uint8Array, stamped = false): Uint8Array {
   const w = new Writer(value.length + 12);
   w.uint(stamped ? VERSION_FORMAT_STAMPED : VERSION_FORMAT);
   if (stamped) w.fixed64(0);
   w.raw(value);
   return w.result();
-}
-
-export function decodeVersionRow(bytes: Uint8Array): Uint8Array {
-  const r = new Reader(bytes);
-  const format = r.uint();
-  if (format === VERSION_FORMAT_STAMPED) r.take(8);
-  else if (format !== VERSION_FORMAT) {
-    throw new CorruptRowError(
-      `version row is in format ${format}; this version of percolator reads ${VERSION_FORMAT} and ${VERSION_FORMAT_STAMPED}`,
-    );
-  }
-  return bytes.slice(r.pos);
 }

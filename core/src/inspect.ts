@@ -34,6 +34,11 @@ export interface CellView {
     readonly wallTimeMs: number;
     /** Where a put's value lives. */
     readonly value: ValuePlace;
+    /**
+     * For a `moving` or `moved` put in a block of several values: the startTs naming the
+     * version row that holds it (its group's anchor). Absent: its own startTs.
+     */
+    readonly block?: number;
     /** Bytes of the value when it is in the head row. */
     readonly inlineBytes?: number;
     readonly secondaries?: readonly RowKey[];
@@ -62,6 +67,7 @@ export function inspectHeadRow(state: Uint8Array): HeadRowView {
         kind: w.kind,
         wallTimeMs: w.wallTimeMs,
         value: w.value,
+        ...(w.block !== undefined && w.block !== w.startTs ? { block: w.block } : {}),
         ...(cell.data.has(w.startTs) ? { inlineBytes: cell.data.get(w.startTs)!.length } : {}),
         ...(w.secondaries ? { secondaries: w.secondaries } : {}),
       })),
@@ -75,7 +81,10 @@ export function inspectHeadRow(state: Uint8Array): HeadRowView {
   return { cells };
 }
 
-/** Where the version row of (table, row, column) written at `startTs` lives. */
+/**
+ * Where the version row of (table, row, column) named by `startTs` lives: for a record,
+ * pass its `block ?? startTs`.
+ */
 export function versionRowRef(table: string, row: string, column: string, startTs: number): RowRef {
   return { table: versionTable(table), key: versionKey(row, column, startTs) };
 }
@@ -89,23 +98,29 @@ export function namedVersionRows(
   row: string,
   view: HeadRowView,
 ): { named: RowRef[]; mustExist: RowRef[] } {
-  const named: RowRef[] = [];
-  const mustExist: RowRef[] = [];
+  const named = new Map<string, RowRef>();
+  const mustExist = new Map<string, RowRef>();
   for (const cell of view.cells) {
     for (const w of cell.writes) {
       if (w.value === 'inline') continue;
-      const ref = versionRowRef(table, row, cell.column, w.startTs);
-      named.push(ref);
-      if (w.value === 'moved') mustExist.push(ref);
+      const ref = versionRowRef(table, row, cell.column, w.block ?? w.startTs);
+      named.set(ref.key, ref);
+      if (w.value === 'moved') mustExist.set(ref.key, ref);
     }
-    for (const ts of cell.garbage) named.push(versionRowRef(table, row, cell.column, ts));
+    for (const ts of cell.garbage) {
+      const ref = versionRowRef(table, row, cell.column, ts);
+      named.set(ref.key, ref);
+    }
   }
-  return { named, mustExist };
+  return { named: [...named.values()], mustExist: [...mustExist.values()] };
 }
 
-/** The value a version row holds (CorruptRowError for an unknown format). */
-export function versionRowValue(state: Uint8Array): Uint8Array {
-  return decodeVersionRow(state);
+/**
+ * The value written at `startTs` that a version row holds (CorruptRowError for an unknown
+ * format); `undefined` if the row is a block that does not hold it.
+ */
+export function versionRowValue(state: Uint8Array, startTs: number): Uint8Array | undefined {
+  return decodeVersionRow(state, startTs);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -135,7 +135,11 @@ const GC_OPTIONS: OptionKeys<PrunePolicy> = {
   retentionMs: true,
   maxVersionsPerCell: true,
   inlineHistoryBytes: true,
+  versionBlockBytes: true,
 };
+
+/** The largest version block by default, or half the store's largest row if that is less. */
+const DEFAULT_VERSION_BLOCK_BYTES = 64 * 1024;
 
 export const DEFAULT_PRUNE_POLICY: PrunePolicy = {
   retentionMs: 60_000,
@@ -162,16 +166,25 @@ export class Percolator {
     const lockTtlMs = options.lockTtlMs ?? 5000;
     if (!Number.isInteger(lockTtlMs) || lockTtlMs < 1)
       throw new InvalidArgumentError('lockTtlMs must be a positive integer');
-    const prune = { ...DEFAULT_PRUNE_POLICY, ...options.gc };
+    const prune: PrunePolicy = {
+      ...DEFAULT_PRUNE_POLICY,
+      ...options.gc,
+      // A block must fit a row of the store with room to spare.
+      versionBlockBytes:
+        options.gc?.versionBlockBytes ??
+        Math.min(DEFAULT_VERSION_BLOCK_BYTES, Math.floor(store.capabilities.maxStateBytes / 2)),
+    };
     if (
       !(prune.retentionMs >= 0) ||
       !Number.isInteger(prune.maxVersionsPerCell) ||
       prune.maxVersionsPerCell < 1 ||
       !Number.isInteger(prune.inlineHistoryBytes) ||
-      prune.inlineHistoryBytes < 0
+      prune.inlineHistoryBytes < 0 ||
+      (prune.versionBlockBytes !== undefined &&
+        (!Number.isSafeInteger(prune.versionBlockBytes) || prune.versionBlockBytes < 0))
     ) {
       throw new InvalidArgumentError(
-        'gc.retentionMs must be >= 0, gc.maxVersionsPerCell a positive integer and gc.inlineHistoryBytes a non-negative integer',
+        'gc.retentionMs must be >= 0, gc.maxVersionsPerCell a positive integer, and gc.inlineHistoryBytes and gc.versionBlockBytes non-negative integers',
       );
     }
     if (options.onEvent !== undefined && typeof options.onEvent !== 'function')

@@ -14,6 +14,9 @@ export type RecordKind = WriteKind | 'rollback';
  *   head row names the version row before anyone creates it, so no version row is ever
  *   left behind unnamed (section 7).
  * - `moved`: only in its version row.
+ *
+ * Values marked `moving` together form a group that moves to one version row (a block),
+ * named by the group's anchor (`WriteRecord.block`): docs/protocol.md 2.2.
  */
 export type ValuePlace = 'inline' | 'moving' | 'moved';
 
@@ -52,6 +55,12 @@ export interface WriteRecord {
   wallTimeMs: number;
   /** Where a put's value lives; always `inline` for deletes and rollbacks. */
   value: ValuePlace;
+  /**
+   * For a `moving` or `moved` put: the anchor of its group, the startTs that names the
+   * version row holding its value (the largest startTs among the values marked with it).
+   * Undefined: its own startTs (a group of one, or a record written before blocks).
+   */
+  block?: number | undefined;
   /**
    * On a primary's commit record: the transaction's secondary rows, which may still hold
    * its locks. Such a record is never pruned while the list is set: it is the only proof

@@ -1,18 +1,19 @@
 import { nextTurn } from './backoff.js';
 import { BoundedMap } from './bounded-map.js';
 import {
+  blockOf,
   findRecord,
   GARBAGE_BATCH,
   heldRecords,
   heldWorthSettling,
   markMoving,
-  movingValues,
+  movingBlocks,
   pruneCell,
   pruneDue,
   recordsThatMayBeMoving,
   rowNeedsTidy,
 } from './cells.js';
-import { decodeRow, encodeVersionRow } from './codec.js';
+import { decodeRow, encodeVersionBlock } from './codec.js';
 import { rowId } from './commit/context.js';
 import type { ProtocolEnv, RowTidier } from './env.js';
 import type { TidyEvent } from './events.js';
@@ -79,10 +80,12 @@ interface TidyTarget {
 }
 
 /** `force`: every superseded value still inline is marked `moving`, so the pass moves it. */
-function markAllMoving(state: RowState | undefined): RowDecision<undefined> {
-  let changed = false;
-  for (const cell of state?.cells.values() ?? []) if (markMoving(cell, 'force')) changed = true;
-  return changed ? { write: state!, result: undefined } : { done: undefined };
+function markAllMoving(blockBytes: number): (state: RowState | undefined) => RowDecision<undefined> {
+  return (state) => {
+    let changed = false;
+    for (const cell of state?.cells.values() ?? []) if (markMoving(cell, 'force', blockBytes)) changed = true;
+    return changed ? { write: state!, result: undefined } : { done: undefined };
+  };
 }
 
 /**
@@ -107,13 +110,14 @@ function recordConfirmed(
     let cellChanged = false;
     const records = settledHere ? cell.writes : recordsThatMayBeMoving(cell);
     for (const rec of records) {
-      const id = part(row, column, rec.startTs);
-      if (rec.value === 'moving' && created.has(id)) {
+      // A block holds every value its records name (cells.ts, markMoving): once it is
+      // created, or found there, every `moving` record naming it is moved.
+      if (rec.value === 'moving' && created.has(part(row, column, blockOf(rec)))) {
         rec.value = 'moved';
         cell.dropValue(rec.startTs);
         cellChanged = true;
       }
-      if (rec.secondaries && settled.has(id)) {
+      if (rec.secondaries && settled.has(part(row, column, rec.startTs))) {
         rec.secondaries = undefined;
         cellChanged = true;
       }
@@ -389,7 +393,14 @@ export class Tidier implements RowTidier {
         try {
           let row: StoredRow | null | undefined =
             known === undefined ? await readRow(env, table, key) : known;
-          if (options.force) ({ stored: row } = await updateRow(env, table, key, row, markAllMoving));
+          if (options.force)
+            ({ stored: row } = await updateRow(
+              env,
+              table,
+              key,
+              row,
+              markAllMoving(env.prune.versionBlockBytes ?? 0),
+            ));
           return row === undefined ? await readRow(env, table, key) : row;
         } catch (error) {
           failed[i] = { error };
@@ -399,8 +410,10 @@ export class Tidier implements RowTidier {
     );
     const now = env.clock();
     const settleAll = options.force === true || options.settleHeld === true;
-    // Ids unique across the batch: the row's index, the column, the record's startTs.
-    const creates: { id: string; row: number; bytes: number; request: CasRequest }[] = [];
+    // Ids unique across the batch: the row's index, the column, a startTs (a block's anchor,
+    // a garbage name, a held record's).
+    // A create's id names its block (the anchor); a record's move is confirmed by its block's.
+    const creates: { id: string; row: number; bytes: number; values: number; request: CasRequest }[] = [];
     const garbage: { id: string; row: number; ref: RowRef }[] = [];
     const held: { id: string; row: number; startTs: number; commitTs: number; rows: readonly RowRef[] }[] =
       [];
@@ -425,16 +438,17 @@ export class Tidier implements RowTidier {
       work.push(i);
       const vt = versionTable(table);
       for (const [column, cell] of state.cells) {
-        for (const { rec, value } of movingValues(cell)) {
+        for (const { block, entries, bytes } of movingBlocks(cell)) {
           creates.push({
-            id: part(i, column, rec.startTs),
+            id: part(i, column, block),
             row: i,
-            bytes: value.length,
+            bytes,
+            values: entries.length,
             request: {
               table: vt,
-              key: versionKey(key, column, rec.startTs),
+              key: versionKey(key, column, block),
               expected: null,
-              state: encodeVersionRow(value),
+              state: encodeVersionBlock(entries.map(({ rec, value }) => ({ startTs: rec.startTs, value }))),
             },
           });
         }
@@ -467,7 +481,7 @@ export class Tidier implements RowTidier {
     ]);
     for (const c of creates) {
       if (!created.has(c.id)) continue;
-      reports[c.row]!.moved++;
+      reports[c.row]!.moved += c.values;
       reports[c.row]!.movedBytes += c.bytes;
     }
     for (const g of garbage) if (deleted.has(g.id)) reports[g.row]!.deleted++;

@@ -1,5 +1,5 @@
 import { backoffMs, sleep, waitAtMost } from './backoff.js';
-import { visibleWrite } from './cells.js';
+import { blockOf, visibleWrite } from './cells.js';
 import { decodeRow, decodeVersionRow, STAMP } from './codec.js';
 import { abortedError, timed } from './commit/context.js';
 import {
@@ -62,7 +62,8 @@ const SCAN_PAGE = 256;
  * What a snapshot read of one cell found: a value (or absence), the startTs of a value that
  * lives in a version row, or a lock to resolve first.
  */
-type CellView = { value: Uint8Array | undefined } | { moved: number } | { lock: Lock };
+/** `moved`: the value's startTs; `block`: the startTs naming the version row that holds it. */
+type CellView = { value: Uint8Array | undefined } | { moved: number; block: number } | { lock: Lock };
 
 /** A version row that vanished between the head read and its own read. */
 const GONE = Symbol('gone');
@@ -332,8 +333,17 @@ export class Transaction {
   ): Promise<Uint8Array | undefined | typeof GONE> {
     if ('value' in view) return view.value;
     if (!('moved' in view)) return undefined;
-    const stored = await this.env.reader.read(versionTable(table), versionKey(row, column, view.moved));
-    if (stored) return decodeVersionRow(stored.state);
+    const stored = await this.env.reader.read(versionTable(table), versionKey(row, column, view.block));
+    if (stored) {
+      const value = decodeVersionRow(stored.state, view.moved);
+      // A block holds every value its records name, from its creation on (cells.ts, markMoving).
+      if (value === undefined) {
+        throw new CorruptRowError(
+          `${table}/${JSON.stringify(row)}/${column}: the version row at ${view.block} does not hold the version at ${view.moved} its head row names`,
+        );
+      }
+      return value;
+    }
     const id = `${column}\u0000${view.moved}`;
     if (gone.has(id)) {
       throw new CorruptRowError(
@@ -671,7 +681,7 @@ export class Transaction {
     }
     const record = visibleWrite(cell, this.startTs);
     if (record?.kind !== 'put') return { value: undefined };
-    if (record.value === 'moved') return { moved: record.startTs };
+    if (record.value === 'moved') return { moved: record.startTs, block: blockOf(record) };
     const value = cell.valueAt(record.startTs);
     if (!value)
       throw new CorruptRowError(

@@ -246,11 +246,15 @@ describe('cell histories (codec format 3)', () => {
     await db.close();
   });
 
-  it('reads format 2 rows (no history section), and refuses what neither format allows', () => {
+  it('reads format 2 and 3 rows (no history section, no anchored records), and refuses what neither format allows', () => {
     const plain = historyCell(2, rng(3), 4, 10_000_000);
     const bytes = encodeRow(rowFrom([['c', plain]]));
-    expect(bytes[0]).toBe(3);
+    expect(bytes[0]).toBe(4);
     expect(decodeRow(bytes).cells.get('c')!.history).toBeUndefined();
+    // With no anchored record (version blocks), format 4 is format 3's bytes.
+    const format3 = Uint8Array.from(bytes);
+    format3[0] = 3;
+    expect(plainRow(decodeRow(format3))).toEqual(new Map([['c', plain]]));
     const format2 = Uint8Array.from(bytes);
     format2[0] = 2;
     expect(plainRow(decodeRow(format2))).toEqual(new Map([['c', plain]]));

@@ -9,7 +9,13 @@ import {
   type Transaction,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
-import { decodeVersionRow, encodeVersionRow, VERSION_FORMAT, VERSION_FORMAT_STAMPED } from '../src/codec.js';
+import {
+  BLOCK_FORMAT,
+  BLOCK_FORMAT_STAMPED,
+  decodeVersionRow,
+  encodeVersionRow,
+  VERSION_FORMAT,
+} from '../src/codec.js';
 import type { CasRequest } from '../src/store.js';
 import { versionKey, versionTable } from '../src/versions.js';
 import { fakeClock, InstrumentedStore } from './support.js';
@@ -391,9 +397,9 @@ describe('one-phase commits of several rows', () => {
         const [cell] = await cellsOf(store.inner, 't', row);
         expect(cell!.writes.find((w) => w.startTs === seedTs)).toMatchObject({ kind: 'put', value: 'moved' });
         const version = await store.inner.read(vt, versionKey(row, 'v', seedTs));
-        // Format 17: the slot the step stamped, then the value.
-        expect(version!.state[0]).toBe(VERSION_FORMAT_STAMPED);
-        expect(decodeVersionRow(version!.state)).toEqual(text('v0'));
+        // Format 19: the slot the step stamped, then the block (of one value here).
+        expect(version!.state[0]).toBe(BLOCK_FORMAT_STAMPED);
+        expect(decodeVersionRow(version!.state, seedTs)).toEqual(text('v0'));
         expect(await old.getString('t', row, 'v')).toBe('v0');
       }
       await db.close();
@@ -462,7 +468,7 @@ describe('one-phase commits of several rows', () => {
       for (const row of ['a', 'b']) {
         expect(await old.getString('t', row, 'v')).toBe('v0');
         const version = await store.inner.read(versionTable('t'), versionKey(row, 'v', seedTs));
-        expect(decodeVersionRow(version!.state)).toEqual(text('v0'));
+        expect(decodeVersionRow(version!.state, seedTs)).toEqual(text('v0'));
       }
       await db.close();
     });
@@ -555,7 +561,7 @@ describe('one-phase commits of several rows', () => {
         const [cell] = await cellsOf(inner, 't', row);
         expect(cell!.writes.find((w) => w.startTs === seedTs)).toMatchObject({ value: 'moved' });
         const version = await inner.read(versionTable('t'), versionKey(row, 'v', seedTs));
-        expect(version!.state[0]).toBe(VERSION_FORMAT); // written by the tidy step
+        expect(version!.state[0]).toBe(BLOCK_FORMAT); // written by the tidy step
         expect(await old.getString('t', row, 'v')).toBe('v0');
       }
       await db.close();

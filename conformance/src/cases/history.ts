@@ -65,8 +65,10 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
       lockTtlMs,
       faults,
       // Every superseded value leaves its head row, so the checker also covers moved-out
-      // versions, their reads at old snapshots, and the tidy step racing the workload.
-      gc: { inlineHistoryBytes: 0 },
+      // versions, their reads at old snapshots, and the tidy step racing the workload: one
+      // value per version row for most clients, blocks of several (small ones, so they
+      // split) for the second, on the same cells.
+      gc: i === 1 ? { inlineHistoryBytes: 64, versionBlockBytes: 48 } : { inlineHistoryBytes: 0 },
       ...(options.crashes ? { clock, hooks: { onCommitStep: crashPlans.hook } } : {}),
       // Where the store commits several rows in one step, one client keeps to two phases,
       // so one-step commits meet the locks of two-phase ones on the same rows, and back.

@@ -1,6 +1,6 @@
 import { backoffMs, sleep } from '../backoff.js';
-import { addRecord, findRecord, movingValues, tidyCell } from '../cells.js';
-import { decodeRow, encodeVersionRow, STAMP } from '../codec.js';
+import { addRecord, findRecord, movingBlocks, tidyCell } from '../cells.js';
+import { decodeRow, encodeVersionBlock, STAMP } from '../codec.js';
 import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from '../errors.js';
 import { cellOf, emptyRow, type RowState, rowHasNotification } from '../row-state.js';
 import {
@@ -53,18 +53,20 @@ function applyOnePhase(ctx: CommitContext, m: RowMutations, state: RowState): vo
   }
 }
 
-/** Most version rows one step carries; values past it stay `moving`, for the tidy step. */
+/** Most version rows (blocks) one step carries; values past it stay `moving`, for the tidy step. */
 export const MAX_CARRIED_VERSIONS = 32;
 
 /**
  * Values this commit marked `moving` (cells.ts, markMoving) leave the head row in the same
- * one-step write: their version rows go with it, created with `expected: null` (format 17,
- * with the stamp slot every row of the step gets), and their records say `moved` already.
+ * one-step write: their version rows (one per block) go with it, created with `expected:
+ * null` (format 19, with the stamp slot every row of the step gets), and their records say
+ * `moved` already.
  * The step is atomic, so the head row never names a version row that is not there, and no
  * tidy pass, with its read and its head-row CAS racing the next commit, is needed for them.
  * A version row `present` (created by a tidy pass that then lost its head-row CAS, or that
- * crashed) holds the same bytes, since its name is unique to the value: it is marked
- * `moved` without being written again.
+ * crashed) holds every value of the block, since its name is unique to the block and a
+ * block only loses records (cells.ts, markMoving): they are marked `moved` without it being
+ * written again.
  */
 function carryMoves(
   table: string,
@@ -75,14 +77,17 @@ function carryMoves(
 ): void {
   const vt = versionTable(table);
   for (const [column, cell] of state.cells) {
-    for (const { rec, value } of movingValues(cell)) {
-      const vkey = versionKey(key, column, rec.startTs);
+    for (const { block, entries } of movingBlocks(cell)) {
+      const vkey = versionKey(key, column, block);
       if (!present.has(rowId(vt, vkey))) {
         if (out.length >= MAX_CARRIED_VERSIONS) return;
-        out.push({ table: vt, key: vkey, expected: null, state: encodeVersionRow(value, true) });
+        const values = entries.map(({ rec, value }) => ({ startTs: rec.startTs, value }));
+        out.push({ table: vt, key: vkey, expected: null, state: encodeVersionBlock(values, true) });
       }
-      rec.value = 'moved';
-      cell.dropValue(rec.startTs);
+      for (const { rec } of entries) {
+        rec.value = 'moved';
+        cell.dropValue(rec.startTs);
+      }
     }
   }
 }
