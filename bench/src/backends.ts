@@ -53,6 +53,8 @@ export interface BackendSettings {
   readonly rttMs?: number;
   /** `--inline-history-bytes`: the Percolator engines' `gc.inlineHistoryBytes`. */
   readonly inlineHistoryBytes?: number;
+  /** `--version-block-bytes`: the Percolator engines' `gc.versionBlockBytes`. */
+  readonly versionBlockBytes?: number;
   /** `--tracing`: another Percolator engine per listener (variant `si+<kind>`). */
   readonly traced?: readonly { readonly kind: string; readonly onEvent: PercolatorEventListener }[];
 }
@@ -93,9 +95,11 @@ async function closeAll(steps: ReadonlyArray<() => Promise<unknown>>): Promise<v
 
 /** The Percolator engines' client options from the run's settings. */
 function clientOptions(settings: BackendSettings): Omit<PercolatorOptions, 'store'> {
-  return settings.inlineHistoryBytes === undefined
-    ? {}
-    : { gc: { inlineHistoryBytes: settings.inlineHistoryBytes } };
+  const gc = {
+    ...(settings.inlineHistoryBytes === undefined ? {} : { inlineHistoryBytes: settings.inlineHistoryBytes }),
+    ...(settings.versionBlockBytes === undefined ? {} : { versionBlockBytes: settings.versionBlockBytes }),
+  };
+  return Object.keys(gc).length === 0 ? {} : { gc };
 }
 
 /** Percolator and raw engines over one store, each with its own call counter. */

@@ -250,6 +250,7 @@ export async function runBench(
     services,
     rttMs: options.rttMs,
     ...(options.inlineHistoryBytes === undefined ? {} : { inlineHistoryBytes: options.inlineHistoryBytes }),
+    ...(options.versionBlockBytes === undefined ? {} : { versionBlockBytes: options.versionBlockBytes }),
     ...(tracing ? { traced: tracing.listeners } : {}),
   };
   let network: BenchReport['network'];

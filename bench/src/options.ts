@@ -32,6 +32,12 @@ export interface BenchOptions {
    * costs (docs/protocol.md 7.2, "What moving costs").
    */
   readonly inlineHistoryBytes?: number;
+  /**
+   * `--version-block-bytes`: the Percolator engines' `gc.versionBlockBytes` (absent: the
+   * client's default), to measure what blocks of moved values save (0: a version row per
+   * value, as before blocks; docs/protocol.md 2.2).
+   */
+  readonly versionBlockBytes?: number;
   readonly seed: number;
   readonly outDir: string;
   readonly markdown: boolean;
@@ -101,6 +107,10 @@ export const USAGE = `usage: pnpm bench -- [options]
                       the Percolator engines' gc.inlineHistoryBytes: superseded values a
                       head row keeps before they move to version rows (default: the
                       client's, 512; 0 to ${MAX_INLINE_HISTORY_BYTES})
+  --version-block-bytes N
+                      the Percolator engines' gc.versionBlockBytes: most bytes of values
+                      one version row holds (default: the client's, 64 KiB or half the
+                      store's largest row; 0, a version row per value, to ${MAX_INLINE_HISTORY_BYTES})
   --seed N            seed for key choices (default ${DEFAULTS.seed})
   --out DIR           where results.json, results.md, summary.md and report.html go
                       (default ${DEFAULTS.outDir})
@@ -229,6 +239,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
         'history-versions': { type: 'string' },
         'max-attempts': { type: 'string' },
         'inline-history-bytes': { type: 'string' },
+        'version-block-bytes': { type: 'string' },
         seed: { type: 'string' },
         out: { type: 'string' },
         markdown: { type: 'boolean' },
@@ -303,6 +314,17 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
           inlineHistoryBytes: integer(
             'inline-history-bytes',
             str('inline-history-bytes'),
+            0,
+            0,
+            MAX_INLINE_HISTORY_BYTES,
+          ),
+        }),
+    ...(str('version-block-bytes') === undefined
+      ? {}
+      : {
+          versionBlockBytes: integer(
+            'version-block-bytes',
+            str('version-block-bytes'),
             0,
             0,
             MAX_INLINE_HISTORY_BYTES,
