@@ -115,7 +115,8 @@ function safeIndexOf(writes: readonly WriteRecord[], policy: PrunePolicy, nowMs:
  * or below it, and every commit record that still lists secondaries (held). Snapshots at or
  * below the safe point then fail with SnapshotTooOld, and so does a late prewrite, which is
  * how a pruned rollback record keeps protecting its transaction. A dropped record whose
- * value may be in a version row leaves its startTs in `garbage`, for the tidy step.
+ * value may be in a version row leaves its block's name (its anchor) in `garbage`, for the
+ * tidy step, once no record it keeps names that block.
  */
 export function pruneCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
   const writes = cell.writes;
@@ -337,11 +338,12 @@ export function tidyCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
 
 /**
  * Version rows a cell's `garbage` names before a commit asks for the tidy step to delete
- * them. Once a cell is past its retention cap every commit prunes a record, and a moved
- * value's record leaves a name in `garbage`; deleting each on its own cost a tidy pass per
- * commit (a read and a delete of the version row, a CAS of the head row that raced the next
- * commit). Batched, they go with the next pass that moves values, or once this many wait.
- * A name costs the head row a few bytes; `gc` and `db.tidy` delete whatever is named.
+ * them. Once a cell is past its retention cap every commit prunes a record, and the last
+ * moved record of a block leaves the block's name in `garbage`; deleting each on its own
+ * cost a tidy pass per commit (a read and a delete of the version row, a CAS of the head
+ * row that raced the next commit). Batched, they go with the next pass that moves values,
+ * or once this many wait (with blocks of five values, some 80 pruned values' worth). A name
+ * costs the head row a few bytes; `gc` and `db.tidy` delete whatever is named.
  */
 export const GARBAGE_BATCH = 16;
 

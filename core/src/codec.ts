@@ -577,7 +577,7 @@ export function decodeRow(bytes: Uint8Array): RowState {
       }
       wallTimeMs = j === 0 ? r.uint() : wallTimeMs - r.int();
       const secondaries = bits & 16 ? readRows(r) : undefined;
-      const block = bits & 128 ? startTs + r.int() : undefined;
+      const block = bits & 128 ? readAnchor(r, kind, value, startTs) : undefined;
       writes.push({ commitTs, startTs, kind, value, wallTimeMs, secondaries, block });
     }
     let notifyTs = 0;
@@ -616,6 +616,17 @@ export function decodeRow(bytes: Uint8Array): RowState {
   return { cells };
 }
 
+/**
+ * A record's anchor (`WriteRecord.block`): only a `moving` or `moved` put has one, and it is
+ * the largest startTs of its group, so above the record's own.
+ */
+function readAnchor(r: Reader, kind: RecordKind, place: ValuePlace, startTs: number): number {
+  const offset = r.int();
+  if (kind !== 'put' || place === 'inline' || offset <= 0)
+    throw new CorruptRowError('row state has an anchor on a record that cannot have one');
+  return startTs + offset;
+}
+
 /** A history section: its stats now, its records only when `decode` is called. */
 function readHistory(r: Reader, bitsLimit: number): EncodedHistory {
   const length = r.uint();
@@ -632,6 +643,10 @@ function readHistory(r: Reader, bitsLimit: number): EncodedHistory {
   const held = h.uint();
   if (count === 0) throw new CorruptRowError('row state has an empty history');
   const body = section.subarray(h.pos);
+  // A history read from a row before format 4 is checked now, not when decoded: a write
+  // copies its bytes into a format 4 row, where a bit its own format refuses would read as
+  // an anchor. Once per row: the next write makes it format 4.
+  if (bitsLimit < 128) decodeHistory(body, count, newestCommitTs, bitsLimit);
   return {
     count,
     newestCommitTs,
@@ -671,7 +686,7 @@ function decodeHistory(
     wallTimeMs += r.int();
     const secondaries = bits & 16 ? readRows(r) : undefined;
     if (bits & 32) data.set(startTs, r.bytes());
-    const block = bits & 64 ? startTs + r.int() : undefined;
+    const block = bits & 64 ? readAnchor(r, kind, value, startTs) : undefined;
     writes[i] = { commitTs, startTs, kind, value, wallTimeMs, secondaries, block };
   }
   if (r.pos !== body.length || commitTs !== newestCommitTs)

@@ -44,7 +44,7 @@ import { versionKey, versionTable } from './versions.js';
 /** Failed rounds in a row after which a row's tidy step is left for the next write, or gc. */
 const MAX_FAILED_ROUNDS = 3;
 
-/** A record's id within a batch of tidy passes: the row's index in the batch, its column, its startTs. */
+/** An id within a batch of tidy passes: the row's index in the batch, the column, a startTs (a block's anchor, a garbage name, a held record's). */
 function part(row: number, column: string, ts: number): string {
   return `${row}\u0000${column}\u0000${ts}`;
 }
@@ -79,6 +79,9 @@ interface TidyTarget {
   readonly known: StoredRow | null | undefined;
 }
 
+/** A confirmed block: the startTs of the values this pass wrote to it, or `present` (found there). */
+type Confirmed = ReadonlySet<number> | 'present';
+
 /** `force`: every superseded value still inline is marked `moving`, so the pass moves it. */
 function markAllMoving(blockBytes: number): (state: RowState | undefined) => RowDecision<undefined> {
   return (state) => {
@@ -97,7 +100,7 @@ function recordConfirmed(
   env: ProtocolEnv,
   current: RowState | undefined,
   row: number,
-  created: ReadonlySet<string>,
+  created: ReadonlyMap<string, Confirmed>,
   deleted: ReadonlySet<string>,
   /** Settled records, and whether any is this row's (only then is the whole history looked at). */
   settled: ReadonlySet<string>,
@@ -111,8 +114,10 @@ function recordConfirmed(
     const records = settledHere ? cell.writes : recordsThatMayBeMoving(cell);
     for (const rec of records) {
       // A block holds every value its records name (cells.ts, markMoving): once it is
-      // created, or found there, every `moving` record naming it is moved.
-      if (rec.value === 'moving' && created.has(part(row, column, blockOf(rec)))) {
+      // found there, every `moving` record naming it is moved; once this pass created it,
+      // those whose values it wrote.
+      const confirmed = rec.value === 'moving' ? created.get(part(row, column, blockOf(rec))) : undefined;
+      if (confirmed && (confirmed === 'present' || confirmed.has(rec.startTs))) {
         rec.value = 'moved';
         cell.dropValue(rec.startTs);
         cellChanged = true;
@@ -413,7 +418,7 @@ export class Tidier implements RowTidier {
     // Ids unique across the batch: the row's index, the column, a startTs (a block's anchor,
     // a garbage name, a held record's).
     // A create's id names its block (the anchor); a record's move is confirmed by its block's.
-    const creates: { id: string; row: number; bytes: number; values: number; request: CasRequest }[] = [];
+    const creates: { id: string; row: number; bytes: number; values: number[]; request: CasRequest }[] = [];
     const garbage: { id: string; row: number; ref: RowRef }[] = [];
     const held: { id: string; row: number; startTs: number; commitTs: number; rows: readonly RowRef[] }[] =
       [];
@@ -443,7 +448,7 @@ export class Tidier implements RowTidier {
             id: part(i, column, block),
             row: i,
             bytes,
-            values: entries.length,
+            values: entries.map(({ rec }) => rec.startTs),
             request: {
               table: vt,
               key: versionKey(key, column, block),
@@ -481,7 +486,7 @@ export class Tidier implements RowTidier {
     ]);
     for (const c of creates) {
       if (!created.has(c.id)) continue;
-      reports[c.row]!.moved += c.values;
+      reports[c.row]!.moved += c.values.length;
       reports[c.row]!.movedBytes += c.bytes;
     }
     for (const g of garbage) if (deleted.has(g.id)) reports[g.row]!.deleted++;
@@ -510,16 +515,20 @@ export class Tidier implements RowTidier {
     );
   }
 
-  /** Create-only writes: "already there" counts as done, since a version row's content is unique to its name. */
+  /**
+   * Create-only writes of blocks: "already there" counts as done, since a block holds every
+   * value its records still name (cells.ts, markMoving). Done: the values written, or `present`.
+   */
   private async createVersions(
-    creates: readonly { id: string; request: CasRequest }[],
-  ): Promise<Set<string>> {
-    const done = new Set<string>();
+    creates: readonly { id: string; values: readonly number[]; request: CasRequest }[],
+  ): Promise<Map<string, Confirmed>> {
+    const done = new Map<string, Confirmed>();
     if (creates.length === 0) return done;
     const results = await this.casAll(creates.map((c) => c.request));
     for (const [i, c] of creates.entries()) {
       const r = results[i];
-      if (r && (r.ok || r.current !== null)) done.add(c.id);
+      if (r?.ok) done.set(c.id, new Set(c.values));
+      else if (r && r.current !== null) done.set(c.id, 'present');
       const version = r?.ok ? r.version : r?.current?.version;
       if (version !== undefined) this.createdVersions.set(rowId(c.request.table, c.request.key), version);
     }

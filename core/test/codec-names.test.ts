@@ -82,19 +82,19 @@ describe('names in head rows', () => {
     expect(() => decodeRow(broken)).toThrow(CorruptRowError);
   });
 
-  it('version rows: format 16 and the stamped format 17 (its slot skipped) read back the value; any other format is a CorruptRowError', () => {
+  it('version rows of one value: format 16 and the stamped format 17 (its slot skipped) read back the value, whatever startTs is asked; an unknown format is a CorruptRowError', () => {
     const value = new TextEncoder().encode('a value');
-    expect(decodeVersionRow(encodeVersionRow(value))).toEqual(value);
+    expect(decodeVersionRow(encodeVersionRow(value), 1)).toEqual(value);
     const stamped = encodeVersionRow(value, true);
     expect(stamped.length).toBe(1 + 8 + value.length);
     stamped.set([1, 2, 3, 4, 5, 6, 7, 8], 1); // what a store writes into the slot
-    expect(decodeVersionRow(stamped)).toEqual(value);
-    for (const format of [15, 18]) {
+    expect(decodeVersionRow(stamped, 1)).toEqual(value);
+    for (const format of [15, 20]) {
       const other = encodeVersionRow(value, true);
       other[0] = format;
-      expect(() => decodeVersionRow(other)).toThrow(CorruptRowError);
+      expect(() => decodeVersionRow(other, 1)).toThrow(CorruptRowError);
     }
     // A format 17 row too short for its slot.
-    expect(() => decodeVersionRow(new Uint8Array([17, 0, 0]))).toThrow(CorruptRowError);
+    expect(() => decodeVersionRow(new Uint8Array([17, 0, 0]), 1)).toThrow(CorruptRowError);
   });
 });

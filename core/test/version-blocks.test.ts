@@ -91,9 +91,66 @@ describe('version blocks', () => {
     // Written again without decoding the history: the anchors survive the copy.
     const again = decodeRow(encodeRow(decodeRow(encoded))).cells.get('c')!;
     expect(again.writes.map((w) => [w.startTs, w.value, blockOf(w)])).toEqual(before);
+    // In format 3 an anchor bit is refused, in the history too, and at once: a write
+    // copies a history's bytes undecoded, into a format 4 row.
     const format3 = Uint8Array.from(encoded);
     format3[0] = 3;
-    expect(() => decodeRow(format3).cells.get('c')!.writes).toThrow(CorruptRowError);
+    expect(() => decodeRow(format3)).toThrow(CorruptRowError);
+  });
+
+  it('an anchor on a record that cannot have one (a delete, an inline put) or not above its startTs is a CorruptRowError', () => {
+    const encodeOne = (rec: WriteRecord) =>
+      encodeRow({ cells: new Map([['c', new Cell([rec], new Map([[rec.startTs, bytes(4)]]))]]) });
+    const base = { commitTs: 11, startTs: 10, wallTimeMs: 1 } as const;
+    expect(
+      decodeRow(encodeOne({ ...base, kind: 'put', value: 'moved', block: 15 })).cells.get('c')!.writes[0]!
+        .block,
+    ).toBe(15);
+    for (const bad of [
+      { ...base, kind: 'delete', value: 'inline', block: 15 },
+      { ...base, kind: 'put', value: 'inline', block: 15 },
+      { ...base, kind: 'put', value: 'moved', block: 5 },
+    ] as WriteRecord[]) {
+      expect(() => decodeRow(encodeOne(bad))).toThrow(CorruptRowError);
+    }
+  });
+
+  it('a pass that writes a block confirms the moves of the values it wrote, not of a record naming the block without its value', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'r', 'v', 'seed'));
+    // A damaged head row: two `moving` records in block 30, one of them without its value.
+    const now = Date.now();
+    const cell = new Cell(
+      [
+        { commitTs: 41, startTs: 40, kind: 'put', wallTimeMs: now - 4, value: 'inline' },
+        { commitTs: 31, startTs: 30, kind: 'put', wallTimeMs: now - 3, value: 'moving', block: 30 },
+        { commitTs: 21, startTs: 20, kind: 'put', wallTimeMs: now - 2, value: 'moving', block: 30 },
+      ],
+      new Map([
+        [40, bytes(4, 4)],
+        [30, bytes(3, 3)],
+      ]),
+    );
+    const current = (await store.read('t', 'r'))!;
+    await store.checkAndSet({
+      table: 't',
+      key: 'r',
+      expected: current.version,
+      state: encodeRow({ cells: new Map([['v', cell]]) }),
+    });
+    await db.tidy('t', 'r');
+    const after = inspectHeadRow((await store.read('t', 'r'))!.state).cells[0]!;
+    expect(after.writes.map((w) => [w.startTs, w.value])).toEqual([
+      [40, 'inline'],
+      [30, 'moved'],
+      [20, 'moving'],
+    ]);
+    const ref = versionRowRef('t', 'r', 'v', 30);
+    expect(versionRowEntries((await store.read(ref.table, ref.key))!.state)).toEqual([
+      { startTs: 30, bytes: 3 },
+    ]);
+    await db.close();
   });
 
   it('a block holds its values newest first; a missing one reads undefined; formats 16 and 17 read too; damage is a CorruptRowError', () => {

@@ -64,9 +64,9 @@ export const MAX_CARRIED_VERSIONS = 32;
  * The step is atomic, so the head row never names a version row that is not there, and no
  * tidy pass, with its read and its head-row CAS racing the next commit, is needed for them.
  * A version row `present` (created by a tidy pass that then lost its head-row CAS, or that
- * crashed) holds every value of the block, since its name is unique to the block and a
- * block only loses records (cells.ts, markMoving): they are marked `moved` without it being
- * written again.
+ * crashed) holds every value the head row still names in that block, since its name is
+ * unique to the block and a block only loses records (cells.ts, markMoving): they are
+ * marked `moved` without it being written again.
  */
 function carryMoves(
   table: string,
