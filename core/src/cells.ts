@@ -1,5 +1,5 @@
 import { STAMP } from './codec.js';
-import type { Cell, RowState, WriteRecord } from './row-state.js';
+import { blockOf, type Cell, type RowState, type WriteRecord } from './row-state.js';
 
 /** Pure rules on one cell, shared by reads, prewrite, commit, pruning and the tidy step. */
 
@@ -64,11 +64,6 @@ export interface PrunePolicy {
    * one per value. 0: every value gets its own version row.
    */
   readonly versionBlockBytes?: number;
-}
-
-/** The startTs naming the version row of a `moving` or `moved` record: its group's anchor. */
-export function blockOf(rec: WriteRecord): number {
-  return rec.block ?? rec.startTs;
 }
 
 /** What a value costs a block besides its bytes (its startTs and length; codec.ts, format 18). */
@@ -177,18 +172,20 @@ export interface MovingBlock {
  * commit's carried ones).
  */
 export function movingBlocks(cell: Cell): MovingBlock[] {
-  const out = new Map<number, MovingBlock>();
+  // Made only when a value is moving: this runs on every cell a commit writes.
+  let out: Map<number, MovingBlock> | undefined;
   for (const rec of recordsThatMayBeMoving(cell)) {
     if (rec.value !== 'moving') continue;
     const value = cell.valueAt(rec.startTs);
     if (!value) continue;
     const block = blockOf(rec);
+    out ??= new Map();
     let group = out.get(block);
     if (!group) out.set(block, (group = { block, entries: [], bytes: 0 }));
     group.entries.push({ rec, value });
     group.bytes += value.length;
   }
-  return [...out.values()];
+  return out ? [...out.values()] : [];
 }
 
 /** Held records: commit records past the prune point kept only for their secondaries list. */

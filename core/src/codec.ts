@@ -2,6 +2,7 @@ import { CorruptRowError } from './errors.js';
 import {
   Cell,
   type EncodedHistory,
+  isAnchored,
   type Lock,
   type RecordKind,
   type RowKey,
@@ -369,7 +370,7 @@ function encodeCell(w: Writer, name: string, cell: Cell): void {
     const stamped = rec.commitTs === STAMP;
     const startStamped = stamped && rec.startTs === STAMP;
     const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
-    const anchored = rec.block !== undefined && rec.block !== rec.startTs;
+    const anchored = isAnchored(rec);
     w.uint(
       KIND_BITS[rec.kind] |
         PLACE_BITS[rec.value] |
@@ -484,7 +485,7 @@ function encodeHistory(
     const rec = writes[i]!;
     const hasSecondaries = rec.secondaries !== undefined && rec.secondaries.length > 0;
     const value = historyValue(rec, data);
-    const anchored = rec.block !== undefined && rec.block !== rec.startTs;
+    const anchored = isAnchored(rec);
     w.uint(
       KIND_BITS[rec.kind] |
         PLACE_BITS[rec.value] |
@@ -716,10 +717,11 @@ export function encodeVersionBlock(
 }
 
 /**
- * The value written at `startTs` that a version row holds: the row's only value (formats
- * 16 and 17), or the entry of a block (18 and 19); `undefined` if a block does not hold it.
+ * A version row's header read: a reader at its body, and for a block its number of values
+ * (undefined for formats 16 and 17, whose body is the one value). CorruptRowError for an
+ * unknown format.
  */
-export function decodeVersionRow(bytes: Uint8Array, startTs: number): Uint8Array | undefined {
+function openVersionRow(bytes: Uint8Array): { r: Reader; count: number | undefined } {
   const r = new Reader(bytes);
   const format = r.uint();
   if (format === VERSION_FORMAT_STAMPED || format === BLOCK_FORMAT_STAMPED) r.take(8);
@@ -728,11 +730,21 @@ export function decodeVersionRow(bytes: Uint8Array, startTs: number): Uint8Array
       `version row is in format ${format}; this version of percolator reads formats ${VERSION_FORMAT} to ${BLOCK_FORMAT_STAMPED}`,
     );
   }
-  if (format === VERSION_FORMAT || format === VERSION_FORMAT_STAMPED) return bytes.slice(r.pos);
-  const n = r.uint();
+  if (format === VERSION_FORMAT || format === VERSION_FORMAT_STAMPED) return { r, count: undefined };
+  const count = r.uint();
   // Every entry takes at least 2 bytes: a count past that is corrupt.
-  if (n > bytes.length / 2) throw new CorruptRowError('version block does not match its count');
-  for (let i = 0; i < n; i++) {
+  if (count > bytes.length / 2) throw new CorruptRowError('version block does not match its count');
+  return { r, count };
+}
+
+/**
+ * The value written at `startTs` that a version row holds: the row's only value (formats
+ * 16 and 17), or the entry of a block (18 and 19); `undefined` if a block does not hold it.
+ */
+export function decodeVersionRow(bytes: Uint8Array, startTs: number): Uint8Array | undefined {
+  const { r, count } = openVersionRow(bytes);
+  if (count === undefined) return bytes.slice(r.pos);
+  for (let i = 0; i < count; i++) {
     const ts = r.uint();
     const value = r.bytes();
     if (ts === startTs) return value.slice();
@@ -741,22 +753,12 @@ export function decodeVersionRow(bytes: Uint8Array, startTs: number): Uint8Array
   return undefined;
 }
 
-/** The startTs of every value a version row holds (for inspect): one for formats 16 and 17. */
+/** The startTs and size of every value a version row holds: one, of unknown startTs, for formats 16 and 17. */
 export function versionRowEntries(bytes: Uint8Array): { startTs: number | undefined; bytes: number }[] {
-  const r = new Reader(bytes);
-  const format = r.uint();
-  if (format === VERSION_FORMAT_STAMPED || format === BLOCK_FORMAT_STAMPED) r.take(8);
-  else if (format !== VERSION_FORMAT && format !== BLOCK_FORMAT) {
-    throw new CorruptRowError(
-      `version row is in format ${format}; this version of percolator reads formats ${VERSION_FORMAT} to ${BLOCK_FORMAT_STAMPED}`,
-    );
-  }
-  if (format === VERSION_FORMAT || format === VERSION_FORMAT_STAMPED)
-    return [{ startTs: undefined, bytes: bytes.length - r.pos }];
-  const n = r.uint();
-  if (n > bytes.length / 2) throw new CorruptRowError('version block does not match its count');
+  const { r, count } = openVersionRow(bytes);
+  if (count === undefined) return [{ startTs: undefined, bytes: bytes.length - r.pos }];
   const out: { startTs: number | undefined; bytes: number }[] = [];
-  for (let i = 0; i < n; i++) out.push({ startTs: r.uint(), bytes: r.bytes().length });
+  for (let i = 0; i < count; i++) out.push({ startTs: r.uint(), bytes: r.bytes().length });
   if (r.pos !== bytes.length) throw new CorruptRowError('version block does not match its count');
   return out;
 }

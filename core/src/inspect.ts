@@ -3,7 +3,15 @@ import { UnsupportedOperationError } from './errors.js';
 import { isLockExpired, primaryVerdict } from './lock-resolver.js';
 import { compareKeys, validateUserTable } from './names.js';
 import { isReservedColumn, parseAckColumn } from './observers/reserved.js';
-import type { Cell, Lock, RecordKind, RowKey, ValuePlace, WriteKind } from './row-state.js';
+import {
+  type Cell,
+  isAnchored,
+  type Lock,
+  type RecordKind,
+  type RowKey,
+  type ValuePlace,
+  type WriteKind,
+} from './row-state.js';
 import type { RowRef, RowStore } from './store.js';
 import { versionKey, versionTable } from './versions.js';
 
@@ -67,7 +75,7 @@ export function inspectHeadRow(state: Uint8Array): HeadRowView {
         kind: w.kind,
         wallTimeMs: w.wallTimeMs,
         value: w.value,
-        ...(w.block !== undefined && w.block !== w.startTs ? { block: w.block } : {}),
+        ...(isAnchored(w) ? { block: w.block } : {}),
         ...(cell.data.has(w.startTs) ? { inlineBytes: cell.data.get(w.startTs)!.length } : {}),
         ...(w.secondaries ? { secondaries: w.secondaries } : {}),
       })),

@@ -69,6 +69,16 @@ export interface WriteRecord {
   secondaries?: RowKey[] | undefined;
 }
 
+/** The startTs naming the version row of a `moving` or `moved` record: its group's anchor. */
+export function blockOf(rec: WriteRecord): number {
+  return rec.block ?? rec.startTs;
+}
+
+/** Whether a record's version row is named by another record's startTs (a block of several values). */
+export function isAnchored(rec: Pick<WriteRecord, 'block' | 'startTs'>): boolean {
+  return rec.block !== undefined && rec.block !== rec.startTs;
+}
+
 /**
  * A cell's older write records, still encoded as they were read (codec.ts, format 3): a
  * step on the current snapshot never decodes them, and a write that does not touch them

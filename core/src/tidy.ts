@@ -1,7 +1,6 @@
 import { nextTurn } from './backoff.js';
 import { BoundedMap } from './bounded-map.js';
 import {
-  blockOf,
   findRecord,
   GARBAGE_BATCH,
   heldRecords,
@@ -19,7 +18,7 @@ import type { ProtocolEnv, RowTidier } from './env.js';
 import type { TidyEvent } from './events.js';
 import { rollForwardCells } from './lock-resolver.js';
 import type { TidyOptions, TidyReport } from './reports.js';
-import type { RowState } from './row-state.js';
+import { blockOf, type RowState } from './row-state.js';
 import { type RowDecision, readRow, updateRow, updateRows } from './row-update.js';
 import type { CasRequest, CasResult, RowRef, StoredRow } from './store.js';
 import { versionKey, versionTable } from './versions.js';

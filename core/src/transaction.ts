@@ -1,5 +1,5 @@
 import { backoffMs, sleep, waitAtMost } from './backoff.js';
-import { blockOf, visibleWrite } from './cells.js';
+import { visibleWrite } from './cells.js';
 import { decodeRow, decodeVersionRow, STAMP } from './codec.js';
 import { abortedError, timed } from './commit/context.js';
 import {
@@ -31,7 +31,7 @@ import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUser
 import { markNotifications } from './observers/notifications.js';
 import { isReservedColumn } from './observers/reserved.js';
 import { checkOptionKeys } from './options.js';
-import type { Cell, Lock, RowState } from './row-state.js';
+import { blockOf, type Cell, type Lock, type RowState } from './row-state.js';
 import type { StoredRow } from './store.js';
 import { versionKey, versionTable } from './versions.js';
 

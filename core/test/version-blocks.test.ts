@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { blockOf, markMoving, movingBlocks, pruneCell } from '../src/cells.js';
+import { markMoving, movingBlocks, pruneCell } from '../src/cells.js';
 import {
   BLOCK_FORMAT,
   decodeRow,
@@ -14,7 +14,7 @@ import { CorruptRowError, InvalidArgumentError } from '../src/errors.js';
 import { inspectHeadRow, namedVersionRows, versionRowRef } from '../src/inspect.js';
 import { MemoryStore } from '../src/memory-store.js';
 import { Percolator } from '../src/percolator.js';
-import { Cell, type WriteRecord } from '../src/row-state.js';
+import { blockOf, Cell, type WriteRecord } from '../src/row-state.js';
 import { versionTable } from '../src/versions.js';
 import { InstrumentedStore } from './support.js';
 

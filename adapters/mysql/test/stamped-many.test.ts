@@ -85,6 +85,24 @@ async function expectWholeWrites(
   }
 }
 
+/**
+ * What the racing tests share: `count` keys, a second store on the same namespace (even
+ * workers use `store`, odd ones `other`), the writes that applied (version -> stamp), and
+ * `victim`, a catch that counts a deadlock victim (and rethrows anything else).
+ */
+async function racers(prefix: string, count: number) {
+  const keys = Array.from({ length: count }, (_, i) => `${prefix}${i}`);
+  const other = await openStore({ namespace: store.namespace, createSchema: false, maxConnections: 10 });
+  const applied = new Map<string, number>();
+  const tally = { victims: 0 };
+  const victim = (error: unknown): undefined => {
+    if (!isDeadlockVictim(error)) throw error;
+    tally.victims++;
+    return undefined;
+  };
+  return { keys, applied, tally, victim, storeOf: (id: number) => (id % 2 === 0 ? store : other) };
+}
+
 /** InnoDB transactions that wait for a lock, with the statement they wait in. */
 async function lockWaiters(): Promise<{ thread: number; query: string }[]> {
   const [rows] = await admin.query<RowDataPacket[]>(
@@ -677,12 +695,9 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     // call that applied: its version and its stamp.
     const counter = 'sm.churn';
     const table = 'churn';
-    const keys = Array.from({ length: 8 }, (_, i) => `c${i}`);
-    const other = await openStore({ namespace: store.namespace, createSchema: false, maxConnections: 10 });
-    const applied = new Map<string, number>();
-    let victims = 0;
+    const { keys, applied, tally, victim, storeOf } = await racers('c', 8);
     const worker = async (id: number) => {
-      const s = id % 2 === 0 ? store : other;
+      const s = storeOf(id);
       for (let i = 0; i < 15; i++) {
         const picked = shuffled(keys).slice(0, 2 + ((id + i) % 4));
         const now = await s.readMany(picked.map((key) => ({ table, key })));
@@ -697,11 +712,7 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
             })),
             counter,
           )
-          .catch((error: unknown) => {
-            if (!isDeadlockVictim(error)) throw error;
-            victims++;
-            return undefined;
-          });
+          .catch(victim);
         if (r?.ok) for (const version of r.versions) applied.set(version, r.timestamp);
         if (i % 4 === 0) {
           const row = await s.read(table, picked[0]!);
@@ -720,7 +731,7 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     await Promise.all(Array.from({ length: 16 }, (_, id) => worker(id)));
     expect(applied.size).toBeGreaterThan(0);
     // 16 workers x 15 calls: a victim past every resend is rare; many would be a regression.
-    expect(victims).toBeLessThan(8);
+    expect(tally.victims).toBeLessThan(8);
     await expectWholeWrites(table, keys, applied);
   });
 
@@ -732,17 +743,9 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     // Every row left must be the whole work of one write that applied: its version and stamp.
     const counter = 'sm.mixed';
     const table = 'mixed';
-    const keys = Array.from({ length: 6 }, (_, i) => `m${i}`);
-    const other = await openStore({ namespace: store.namespace, createSchema: false, maxConnections: 10 });
-    const applied = new Map<string, number>();
-    let victims = 0;
-    const victim = (error: unknown) => {
-      if (!isDeadlockVictim(error)) throw error;
-      victims++;
-      return undefined;
-    };
+    const { keys, applied, tally, victim, storeOf } = await racers('m', 6);
     const worker = async (id: number) => {
-      const s = id % 2 === 0 ? store : other;
+      const s = storeOf(id);
       for (let i = 0; i < 15; i++) {
         const picked = shuffled(keys).slice(0, 1 + ((id + i) % 3));
         const now = await s.readMany(picked.map((key) => ({ table, key })));
@@ -777,7 +780,7 @@ describe('mysql stamped check-and-set of many rows: concurrency', () => {
     await Promise.all(Array.from({ length: 12 }, (_, id) => worker(id)));
     expect(applied.size).toBeGreaterThan(0);
     // Deadlocks here are rare; many would be a regression (a wait that closes a cycle).
-    expect(victims).toBeLessThan(12);
+    expect(tally.victims).toBeLessThan(12);
     await expectWholeWrites(table, keys, applied);
   });
 
