@@ -1,3 +1,4 @@
+import { copyBytes } from './byte-pool.js';
 import { CorruptRowError } from './errors.js';
 import {
   Cell,
@@ -86,8 +87,9 @@ const SHORT_ASCII = 24;
 
 /**
  * One scratch buffer for every encode: encoding is synchronous, so it is never shared, and
- * the result is a copy of just the bytes written. Saves an allocation (and its zeroing)
- * per encode; a buffer that grew past 1 MiB is not kept.
+ * the result is a copy of just the bytes written (from the byte pool when small:
+ * byte-pool.ts). Saves an allocation (and its zeroing) per encode; a buffer that grew
+ * past 1 MiB is not kept.
  */
 let scratch: Uint8Array = new Uint8Array(64 * 1024);
 
@@ -189,7 +191,7 @@ class Writer {
     this.pos += written;
   }
   result(): Uint8Array {
-    const out = this.buf.slice(0, this.pos);
+    const out = copyBytes(this.buf.subarray(0, this.pos));
     if (this.buf !== scratch && this.buf.length <= 1024 * 1024 && this.buf.length > scratch.length)
       scratch = this.buf;
     return out;

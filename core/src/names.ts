@@ -1,3 +1,4 @@
+import { allocBytes, copyBytes } from './byte-pool.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** Table names: 1-64 characters of [A-Za-z0-9_.-], so every store can use them safely. */
@@ -67,19 +68,23 @@ export function validateRowKey(key: unknown): asserts key is string {
 }
 
 export function toValueBytes(value: unknown, maxBytes = MAX_VALUE_BYTES): Uint8Array {
-  let bytes: Uint8Array;
+  let length: number;
   if (typeof value === 'string') {
     if (!value.isWellFormed()) throw new InvalidArgumentError('string value contains a lone surrogate');
-    bytes = encoder.encode(value);
+    length = utf8Length(value);
   } else if (value instanceof Uint8Array) {
-    // Copy: the caller may reuse its buffer before the transaction commits.
-    bytes = new Uint8Array(value);
+    length = value.length;
   } else {
     throw new InvalidArgumentError(`value must be a Uint8Array or a string, got ${describe(value)}`);
   }
-  if (bytes.length > maxBytes) {
-    throw new InvalidArgumentError(`value is ${bytes.length} bytes; the limit is ${maxBytes}`);
+  if (length > maxBytes) {
+    throw new InvalidArgumentError(`value is ${length} bytes; the limit is ${maxBytes}`);
   }
+  // A copy either way (the caller may reuse its buffer before the transaction commits),
+  // from the byte pool: it lives until the commit copies it into the row.
+  if (typeof value !== 'string') return copyBytes(value as Uint8Array);
+  const bytes = allocBytes(length);
+  encoder.encodeInto(value, bytes);
   return bytes;
 }
 

@@ -14,7 +14,11 @@ import type { StoredRow } from './store.js';
  * tokens are never reused for a key (store.ts), so a guess cannot match a later row by
  * accident.
  *
- * Bounded by bytes (the rows' states and keys), least recently used first out. The order is
+ * Bounded by bytes (the rows' states and keys), least recently used first out. A state
+ * that is a view into a larger buffer (an encoded row from the byte pool's slab, a reply
+ * sliced from a driver's socket buffer) keeps that whole buffer alive, so what is counted
+ * is each distinct buffer, once, in full: the bound is on the memory the cache keeps
+ * alive, not on the bytes it could hand back. The order is
  * a linked list, not the Map's insertion order: evicting by deleting a Map's first entry
  * again and again leaves holes that V8 skips on every iteration from the front until the
  * table is rehashed, which cost about 8 µs a write once every write evicted a row.
@@ -25,6 +29,8 @@ export class RowCache {
   private head: Entry | undefined;
   private tail: Entry | undefined;
   private bytes = 0;
+  /** Entries per shared buffer (a state that is a view into more than its own bytes). */
+  private readonly shared = new Map<ArrayBufferLike, number>();
 
   constructor(private readonly maxBytes: number) {}
 
@@ -43,11 +49,17 @@ export class RowCache {
     const id = cacheKey(table, key);
     this.drop(id);
     const size = sizeOf(id, row);
-    if (size > this.maxBytes) return;
-    const entry: Entry = { id, row, size, prev: undefined, next: undefined };
+    const buffer = row && sharesBuffer(row.state) ? row.state.buffer : undefined;
+    if (size + (buffer?.byteLength ?? 0) > this.maxBytes) return;
+    const entry: Entry = { id, row, size, buffer, prev: undefined, next: undefined };
     this.rows.set(id, entry);
     this.append(entry);
     this.bytes += size;
+    if (buffer) {
+      const holders = this.shared.get(buffer) ?? 0;
+      if (holders === 0) this.bytes += buffer.byteLength;
+      this.shared.set(buffer, holders + 1);
+    }
     while (this.bytes > this.maxBytes && this.head) this.drop(this.head.id);
   }
 
@@ -66,6 +78,14 @@ export class RowCache {
     this.unlink(entry);
     this.rows.delete(id);
     this.bytes -= entry.size;
+    if (entry.buffer) {
+      const holders = this.shared.get(entry.buffer)! - 1;
+      if (holders > 0) this.shared.set(entry.buffer, holders);
+      else {
+        this.shared.delete(entry.buffer);
+        this.bytes -= entry.buffer.byteLength;
+      }
+    }
   }
 
   private append(entry: Entry): void {
@@ -88,7 +108,9 @@ export class RowCache {
 interface Entry {
   readonly id: string;
   readonly row: StoredRow | null;
+  /** Own bytes; a shared buffer's are counted once, in `shared`. */
   readonly size: number;
+  readonly buffer: ArrayBufferLike | undefined;
   prev: Entry | undefined;
   next: Entry | undefined;
 }
@@ -97,7 +119,17 @@ function cacheKey(table: string, key: string): string {
   return `${table}\u0000${key}`;
 }
 
-/** Bytes held for a row: its state, its version and key text (two bytes a character), and a little overhead. */
+/**
+ * Bytes held for a row: its state (unless it is a view into a shared buffer, counted
+ * apart), its version and key text (two bytes a character), and a little overhead.
+ */
 function sizeOf(id: string, row: StoredRow | null): number {
-  return 64 + id.length * 2 + (row ? row.state.byteLength + row.version.length * 2 : 0);
+  if (!row) return 64 + id.length * 2;
+  const state = sharesBuffer(row.state) ? 0 : row.state.byteLength;
+  return 64 + id.length * 2 + state + row.version.length * 2;
+}
+
+/** Whether a state is a view into a buffer larger than itself. */
+function sharesBuffer(state: Uint8Array): boolean {
+  return state.byteLength !== state.buffer.byteLength;
 }

@@ -227,29 +227,26 @@ export class Transaction {
   }
 
   async get(table: string, row: string, column: string): Promise<Uint8Array | undefined> {
-    const [value, isView] = await this.valueAt(table, row, column);
-    // Decoded values are views into the stored row: hand out a copy.
-    return isView ? value!.slice() : value;
+    const value = await this.valueAt(table, row, column);
+    // A copy of its own, always: a decoded value is a view into the stored row, and a
+    // buffered write's bytes are what the commit will write (and share a slab of the byte
+    // pool), so the caller may keep or change what it gets.
+    return value?.slice();
   }
 
   /**
-   * The value `get` returns, and whether it is a view into a stored row (a buffered write
-   * is not): callers that only decode it (`getString`, `getJson`) need no copy.
+   * The value at this snapshot, or this transaction's buffered write: a view, not a copy.
+   * Callers that only decode it (`getString`, `getJson`) need no copy; `get` makes one.
    */
-  private async valueAt(
-    table: string,
-    row: string,
-    column: string,
-  ): Promise<[Uint8Array | undefined, boolean]> {
+  private async valueAt(table: string, row: string, column: string): Promise<Uint8Array | undefined> {
     this.assertActive();
     validateUserTable(table);
     validateRowKey(row);
     validateColumn(column);
     const buffered = this.mutations.size > 0 ? this.mutations.get(rowId(table, row))?.cells : undefined;
-    if (buffered?.has(column)) return [buffered.get(column) ?? undefined, false];
+    if (buffered?.has(column)) return buffered.get(column) ?? undefined;
     const [view] = await this.readCells(table, row, [column]);
-    const value = view!.value;
-    return [value, value !== undefined];
+    return view!.value;
   }
 
   /**
@@ -360,7 +357,7 @@ export class Transaction {
     row: string,
     column: string,
   ): Promise<T | undefined> {
-    const [bytes] = await this.valueAt(table, row, column);
+    const bytes = await this.valueAt(table, row, column);
     return bytes === undefined
       ? undefined
       : (decodeJson(bytes, `${table}/${JSON.stringify(row)}/${column}`) as T);
@@ -382,7 +379,7 @@ export class Transaction {
   }
 
   async getString(table: string, row: string, column: string): Promise<string | undefined> {
-    const [bytes] = await this.valueAt(table, row, column);
+    const bytes = await this.valueAt(table, row, column);
     return bytes === undefined ? undefined : decoder.decode(bytes);
   }
 
@@ -747,7 +744,8 @@ export class Transaction {
     const own = this.mutations.get(rowId(table, row))?.cells;
     if (own) {
       for (const [column, value] of own) {
-        if (value) columns.set(column, value);
+        // A copy, as `get` gives: the caller may keep or change it.
+        if (value) columns.set(column, value.slice());
         else columns.delete(column);
       }
     }

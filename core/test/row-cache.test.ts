@@ -52,6 +52,30 @@ describe('RowCache', () => {
     expect(cache.size).toBe(10);
   });
 
+  it('counts a buffer that states are views into once, in full: the bound is on the memory it keeps alive', () => {
+    const cache = new RowCache(40 * 1024);
+    // Views into one 16 KiB buffer (as the byte pool's slab): the buffer counts once.
+    const slab = new ArrayBuffer(16 * 1024);
+    for (let i = 0; i < 50; i++)
+      cache.set('t', `s${i}`, { version: 'v', state: new Uint8Array(slab, i * 300, 300) });
+    expect(cache.size).toBe(50);
+    // Views into buffers of their own (a reply sliced from a large socket read): each keeps
+    // 16 KiB alive, so only what fits stays; counted by their own bytes, all 50 would.
+    for (let i = 0; i < 50; i++) {
+      cache.set('t', `o${i}`, { version: 'v', state: new Uint8Array(new ArrayBuffer(16 * 1024), 0, 300) });
+    }
+    expect(cache.size).toBeLessThan(4);
+    expect(cache.get('t', 'o49')).toBeDefined();
+    expect(cache.get('t', 's0')).toBeUndefined(); // the slab's views went first, least recently used
+    // Dropping the last view of a buffer frees its count: a whole-buffer row then fits again.
+    for (let i = 0; i < 50; i++) cache.delete('t', `o${i}`);
+    for (let i = 0; i < 2; i++) cache.set('t', `w${i}`, row(16 * 1024));
+    expect(cache.size).toBe(2);
+    // A view whose buffer alone is past the bound is never held.
+    cache.set('t', 'huge', { version: 'v', state: new Uint8Array(new ArrayBuffer(64 * 1024), 0, 10) });
+    expect(cache.get('t', 'huge')).toBeUndefined();
+  });
+
   it('remembers absent rows, forgets on delete, and never holds a row larger than its bound', () => {
     const cache = new RowCache(1000);
     cache.set('t', 'gone', null);

@@ -525,6 +525,23 @@ describe('transactions on the memory store', () => {
     await db.close();
   });
 
+  it('a buffered write read back (get, scan) is a copy: changing it changes neither the write nor what commits', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const value = 'w'.repeat(200);
+    await db.transact(async (tx) => {
+      tx.set('t', 'r', 'c', value);
+      tx.set('t', 's', 'c', new TextEncoder().encode(value));
+      (await tx.get('t', 'r', 'c'))!.fill(0);
+      expect(await tx.getString('t', 'r', 'c')).toBe(value);
+      for await (const row of tx.scan('t')) row.columns.get('c')!.fill(0);
+      expect(await tx.getString('t', 's', 'c')).toBe(value);
+    });
+    expect(
+      await db.transact((tx) => Promise.all([tx.getString('t', 'r', 'c'), tx.getString('t', 's', 'c')])),
+    ).toEqual([value, value]);
+    await db.close();
+  });
+
   it('scans rows in key order at the snapshot, with its own writes merged', async () => {
     const db = new Percolator({ store: new MemoryStore() });
     const keys = ['b', 'a', '\u{1F600}', '\uFFFD', 'a\u0000z', 'c'];
