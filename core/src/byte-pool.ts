@@ -16,7 +16,7 @@
  */
 
 /** Slab size; a request above `MAX_POOLED_BYTES` gets its own array. */
-const SLAB_BYTES = 16 * 1024;
+const SLAB_BYTES = 64 * 1024;
 export const MAX_POOLED_BYTES = 2 * 1024;
 
 let slab = new ArrayBuffer(SLAB_BYTES);

@@ -57,6 +57,11 @@ type Status = 'active' | 'committing' | 'committed' | 'rolledBack' | 'failed';
 
 const decoder = new TextDecoder();
 const SCAN_PAGE = 256;
+/**
+ * Rows a transaction keeps as its reads decoded them: more than a commit of one step takes
+ * would cost memory for little (a commit of more rows goes in two phases anyway).
+ */
+const KEPT_DECODED = 64;
 
 /**
  * What a snapshot read of one cell found: a value (or absence), the startTs of a value that
@@ -105,6 +110,11 @@ export class Transaction {
   private notifications: Map<string, { table: string; row: string; columns: Set<string> }> | undefined;
   /** Last version seen per row: the expected version of the first prewrite CAS. */
   private readonly knownRows = new Map<string, StoredRow | null>();
+  /**
+   * Rows as its reads decoded them, for its commit to start from (commit/context.ts,
+   * decodeKnown): at most `KEPT_DECODED` rows, none in a read-only transaction.
+   */
+  private decodedRows: Map<StoredRow, RowState> | undefined;
   private status: Status = 'active';
 
   private ts: number | undefined;
@@ -284,12 +294,20 @@ export class Transaction {
             );
         if (values.includes(GONE)) continue;
         if (met) this.waited(table, row, met, waitStart, undefined);
+        if (stored && state) this.keepDecoded(stored, state);
         return views.map((v, i) => ({ cell: v.cell, value: values[i] as Uint8Array | undefined }));
       }
     } catch (error) {
       if (met) this.waited(table, row, met, waitStart, error);
       throw error;
     }
+  }
+
+  /** Keeps a row as a read decoded it, for the commit's first decision on it. */
+  private keepDecoded(stored: StoredRow, state: RowState): void {
+    if (this.readOnly) return;
+    this.decodedRows ??= new Map();
+    if (this.decodedRows.size < KEPT_DECODED) this.decodedRows.set(stored, state);
   }
 
   /** Emits `lock.wait` for a read that met a lock (with a listener only). */
@@ -628,6 +646,7 @@ export class Transaction {
       rows,
       primary: { table: first.table, row: first.row, column: first.cells.keys().next().value! },
       knownRows: this.knownRows,
+      decodedRows: this.decodedRows,
       crashed: undefined,
       signal,
       trace: this.ref,

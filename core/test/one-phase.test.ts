@@ -273,6 +273,50 @@ describe('one-phase commits of several rows', () => {
     await Promise.all([db.close(), other.close(), watched.close()]);
   });
 
+  it('a commit starts from the rows its reads decoded, and after a lost race decides on the rows as they are', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    const other = new Percolator({ store: store.inner });
+    await seed(db, ['a', 'b'], '0');
+    let attempts = 0;
+    await db.transact(async (tx) => {
+      attempts++;
+      const a = Number(await tx.getString('t', 'a', 'v'));
+      const b = Number(await tx.getString('t', 'b', 'v'));
+      // Another client writes another column of a row this transaction read: no conflict,
+      // but the CAS that expected the row as read fails, and the retry must keep that write.
+      if (attempts === 1) await other.transact(async (o) => o.set('t', 'b', 'w', 'theirs'));
+      tx.set('t', 'a', 'v', String(a + 1));
+      tx.set('t', 'b', 'v', String(b + 1));
+    });
+    expect(attempts).toBe(1); // the commit retried its step, not the transaction
+    const reader = await db.begin();
+    expect(
+      await Promise.all([
+        reader.getString('t', 'a', 'v'),
+        reader.getString('t', 'b', 'v'),
+        reader.getString('t', 'b', 'w'),
+      ]),
+    ).toEqual(['1', '1', 'theirs']);
+    // Again, with the rows already cached and read: the same state is never taken twice.
+    for (let i = 2; i <= 5; i++) {
+      await db.transact(async (tx) => {
+        const a = Number(await tx.getString('t', 'a', 'v'));
+        tx.set('t', 'a', 'v', String(a + 1));
+        tx.set('t', 'b', 'v', String(a + 1));
+      });
+    }
+    const last = await db.begin();
+    expect(
+      await Promise.all([
+        last.getString('t', 'a', 'v'),
+        last.getString('t', 'b', 'v'),
+        last.getString('t', 'b', 'w'),
+      ]),
+    ).toEqual(['5', '5', 'theirs']);
+    await Promise.all([db.close(), other.close()]);
+  });
+
   it("meets a two-phase commit's locks: an abandoned lock is rolled back first, a live one fails it with ConflictError", async () => {
     const inner = new MemoryStore();
     const store = new InstrumentedStore(inner, ONE_STEP);

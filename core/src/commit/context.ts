@@ -1,8 +1,8 @@
-import { STAMP } from '../codec.js';
+import { decodeRow, STAMP } from '../codec.js';
 import type { CommitStepEvent, ProtocolEnv } from '../env.js';
 import { AbortedError } from '../errors.js';
 import type { CommitStepEndEvent, CommitStepName, TransactionRef } from '../events.js';
-import type { CellRef, Lock, RowKey } from '../row-state.js';
+import type { CellRef, Lock, RowKey, RowState } from '../row-state.js';
 import type { StoredRow } from '../store.js';
 
 /** What every commit step shares (docs/protocol.md section 4). */
@@ -23,6 +23,11 @@ export interface CommitContext {
   readonly primary: CellRef;
   /** Rows as this transaction last saw them: the expected version for the first CAS. */
   readonly knownRows: Map<string, StoredRow | null>;
+  /**
+   * Some of those rows as its reads decoded them (`decodeKnown`): the commit's first
+   * decision on such a row starts from them instead of decoding it again.
+   */
+  readonly decodedRows?: Map<StoredRow, RowState> | undefined;
   /** Set once a hook simulated a crash: the client makes no further store call. */
   crashed: unknown;
   /** The caller's signal: honoured up to the commit point, never after it. */
@@ -120,4 +125,16 @@ export async function step(ctx: CommitContext, event: Omit<CommitStepEvent, 'sta
 /** Throws if a hook simulated a crash: a crashed client makes no further store call. */
 export function alive(ctx: CommitContext): void {
   if (ctx.crashed !== undefined) throw ctx.crashed;
+}
+
+/**
+ * A known row's state, decoded: the one a read of this transaction decoded, if it is that
+ * very row (taken, so no two decisions share one state: a decision changes the state it is
+ * given), else decoded now.
+ */
+export function decodeKnown(ctx: CommitContext, stored: StoredRow): RowState {
+  const state = ctx.decodedRows?.get(stored);
+  if (state === undefined) return decodeRow(stored.state);
+  ctx.decodedRows!.delete(stored);
+  return state;
 }

@@ -1,6 +1,6 @@
 import { backoffMs, sleep } from '../backoff.js';
 import { addRecord, findRecord, movingBlocks, tidyCell } from '../cells.js';
-import { decodeRow, encodeVersionBlock, STAMP } from '../codec.js';
+import { encodeVersionBlock, STAMP } from '../codec.js';
 import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from '../errors.js';
 import { cellOf, emptyRow, type RowState, rowHasNotification } from '../row-state.js';
 import {
@@ -16,7 +16,15 @@ import {
 import type { CasRequest, RowRef, StoredRow } from '../store.js';
 import { writeStampInPlace } from '../store.js';
 import { versionKey, versionTable } from '../versions.js';
-import { alive, BlockedByLock, type CommitContext, notAborted, type RowMutations, rowId } from './context.js';
+import {
+  alive,
+  BlockedByLock,
+  type CommitContext,
+  decodeKnown,
+  notAborted,
+  type RowMutations,
+  rowId,
+} from './context.js';
 import {
   applyPrewrite,
   relievePressure,
@@ -249,7 +257,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
         throw ambiguous ? unknown(error) : error;
       }
     }
-    const states = rows.map((_, i) => (known[i] ? decodeRow(known[i]!.state) : undefined));
+    const states = rows.map((_, i) => (known[i] ? decodeKnown(ctx, known[i]!) : undefined));
     if (ambiguous) {
       // It landed on every row or on none: any row that carries our record tells.
       for (const [i, m] of rows.entries()) {
