@@ -47,44 +47,68 @@ export class RowCache {
   /** The row as just read or written (null: the row does not exist). */
   set(table: string, key: string, row: StoredRow | null): void {
     const id = cacheKey(table, key);
-    this.drop(id);
+    let entry = this.rows.get(id);
     const size = sizeOf(id, row);
     const buffer = row && sharesBuffer(row.state) ? row.state.buffer : undefined;
-    if (size + (buffer?.byteLength ?? 0) > this.maxBytes) return;
-    const entry: Entry = { id, row, size, buffer, prev: undefined, next: undefined };
-    this.rows.set(id, entry);
-    this.append(entry);
-    this.bytes += size;
-    if (buffer) {
-      const holders = this.shared.get(buffer) ?? 0;
-      if (holders === 0) this.bytes += buffer.byteLength;
-      this.shared.set(buffer, holders + 1);
+    if (size + (buffer?.byteLength ?? 0) > this.maxBytes) {
+      if (entry) this.remove(entry);
+      return;
     }
-    while (this.bytes > this.maxBytes && this.head) this.drop(this.head.id);
+    if (entry) {
+      // A row seen again (the common case): the entry is reused, one map lookup in all.
+      this.release(entry);
+      entry.row = row;
+      entry.size = size;
+      entry.buffer = buffer;
+      if (entry !== this.tail) {
+        this.unlink(entry);
+        this.append(entry);
+      }
+    } else {
+      entry = { id, row, size, buffer, prev: undefined, next: undefined };
+      this.rows.set(id, entry);
+      this.append(entry);
+    }
+    this.hold(entry);
+    while (this.bytes > this.maxBytes && this.head) this.remove(this.head);
   }
 
   /** Forget a row (its last write's outcome is unknown). */
   delete(table: string, key: string): void {
-    this.drop(cacheKey(table, key));
+    const entry = this.rows.get(cacheKey(table, key));
+    if (entry) this.remove(entry);
   }
 
   get size(): number {
     return this.rows.size;
   }
 
-  private drop(id: string): void {
-    const entry = this.rows.get(id);
-    if (entry === undefined) return;
+  private remove(entry: Entry): void {
     this.unlink(entry);
-    this.rows.delete(id);
+    this.rows.delete(entry.id);
+    this.release(entry);
+  }
+
+  /** Counts an entry's bytes, and its shared buffer's unless another entry holds it. */
+  private hold(entry: Entry): void {
+    this.bytes += entry.size;
+    const buffer = entry.buffer;
+    if (!buffer) return;
+    const holders = this.shared.get(buffer) ?? 0;
+    if (holders === 0) this.bytes += buffer.byteLength;
+    this.shared.set(buffer, holders + 1);
+  }
+
+  /** Undoes `hold`. */
+  private release(entry: Entry): void {
     this.bytes -= entry.size;
-    if (entry.buffer) {
-      const holders = this.shared.get(entry.buffer)! - 1;
-      if (holders > 0) this.shared.set(entry.buffer, holders);
-      else {
-        this.shared.delete(entry.buffer);
-        this.bytes -= entry.buffer.byteLength;
-      }
+    const buffer = entry.buffer;
+    if (!buffer) return;
+    const holders = this.shared.get(buffer)! - 1;
+    if (holders > 0) this.shared.set(buffer, holders);
+    else {
+      this.shared.delete(buffer);
+      this.bytes -= buffer.byteLength;
     }
   }
 
@@ -107,10 +131,10 @@ export class RowCache {
 
 interface Entry {
   readonly id: string;
-  readonly row: StoredRow | null;
+  row: StoredRow | null;
   /** Own bytes; a shared buffer's are counted once, in `shared`. */
-  readonly size: number;
-  readonly buffer: ArrayBufferLike | undefined;
+  size: number;
+  buffer: ArrayBufferLike | undefined;
   prev: Entry | undefined;
   next: Entry | undefined;
 }

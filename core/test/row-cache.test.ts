@@ -105,6 +105,25 @@ describe('the row cache in transactions', () => {
     await db.close();
   });
 
+  it('a read in a transaction that may write fills it; a read-only transaction leaves it alone', async () => {
+    const store = noStampedReads();
+    const other = new Percolator({ store });
+    await other.transact(async (tx) => {
+      tx.set('t', 'r', 'v', '1');
+      tx.set('t', 'w', 'v', '1');
+    });
+    const db = new Percolator({ store });
+    await db.transact((tx) => tx.getString('t', 'r', 'v'), { readOnly: true });
+    await db.transact((tx) => tx.getString('t', 'w', 'v'));
+    let before = calls(store);
+    await db.transact(async (tx) => tx.set('t', 'w', 'v', '2'));
+    expect(delta(store, before)).toEqual({ rowReads: 0, cas: 1 }); // seen by a read that could write
+    before = calls(store);
+    await db.transact(async (tx) => tx.set('t', 'r', 'v', '2'));
+    expect(delta(store, before)).toEqual({ rowReads: 1, cas: 1 }); // not cached: read first
+    await Promise.all([db.close(), other.close()]);
+  });
+
   it('rowCacheBytes 0 turns it off (the row is read first); bad values are refused', async () => {
     const store = noStampedReads();
     const db = new Percolator({ store, rowCacheBytes: 0 });
