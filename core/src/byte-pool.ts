@@ -18,13 +18,15 @@
 /** Slab size; a request above `MAX_POOLED_BYTES` gets its own array. */
 const SLAB_BYTES = 64 * 1024;
 export const MAX_POOLED_BYTES = 2 * 1024;
+/** V8 keeps typed arrays up to this size inside its own heap, which is cheaper still. */
+export const MAX_ON_HEAP_BYTES = 64;
 
 let slab = new ArrayBuffer(SLAB_BYTES);
 let offset = 0;
 
 /** `n` bytes, zeroed only if they are a fresh array (callers write every byte). */
 export function allocBytes(n: number): Uint8Array {
-  if (n > MAX_POOLED_BYTES) return new Uint8Array(n);
+  if (n > MAX_POOLED_BYTES || n <= MAX_ON_HEAP_BYTES) return new Uint8Array(n);
   if (offset + n > SLAB_BYTES) {
     slab = new ArrayBuffer(SLAB_BYTES);
     offset = 0;

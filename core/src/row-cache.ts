@@ -18,10 +18,11 @@ import type { StoredRow } from './store.js';
  * that is a view into a larger buffer (an encoded row from the byte pool's slab, a reply
  * sliced from a driver's socket buffer) keeps that whole buffer alive, so what is counted
  * is each distinct buffer, once, in full: the bound is on the memory the cache keeps
- * alive, not on the bytes it could hand back. The order is
- * a linked list, not the Map's insertion order: evicting by deleting a Map's first entry
- * again and again leaves holes that V8 skips on every iteration from the front until the
- * table is rehashed, which cost about 8 µs a write once every write evicted a row.
+ * alive, not on the bytes it could hand back.
+ *
+ * The order is a linked list, not the Map's insertion order: evicting by deleting a Map's
+ * first entry again and again leaves holes that V8 skips on every iteration from the front
+ * until the table is rehashed, which cost about 8 µs a write once every write evicted a row.
  */
 export class RowCache {
   private readonly rows = new Map<string, Entry>();

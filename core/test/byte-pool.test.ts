@@ -1,17 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { allocBytes, copyBytes, MAX_POOLED_BYTES } from '../src/byte-pool.js';
+import { allocBytes, copyBytes, MAX_ON_HEAP_BYTES, MAX_POOLED_BYTES } from '../src/byte-pool.js';
 
 describe('the byte pool', () => {
   it('hands out arrays that never overlap, across many slabs', () => {
     const arrays: Uint8Array[] = [];
     // Sizes that do not divide a slab, so arrays end near every slab's end.
     for (let i = 0; i < 2000; i++) {
-      const a = allocBytes(1 + ((i * 37) % 300));
+      const a = allocBytes(65 + ((i * 37) % 300));
       a.fill(i % 251);
       arrays.push(a);
     }
     for (const [i, a] of arrays.entries()) {
-      expect(a.length).toBe(1 + ((i * 37) % 300));
+      expect(a.length).toBe(65 + ((i * 37) % 300));
       expect(a.every((b) => b === i % 251)).toBe(true);
     }
     // Small ones share slabs; every one starts 8-byte aligned.
@@ -19,7 +19,10 @@ describe('the byte pool', () => {
     for (const a of arrays) expect(a.byteOffset % 8).toBe(0);
   });
 
-  it('gives a large request an array of its own', () => {
+  it('gives a large request, or a small one V8 keeps in its heap, an array of its own', () => {
+    const small = allocBytes(MAX_ON_HEAP_BYTES);
+    expect(small.byteOffset).toBe(0);
+    expect(small.buffer.byteLength).toBe(MAX_ON_HEAP_BYTES);
     const big = allocBytes(MAX_POOLED_BYTES + 1);
     expect(big.byteOffset).toBe(0);
     expect(big.buffer.byteLength).toBe(MAX_POOLED_BYTES + 1);

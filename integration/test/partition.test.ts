@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { postgresUrl } from './support/backends.js';
 import {
   compositeOf,
+  describeClusterClient,
   dropStore,
   type FaultStoreKind,
   faultNamespace,
@@ -60,6 +61,8 @@ interface Deployment {
   /** Which client's commit steps trigger the faults. */
   readonly faultedClient: number;
   readonly cleanup: () => Promise<void>;
+  /** The clients' connections, for a failure message (Redis Cluster: each node connection). */
+  readonly describe?: () => Promise<string>;
 }
 
 interface Target {
@@ -164,6 +167,14 @@ const TARGETS: readonly Target[] = [
         stores,
         victims: proxies.map((own) => own[1]!),
         faultedClient: 0,
+        describe: async () => {
+          const clients = stores.map((s, i) => `client ${i}: ${describeClusterClient(s)}`);
+          const nodes = await Promise.all(cluster.nodes.map((n) => clusterInfo(n.port)));
+          return [
+            ...clients,
+            ...nodes.map((info, i) => `master ${i} (port ${cluster.nodes[i]!.port}): ${info}`),
+          ].join('\n');
+        },
         cleanup: async () => {
           await Promise.all(proxies.flat().map((p) => p.restore()));
           await dropStore(stores[0]!);
@@ -207,6 +218,24 @@ const TARGETS: readonly Target[] = [
     },
   },
 ];
+
+/** CLUSTER INFO of one master, straight from it (not through a test proxy), on one line. */
+async function clusterInfo(port: number): Promise<string> {
+  const { execFile } = await import('node:child_process');
+  return new Promise((resolve) => {
+    execFile('redis-cli', ['-p', String(port), 'cluster', 'info'], { timeout: 3000 }, (error, stdout) => {
+      if (error) resolve(`unreachable (${error.message})`);
+      else
+        resolve(
+          stdout
+            .split('\n')
+            .filter((l) => /^cluster_(state|slots_ok|slots_pfail|slots_fail|known_nodes)/.test(l))
+            .map((l) => l.trim())
+            .join(', '),
+        );
+    });
+  });
+}
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -261,6 +290,10 @@ describe('partitions at prewrite, at the commit point and at the secondaries, on
       await workload.setUp(clients[1]!);
       workload.start();
       let faults = 0;
+      // When each fault fired and healed, and when commits resumed (seconds from the start):
+      // a slow run's log shows which phase took the time.
+      const timeline: string[] = [];
+      const at = () => ((Date.now() - started) / 1000).toFixed(1);
       try {
         for (const point of POINTS) {
           for (const kind of KINDS) {
@@ -293,19 +326,34 @@ describe('partitions at prewrite, at the commit point and at the secondaries, on
               };
             });
             faults++;
+            timeline.push(`${kind}@${point.name} ${at()}`);
             await sleep(HOLD_MS);
             await Promise.all(d.victims.map((p) => p.restore()));
+            timeline.push(`healed ${at()}`);
           }
         }
         // Every client commits again after the last heal.
         await workload.waitForAcks(10, 60_000, `${target.name} after the last heal`);
+        timeline.push(`resumed ${at()}`);
       } finally {
         armed = undefined;
         await workload.stop();
       }
-      const verdict = await workload.verify({ store: d.stores[1]!, lockTtlMs: LOCK_TTL_MS });
+      const verdict = await workload
+        .verify({ store: d.stores[1]!, lockTtlMs: LOCK_TTL_MS })
+        .catch(async (error) => {
+          // A stuck connection says which one, and how (Redis Cluster's node connections).
+          (error as Error).message +=
+            `\ntimeline: ${timeline.join(', ')}; verify from ${at()}\nerrors: ${workload.topErrors()}`;
+          if (d.describe)
+            (error as Error).message += `\n${await d.describe().catch((e: unknown) => String(e))}`;
+          throw error;
+        });
       console.info(
         `[partition] ${target.name}: ${faults} faults; ${summary(verdict)}; errors ${JSON.stringify(verdict.stats.errors)}; ${((Date.now() - started) / 1000).toFixed(1)} s`,
+      );
+      console.info(
+        `[partition] ${target.name} timeline: ${timeline.join(', ')}; top errors: ${workload.topErrors()}`,
       );
       expect(faults).toBe(KINDS.length * POINTS.length);
       // The faults reached the clients: some store calls failed (not only conflicts).

@@ -123,3 +123,28 @@ export async function dropStore(store: RowStore): Promise<void> {
 }
 
 export type { DynamoDbRowStore, MySqlStore, PostgresStore, RedisStore };
+
+/**
+ * What a Redis Cluster client's connections are doing, for a failure message: each node
+ * connection's address (as mapped), status and queued commands. A case that cannot reach
+ * a master after a heal then says which connection is stuck, and how.
+ */
+export function describeClusterClient(store: RowStore): string {
+  const client = (store as RedisStore).client as unknown as {
+    status?: string;
+    nodes?: (role: 'all') => {
+      status: string;
+      options: { host?: string; port?: number };
+      offlineQueue?: { length: number };
+      commandQueue?: { length: number };
+    }[];
+  };
+  if (typeof client.nodes !== 'function') return 'not a cluster client';
+  const nodes = client
+    .nodes('all')
+    .map(
+      (n) =>
+        `${n.options.host}:${n.options.port} ${n.status} (offline queue ${n.offlineQueue?.length ?? '?'}, in flight ${n.commandQueue?.length ?? '?'})`,
+    );
+  return `cluster ${client.status}; nodes: ${nodes.join('; ') || 'none'}`;
+}

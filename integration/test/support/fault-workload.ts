@@ -93,6 +93,8 @@ export class FaultWorkload {
   readonly history: ListAppendOp[] = [];
   private readonly transfers = new Map<number, Transfer>();
   private readonly errorCounts = new Map<string, number>();
+  /** Error messages (digits masked), counted: what a slow or failing run met, for its log. */
+  private readonly errorMessages = new Map<string, number>();
   /** Errors no transaction should ever see (an untyped driver error, say): each fails the test. */
   readonly unexpected: string[] = [];
   private nextValue = 1;
@@ -154,6 +156,15 @@ export class FaultWorkload {
    * with `client`, commits of that client (index into the clients given), so a fault armed
    * for it next is armed on a client that works.
    */
+  /** The `n` most frequent error messages, with their counts. */
+  topErrors(n = 4): string {
+    return [...this.errorMessages]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([m, c]) => `${c}x ${m}`)
+      .join(' | ');
+  }
+
   waitForAcks(more: number, timeoutMs = 60_000, what = 'commits', client?: number): Promise<void> {
     const target = this.acksOf(client) + more;
     return new Promise<void>((resolve, reject) => {
@@ -210,6 +221,8 @@ export class FaultWorkload {
     const applied = error instanceof StoreError ? `(${error.applied})` : '';
     const key = `${name}${applied}`;
     this.errorCounts.set(key, (this.errorCounts.get(key) ?? 0) + 1);
+    const message = `${key}: ${(error instanceof Error ? error.message : String(error)).replace(/\d+/g, 'N').slice(0, 120)}`;
+    this.errorMessages.set(message, (this.errorMessages.get(message) ?? 0) + 1);
     const outcome = outcomeOf(error);
     if (outcome === undefined) {
       this.unexpected.push(`${key}: ${error instanceof Error ? error.message : String(error)}`);
