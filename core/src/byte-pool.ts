@@ -5,8 +5,7 @@
  * heap, which V8 must later track and free: on Node 20 that cost about 1-2.5 µs each, where
  * a view onto an existing slab costs about 0.2 µs. A transfer made five or six of them (two
  * values encoded, two rows encoded, a version block) and a CPU profile on the memory store
- * showed them as garbage collection and `slice`: pooling them raised transfers on the
- * memory store by about 15% (docs/protocol.md 4.9).
+ * showed them as garbage collection and `slice` (figures in docs/protocol.md 4.9).
  *
  * The price is the one Node's pool has: a live view keeps its whole slab alive. So only
  * what is short-lived or accounted for comes from here: values buffered in a transaction
