@@ -30,8 +30,11 @@ export class RowCache {
   private head: Entry | undefined;
   private tail: Entry | undefined;
   private bytes = 0;
-  /** Entries per shared buffer (a state that is a view into more than its own bytes). */
-  private readonly shared = new Map<ArrayBufferLike, number>();
+  /**
+   * Per shared buffer (a state that is a view into more than its own bytes): the entries
+   * holding it, and the bytes counted for it when the first took it.
+   */
+  private readonly shared = new Map<ArrayBufferLike, { holders: number; readonly bytes: number }>();
 
   constructor(private readonly maxBytes: number) {}
 
@@ -46,11 +49,18 @@ export class RowCache {
   }
 
   /** The row as just read or written (null: the row does not exist). */
-  set(table: string, key: string, row: StoredRow | null): void {
+  set(table: string, key: string, seen: StoredRow | null): void {
     const id = cacheKey(table, key);
     let entry = this.rows.get(id);
+    let row = seen;
+    let buffer = row && sharesBuffer(row.state) ? row.state.buffer : undefined;
+    if (row && buffer && buffer.byteLength > this.maxBytes / 8) {
+      // A buffer too large for this cache to keep alive whole (a small cache and a pool
+      // slab, or a large socket read): the cache keeps a copy of the state's own bytes.
+      row = { version: row.version, state: row.state.slice() };
+      buffer = undefined;
+    }
     const size = sizeOf(id, row);
-    const buffer = row && sharesBuffer(row.state) ? row.state.buffer : undefined;
     if (size + (buffer?.byteLength ?? 0) > this.maxBytes) {
       if (entry) this.remove(entry);
       return;
@@ -95,9 +105,12 @@ export class RowCache {
     this.bytes += entry.size;
     const buffer = entry.buffer;
     if (!buffer) return;
-    const holders = this.shared.get(buffer) ?? 0;
-    if (holders === 0) this.bytes += buffer.byteLength;
-    this.shared.set(buffer, holders + 1);
+    const shared = this.shared.get(buffer);
+    if (shared) shared.holders++;
+    else {
+      this.shared.set(buffer, { holders: 1, bytes: buffer.byteLength });
+      this.bytes += buffer.byteLength;
+    }
   }
 
   /** Undoes `hold`. */
@@ -105,12 +118,10 @@ export class RowCache {
     this.bytes -= entry.size;
     const buffer = entry.buffer;
     if (!buffer) return;
-    const holders = this.shared.get(buffer)! - 1;
-    if (holders > 0) this.shared.set(buffer, holders);
-    else {
-      this.shared.delete(buffer);
-      this.bytes -= buffer.byteLength;
-    }
+    const shared = this.shared.get(buffer)!;
+    if (--shared.holders > 0) return;
+    this.shared.delete(buffer);
+    this.bytes -= shared.bytes;
   }
 
   private append(entry: Entry): void {
@@ -154,7 +165,12 @@ function sizeOf(id: string, row: StoredRow | null): number {
   return 64 + id.length * 2 + state + row.version.length * 2;
 }
 
-/** Whether a state is a view into a buffer larger than itself. */
+/**
+ * Whether a state is a view into a buffer larger than itself. A small array that starts its
+ * buffer counts as its own: V8 keeps arrays of up to 64 bytes in its heap, and asking one
+ * for its `buffer` would move it out.
+ */
 function sharesBuffer(state: Uint8Array): boolean {
+  if (state.byteOffset === 0 && state.byteLength <= 64) return false;
   return state.byteLength !== state.buffer.byteLength;
 }

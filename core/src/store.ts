@@ -25,7 +25,11 @@ export interface CasRequest {
   readonly key: string;
   /** The version the row must have, or `null` if the row must not exist. */
   readonly expected: Version | null;
-  /** The new state, or `null` to delete the row. */
+  /**
+   * The new state, or `null` to delete the row. Often a view into a larger buffer (the
+   * core's byte pool): use its `byteOffset` and `byteLength`, never its whole `buffer`, and
+   * keep a copy, not the array, if the store keeps the bytes (core/src/byte-pool.ts).
+   */
   readonly state: Uint8Array | null;
   /**
    * Whether the row carries a pending notification after this write. Stores with the

@@ -109,12 +109,12 @@ export class Transaction {
   /** Weak notifications (`notify`): row id -> the cells to mark notified. Made by the first `notify`. */
   private notifications: Map<string, { table: string; row: string; columns: Set<string> }> | undefined;
   /** Last version seen per row: the expected version of the first prewrite CAS. */
-  private readonly knownRows = new Map<string, StoredRow | null>();
+  private knownRows = new Map<string, StoredRow | null>();
   /**
    * Rows as its reads decoded them, for its commit to start from (commit/context.ts,
    * decodeKnown): at most `KEPT_DECODED` rows, none in a read-only transaction.
    */
-  private decodedRows: Map<StoredRow, RowState> | undefined;
+  private decodedRows: Map<string, { readonly stored: StoredRow; readonly state: RowState }> | undefined;
   private status: Status = 'active';
 
   private ts: number | undefined;
@@ -294,7 +294,7 @@ export class Transaction {
             );
         if (values.includes(GONE)) continue;
         if (met) this.waited(table, row, met, waitStart, undefined);
-        if (stored && state) this.keepDecoded(stored, state);
+        if (stored && state) this.keepDecoded(table, row, stored, state);
         return views.map((v, i) => ({ cell: v.cell, value: values[i] as Uint8Array | undefined }));
       }
     } catch (error) {
@@ -304,10 +304,14 @@ export class Transaction {
   }
 
   /** Keeps a row as a read decoded it, for the commit's first decision on it. */
-  private keepDecoded(stored: StoredRow, state: RowState): void {
+  private keepDecoded(table: string, row: string, stored: StoredRow, state: RowState): void {
     if (this.readOnly) return;
     this.decodedRows ??= new Map();
-    if (this.decodedRows.size < KEPT_DECODED) this.decodedRows.set(stored, state);
+    const id = rowId(table, row);
+    // A row read again replaces its older state (which no commit would take: it starts
+    // from the row as last read).
+    if (this.decodedRows.size < KEPT_DECODED || this.decodedRows.has(id))
+      this.decodedRows.set(id, { stored, state });
   }
 
   /** Emits `lock.wait` for a read that met a lock (with a listener only). */
@@ -542,6 +546,7 @@ export class Transaction {
       // at its start timestamp, with no store call (what commitMutations would conclude).
       this.status = 'committed';
       this.ended('committed', this.ts, undefined);
+      this.dropBuffers();
       return { commitTs: this.ts };
     }
     this.status = 'committing';
@@ -554,7 +559,20 @@ export class Transaction {
       this.status = 'failed';
       this.ended(outcomeOf(error), undefined, error);
       throw error;
+    } finally {
+      this.dropBuffers();
     }
+  }
+
+  /**
+   * Lets go of what only this transaction's commit needed: its buffered values and the rows
+   * it read (views into the byte pool's slabs keep a whole slab alive, and a caller may
+   * keep a finished transaction). The commit's background work keeps its own references.
+   */
+  private dropBuffers(): void {
+    this.mutations.clear();
+    this.decodedRows = undefined;
+    this.knownRows = new Map();
   }
 
   /** Discards the buffered writes. Nothing was written before commit, so nothing needs undoing. */
@@ -567,7 +585,7 @@ export class Transaction {
     if (this.status !== 'active') return;
     this.status = 'rolledBack';
     if (this.ref) this.ended(error === undefined ? 'rolledBack' : outcomeOf(error), undefined, error);
-    this.mutations.clear();
+    this.dropBuffers();
     this.notifications = undefined;
   }
 

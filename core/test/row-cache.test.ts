@@ -53,27 +53,41 @@ describe('RowCache', () => {
   });
 
   it('counts a buffer that states are views into once, in full: the bound is on the memory it keeps alive', () => {
-    const cache = new RowCache(40 * 1024);
+    const cache = new RowCache(256 * 1024);
     // Views into one 16 KiB buffer (as the byte pool's slab): the buffer counts once.
     const slab = new ArrayBuffer(16 * 1024);
     for (let i = 0; i < 50; i++)
       cache.set('t', `s${i}`, { version: 'v', state: new Uint8Array(slab, i * 300, 300) });
     expect(cache.size).toBe(50);
-    // Views into buffers of their own (a reply sliced from a large socket read): each keeps
-    // 16 KiB alive, so only what fits stays; counted by their own bytes, all 50 would.
+    // Views into buffers of their own (a reply sliced from a larger socket read): each keeps
+    // 16 KiB alive, so only what fits stays; counted by their own bytes, all 100 would.
     for (let i = 0; i < 50; i++) {
       cache.set('t', `o${i}`, { version: 'v', state: new Uint8Array(new ArrayBuffer(16 * 1024), 0, 300) });
     }
-    expect(cache.size).toBeLessThan(4);
+    expect(cache.size).toBeLessThan(16);
+    expect(cache.size).toBeGreaterThan(10);
     expect(cache.get('t', 'o49')).toBeDefined();
     expect(cache.get('t', 's0')).toBeUndefined(); // the slab's views went first, least recently used
-    // Dropping the last view of a buffer frees its count: a whole-buffer row then fits again.
+    // Dropping the last view of a buffer frees its count: whole-buffer rows fit again.
     for (let i = 0; i < 50; i++) cache.delete('t', `o${i}`);
-    for (let i = 0; i < 2; i++) cache.set('t', `w${i}`, row(16 * 1024));
-    expect(cache.size).toBe(2);
-    // A view whose buffer alone is past the bound is never held.
-    cache.set('t', 'huge', { version: 'v', state: new Uint8Array(new ArrayBuffer(64 * 1024), 0, 10) });
-    expect(cache.get('t', 'huge')).toBeUndefined();
+    for (let i = 0; i < 14; i++) cache.set('t', `w${i}`, row(16 * 1024));
+    expect(cache.size).toBe(14);
+  });
+
+  it('keeps a copy of a row whose buffer is larger than an eighth of it, not the buffer', () => {
+    const cache = new RowCache(64 * 1024);
+    const big = new Uint8Array(new ArrayBuffer(16 * 1024), 100, 300);
+    big.fill(7);
+    cache.set('t', 'r', { version: 'v', state: big });
+    const kept = cache.get('t', 'r')!;
+    expect(kept.state.buffer.byteLength).toBe(300);
+    expect(kept.state.every((b) => b === 7)).toBe(true);
+    big.fill(0); // the caller's array changes; the cache's copy does not
+    expect(cache.get('t', 'r')!.state[0]).toBe(7);
+    // Views into a buffer within an eighth are kept as they are.
+    const small = new Uint8Array(new ArrayBuffer(4 * 1024), 0, 300);
+    cache.set('t', 's', { version: 'v', state: small });
+    expect(cache.get('t', 's')!.state).toBe(small);
   });
 
   it('remembers absent rows, forgets on delete, and never holds a row larger than its bound', () => {

@@ -542,6 +542,34 @@ describe('transactions on the memory store', () => {
     await db.close();
   });
 
+  it('a finished transaction lets go of its buffered values and the rows it read (commit, failure, rollback)', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', 'v'.repeat(200)));
+    const held = (tx: object) => ({
+      mutations: (Reflect.get(tx, 'mutations') as Map<string, unknown>).size,
+      known: (Reflect.get(tx, 'knownRows') as Map<string, unknown>).size,
+      decoded: Reflect.get(tx, 'decodedRows') as Map<string, unknown> | undefined,
+    });
+    const committed = await db.begin();
+    await committed.getString('t', 'r', 'c');
+    committed.set('t', 's', 'c', 'w'.repeat(200));
+    expect(held(committed).known).toBe(1);
+    expect(held(committed).decoded?.size).toBe(1);
+    await committed.commit();
+    expect(held(committed)).toEqual({ mutations: 0, known: 0, decoded: undefined });
+    const failed = await db.begin();
+    await failed.getString('t', 'r', 'c');
+    failed.set('t', 'r', 'c', 'mine');
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', 'theirs'));
+    await expect(failed.commit()).rejects.toBeInstanceOf(ConflictError);
+    expect(held(failed)).toEqual({ mutations: 0, known: 0, decoded: undefined });
+    const rolledBack = await db.begin();
+    rolledBack.set('t', 'x', 'c', 'gone');
+    await rolledBack.rollback();
+    expect(held(rolledBack).mutations).toBe(0);
+    await db.close();
+  });
+
   it('scans rows in key order at the snapshot, with its own writes merged', async () => {
     const db = new Percolator({ store: new MemoryStore() });
     const keys = ['b', 'a', '\u{1F600}', '\uFFFD', 'a\u0000z', 'c'];

@@ -27,7 +27,7 @@ export interface CommitContext {
    * Some of those rows as its reads decoded them (`decodeKnown`): the commit's first
    * decision on such a row starts from them instead of decoding it again.
    */
-  readonly decodedRows?: Map<StoredRow, RowState> | undefined;
+  readonly decodedRows?: Map<string, { readonly stored: StoredRow; readonly state: RowState }> | undefined;
   /** Set once a hook simulated a crash: the client makes no further store call. */
   crashed: unknown;
   /** The caller's signal: honoured up to the commit point, never after it. */
@@ -132,9 +132,9 @@ export function alive(ctx: CommitContext): void {
  * very row (taken, so no two decisions share one state: a decision changes the state it is
  * given), else decoded now.
  */
-export function decodeKnown(ctx: CommitContext, stored: StoredRow): RowState {
-  const state = ctx.decodedRows?.get(stored);
-  if (state === undefined) return decodeRow(stored.state);
-  ctx.decodedRows!.delete(stored);
-  return state;
+export function decodeKnown(ctx: CommitContext, id: string, stored: StoredRow): RowState {
+  const kept = ctx.decodedRows?.get(id);
+  if (kept?.stored !== stored) return decodeRow(stored.state);
+  ctx.decodedRows!.delete(id);
+  return kept.state;
 }

@@ -257,7 +257,9 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
         throw ambiguous ? unknown(error) : error;
       }
     }
-    const states = rows.map((_, i) => (known[i] ? decodeKnown(ctx, known[i]!) : undefined));
+    const states = rows.map((m, i) =>
+      known[i] ? decodeKnown(ctx, rowId(m.table, m.row), known[i]!) : undefined,
+    );
     if (ambiguous) {
       // It landed on every row or on none: any row that carries our record tells.
       for (const [i, m] of rows.entries()) {
