@@ -570,9 +570,10 @@ export class Transaction {
    * keep a finished transaction). The commit's background work keeps its own references.
    */
   private dropBuffers(): void {
-    this.mutations.clear();
+    if (this.mutations.size > 0) this.mutations.clear();
     this.decodedRows = undefined;
-    this.knownRows = new Map();
+    // A new map, not cleared: the commit's background work keeps the old one.
+    if (this.knownRows.size > 0) this.knownRows = new Map();
   }
 
   /** Discards the buffered writes. Nothing was written before commit, so nothing needs undoing. */
