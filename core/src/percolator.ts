@@ -58,11 +58,13 @@ export interface PercolatorOptions {
    */
   readonly onEvent?: PercolatorEventListener;
   /**
-   * Bytes of head rows this client remembers as it reads and writes them (default 8 MiB;
-   * 0: none). A write to a row it remembers goes straight to its CAS, expecting the
-   * remembered version, instead of reading the row first: a one-row blind write is then one
-   * round trip. A row that has changed since costs one failed CAS, which returns the row as
-   * it is (row-cache.ts says why a guess is never a wrong write).
+   * Bytes of head rows this client remembers as it writes them and reads them in
+   * transactions that may write (default 8 MiB; 0: none). The bound is on the memory kept
+   * alive: a row that is a view into a larger buffer counts that buffer, once. A write to a
+   * row it remembers goes straight to its CAS, expecting the remembered version, instead
+   * of reading the row first: a one-row blind write is then one round trip. A row that has
+   * changed since costs one failed CAS, which returns the row as it is (row-cache.ts says
+   * why a guess is never a wrong write).
    */
   readonly rowCacheBytes?: number;
   /**
