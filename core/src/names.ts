@@ -68,24 +68,24 @@ export function validateRowKey(key: unknown): asserts key is string {
 }
 
 export function toValueBytes(value: unknown, maxBytes = MAX_VALUE_BYTES): Uint8Array {
-  let length: number;
-  if (typeof value === 'string') {
-    if (!value.isWellFormed()) throw new InvalidArgumentError('string value contains a lone surrogate');
-    length = utf8Length(value);
-  } else if (value instanceof Uint8Array) {
-    length = value.length;
-  } else {
-    throw new InvalidArgumentError(`value must be a Uint8Array or a string, got ${describe(value)}`);
-  }
-  if (length > maxBytes) {
-    throw new InvalidArgumentError(`value is ${length} bytes; the limit is ${maxBytes}`);
-  }
   // A copy either way (the caller may reuse its buffer before the transaction commits),
   // from the byte pool: it lives until the commit copies it into the row.
-  if (typeof value !== 'string') return copyBytes(value as Uint8Array);
-  const bytes = allocBytes(length);
-  encoder.encodeInto(value, bytes);
-  return bytes;
+  if (typeof value === 'string') {
+    if (!value.isWellFormed()) throw new InvalidArgumentError('string value contains a lone surrogate');
+    const bytes = allocBytes(checkValueSize(utf8Length(value), maxBytes));
+    encoder.encodeInto(value, bytes);
+    return bytes;
+  }
+  if (value instanceof Uint8Array) {
+    checkValueSize(value.length, maxBytes);
+    return copyBytes(value);
+  }
+  throw new InvalidArgumentError(`value must be a Uint8Array or a string, got ${describe(value)}`);
+}
+
+function checkValueSize(length: number, maxBytes: number): number {
+  if (length > maxBytes) throw new InvalidArgumentError(`value is ${length} bytes; the limit is ${maxBytes}`);
+  return length;
 }
 
 /**

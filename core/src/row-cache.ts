@@ -60,7 +60,7 @@ export class RowCache {
       row = { version: row.version, state: row.state.slice() };
       buffer = undefined;
     }
-    const size = sizeOf(id, row);
+    const size = sizeOf(id, row, buffer !== undefined);
     if (size + (buffer?.byteLength ?? 0) > this.maxBytes) {
       if (entry) this.remove(entry);
       return;
@@ -159,10 +159,9 @@ function cacheKey(table: string, key: string): string {
  * Bytes held for a row: its state (unless it is a view into a shared buffer, counted
  * apart), its version and key text (two bytes a character), and a little overhead.
  */
-function sizeOf(id: string, row: StoredRow | null): number {
+function sizeOf(id: string, row: StoredRow | null, shared: boolean): number {
   if (!row) return 64 + id.length * 2;
-  const state = sharesBuffer(row.state) ? 0 : row.state.byteLength;
-  return 64 + id.length * 2 + state + row.version.length * 2;
+  return 64 + id.length * 2 + (shared ? 0 : row.state.byteLength) + row.version.length * 2;
 }
 
 /**

@@ -274,7 +274,8 @@ export class Transaction {
     try {
       for (let attempt = 0; ; attempt++) {
         this.checkSignal();
-        const stored = await this.readAndRemember(table, row);
+        const stored = await this.readRow(table, row);
+        const id = this.remember(table, row, stored);
         const state = stored ? decodeRow(stored.state) : undefined;
         const views = columns.map((column) => {
           const cell = state?.cells.get(column);
@@ -294,7 +295,7 @@ export class Transaction {
             );
         if (values.includes(GONE)) continue;
         if (met) this.waited(table, row, met, waitStart, undefined);
-        if (stored && state) this.keepDecoded(table, row, stored, state);
+        if (id !== undefined && stored && state) this.keepDecoded(id, stored, state);
         return views.map((v, i) => ({ cell: v.cell, value: values[i] as Uint8Array | undefined }));
       }
     } catch (error) {
@@ -303,11 +304,9 @@ export class Transaction {
     }
   }
 
-  /** Keeps a row as a read decoded it, for the commit's first decision on it. */
-  private keepDecoded(table: string, row: string, stored: StoredRow, state: RowState): void {
-    if (this.readOnly) return;
+  /** Keeps a row (`id`, as `remember` gave it) as a read decoded it, for the commit's first decision on it. */
+  private keepDecoded(id: string, stored: StoredRow, state: RowState): void {
     this.decodedRows ??= new Map();
-    const id = rowId(table, row);
     // A row read again replaces its older state (which no commit would take: it starts
     // from the row as last read).
     if (this.decodedRows.size < KEPT_DECODED || this.decodedRows.has(id))
@@ -829,16 +828,23 @@ export class Transaction {
    * Notes a row as read: the expected version of this transaction's first CAS on it, and the
    * client's guess for later writes (row-cache.ts). A read-only transaction writes nothing,
    * so it notes nothing (on a busy read path that bookkeeping cost about a tenth of a read).
+   * Returns the row's id where it noted it.
    */
-  private remember(table: string, row: string, stored: StoredRow | null): void {
-    if (this.readOnly) return;
-    this.knownRows.set(rowId(table, row), stored);
+  private remember(table: string, row: string, stored: StoredRow | null): string | undefined {
+    if (this.readOnly) return undefined;
+    const id = rowId(table, row);
+    this.knownRows.set(id, stored);
     this.env.rowCache?.set(table, row, stored);
+    return id;
+  }
+
+  /** One head row, read with the start timestamp if it is not drawn yet. */
+  private readRow(table: string, row: string): Promise<StoredRow | null> {
+    return this.ts === undefined ? this.firstRead(table, row) : this.env.reader.read(table, row);
   }
 
   private async readAndRemember(table: string, row: string): Promise<StoredRow | null> {
-    const stored =
-      this.ts === undefined ? await this.firstRead(table, row) : await this.env.reader.read(table, row);
+    const stored = await this.readRow(table, row);
     this.remember(table, row, stored);
     return stored;
   }

@@ -2,6 +2,7 @@ import { type CommitStepEvent, Percolator, type RowStore } from '@percolator/cor
 import { assertMySqlReachable } from '@percolator/mysql';
 import { defaultRedisUrl } from '@percolator/redis';
 import {
+  clusterInfo,
   type PrivateServer,
   startPrivateDynamoDb,
   startPrivateRedisCluster,
@@ -169,7 +170,7 @@ const TARGETS: readonly Target[] = [
         faultedClient: 0,
         describe: async () => {
           const clients = stores.map((s, i) => `client ${i}: ${describeClusterClient(s)}`);
-          const nodes = await Promise.all(cluster.nodes.map((n) => clusterInfo(n.port)));
+          const nodes = await Promise.all(cluster.nodes.map((n) => clusterState(n.port)));
           return [
             ...clients,
             ...nodes.map((info, i) => `master ${i} (port ${cluster.nodes[i]!.port}): ${info}`),
@@ -220,21 +221,16 @@ const TARGETS: readonly Target[] = [
 ];
 
 /** CLUSTER INFO of one master, straight from it (not through a test proxy), on one line. */
-async function clusterInfo(port: number): Promise<string> {
-  const { execFile } = await import('node:child_process');
-  return new Promise((resolve) => {
-    execFile('redis-cli', ['-p', String(port), 'cluster', 'info'], { timeout: 3000 }, (error, stdout) => {
-      if (error) resolve(`unreachable (${error.message})`);
-      else
-        resolve(
-          stdout
-            .split('\n')
-            .filter((l) => /^cluster_(state|slots_ok|slots_pfail|slots_fail|known_nodes)/.test(l))
-            .map((l) => l.trim())
-            .join(', '),
-        );
-    });
-  });
+async function clusterState(port: number): Promise<string> {
+  return clusterInfo(port).then(
+    (info) =>
+      info
+        .split('\n')
+        .filter((l) => /^cluster_(state|slots_ok|slots_pfail|slots_fail|known_nodes)/.test(l))
+        .map((l) => l.trim())
+        .join(', '),
+    (error: unknown) => `unreachable (${error instanceof Error ? error.message : String(error)})`,
+  );
 }
 
 const cleanups: Array<() => Promise<void>> = [];

@@ -218,15 +218,16 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
   const { rows } = ctx;
   const cache = env.rowCache;
   const reportedStart = startTs === STAMP ? undefined : startTs;
-  for (const m of rows) {
-    if (underPressure(ctx, ctx.knownRows.get(rowId(m.table, m.row)))) await relievePressure(ctx, m);
+  const ids = rows.map((m) => rowId(m.table, m.row));
+  for (const [i, m] of rows.entries()) {
+    if (underPressure(ctx, ctx.knownRows.get(ids[i]!))) await relievePressure(ctx, m);
   }
   // What is known of each row: as this transaction read it, else the client's last sight of
   // it (a guess: a decision on it that is not a write is made again on the row as read).
   const known: (StoredRow | null | undefined)[] = [];
   const guessed: boolean[] = [];
-  for (const m of rows) {
-    const k = knownOrGuess(env, m.table, m.row, ctx.knownRows.get(rowId(m.table, m.row)));
+  for (const [i, m] of rows.entries()) {
+    const k = knownOrGuess(env, m.table, m.row, ctx.knownRows.get(ids[i]!));
     known.push(k instanceof Guess ? k.row : k);
     guessed.push(k instanceof Guess);
   }
@@ -257,9 +258,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
         throw ambiguous ? unknown(error) : error;
       }
     }
-    const states = rows.map((m, i) =>
-      known[i] ? decodeKnown(ctx, rowId(m.table, m.row), known[i]!) : undefined,
-    );
+    const states = rows.map((_, i) => (known[i] ? decodeKnown(ctx, ids[i]!, known[i]!) : undefined));
     if (ambiguous) {
       // It landed on every row or on none: any row that carries our record tells.
       for (const [i, m] of rows.entries()) {
