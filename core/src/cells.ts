@@ -327,10 +327,28 @@ export function pruneDue(cell: Cell, policy: PrunePolicy, nowMs: number): boolea
   return false;
 }
 
-/** What every CAS that adds a commit record does to the cell: prune (in batches), then mark values to move. */
+/**
+ * What every CAS that adds a commit record does to the cell: prune (in batches), then mark
+ * values to move. A move that has to decode the history (inline values past the limit are
+ * in it) prunes too, batch or not: the decode is what a prune costs, and done once it
+ * serves both. On a hot cell past its version cap a prune then rides on every move, and
+ * the batch trigger alone never fires. The prune is exact (pruneCell), as `db.gc()` is.
+ */
 export function tidyCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
-  if (pruneDue(cell, policy, nowMs)) pruneCell(cell, policy, nowMs);
+  if (pruneDue(cell, policy, nowMs) || moveDecodesHistory(cell, policy.inlineHistoryBytes)) {
+    pruneCell(cell, policy, nowMs);
+  }
   markMoving(cell, policy.inlineHistoryBytes, policy.versionBlockBytes ?? 0);
+}
+
+/** Whether `markMoving` would move values and decode the cell's history to find them. */
+function moveDecodesHistory(cell: Cell, limitBytes: number): boolean {
+  const history = cell.history;
+  return (
+    history !== undefined &&
+    history.inline > 0 &&
+    recentSupersededBytes(cell, 'inline') + history.inlineBytes > limitBytes
+  );
 }
 
 /**

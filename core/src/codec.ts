@@ -411,13 +411,6 @@ function encodeCell(w: Writer, name: string, cell: Cell): void {
   if (hasHistory) encodeHistory(w, history, writes, keep, data);
 }
 
-/** The two smallest of a <= b and wall (Infinity: none). */
-function twoSmallest(a: number, b: number, wall: number): [number, number] {
-  if (wall < a) return [wall, a];
-  if (wall < b) return [a, wall];
-  return [a, b];
-}
-
 /** A wall time in a history header: 0 for none, else the time plus 1 (a hand-set clock may read 0). */
 function writeWall(w: Writer, wall: number): void {
   w.uint(wall === Infinity ? 0 : wall + 1);
@@ -447,7 +440,9 @@ function encodeHistory(
   let count = history?.count ?? 0;
   let newestCommitTs = history?.newestCommitTs ?? 0;
   let newestWall = history?.newestWallTimeMs ?? 0;
-  let [wall1, wall2] = history?.prunableWalls ?? [Infinity, Infinity];
+  // The two smallest wall times of records that may be pruned, wall1 <= wall2 (Infinity: none).
+  let wall1 = history ? history.prunableWalls[0] : Number.POSITIVE_INFINITY;
+  let wall2 = history ? history.prunableWalls[1] : Number.POSITIVE_INFINITY;
   let inlineBytes = history?.inlineBytes ?? 0;
   let movingBytes = history?.movingBytes ?? 0;
   let moving = history?.moving ?? 0;
@@ -466,7 +461,10 @@ function encodeHistory(
     if (value && rec.value === 'moving') movingBytes += value.length;
     if (rec.value === 'moving') moving++;
     if (rec.secondaries !== undefined && rec.secondaries.length > 0) held++;
-    else [wall1, wall2] = twoSmallest(wall1, wall2, rec.wallTimeMs);
+    else if (rec.wallTimeMs < wall1) {
+      wall2 = wall1;
+      wall1 = rec.wallTimeMs;
+    } else if (rec.wallTimeMs < wall2) wall2 = rec.wallTimeMs;
   }
   const at = w.reserve4();
   const from = w.pos;

@@ -560,7 +560,9 @@ export class Tidier implements RowTidier {
       else if (row) deletes.push({ id: g.id, ref: g.ref, version: row.version });
     }
     for (let round = 0; round < 2 && deletes.length > 0; round++) {
-      const results = await this.casAll(deletes.map((d) => ({ ...d.ref, expected: d.version, state: null })));
+      const results = await this.casAll(
+        deletes.map((d) => ({ table: d.ref.table, key: d.ref.key, expected: d.version, state: null })),
+      );
       const again: typeof deletes = [];
       for (const [i, d] of deletes.entries()) {
         const r = results[i];

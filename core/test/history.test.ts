@@ -246,6 +246,34 @@ describe('cell histories (codec format 3)', () => {
     await db.close();
   });
 
+  it('a commit that moves values out of the history prunes in the same step (one decode for both)', async () => {
+    // 100-byte values: the superseded ones pass inlineHistoryBytes every six commits or so,
+    // and those moves decode the history. Each of them prunes too, so a hot cell past its cap
+    // never reaches the batch trigger (a quarter of the cap more records).
+    const store = new MemoryStore();
+    const db = new Percolator({ store, gc: { maxVersionsPerCell: 32, inlineHistoryBytes: 512 } });
+    const counts: number[] = [];
+    const moved: number[] = [];
+    for (let i = 0; i < 160; i++) {
+      await db.transact(async (tx) => tx.set('t', 'r', 'v', `${i}`.padStart(100, '0')));
+      const cell = decodeRow((await store.read('t', 'r'))!.state).cells.get('v')!;
+      counts.push(cell.recordCount);
+      moved.push(cell.writes.filter((rec) => rec.value !== 'inline').length);
+    }
+    expect(Math.max(...counts)).toBeLessThan(40);
+    expect(Math.min(...counts.slice(40))).toBeGreaterThanOrEqual(32);
+    // Every drop in the record count comes with values marked to move (or moved) in that commit.
+    let drops = 0;
+    for (let i = 41; i < counts.length; i++) {
+      if (counts[i]! >= counts[i - 1]!) continue;
+      drops++;
+      expect(counts[i]).toBe(32);
+    }
+    expect(drops).toBeGreaterThanOrEqual(Math.floor(120 / 8));
+    expect(moved.slice(40).every((n) => n > 0)).toBe(true);
+    await db.close();
+  });
+
   it('reads format 2 and 3 rows (no history section, no anchored records), and refuses what neither format allows', () => {
     const plain = historyCell(2, rng(3), 4, 10_000_000);
     const bytes = encodeRow(rowFrom([['c', plain]]));

@@ -14,7 +14,7 @@ import {
 import { describe, expect, it, vi } from 'vitest';
 import { GARBAGE_BATCH } from '../src/cells.js';
 import { decodeRow, encodeRow, STAMP } from '../src/codec.js';
-import { writeStamp } from '../src/store.js';
+import { STAMP_OFFSET, writeStamp } from '../src/store.js';
 import { plainRow, rowFrom } from './row-support.js';
 import { InstrumentedStore } from './support.js';
 
@@ -86,6 +86,30 @@ describe('lean rows', () => {
     const cell = inspectHeadRow((await store.read('t', 'a'))!.state).cells.find((c) => c.column === 'v')!;
     expect(cell.writes[0]!.secondaries).toBeUndefined();
     await owner.close();
+  });
+
+  it('the stamp slot holds the timestamp big-endian, across the 32-bit boundary and up to 2^53 - 1', () => {
+    for (const ts of [
+      0,
+      1,
+      255,
+      256,
+      2 ** 32 - 1,
+      2 ** 32,
+      2 ** 32 + 1,
+      2 ** 45 + 7,
+      Number.MAX_SAFE_INTEGER,
+    ]) {
+      const state = Uint8Array.from({ length: 12 }, (_, i) => 0xa0 + i);
+      const stamped = writeStamp(state, ts);
+      const view = new DataView(stamped.buffer, stamped.byteOffset, stamped.byteLength);
+      expect(view.getBigUint64(STAMP_OFFSET)).toBe(BigInt(ts));
+      // Only the slot changes, and the input is left alone.
+      expect(stamped[0]).toBe(0xa0);
+      expect([...stamped.subarray(STAMP_OFFSET + 8)]).toEqual([0xa9, 0xaa, 0xab]);
+      expect(state[STAMP_OFFSET]).toBe(0xa1);
+    }
+    expect(() => writeStamp(new Uint8Array(4), 1)).toThrow(RangeError);
   });
 
   it('a stamped record takes its commitTs from the slot the store fills, and keeps it when re-encoded', () => {

@@ -218,15 +218,19 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
   const { rows } = ctx;
   const cache = env.rowCache;
   const reportedStart = startTs === STAMP ? undefined : startTs;
-  const ids = rows.map((m) => rowId(m.table, m.row));
-  for (const [i, m] of rows.entries()) {
+  // Index loops throughout: this runs on every commit, and `entries()` allocates per row.
+  const ids: string[] = [];
+  for (const m of rows) ids.push(rowId(m.table, m.row));
+  for (let i = 0; i < rows.length; i++) {
+    const m = rows[i]!;
     if (underPressure(ctx, ctx.knownRows.get(ids[i]!))) await relievePressure(ctx, m);
   }
   // What is known of each row: as this transaction read it, else the client's last sight of
   // it (a guess: a decision on it that is not a write is made again on the row as read).
   const known: (StoredRow | null | undefined)[] = [];
   const guessed: boolean[] = [];
-  for (const [i, m] of rows.entries()) {
+  for (let i = 0; i < rows.length; i++) {
+    const m = rows[i]!;
     const k = knownOrGuess(env, m.table, m.row, ctx.knownRows.get(ids[i]!));
     known.push(k instanceof Guess ? k.row : k);
     guessed.push(k instanceof Guess);
@@ -245,7 +249,8 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
       : new CommitUnknownError('a one-phase commit could not be verified', reportedStart, { cause });
   for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
     alive(ctx);
-    const missing = rows.flatMap((_, i) => (known[i] === undefined ? [i] : []));
+    const missing: number[] = [];
+    for (let i = 0; i < rows.length; i++) if (known[i] === undefined) missing.push(i);
     if (missing.length > 0) {
       try {
         const read = await Promise.all(missing.map((i) => env.reader.read(rows[i]!.table, rows[i]!.row)));
@@ -258,18 +263,22 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
         throw ambiguous ? unknown(error) : error;
       }
     }
-    const states = rows.map((_, i) => (known[i] ? decodeKnown(ctx, ids[i]!, known[i]!) : undefined));
+    const states: (RowState | undefined)[] = [];
+    for (let i = 0; i < rows.length; i++) {
+      states.push(known[i] ? decodeKnown(ctx, ids[i]!, known[i]!) : undefined);
+    }
     if (ambiguous) {
       // It landed on every row or on none: any row that carries our record tells.
-      for (const [i, m] of rows.entries()) {
-        const landed = landedOn(ctx, states[i], m.cells.keys().next().value!);
+      for (let i = 0; i < rows.length; i++) {
+        const landed = landedOn(ctx, states[i], rows[i]!.cells.keys().next().value!);
         if (landed !== undefined) return landed;
       }
     } else {
       notAborted(ctx); // the last moment a signal counts: the write below commits
     }
     let again = false;
-    for (const [i, m] of rows.entries()) {
+    for (let i = 0; i < rows.length; i++) {
+      const m = rows[i]!;
       try {
         alive(ctx);
         states[i] ??= emptyRow();
@@ -291,7 +300,8 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
     if (again) continue;
     const requests: (CasRequest & { readonly state: Uint8Array })[] = [];
     const carried: (CasRequest & { readonly state: Uint8Array })[] = [];
-    for (const [i, m] of rows.entries()) {
+    for (let i = 0; i < rows.length; i++) {
+      const m = rows[i]!;
       const state = states[i]!;
       env.tidier.beforeWrite(m.table, m.row, state);
       if (carry) carryMoves(m.table, m.row, state, present, carried);
@@ -318,9 +328,11 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
       // The one step (shared with this turn's other steps where the store can: shared-steps.ts).
       const outcome = await env.steps!.send(carried.length > 0 ? requests.concat(carried) : requests);
       if (outcome.ok) {
-        for (const [j, v] of carried.entries())
-          env.tidier.created(v.table, v.key, outcome.versions[rows.length + j]!);
-        for (const [i, m] of rows.entries()) {
+        for (let j = 0; j < carried.length; j++) {
+          env.tidier.created(carried[j]!.table, carried[j]!.key, outcome.versions[rows.length + j]!);
+        }
+        for (let i = 0; i < rows.length; i++) {
+          const m = rows[i]!;
           // The states are this step's own encodings, and the store is done with them.
           const stored = {
             version: outcome.versions[i]!,
@@ -332,7 +344,8 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
         return outcome.timestamp;
       }
       // Lost a race: decide again on the rows as they are now (read where not returned).
-      for (const [i, m] of rows.entries()) {
+      for (let i = 0; i < rows.length; i++) {
+        const m = rows[i]!;
         const current = outcome.current?.[i];
         known[i] = current;
         guessed[i] = false;
