@@ -79,6 +79,12 @@ export const DEFAULTS = {
   seed: 42,
   outDir: '.bench-out',
   tracingRounds: 6,
+  /**
+   * Interleaved by default: one window per cell, one after the other, measured the memory
+   * store's transfer ratio anywhere from 0.16 to 0.31 within minutes; four rounds, 0.25-0.27
+   * (bench/README.md, "Interleaved rounds").
+   */
+  rounds: 4,
 } as const;
 
 export const USAGE = `usage: pnpm bench -- [options]
@@ -129,7 +135,8 @@ export const USAGE = `usage: pnpm bench -- [options]
   --rounds N          cut each cell's window into N slices and let the cells of one workload
                       and concurrency take turns (A B, B A, ...), so a drift during the run
                       (machine load, growing row history) falls on all alike
-                      (default 1; ${DEFAULTS.tracingRounds} with --tracing)
+                      (default ${DEFAULTS.rounds}; ${DEFAULTS.tracingRounds} with --tracing; 1: one window
+                      per cell, one after the other)
   -h, --help`;
 
 function list(value: string): string[] {
@@ -339,7 +346,7 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
     rounds: integer(
       'rounds',
       str('rounds'),
-      str('tracing') === undefined ? 1 : DEFAULTS.tracingRounds,
+      str('tracing') === undefined ? DEFAULTS.rounds : DEFAULTS.tracingRounds,
       1,
       100,
     ),

@@ -54,8 +54,9 @@ async function run(rounds: number, prefixes: readonly [string, string] = ['', 'b
 }
 
 describe('--rounds: cells measured in interleaved slices', () => {
-  test('parses, with 6 rounds by default under --tracing', () => {
-    expect(parseOptions([]).rounds).toBe(1);
+  test('parses: 4 rounds by default, 6 under --tracing', () => {
+    expect(parseOptions([]).rounds).toBe(4);
+    expect(parseOptions(['--rounds', '1']).rounds).toBe(1);
     expect(parseOptions(['--tracing', 'otel']).rounds).toBe(6);
     expect(parseOptions(['--rounds', '4']).rounds).toBe(4);
     expect(() => parseOptions(['--rounds', '0'])).toThrow(/rounds/);
