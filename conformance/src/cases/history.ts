@@ -4,7 +4,7 @@
  * Also runs in the 'faults' part with random store faults and with clients that stop at
  * random commit steps.
  */
-import type { CommitStepEvent, Percolator, RowStore } from '@percolator/core';
+import type { CommitStepEvent, Percolator, PrunePolicy, RowStore } from '@percolator/core';
 import { CrashPlans, type StopPoint } from '../crash.js';
 import { type FaultyStore, type Hold, type StoreCall, touches } from '../faulty-store.js';
 import { checkListAppend, describeCheck, type ListAppendMop, type ListAppendOp } from '../history/checker.js';
@@ -44,6 +44,13 @@ export const MIN_TRANSACTIONS = 200;
 /** Every how many-th transaction that writes two or more rows gets a planned stop. */
 const CRASH_EVERY = 3;
 
+/** Each client's retention and move settings (index: client); the rest move every value at once. */
+const GC_BY_CLIENT: readonly Partial<PrunePolicy>[] = [
+  { inlineHistoryBytes: 0 },
+  { inlineHistoryBytes: 64, versionBlockBytes: 48 },
+  { inlineHistoryBytes: 1024, maxVersionsPerCell: 8 },
+];
+
 async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promise<void> {
   const store = await ctx.createStore();
   const clock = new FakeClock();
@@ -67,8 +74,10 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
       // Every superseded value leaves its head row, so the checker also covers moved-out
       // versions, their reads at old snapshots, and the tidy step racing the workload: one
       // value per version row for most clients, blocks of several (small ones, so they
-      // split) for the second, on the same cells.
-      gc: i === 1 ? { inlineHistoryBytes: 64, versionBlockBytes: 48 } : { inlineHistoryBytes: 0 },
+      // split) for the second, on the same cells. The third keeps several values inline
+      // under a small version cap, so its commits move values out of a decoded history and
+      // prune in that same step (docs/protocol.md 7.1).
+      gc: GC_BY_CLIENT[i] ?? { inlineHistoryBytes: 0 },
       ...(options.crashes ? { clock, hooks: { onCommitStep: crashPlans.hook } } : {}),
       // Where the store commits several rows in one step, one client keeps to two phases,
       // so one-step commits meet the locks of two-phase ones on the same rows, and back.
