@@ -1,5 +1,5 @@
 import { STAMP } from './codec.js';
-import { blockOf, type Cell, type RowState, type WriteRecord } from './row-state.js';
+import { blockOf, type Cell, type EncodedHistory, type RowState, type WriteRecord } from './row-state.js';
 
 /** Pure rules on one cell, shared by reads, prewrite, commit, pruning and the tidy step. */
 
@@ -250,12 +250,7 @@ export function inlineHistoryBytes(cell: Cell): number {
  */
 export function markMoving(cell: Cell, limitBytes: number | 'force', blockBytes = 0): boolean {
   const history = cell.history;
-  if (
-    history &&
-    limitBytes !== 'force' &&
-    recentSupersededBytes(cell, 'inline') + history.inlineBytes <= limitBytes
-  )
-    return false;
+  if (history && limitBytes !== 'force' && !inlineOverLimit(cell, history, limitBytes)) return false;
   // With no inline value in the history (a value that moves on each commit, say), every
   // candidate is recent: the history stays encoded.
   const recentOnly = history !== undefined && history.inline === 0;
@@ -344,11 +339,12 @@ export function tidyCell(cell: Cell, policy: PrunePolicy, nowMs: number): void {
 /** Whether `markMoving` would move values and decode the cell's history to find them. */
 function moveDecodesHistory(cell: Cell, limitBytes: number): boolean {
   const history = cell.history;
-  return (
-    history !== undefined &&
-    history.inline > 0 &&
-    recentSupersededBytes(cell, 'inline') + history.inlineBytes > limitBytes
-  );
+  return history !== undefined && history.inline > 0 && inlineOverLimit(cell, history, limitBytes);
+}
+
+/** Whether a cell's superseded inline values, recent and in its encoded history, pass the limit. */
+function inlineOverLimit(cell: Cell, history: EncodedHistory, limitBytes: number): boolean {
+  return recentSupersededBytes(cell, 'inline') + history.inlineBytes > limitBytes;
 }
 
 /**

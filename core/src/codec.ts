@@ -93,6 +93,18 @@ const SHORT_ASCII = 24;
  */
 let scratch: Uint8Array = new Uint8Array(64 * 1024);
 
+/**
+ * Writes a safe integer as 8 bytes, big endian, at `offset`: the codec's fixed-width fields
+ * and the stamp slot of every stamped write (store.ts, writeStampInPlace), byte by byte
+ * with no DataView or BigInt.
+ */
+export function putUint64BE(bytes: Uint8Array, offset: number, value: number): void {
+  const high = Math.floor(value / 2 ** 32);
+  const low = value >>> 0;
+  for (let i = 0; i < 4; i++) bytes[offset + i] = (high >>> (24 - 8 * i)) & 0xff;
+  for (let i = 0; i < 4; i++) bytes[offset + 4 + i] = (low >>> (24 - 8 * i)) & 0xff;
+}
+
 class Writer {
   buf: Uint8Array;
   pos = 0;
@@ -149,10 +161,7 @@ class Writer {
   /** 8 bytes, big endian (the stamp slot). */
   fixed64(value: number): void {
     this.ensure(8);
-    const high = Math.floor(value / 2 ** 32);
-    const low = value >>> 0;
-    for (let i = 0; i < 4; i++) this.buf[this.pos + i] = (high >>> (24 - 8 * i)) & 0xff;
-    for (let i = 0; i < 4; i++) this.buf[this.pos + 4 + i] = (low >>> (24 - 8 * i)) & 0xff;
+    putUint64BE(this.buf, this.pos, value);
     this.pos += 8;
   }
   raw(value: Uint8Array): void {

@@ -1,3 +1,5 @@
+import { putUint64BE } from './codec.js';
+
 /**
  * The single-row contract (docs/protocol.md section 1). A store keeps, per (table, key), an
  * opaque state and a version token, and offers an atomic check-and-set on one row.
@@ -276,17 +278,7 @@ export function writeStamp(state: Uint8Array, timestamp: number): Uint8Array {
 /** `writeStamp` into `state` itself, for a store writing its own copy of a state. */
 export function writeStampInPlace(state: Uint8Array, timestamp: number): Uint8Array {
   if (state.length < STAMP_OFFSET + 8) throw new RangeError('a stamped state has no stamp slot');
-  // Byte by byte, big endian: no DataView or BigInt per write (a timestamp is a safe integer).
-  let lo = timestamp >>> 0;
-  let hi = Math.floor(timestamp / 0x1_0000_0000) >>> 0;
-  for (let i = STAMP_OFFSET + 7; i >= STAMP_OFFSET + 4; i--) {
-    state[i] = lo & 0xff;
-    lo >>>= 8;
-  }
-  for (let i = STAMP_OFFSET + 3; i >= STAMP_OFFSET; i--) {
-    state[i] = hi & 0xff;
-    hi >>>= 8;
-  }
+  putUint64BE(state, STAMP_OFFSET, timestamp);
   return state;
 }
 
