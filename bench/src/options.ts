@@ -5,7 +5,14 @@ import { BACKENDS, type BackendName, MODES, type Mode } from './types.js';
 import { ALL_WORKLOADS, DEFAULT_WORKLOADS, WORKLOAD_GROUPS, workloadByName } from './workloads.js';
 
 /** How the traced engines record commit steps (`@percolator/opentelemetry`'s `commitSteps`). */
-export const TRACING_KINDS = ['otel', 'otel-events', 'otel-attributes', 'otel-lean'] as const;
+export const TRACING_KINDS = [
+  'otel',
+  'otel-events',
+  'otel-attributes',
+  'otel-lean',
+  'otel-sampled',
+  'events',
+] as const;
 export type TracingKind = (typeof TRACING_KINDS)[number];
 
 export interface BenchOptions {
@@ -45,11 +52,11 @@ export interface BenchOptions {
   /** Milliseconds added to every round trip to a backend (0: none). */
   readonly rttMs: number;
   /**
-   * `--tracing otel[,otel-events,otel-attributes,otel-lean]`: also run the Percolator
-   * engine with OpenTelemetry on (bench/src/tracing.ts), once per kind: commit steps as
-   * child spans (`otel`), as span events (`otel-events`), as attributes of the
-   * transaction's span (`otel-attributes`), or that without the per-step histogram
-   * (`otel-lean`).
+   * `--tracing otel[,otel-events,otel-attributes,otel-lean,otel-sampled]`: also run the
+   * Percolator engine with OpenTelemetry on (bench/src/tracing.ts), once per kind: commit
+   * steps as child spans (`otel`), as span events (`otel-events`), as attributes of the
+   * transaction's span (`otel-attributes`), that without the per-step histogram
+   * (`otel-lean`), or that with one transaction in 100 traced (`otel-sampled`).
    */
   readonly tracing?: readonly TracingKind[];
   /**
@@ -125,13 +132,15 @@ export const USAGE = `usage: pnpm bench -- [options]
   --rtt TIME          add a fixed network round trip to every backend call, e.g. 1 or 1ms:
                       a loopback TCP proxy delays both directions (memory: an in-process
                       wait per call); not on redis-cluster (default 0)
-  --tracing LIST      any of otel, otel-events, otel-attributes, otel-lean: also run
-                      Percolator with @percolator/opentelemetry on a real SDK, commit
-                      steps as child spans (otel), as span events on the transaction's
-                      span (otel-events), as its attributes (otel-attributes), or that
-                      without step histograms (otel-lean); a batch span processor, spans
-                      and metrics dropped. Rows "percolator+otel", ..., each with its
-                      ratio to "percolator" in the same run
+  --tracing LIST      any of otel, otel-events, otel-attributes, otel-lean, otel-sampled:
+                      also run Percolator with @percolator/opentelemetry on a real SDK,
+                      commit steps as child spans (otel), as span events on the
+                      transaction's span (otel-events), as its attributes
+                      (otel-attributes), that without step histograms (otel-lean), or that
+                      with 1 transaction in 100 traced (otel-sampled, traceRatio 0.01);
+                      a batch span processor, spans and metrics dropped. Rows
+                      "percolator+otel", ..., each with its ratio to "percolator" in the
+                      same run
   --rounds N          cut each cell's window into N slices and let the cells of one workload
                       and concurrency take turns (A B, B A, ...), so a drift during the run
                       (machine load, growing row history) falls on all alike

@@ -19,13 +19,19 @@ export interface Tracing {
   shutdown(): Promise<void>;
 }
 
-/** How each kind records commit steps (`PercolatorTelemetryOptions.commitSteps`). */
-const COMMIT_STEPS = {
-  otel: 'spans',
-  'otel-events': 'events',
-  'otel-attributes': 'attributes',
-  'otel-lean': 'attributes',
-} as const satisfies Record<TracingKind, 'spans' | 'events' | 'attributes'>;
+/** Each kind's listener options (`PercolatorTelemetryOptions`). */
+const KIND_OPTIONS = {
+  events: { commitSteps: 'attributes' }, // (no telemetry: see startOtelTracing)
+  otel: { commitSteps: 'spans' },
+  'otel-events': { commitSteps: 'events' },
+  'otel-attributes': { commitSteps: 'attributes' },
+  'otel-lean': { commitSteps: 'attributes', stepMetrics: false },
+  // Lean, with 1 transaction in 100 traced (the rest: metrics only, no SDK span at all).
+  'otel-sampled': { commitSteps: 'attributes', stepMetrics: false, traceRatio: 0.01 },
+} as const satisfies Record<
+  TracingKind,
+  { commitSteps: 'spans' | 'events' | 'attributes'; stepMetrics?: boolean; traceRatio?: number }
+>;
 
 export async function startOtelTracing(kinds: readonly TracingKind[]): Promise<Tracing> {
   const [{ BasicTracerProvider, BatchSpanProcessor }, sdkMetrics, { PercolatorTelemetry }] =
@@ -66,12 +72,15 @@ export async function startOtelTracing(kinds: readonly TracingKind[]): Promise<T
   });
   const listeners = kinds.map((kind) => ({
     kind,
-    onEvent: new PercolatorTelemetry({
-      tracerProvider,
-      meterProvider,
-      commitSteps: COMMIT_STEPS[kind],
-      stepMetrics: kind !== 'otel-lean',
-    }).onEvent,
+    onEvent:
+      kind === 'events'
+        ? // The control: the library's events alone, to a listener that does nothing.
+          () => {}
+        : new PercolatorTelemetry({
+            tracerProvider,
+            meterProvider,
+            ...KIND_OPTIONS[kind],
+          }).onEvent,
   }));
   return {
     listeners,

@@ -177,12 +177,7 @@ export class Transaction {
     const events = this.env.events;
     if (!events) return;
     // Built field by field, no spreads: this runs once per transaction with a listener.
-    let tables = 0;
-    if (this.mutations.size > 0) {
-      const seen = new Set<string>();
-      for (const m of this.mutations.values()) seen.add(m.table);
-      tables = seen.size;
-    }
+    const tables = this.mutations.size > 0 ? distinctTables(this.mutations.values()) : 0;
     events.emit({
       type: 'transaction.end',
       transaction: this.ref!,
@@ -1026,4 +1021,21 @@ function rejectReserved(column: string): void {
  */
 function oracleMayServe(failure: unknown): boolean {
   return !(failure instanceof PercolatorError) || failure.retryable;
+}
+
+/**
+ * How many tables the rows name: a short list while they are few (most transactions: no Set
+ * per transaction with a listener), a Set past 8.
+ */
+function distinctTables(rows: Iterable<{ readonly table: string }>): number {
+  const few: string[] = [];
+  let many: Set<string> | undefined;
+  for (const { table } of rows) {
+    if (many) many.add(table);
+    else if (!few.includes(table)) {
+      few.push(table);
+      if (few.length > 8) many = new Set(few);
+    }
+  }
+  return many ? many.size : few.length;
 }

@@ -92,6 +92,25 @@ describe('onEvent', () => {
     await db.close();
   });
 
+  it('counts the distinct tables a transaction wrote, few or many', async () => {
+    const rec = recorder();
+    const db = new Percolator({ store: new MemoryStore(), onEvent: rec.onEvent });
+    // 3 rows in 2 tables; then 25 rows in 12 tables (past the short list, into a Set).
+    await db.transact(async (tx) => {
+      tx.set('a', 'r1', 'c', '1');
+      tx.set('b', 'r1', 'c', '1');
+      tx.set('a', 'r2', 'c', '1');
+    });
+    await db.transact(async (tx) => {
+      for (let i = 0; i < 25; i++) tx.set(`t${i % 12}`, `r${i}`, 'c', '1');
+    });
+    expect(rec.of('transaction.end').map((e) => [e.rows, e.tables])).toEqual([
+      [3, 2],
+      [25, 12],
+    ]);
+    await db.close();
+  });
+
   it('reports a conflict, the retry and the committed second attempt', async () => {
     // Two-phase commits (no stamped one-phase commit), so the failed prewrite shows.
     const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });

@@ -16,6 +16,7 @@ import type {
   TransactionEndEvent,
   TransactionRef,
 } from '@percolator/core';
+import { InvalidArgumentError } from '@percolator/core';
 
 /**
  * OpenTelemetry for @percolator/core: turns the client's events (`onEvent`, see
@@ -69,6 +70,19 @@ export interface PercolatorTelemetryOptions {
    * always spans.
    */
   readonly tidySpans?: boolean;
+  /**
+   * The share of transactions begun outside any span that get a span (default 1: all of
+   * them go to the SDK, whose sampler decides). Drawn here, per transaction, before the SDK
+   * is called: a transaction left out costs its metrics and nothing else, where even a span
+   * the SDK's sampler drops costs two random IDs and a sampling call. A transaction begun
+   * under an active span (a request's, say) always goes to the SDK, whose sampler follows
+   * that parent. The SDK's sampler still decides for the transactions drawn, so the share
+   * traced is this times the SDK's own ratio. What it saves: docs/operations.md, "What
+   * tracing costs".
+   */
+  readonly traceRatio?: number;
+  /** For tests: the draw for `traceRatio`, a number in [0, 1) (default `Math.random`). */
+  readonly random?: () => number;
 }
 
 /**
@@ -137,6 +151,43 @@ function histograms(meter: Meter): Histograms {
   };
 }
 
+/** Histogram measurements handed to the SDK at most this many at a time (see `Durations`). */
+const BATCH = 256;
+
+/**
+ * The histograms' measurements, kept here and handed to the SDK in batches: when BATCH
+ * are waiting, and whenever the SDK collects. The observable counters' callbacks flush
+ * first, and the SDK runs a meter's callbacks before it reads its synchronous instruments,
+ * so every collection has every measurement made before it. Why: the SDK's work per
+ * measurement (it hashes the attribute set, then finds the bucket) cost about twice as much
+ * spread between transactions as back to back, in the profile of a busy client
+ * (docs/operations.md, "What tracing costs"). They are recorded in the root context, so no
+ * exemplar or context-derived attribute comes from whatever span is active at the flush.
+ */
+class Durations {
+  private readonly histograms: Histogram[] = [];
+  private readonly values: number[] = [];
+  private readonly attributes: Attributes[] = [];
+
+  constructor(private readonly root: Context) {}
+
+  /** A duration in milliseconds, recorded in seconds (OpenTelemetry's convention). */
+  record(histogram: Histogram, ms: number, attributes: Attributes): void {
+    this.histograms.push(histogram);
+    this.values.push(ms / 1000);
+    this.attributes.push(attributes);
+    if (this.values.length >= BATCH) this.flush();
+  }
+
+  flush(): void {
+    const { histograms, values, attributes } = this;
+    for (let i = 0; i < values.length; i++) histograms[i]!.record(values[i]!, attributes[i], this.root);
+    histograms.length = 0;
+    values.length = 0;
+    attributes.length = 0;
+  }
+}
+
 /** The counters: name -> description (and unit). */
 const COUNTERS = {
   'percolator.transactions':
@@ -160,7 +211,8 @@ type CounterName = keyof typeof COUNTERS;
 class Counts {
   private readonly series = new Map<CounterName, Map<string, { attributes: Attributes; value: number }>>();
 
-  constructor(meter: Meter) {
+  /** `beforeCollect`: runs first in every callback (the histograms' flush). */
+  constructor(meter: Meter, beforeCollect: () => void) {
     for (const [name, description] of Object.entries(COUNTERS) as [CounterName, string][]) {
       const values = new Map<string, { attributes: Attributes; value: number }>();
       this.series.set(name, values);
@@ -169,6 +221,7 @@ class Counts {
         ...(name === 'percolator.tidy.bytes_moved' ? { unit: 'By' } : {}),
       });
       counter.addCallback((result) => {
+        beforeCollect();
         for (const { attributes, value } of values.values()) result.observe(value, attributes);
       });
     }
@@ -189,12 +242,17 @@ export class PercolatorTelemetry {
   private readonly api: OpenTelemetryApi;
   private readonly tracer: Tracer | undefined;
   private readonly histograms: Histograms | undefined;
+  private readonly durations: Durations | undefined;
   private readonly counts: Counts | undefined;
   private readonly attributes: Attributes;
   private readonly hasAttributes: boolean;
   private readonly commitSteps: 'spans' | 'events' | 'attributes';
   private readonly stepMetrics: boolean;
   private readonly tidySpans: boolean;
+  private readonly traceRatio: number;
+  private readonly random: () => number;
+  /** The state of a transaction `traceRatio` left out (one per listener: see `stateOf`). */
+  private readonly untraced = new Untraced(this);
   /**
    * Metric attribute sets, built once per distinct value (the options' attributes included):
    * one key's sets by key, then value (plain lookups, no string built per event); sets of
@@ -206,7 +264,7 @@ export class PercolatorTelemetry {
    * Transactions whose `listenerState` another listener holds (two telemetries on one
    * client, say): their spans are kept here instead. Made only when needed.
    */
-  private others: WeakMap<TransactionRef, OpenTransaction> | undefined;
+  private others: WeakMap<TransactionRef, OpenTransaction | Untraced> | undefined;
 
   constructor(options: PercolatorTelemetryOptions = {}) {
     if (!api) {
@@ -221,13 +279,27 @@ export class PercolatorTelemetry {
     this.commitSteps = options.commitSteps ?? 'spans';
     this.stepMetrics = options.stepMetrics !== false;
     this.tidySpans = options.tidySpans === true;
+    const commitSteps = options.commitSteps;
+    if (commitSteps !== undefined && !['spans', 'events', 'attributes'].includes(commitSteps)) {
+      throw new InvalidArgumentError(
+        `commitSteps must be 'spans', 'events' or 'attributes', got ${JSON.stringify(commitSteps)}`,
+      );
+    }
+    const ratio = options.traceRatio ?? 1;
+    if (typeof ratio !== 'number' || !(ratio >= 0 && ratio <= 1)) {
+      throw new InvalidArgumentError(`traceRatio must be a number from 0 to 1, got ${String(ratio)}`);
+    }
+    this.traceRatio = ratio;
+    this.random = options.random ?? Math.random;
     if (options.tracing !== false) {
       this.tracer = (options.tracerProvider ?? trace.getTracerProvider()).getTracer(NAME, VERSION);
     }
     if (options.metrics !== false) {
       const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(NAME, VERSION);
       this.histograms = histograms(meter);
-      this.counts = new Counts(meter);
+      const durations = new Durations(api.ROOT_CONTEXT);
+      this.durations = durations;
+      this.counts = new Counts(meter, () => durations.flush());
     }
     this.onEvent = (event) => this.record(event);
   }
@@ -254,6 +326,15 @@ export class PercolatorTelemetry {
         if (!tracer) return;
         // Under the caller's active span, if any (db.transact inside a request's span, say).
         const parent = this.api.context.active();
+        // A root transaction not drawn costs no SDK call at all (nor do its lock waits).
+        if (
+          this.traceRatio < 1 &&
+          !(this.random() < this.traceRatio) &&
+          this.api.trace.getSpan(parent) === undefined
+        ) {
+          this.keep(e.transaction, this.untraced);
+          return;
+        }
         const span = tracer.startSpan(
           'percolator.transaction',
           {
@@ -264,16 +345,14 @@ export class PercolatorTelemetry {
           parent,
         );
         if (this.hasAttributes) span.setAttributes(this.attributes);
-        const open = new OpenTransaction(this, span, parent);
-        if (e.transaction.listenerState === undefined) e.transaction.listenerState = open;
-        else (this.others ??= new WeakMap()).set(e.transaction, open);
+        this.keep(e.transaction, new OpenTransaction(this, span, parent));
         return;
       }
       case 'transaction.end': {
         if (this.histograms) {
           const attributes = this.attrs('percolator.outcome', e.outcome);
           this.counts!.add('percolator.transactions', e.outcome, attributes);
-          this.histograms.transactionDuration.record(e.durationMs / 1000, attributes);
+          this.durations!.record(this.histograms.transactionDuration, e.durationMs, attributes);
         }
         const open = this.openOf(e.transaction);
         if (!open) return;
@@ -293,7 +372,11 @@ export class PercolatorTelemetry {
       }
       case 'commit.step': {
         if (this.stepMetrics && this.histograms)
-          this.histograms.stepDuration.record(e.durationMs / 1000, this.attrs('percolator.step', e.step));
+          this.durations!.record(
+            this.histograms.stepDuration,
+            e.durationMs,
+            this.attrs('percolator.step', e.step),
+          );
         if (this.commitSteps !== 'spans' && this.tracer) {
           const open = this.openOf(e.transaction);
           if (open && !open.ended) {
@@ -316,10 +399,12 @@ export class PercolatorTelemetry {
         return;
       }
       case 'lock.wait': {
-        this.histograms?.lockWaitDuration.record(
-          e.durationMs / 1000,
-          this.attrs('percolator.outcome', e.outcome),
-        );
+        if (this.histograms)
+          this.durations!.record(
+            this.histograms.lockWaitDuration,
+            e.durationMs,
+            this.attrs('percolator.outcome', e.outcome),
+          );
         const parent = this.parentOf(e.transaction);
         if (!parent) return;
         const span = this.child(parent, 'percolator.lock_wait', e.time, e.durationMs, undefined);
@@ -356,7 +441,7 @@ export class PercolatorTelemetry {
       case 'gc': {
         if (e.type === 'tidy' && this.histograms) {
           const attributes = this.attrs('percolator.trigger', e.trigger);
-          this.histograms.tidyDuration.record(e.durationMs / 1000, attributes);
+          this.durations!.record(this.histograms.tidyDuration, e.durationMs, attributes);
           if (e.report) {
             const counts = this.counts!;
             if (e.report.moved > 0)
@@ -385,7 +470,7 @@ export class PercolatorTelemetry {
         if (this.histograms) {
           const attributes = this.attrs('percolator.observer', e.observer, 'percolator.outcome', e.outcome);
           this.counts!.add('percolator.observer.runs', `${e.observer}/${e.outcome}`, attributes);
-          this.histograms.observerRunDuration.record(e.durationMs / 1000, attributes);
+          this.durations!.record(this.histograms.observerRunDuration, e.durationMs, attributes);
         }
         const parent = this.parentOf(undefined);
         if (!parent) return;
@@ -405,11 +490,23 @@ export class PercolatorTelemetry {
     }
   }
 
+  /** Keeps a transaction's state in its ref, or here if another listener holds the ref's slot. */
+  private keep(tx: TransactionRef, state: OpenTransaction | Untraced): void {
+    if (tx.listenerState === undefined) tx.listenerState = state;
+    else (this.others ??= new WeakMap()).set(tx, state);
+  }
+
+  /** What this listener keeps of a transaction it saw begin: its open span, or that it is untraced. */
+  private stateOf(tx: TransactionRef): OpenTransaction | Untraced | undefined {
+    const state = tx.listenerState;
+    if ((state instanceof OpenTransaction || state instanceof Untraced) && state.owner === this) return state;
+    return this.others?.get(tx);
+  }
+
   /** The open span of a transaction this listener began, if any. */
   private openOf(tx: TransactionRef): OpenTransaction | undefined {
-    const state = tx.listenerState;
-    if (state instanceof OpenTransaction && state.owner === this) return state;
-    return this.others?.get(tx);
+    const state = this.stateOf(tx);
+    return state instanceof OpenTransaction ? state : undefined;
   }
 
   /**
@@ -420,9 +517,9 @@ export class PercolatorTelemetry {
   private parentOf(tx: TransactionRef | undefined): Context | undefined {
     if (!this.tracer) return undefined;
     if (!tx) return this.api.context.active();
-    const open = this.openOf(tx);
+    const open = this.stateOf(tx);
     if (!open) return this.api.context.active();
-    if (!open.recording) return undefined;
+    if (!(open instanceof OpenTransaction) || !open.recording) return undefined;
     open.context ??= this.api.trace.setSpan(open.parent, open.span);
     return open.context;
   }
@@ -437,6 +534,11 @@ export class PercolatorTelemetry {
     }
     return span;
   }
+}
+
+/** A transaction `traceRatio` left out: its children are not made either. */
+class Untraced {
+  constructor(readonly owner: PercolatorTelemetry) {}
 }
 
 /** A transaction's span, kept in its ref's `listenerState`, and the context its child spans go under. */

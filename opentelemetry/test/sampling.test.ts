@@ -1,0 +1,175 @@
+import { context } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
+import { ClientCrash, InvalidArgumentError, MemoryStore, Percolator } from '@percolator/core';
+import { PercolatorTelemetry, type PercolatorTelemetryOptions } from '@percolator/opentelemetry';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const contextManager = new AsyncLocalStorageContextManager();
+beforeAll(() => {
+  context.setGlobalContextManager(contextManager.enable());
+});
+afterAll(() => {
+  contextManager.disable();
+  context.disable();
+});
+
+/** A telemetry on a real SDK, its finished spans, and its histograms' counts per name. */
+function setUp(options: PercolatorTelemetryOptions) {
+  const spans = new InMemorySpanExporter();
+  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
+  const metrics = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+  const reader = new PeriodicExportingMetricReader({ exporter: metrics, exportIntervalMillis: 3_600_000 });
+  const meterProvider = new MeterProvider({ readers: [reader] });
+  const telemetry = new PercolatorTelemetry({ tracerProvider, meterProvider, ...options });
+  /** Collects now, and returns the last collection's count of measurements per histogram. */
+  async function histogramCounts(): Promise<Map<string, number>> {
+    await reader.forceFlush();
+    const last = metrics.getMetrics().at(-1);
+    const counts = new Map<string, number>();
+    for (const sm of last?.scopeMetrics ?? [])
+      for (const m of sm.metrics)
+        for (const p of m.dataPoints) {
+          const value = p.value as { count?: number };
+          if (typeof value.count === 'number')
+            counts.set(m.descriptor.name, (counts.get(m.descriptor.name) ?? 0) + value.count);
+        }
+    return counts;
+  }
+  async function shutDown() {
+    await meterProvider.shutdown();
+    await tracerProvider.shutdown();
+  }
+  return { telemetry, tracer: tracerProvider.getTracer('test'), spans, histogramCounts, shutDown };
+}
+
+async function transfers(db: Percolator, n: number) {
+  for (let i = 0; i < n; i++) {
+    await db.transact(async (tx) => {
+      tx.set('accounts', 'alice', 'balance', String(i));
+      tx.set('accounts', 'bob', 'balance', String(-i));
+    });
+  }
+}
+
+describe('PercolatorTelemetry traceRatio', () => {
+  it('0: a transaction outside any span gets no span, nor do its lock waits; its metrics are all recorded', async () => {
+    const sdk = setUp({ traceRatio: 0 });
+    const store = new MemoryStore();
+    const db = new Percolator({ store, lockTtlMs: 50, onEvent: sdk.telemetry.onEvent });
+    await transfers(db, 3);
+    // A lock left by a crashed client: the next transaction waits on it, then rolls it back.
+    const crashing = new Percolator({
+      store,
+      lockTtlMs: 50,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    const stuck = await crashing.begin();
+    stuck.set('accounts', 'alice', 'balance', 'x');
+    stuck.set('accounts', 'bob', 'balance', 'x');
+    await expect(stuck.commit()).rejects.toBeInstanceOf(ClientCrash);
+    expect(await db.transact((tx) => tx.getString('accounts', 'alice', 'balance'))).toBe('2');
+    await db.close();
+    await crashing.close();
+
+    expect(sdk.spans.getFinishedSpans().map((s) => s.name)).toEqual([]);
+    const counts = await sdk.histogramCounts();
+    expect(counts.get('percolator.transaction.duration')).toBe(4);
+    expect(counts.get('percolator.lock.wait.duration')).toBe(1);
+    await sdk.shutDown();
+  });
+
+  it('0: a transaction under an active span is traced, under it (the SDK decides, following the parent)', async () => {
+    const sdk = setUp({ traceRatio: 0 });
+    const db = new Percolator({ store: new MemoryStore(), onEvent: sdk.telemetry.onEvent });
+    await sdk.tracer.startActiveSpan('request', async (request) => {
+      await transfers(db, 1);
+      request.end();
+    });
+    await transfers(db, 1); // outside: not traced
+    await db.close();
+    const spans = sdk.spans.getFinishedSpans();
+    // The one under the request, with its step; nothing of the one outside.
+    expect(spans.map((s) => s.name).sort()).toEqual([
+      'percolator.one_phase_commit',
+      'percolator.transaction',
+      'request',
+    ]);
+    const byName = (name: string) => spans.find((s) => s.name === name)!;
+    const tx = byName('percolator.transaction');
+    expect(tx.parentSpanContext?.spanId).toBe(byName('request').spanContext().spanId);
+    expect(byName('percolator.one_phase_commit').parentSpanContext?.spanId).toBe(tx.spanContext().spanId);
+    expect((await sdk.histogramCounts()).get('percolator.transaction.duration')).toBe(2);
+    await sdk.shutDown();
+  });
+
+  it('traces the share drawn: a draw under the ratio gets a span, one at or over it none', async () => {
+    const draws = [0.05, 0.5, 0.0999, 0.1, 0.9];
+    let next = 0;
+    const sdk = setUp({ traceRatio: 0.1, random: () => draws[next++]! });
+    const db = new Percolator({ store: new MemoryStore(), onEvent: sdk.telemetry.onEvent });
+    for (let i = 0; i < draws.length; i++)
+      await db.transact(async (tx) => tx.set('accounts', 'alice', 'balance', String(i)));
+    await db.close();
+    expect(next).toBe(draws.length);
+    const traced = sdk.spans.getFinishedSpans().filter((s) => s.name === 'percolator.transaction');
+    expect(traced).toHaveLength(2);
+    expect((await sdk.histogramCounts()).get('percolator.transaction.duration')).toBe(5);
+    await sdk.shutDown();
+  });
+
+  it('1 (the default) never draws', async () => {
+    const sdk = setUp({
+      random: () => {
+        throw new Error('drawn');
+      },
+    });
+    const db = new Percolator({ store: new MemoryStore(), onEvent: sdk.telemetry.onEvent });
+    await transfers(db, 2);
+    await db.close();
+    expect(sdk.spans.getFinishedSpans().filter((s) => s.name === 'percolator.transaction')).toHaveLength(2);
+    await sdk.shutDown();
+  });
+
+  it('refuses a ratio outside 0 to 1 and an unknown commitSteps with InvalidArgumentError', () => {
+    for (const traceRatio of [-0.1, 1.5, Number.NaN, '0.5' as unknown as number]) {
+      expect(() => new PercolatorTelemetry({ traceRatio })).toThrow(InvalidArgumentError);
+    }
+    expect(
+      () =>
+        new PercolatorTelemetry({
+          commitSteps: 'span' as unknown as PercolatorTelemetryOptions['commitSteps'],
+        }),
+    ).toThrow(/commitSteps must be 'spans', 'events' or 'attributes'/);
+  });
+});
+
+describe('PercolatorTelemetry histograms', () => {
+  it('hands measurements to the SDK in batches, and every collection has all made before it', async () => {
+    const sdk = setUp({ tracing: false });
+    const db = new Percolator({ store: new MemoryStore(), onEvent: sdk.telemetry.onEvent });
+    // Fewer than a batch: only the collection's flush brings them.
+    await transfers(db, 3);
+    expect((await sdk.histogramCounts()).get('percolator.transaction.duration')).toBe(3);
+    // Past a batch (256) and then some.
+    await transfers(db, 300);
+    expect((await sdk.histogramCounts()).get('percolator.transaction.duration')).toBe(303);
+    await db.close();
+    await sdk.shutDown();
+  });
+});
