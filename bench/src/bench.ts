@@ -280,8 +280,10 @@ export async function runBench(
       collected.notes.push(
         `--tracing ${options.tracing!.join(',')}: rows ${options.tracing!.map((k) => `"percolator+${k}"`).join(', ')} ` +
           `ran with @percolator/opentelemetry on the OpenTelemetry SDK, commit steps as child spans (otel), ` +
-          `span events (otel-events), attributes of the transaction's span (otel-attributes), or that without ` +
-          `step histograms (otel-lean) (batch span processor, spans and metrics dropped by the exporter; ` +
+          `span events (otel-events), attributes of the transaction's span (otel-attributes), that without ` +
+          `step histograms (otel-lean), or that with 1 transaction in 100 traced (otel-sampled), or with a ` +
+          `listener that does nothing (events: the library's events alone) (batch span processor, spans and ` +
+          `metrics dropped by the exporter; ` +
           `${tracing.exported()} spans exported); their ratio is to "percolator" in the same run, ` +
           `measured in ${options.rounds} interleaved rounds`,
       );

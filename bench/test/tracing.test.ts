@@ -13,8 +13,9 @@ describe('--tracing otel', () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  test('accepts "otel", "otel-events", "otel-attributes" and "otel-lean"', () => {
+  test('accepts "otel", "otel-events", "otel-attributes", "otel-lean", "otel-sampled" and "events"', () => {
     expect(parseOptions(['--tracing', 'otel']).tracing).toEqual(['otel']);
+    expect(parseOptions(['--tracing', 'otel-sampled,events']).tracing).toEqual(['otel-sampled', 'events']);
     expect(parseOptions(['--tracing', 'otel,otel-events']).tracing).toEqual(['otel', 'otel-events']);
     expect(parseOptions(['--tracing', 'otel-lean,otel-attributes,otel-lean']).tracing).toEqual([
       'otel-lean',
@@ -45,7 +46,7 @@ describe('--tracing otel', () => {
         '--accounts',
         '32',
         '--tracing',
-        'otel,otel-events,otel-lean',
+        'otel,otel-events,otel-lean,otel-sampled,events',
       ],
       out,
     );
@@ -57,6 +58,8 @@ describe('--tracing otel', () => {
       ['percolator', 'si+otel'],
       ['percolator', 'si+otel-events'],
       ['percolator', 'si+otel-lean'],
+      ['percolator', 'si+otel-sampled'],
+      ['percolator', 'si+events'],
     ]);
     const [plain, ...traced] = report.results;
     for (const result of traced) {
@@ -65,11 +68,15 @@ describe('--tracing otel', () => {
       expect(result.ratios.map((r) => r.baseline)).toEqual(['percolator']);
       expect(result.ratios[0]!.throughput).toBeCloseTo(result.throughput / plain!.throughput, 2);
     }
-    const note = report.notes.find((n) => n.startsWith('--tracing otel,otel-events,otel-lean'));
+    const note = report.notes.find((n) =>
+      n.startsWith('--tracing otel,otel-events,otel-lean,otel-sampled,events'),
+    );
     expect(note).toContain('6 interleaved rounds');
     expect(Number(/(\d+) spans exported/.exec(note ?? '')?.[1])).toBeGreaterThan(0);
     expect(text).toContain('percolator+otel');
     expect(text).toContain('percolator+otel-events');
     expect(text).toContain('percolator+otel-lean');
+    expect(text).toContain('percolator+otel-sampled');
+    expect(text).toContain('percolator+events');
   });
 });
