@@ -228,10 +228,15 @@ class Counts {
   }
 
   add(name: CounterName, key: string, attributes: Attributes, n = 1): void {
+    this.entry(name, key, attributes).value += n;
+  }
+
+  /** The series of one counter and key, to add to directly (the hot path: transactions by outcome). */
+  entry(name: CounterName, key: string, attributes: Attributes): { attributes: Attributes; value: number } {
     const values = this.series.get(name)!;
-    const entry = values.get(key);
-    if (entry) entry.value += n;
-    else values.set(key, { attributes, value: n });
+    let entry = values.get(key);
+    if (!entry) values.set(key, (entry = { attributes, value: 0 }));
+    return entry;
   }
 }
 
@@ -260,6 +265,8 @@ export class PercolatorTelemetry {
    */
   private readonly attributeSets = new Map<string, Map<string, Attributes>>();
   private readonly pairSets = new Map<string, Attributes>();
+  /** Per outcome, the ended transactions' counter series (its attributes: the histogram's too). */
+  private readonly ends = new Map<string, { attributes: Attributes; value: number }>();
   /**
    * Transactions whose `listenerState` another listener holds (two telemetries on one
    * client, say): their spans are kept here instead. Made only when needed.
@@ -350,9 +357,14 @@ export class PercolatorTelemetry {
       }
       case 'transaction.end': {
         if (this.histograms) {
-          const attributes = this.attrs('percolator.outcome', e.outcome);
-          this.counts!.add('percolator.transactions', e.outcome, attributes);
-          this.durations!.record(this.histograms.transactionDuration, e.durationMs, attributes);
+          let ends = this.ends.get(e.outcome);
+          if (!ends) {
+            const attributes = this.attrs('percolator.outcome', e.outcome);
+            ends = this.counts!.entry('percolator.transactions', e.outcome, attributes);
+            this.ends.set(e.outcome, ends);
+          }
+          ends.value++;
+          this.durations!.record(this.histograms.transactionDuration, e.durationMs, ends.attributes);
         }
         const open = this.openOf(e.transaction);
         if (!open) return;
