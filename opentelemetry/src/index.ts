@@ -297,6 +297,9 @@ export class PercolatorTelemetry {
       throw new InvalidArgumentError(`traceRatio must be a number from 0 to 1, got ${String(ratio)}`);
     }
     this.traceRatio = ratio;
+    if (options.random !== undefined && typeof options.random !== 'function') {
+      throw new InvalidArgumentError('random must be a function that returns a number in [0, 1)');
+    }
     this.random = options.random ?? Math.random;
     if (options.tracing !== false) {
       this.tracer = (options.tracerProvider ?? trace.getTracerProvider()).getTracer(NAME, VERSION);
@@ -334,11 +337,7 @@ export class PercolatorTelemetry {
         // Under the caller's active span, if any (db.transact inside a request's span, say).
         const parent = this.api.context.active();
         // A root transaction not drawn costs no SDK call at all (nor do its lock waits).
-        if (
-          this.traceRatio < 1 &&
-          !(this.random() < this.traceRatio) &&
-          this.api.trace.getSpan(parent) === undefined
-        ) {
+        if (!this.drawn(parent)) {
           this.keep(e.transaction, this.untraced);
           return;
         }
@@ -485,7 +484,8 @@ export class PercolatorTelemetry {
           this.durations!.record(this.histograms.observerRunDuration, e.durationMs, attributes);
         }
         const parent = this.parentOf(undefined);
-        if (!parent) return;
+        // An observer run is root work too: drawn like a transaction begun outside any span.
+        if (!parent || !this.drawn(parent)) return;
         const span = this.child(parent, 'percolator.observer_run', e.time, e.durationMs, e.error);
         span.setAttributes({
           'percolator.observer': e.observer,
@@ -500,6 +500,16 @@ export class PercolatorTelemetry {
         return;
       }
     }
+  }
+
+  /**
+   * Whether root work (a transaction, an observer run) begun in `parent` gets a span: always
+   * under an active span (the SDK's sampler follows it), else with probability `traceRatio`.
+   */
+  private drawn(parent: Context): boolean {
+    return (
+      this.traceRatio >= 1 || this.random() < this.traceRatio || this.api.trace.getSpan(parent) !== undefined
+    );
   }
 
   /** Keeps a transaction's state in its ref, or here if another listener holds the ref's slot. */

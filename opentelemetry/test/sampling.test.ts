@@ -133,6 +133,33 @@ describe('PercolatorTelemetry traceRatio', () => {
     await sdk.shutDown();
   });
 
+  it('draws observer runs too: 0 makes none of their spans (nor of their transactions), 1 all', async () => {
+    for (const traceRatio of [0, 1]) {
+      const sdk = setUp({ traceRatio, commitSteps: 'attributes' });
+      const db = new Percolator({ store: new MemoryStore(), onEvent: sdk.telemetry.onEvent });
+      const worker = db.worker({
+        observers: [
+          {
+            name: 'copy',
+            table: 'docs',
+            column: 'body',
+            handler: async (tx, { row }) => {
+              tx.set('copies', row, 'body', (await tx.getString('docs', row, 'body')) ?? '');
+            },
+          },
+        ],
+      });
+      for (const row of ['d1', 'd2', 'd3']) await db.transact(async (tx) => tx.set('docs', row, 'body', row));
+      await worker.runUntilIdle();
+      await db.close();
+      const runs = sdk.spans.getFinishedSpans().filter((s) => s.name === 'percolator.observer_run');
+      expect(runs).toHaveLength(traceRatio === 0 ? 0 : 3);
+      if (traceRatio === 0) expect(sdk.spans.getFinishedSpans()).toEqual([]);
+      expect((await sdk.histogramCounts()).get('percolator.observer.run.duration')).toBe(3);
+      await sdk.shutDown();
+    }
+  });
+
   it('1 (the default) never draws', async () => {
     const sdk = setUp({
       random: () => {
