@@ -76,8 +76,9 @@ export interface PercolatorTelemetryOptions {
    * is called: a transaction left out costs its metrics and nothing else, where even a span
    * the SDK's sampler drops costs two random IDs and a sampling call. A transaction begun
    * under an active span (a request's, say) always goes to the SDK, whose sampler follows
-   * that parent. The SDK's sampler still decides for the transactions drawn, so the share
-   * traced is this times the SDK's own ratio. What it saves: docs/operations.md, "What
+   * that parent. Observer runs, root work too, are drawn the same way. The SDK's sampler
+   * still decides for the transactions drawn, so the share traced is this times the SDK's
+   * own ratio. What it saves: docs/operations.md, "What
    * tracing costs".
    */
   readonly traceRatio?: number;
