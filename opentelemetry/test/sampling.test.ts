@@ -1,5 +1,3 @@
-import { context } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import {
   AggregationTemporality,
   InMemoryMetricExporter,
@@ -13,16 +11,10 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { ClientCrash, InvalidArgumentError, MemoryStore, Percolator } from '@percolator/core';
 import { PercolatorTelemetry, type PercolatorTelemetryOptions } from '@percolator/opentelemetry';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useAsyncContext } from './async-context.js';
 
-const contextManager = new AsyncLocalStorageContextManager();
-beforeAll(() => {
-  context.setGlobalContextManager(contextManager.enable());
-});
-afterAll(() => {
-  contextManager.disable();
-  context.disable();
-});
+useAsyncContext();
 
 /** A telemetry on a real SDK, its finished spans, and its histograms' counts per name. */
 function setUp(options: PercolatorTelemetryOptions) {

@@ -1,5 +1,3 @@
-import { context } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import {
   AggregationTemporality,
   type DataPoint,
@@ -15,17 +13,11 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { MemoryStore, Percolator } from '@percolator/core';
 import { PercolatorTelemetry } from '@percolator/opentelemetry';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { LOCK_TTL_MS, runTransfers } from '../../examples/opentelemetry-transfers.mjs';
+import { useAsyncContext } from './async-context.js';
 
-const contextManager = new AsyncLocalStorageContextManager();
-beforeAll(() => {
-  context.setGlobalContextManager(contextManager.enable());
-});
-afterAll(() => {
-  contextManager.disable();
-  context.disable();
-});
+useAsyncContext();
 
 /** A span and its children, children in start order. */
 interface Node {
