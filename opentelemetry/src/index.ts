@@ -78,8 +78,7 @@ export interface PercolatorTelemetryOptions {
    * under an active span (a request's, say) always goes to the SDK, whose sampler follows
    * that parent. Observer runs, root work too, are drawn the same way. The SDK's sampler
    * still decides for the transactions drawn, so the share traced is this times the SDK's
-   * own ratio. What it saves: docs/operations.md, "What
-   * tracing costs".
+   * own ratio. What it saves: docs/operations.md, "What tracing costs".
    */
   readonly traceRatio?: number;
   /** For tests: the draw for `traceRatio`, a number in [0, 1) (default `Math.random`). */
