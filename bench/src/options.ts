@@ -52,11 +52,12 @@ export interface BenchOptions {
   /** Milliseconds added to every round trip to a backend (0: none). */
   readonly rttMs: number;
   /**
-   * `--tracing otel[,otel-events,otel-attributes,otel-lean,otel-sampled]`: also run the
-   * Percolator engine with OpenTelemetry on (bench/src/tracing.ts), once per kind: commit
-   * steps as child spans (`otel`), as span events (`otel-events`), as attributes of the
-   * transaction's span (`otel-attributes`), that without the per-step histogram
-   * (`otel-lean`), or that with one transaction in 100 traced (`otel-sampled`).
+   * `--tracing otel[,otel-events,otel-attributes,otel-lean,otel-sampled,events]`: also run
+   * the Percolator engine with OpenTelemetry on (bench/src/tracing.ts), once per kind:
+   * commit steps as child spans (`otel`), as span events (`otel-events`), as attributes of
+   * the transaction's span (`otel-attributes`), that without the per-step histogram
+   * (`otel-lean`), or that with one transaction in 100 traced (`otel-sampled`); `events`
+   * is the control, a listener that does nothing (no OpenTelemetry).
    */
   readonly tracing?: readonly TracingKind[];
   /**
@@ -132,13 +133,14 @@ export const USAGE = `usage: pnpm bench -- [options]
   --rtt TIME          add a fixed network round trip to every backend call, e.g. 1 or 1ms:
                       a loopback TCP proxy delays both directions (memory: an in-process
                       wait per call); not on redis-cluster (default 0)
-  --tracing LIST      any of otel, otel-events, otel-attributes, otel-lean, otel-sampled:
+  --tracing LIST      any of otel, otel-events, otel-attributes, otel-lean, otel-sampled, events:
                       also run Percolator with @percolator/opentelemetry on a real SDK,
                       commit steps as child spans (otel), as span events on the
                       transaction's span (otel-events), as its attributes
                       (otel-attributes), that without step histograms (otel-lean), or that
                       with 1 transaction in 100 traced (otel-sampled, traceRatio 0.01);
-                      a batch span processor, spans and metrics dropped. Rows
+                      a batch span processor, spans and metrics dropped; or a listener
+                      that does nothing (events: the library's events alone). Rows
                       "percolator+otel", ..., each with its ratio to "percolator" in the
                       same run
   --rounds N          cut each cell's window into N slices and let the cells of one workload

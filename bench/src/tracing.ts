@@ -21,7 +21,6 @@ export interface Tracing {
 
 /** Each kind's listener options (`PercolatorTelemetryOptions`). */
 const KIND_OPTIONS = {
-  events: { commitSteps: 'attributes' }, // (no telemetry: see startOtelTracing)
   otel: { commitSteps: 'spans' },
   'otel-events': { commitSteps: 'events' },
   'otel-attributes': { commitSteps: 'attributes' },
@@ -29,7 +28,7 @@ const KIND_OPTIONS = {
   // Lean, with 1 transaction in 100 traced (the rest: metrics only, no SDK span at all).
   'otel-sampled': { commitSteps: 'attributes', stepMetrics: false, traceRatio: 0.01 },
 } as const satisfies Record<
-  TracingKind,
+  Exclude<TracingKind, 'events'>,
   { commitSteps: 'spans' | 'events' | 'attributes'; stepMetrics?: boolean; traceRatio?: number }
 >;
 

@@ -76,9 +76,10 @@ export interface PercolatorTelemetryOptions {
    * is called: a transaction left out costs its metrics and nothing else, where even a span
    * the SDK's sampler drops costs two random IDs and a sampling call. A transaction begun
    * under an active span (a request's, say) always goes to the SDK, whose sampler follows
-   * that parent. Observer runs, root work too, are drawn the same way. The SDK's sampler
-   * still decides for the transactions drawn, so the share traced is this times the SDK's
-   * own ratio. What it saves: docs/operations.md, "What tracing costs".
+   * that parent; a retry follows the attempt it retries. Observer runs and (with
+   * `tidySpans`) tidy passes that went well, root work too, are drawn the same way. The
+   * SDK's sampler still decides for the transactions drawn, so the share traced is this
+   * times the SDK's own ratio. What it saves: docs/operations.md, "What tracing costs".
    */
   readonly traceRatio?: number;
   /** For tests: the draw for `traceRatio`, a number in [0, 1) (default `Math.random`). */
@@ -336,8 +337,11 @@ export class PercolatorTelemetry {
         if (!tracer) return;
         // Under the caller's active span, if any (db.transact inside a request's span, say).
         const parent = this.api.context.active();
-        // A root transaction not drawn costs no SDK call at all (nor do its lock waits).
-        if (!this.drawn(parent)) {
+        // A root transaction not drawn costs no SDK call at all (nor do its lock waits). A
+        // retry follows the attempt it retries, so a traced attempt's retry is traced and
+        // linked to it.
+        const retried = e.retryOf ? this.stateOf(e.retryOf) : undefined;
+        if (retried instanceof Untraced || (retried === undefined && !this.drawn(parent))) {
           this.keep(e.transaction, this.untraced);
           return;
         }
@@ -466,6 +470,8 @@ export class PercolatorTelemetry {
         if (e.type === 'tidy' && !this.tidySpans && e.error === undefined) return;
         const parent = this.parentOf(undefined);
         if (!parent) return;
+        // With tidySpans, a pass that went well is root work: drawn like a transaction.
+        if (e.type === 'tidy' && e.error === undefined && !this.drawn(parent)) return;
         const span = this.child(parent, `percolator.${e.type}`, e.time, e.durationMs, e.error);
         span.setAttributes({
           'percolator.store': e.store,
@@ -508,7 +514,7 @@ export class PercolatorTelemetry {
    */
   private drawn(parent: Context): boolean {
     return (
-      this.traceRatio >= 1 || this.random() < this.traceRatio || this.api.trace.getSpan(parent) !== undefined
+      this.traceRatio >= 1 || this.api.trace.getSpan(parent) !== undefined || this.random() < this.traceRatio
     );
   }
 
@@ -592,7 +598,10 @@ const EXPECTED_OUTCOMES: ReadonlySet<string> = new Set([
   'aborted',
 ]);
 
-/** Errors of the same kinds, met by a commit step (by class name: no import of core values). */
+/**
+ * Errors of the same kinds, met by a commit step. By class name, not `instanceof`: an
+ * application may load a second copy of @percolator/core, whose classes are not ours.
+ */
 const EXPECTED_ERRORS: ReadonlySet<string> = new Set([
   'ConflictError',
   'SnapshotTooOldError',

@@ -152,6 +152,64 @@ describe('PercolatorTelemetry traceRatio', () => {
     }
   });
 
+  it('a retry follows the attempt it retries: traced and linked to it, or untraced, with no draw of its own', async () => {
+    for (const first of [0.05, 0.5]) {
+      let draws = 0;
+      const sdk = setUp({
+        traceRatio: 0.1,
+        commitSteps: 'attributes',
+        random: () => {
+          draws++;
+          return first;
+        },
+      });
+      const store = new MemoryStore();
+      const db = new Percolator({ store, onEvent: sdk.telemetry.onEvent });
+      const other = new Percolator({ store });
+      let attempts = 0;
+      await db.transact(async (tx) => {
+        attempts++;
+        await tx.getString('accounts', 'alice', 'balance');
+        // Another client writes the row after this attempt read it: its commit conflicts.
+        if (attempts === 1) await other.transact(async (o) => o.set('accounts', 'alice', 'balance', 'x'));
+        tx.set('accounts', 'alice', 'balance', 'y');
+      });
+      await db.close();
+      await other.close();
+      expect(attempts).toBe(2);
+      expect(draws).toBe(1);
+      const txs = sdk.spans.getFinishedSpans().filter((s) => s.name === 'percolator.transaction');
+      if (first === 0.5) expect(txs).toEqual([]);
+      else {
+        expect(
+          txs.map((s) => [s.attributes['percolator.attempt'], s.attributes['percolator.outcome']]),
+        ).toEqual([
+          [1, 'conflict'],
+          [2, 'committed'],
+        ]);
+        expect(txs[1]!.links.map((l) => l.context.spanId)).toEqual([txs[0]!.spanContext().spanId]);
+      }
+      expect((await sdk.histogramCounts()).get('percolator.transaction.duration')).toBe(2);
+      await sdk.shutDown();
+    }
+  });
+
+  it('0 with tidySpans: passes that went well make no span; their metrics are recorded', async () => {
+    const sdk = setUp({ traceRatio: 0, tidySpans: true });
+    // Every superseded value moves out, so every commit after the first schedules a pass.
+    const db = new Percolator({
+      store: new MemoryStore(),
+      gc: { inlineHistoryBytes: 0 },
+      onePhaseMaxRows: 1,
+      onEvent: sdk.telemetry.onEvent,
+    });
+    for (let i = 0; i < 5; i++) await db.transact(async (tx) => tx.set('t', 'a', 'c', 'x'.repeat(100 + i)));
+    await db.close();
+    expect(sdk.spans.getFinishedSpans()).toEqual([]);
+    expect((await sdk.histogramCounts()).get('percolator.tidy.duration')).toBeGreaterThanOrEqual(1);
+    await sdk.shutDown();
+  });
+
   it('1 (the default) never draws', async () => {
     const sdk = setUp({
       random: () => {
@@ -179,6 +237,28 @@ describe('PercolatorTelemetry traceRatio', () => {
 });
 
 describe('PercolatorTelemetry histograms', () => {
+  it('hands them over at 256 without a collection (a provider with no reader never collects)', async () => {
+    let recorded = 0;
+    const noop = { addCallback() {}, removeCallback() {} };
+    const meterProvider = {
+      getMeter: () => ({
+        createHistogram: () => ({
+          record: () => {
+            recorded++;
+          },
+        }),
+        createObservableCounter: () => noop,
+      }),
+    } as unknown as MeterProvider;
+    const telemetry = new PercolatorTelemetry({ meterProvider, tracing: false, stepMetrics: false });
+    const db = new Percolator({ store: new MemoryStore(), onEvent: telemetry.onEvent });
+    for (let i = 0; i < 255; i++) await db.transact(async (tx) => tx.set('t', `r${i}`, 'c', '1'));
+    expect(recorded).toBe(0);
+    await db.transact(async (tx) => tx.set('t', 'last', 'c', '1'));
+    expect(recorded).toBe(256);
+    await db.close();
+  });
+
   it('hands measurements to the SDK in batches, and every collection has all made before it', async () => {
     const sdk = setUp({ tracing: false });
     const db = new Percolator({ store: new MemoryStore(), onEvent: sdk.telemetry.onEvent });
