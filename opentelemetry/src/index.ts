@@ -284,15 +284,15 @@ export class PercolatorTelemetry {
     const { metrics, trace } = api;
     this.attributes = { ...options.attributes };
     this.hasAttributes = Object.keys(this.attributes).length > 0;
-    this.commitSteps = options.commitSteps ?? 'spans';
-    this.stepMetrics = options.stepMetrics !== false;
-    this.tidySpans = options.tidySpans === true;
-    const commitSteps = options.commitSteps;
-    if (commitSteps !== undefined && !['spans', 'events', 'attributes'].includes(commitSteps)) {
+    const commitSteps = options.commitSteps ?? 'spans';
+    if (!['spans', 'events', 'attributes'].includes(commitSteps)) {
       throw new InvalidArgumentError(
         `commitSteps must be 'spans', 'events' or 'attributes', got ${JSON.stringify(commitSteps)}`,
       );
     }
+    this.commitSteps = commitSteps;
+    this.stepMetrics = options.stepMetrics !== false;
+    this.tidySpans = options.tidySpans === true;
     const ratio = options.traceRatio ?? 1;
     if (typeof ratio !== 'number' || !(ratio >= 0 && ratio <= 1)) {
       throw new InvalidArgumentError(`traceRatio must be a number from 0 to 1, got ${String(ratio)}`);
