@@ -14,10 +14,25 @@ export class PercolatorError extends Error {
   }
 }
 
-/** A write-write conflict, or the transaction was rolled back by another client. Retryable. */
+/**
+ * A write-write conflict, or the transaction was rolled back by another client. Retryable.
+ *
+ * It carries no stack trace (`stack` is its name and message only). A conflict is an
+ * outcome of concurrency, not a fault in the caller's code: its frames would be the
+ * protocol's own, and its message names the row. Capturing them cost about 30 µs per
+ * conflict in a CPU profile of contended transfers on the in-memory store (the async
+ * frames included), 2.5% of all CPU at a 5% conflict rate, for errors `db.transact` mostly
+ * catches and retries.
+ */
 export class ConflictError extends PercolatorError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super('CONFLICT', message, { ...options, retryable: true });
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
+    try {
+      super('CONFLICT', message, { ...options, retryable: true });
+    } finally {
+      Error.stackTraceLimit = limit;
+    }
   }
 }
 

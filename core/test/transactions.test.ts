@@ -262,6 +262,26 @@ describe('transactions on the memory store', () => {
     expect(runs).toBe(3);
   });
 
+  it('a ConflictError is an outcome: no stack frames, its message names the row, the limit restored', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const limit = Error.stackTraceLimit;
+    const tx = await db.begin();
+    await tx.get('t', 'r', 'c');
+    await db.transact(async (other) => other.set('t', 'r', 'c', 'theirs'));
+    tx.set('t', 'r', 'c', 'mine');
+    const failure = await tx.commit().catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(ConflictError);
+    const conflict = failure as ConflictError;
+    expect(conflict.message).toBe('write conflict on t/"r"/c');
+    expect(conflict.stack).toBe(`ConflictError: ${conflict.message}`);
+    expect(conflict.retryable).toBe(true);
+    expect(conflict.code).toBe('CONFLICT');
+    expect(Error.stackTraceLimit).toBe(limit);
+    // Every other error keeps its frames.
+    expect(new StoreError('down', 'no').stack).toMatch(/\n\s+at /);
+    expect(new ConflictError('x', { cause: conflict }).cause).toBe(conflict);
+  });
+
   it('rethrows a user error unchanged and never retries it', async () => {
     const db = new Percolator({ store: new MemoryStore() });
     const mine = new TypeError('mine');
