@@ -55,6 +55,9 @@ function validateText(
   if (!allowEmpty && value.length === 0) throw new InvalidArgumentError(`${kind} must not be empty`);
   if (!value.isWellFormed())
     throw new InvalidArgumentError(`${kind} contains a lone surrogate (not valid UTF-8)`);
+  // A UTF-16 code unit is at most 3 bytes of UTF-8 (a surrogate pair, two units, is 4), so
+  // a short enough text needs no count: every read and write checks its key and column.
+  if (value.length * 3 <= maxBytes) return;
   const bytes = utf8Length(value);
   if (bytes > maxBytes) throw new InvalidArgumentError(`${kind} is ${bytes} bytes; the limit is ${maxBytes}`);
 }

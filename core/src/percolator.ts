@@ -324,6 +324,8 @@ export class Percolator {
         continue;
       }
       try {
+        // A read-only transaction (nothing written, snapshot taken) ends here, with no await.
+        if (!signal?.aborted && tx.commitUnwritten()) return result;
         await tx.commit();
         return result;
       } catch (error) {

@@ -73,6 +73,9 @@ type CellView = { value: Uint8Array | undefined } | { moved: number; block: numb
 /** A version row that vanished between the head read and its own read. */
 const GONE = Symbol('gone');
 
+/** `buffered()`: the transaction has no buffered write of the cell. */
+const UNBUFFERED = Symbol('unbuffered');
+
 /**
  * A transaction's identity in events. A class, not an object literal with a getter: one
  * cheap allocation per transaction. The transaction is a private field, so a listener that
@@ -232,7 +235,8 @@ export class Transaction {
   }
 
   async get(table: string, row: string, column: string): Promise<Uint8Array | undefined> {
-    const value = await this.valueAt(table, row, column);
+    const buffered = this.buffered(table, row, column);
+    const value = buffered !== UNBUFFERED ? buffered : (await this.readCells(table, row, [column]))[0]!.value;
     // A copy of its own, always: a decoded value is a view into the stored row, and a
     // buffered write's bytes are what the commit will write (and share a slab of the byte
     // pool), so the caller may keep or change what it gets.
@@ -240,18 +244,21 @@ export class Transaction {
   }
 
   /**
-   * The value at this snapshot, or this transaction's buffered write: a view, not a copy.
-   * Callers that only decode it (`getString`, `getJson`) need no copy; `get` makes one.
+   * Checks a read's arguments, and answers this transaction's buffered write of the cell
+   * (undefined for a buffered delete), or UNBUFFERED: then the getter reads the snapshot
+   * (`readCells`). The value is a view, not a copy: callers that only decode it
+   * (`getString`, `getJson`) need no copy; `get` makes one. Each getter awaits `readCells`
+   * itself, with no async frame between (a read-only transaction of one read is a handful
+   * of microseconds of client CPU, and each frame is a promise and its turns).
    */
-  private async valueAt(table: string, row: string, column: string): Promise<Uint8Array | undefined> {
+  private buffered(table: string, row: string, column: string): Uint8Array | undefined | typeof UNBUFFERED {
     this.assertActive();
     validateUserTable(table);
     validateRowKey(row);
     validateColumn(column);
     const buffered = this.mutations.size > 0 ? this.mutations.get(rowId(table, row))?.cells : undefined;
     if (buffered?.has(column)) return buffered.get(column) ?? undefined;
-    const [view] = await this.readCells(table, row, [column]);
-    return view!.value;
+    return UNBUFFERED;
   }
 
   /**
@@ -272,26 +279,45 @@ export class Transaction {
         const stored = await this.readRow(table, row);
         const id = this.remember(table, row, stored);
         const state = stored ? decodeRow(stored.state) : undefined;
-        const views = columns.map((column) => {
-          const cell = state?.cells.get(column);
-          return { column, cell, view: this.viewCell(table, column, cell) };
-        });
-        const blocked = views.find((v) => 'lock' in v.view);
+        // Index loops, no closures: this runs for every read.
+        const cells: (Cell | undefined)[] = [];
+        const views: CellView[] = [];
+        let blocked: Lock | undefined;
+        let anyMoved = false;
+        for (let i = 0; i < columns.length; i++) {
+          const cell = state?.cells.get(columns[i]!);
+          const view = this.viewCell(table, columns[i]!, cell);
+          if ('lock' in view) {
+            blocked = view.lock;
+            break;
+          }
+          if ('moved' in view) anyMoved = true;
+          cells.push(cell);
+          views.push(view);
+        }
         if (blocked) {
-          met = (blocked.view as { lock: Lock }).lock;
+          met = blocked;
           await this.settleLock(table, row, met, attempt, waitStart);
           continue;
         }
-        // Values in the head row (the common case) need no further read, and no promise.
-        const values = views.every((v) => !('moved' in v.view))
-          ? views.map((v) => ('value' in v.view ? v.view.value : undefined))
-          : await Promise.all(
-              views.map((v) => this.valueOf(table, row, v.column, v.view, (gone ??= new Set()))),
-            );
-        if (values.includes(GONE)) continue;
+        const out: { value: Uint8Array | undefined; cell: Cell | undefined }[] = [];
+        if (!anyMoved) {
+          // Values in the head row (the common case) need no further read, and no promise.
+          for (let i = 0; i < views.length; i++) {
+            const view = views[i]!;
+            out.push({ cell: cells[i], value: 'value' in view ? view.value : undefined });
+          }
+        } else {
+          const values = await Promise.all(
+            views.map((view, i) => this.valueOf(table, row, columns[i]!, view, (gone ??= new Set()))),
+          );
+          if (values.includes(GONE)) continue;
+          for (let i = 0; i < views.length; i++)
+            out.push({ cell: cells[i], value: values[i] as Uint8Array | undefined });
+        }
         if (met) this.waited(table, row, met, waitStart, undefined);
         if (id !== undefined && stored && state) this.keepDecoded(id, stored, state);
-        return views.map((v, i) => ({ cell: v.cell, value: values[i] as Uint8Array | undefined }));
+        return out;
       }
     } catch (error) {
       if (met) this.waited(table, row, met, waitStart, error);
@@ -373,7 +399,8 @@ export class Transaction {
     row: string,
     column: string,
   ): Promise<T | undefined> {
-    const bytes = await this.valueAt(table, row, column);
+    const buffered = this.buffered(table, row, column);
+    const bytes = buffered !== UNBUFFERED ? buffered : (await this.readCells(table, row, [column]))[0]!.value;
     return bytes === undefined
       ? undefined
       : (decodeJson(bytes, `${table}/${JSON.stringify(row)}/${column}`) as T);
@@ -395,7 +422,8 @@ export class Transaction {
   }
 
   async getString(table: string, row: string, column: string): Promise<string | undefined> {
-    const bytes = await this.valueAt(table, row, column);
+    const buffered = this.buffered(table, row, column);
+    const bytes = buffered !== UNBUFFERED ? buffered : (await this.readCells(table, row, [column]))[0]!.value;
     return bytes === undefined ? undefined : decoder.decode(bytes);
   }
 
@@ -535,14 +563,7 @@ export class Transaction {
       this.ended('aborted', undefined, error);
       throw error;
     }
-    if (this.mutations.size === 0 && this.notifications === undefined && this.ts !== undefined) {
-      // Nothing to write and the snapshot taken (a read-only transaction): committed as is,
-      // at its start timestamp, with no store call (what commitMutations would conclude).
-      this.status = 'committed';
-      this.ended('committed', this.ts, undefined);
-      this.dropBuffers();
-      return { commitTs: this.ts };
-    }
+    if (this.commitUnwritten()) return { commitTs: this.ts! };
     this.status = 'committing';
     try {
       const commitTs = await this.commitMutations(signal);
@@ -556,6 +577,28 @@ export class Transaction {
     } finally {
       this.dropBuffers();
     }
+  }
+
+  /**
+   * @internal Commits at once a transaction with nothing to write whose snapshot is taken
+   * (a read-only transaction, or one that read and wrote nothing): committed as is, at its
+   * start timestamp, with no store call (what commitMutations would conclude). False when
+   * there is something to commit; then `commit()` does. `db.transact` calls this first, so
+   * such a transaction ends with no promise of its own (it checks its signal first, as
+   * `commit()` does).
+   */
+  commitUnwritten(): boolean {
+    if (
+      this.status !== 'active' ||
+      this.mutations.size > 0 ||
+      this.notifications !== undefined ||
+      this.ts === undefined
+    )
+      return false;
+    this.status = 'committed';
+    this.ended('committed', this.ts, undefined);
+    this.dropBuffers();
+    return true;
   }
 
   /**
@@ -921,41 +964,51 @@ export class Transaction {
     this.firstReads = undefined;
     const refs = batch.map((r) => ({ table: r.table, key: r.row }));
     const gauge = this.env.stampedReads;
-    (peek ? this.peek(refs) : this.env.store.readStamped!(refs, counter).finally(() => gauge.inFlight--))
-      .then(({ timestamp, rows }) => {
-        // A reply of the wrong size is a broken store: never take a missing row for absent.
-        if (rows.length !== refs.length || !Number.isSafeInteger(timestamp) || timestamp < 1) {
-          throw new StoreError('readStamped answered with the wrong number of rows', 'no');
-        }
-        this.ts = timestamp;
-        if (measuredSince !== undefined) gauge.record('stamped', performance.now() - measuredSince);
-        settle.resolve(timestamp);
-        for (const [i, r] of batch.entries()) r.resolve(rows[i]!);
-      })
-      .catch((failure: unknown) => {
-        // A failure that retrying cannot fix (credentials, bad input) ends the reads here.
-        if (!oracleMayServe(failure)) {
-          this.starting = undefined;
-          settle.reject(failure);
-          for (const r of batch) r.reject(failure);
-          return;
-        }
-        // Reads change nothing: after a failed stamped read, take the timestamp from the
-        // oracle and read again the usual way (the rows are read after it is drawn).
-        if (measuredSince !== undefined) gauge.recordFailure(performance.now() - measuredSince);
-        this.env.oracle.next().then(
-          (ts) => {
-            this.ts = ts;
-            settle.resolve(ts);
-            for (const r of batch) this.env.reader.read(r.table, r.row).then(r.resolve, r.reject);
-          },
-          (error: unknown) => {
-            this.starting = undefined; // a later read may try again
-            settle.reject(error);
-            for (const r of batch) r.reject(error);
-          },
-        );
-      });
+    const fail = (failure: unknown): void => {
+      // A failure that retrying cannot fix (credentials, bad input) ends the reads here.
+      if (!oracleMayServe(failure)) {
+        this.starting = undefined;
+        settle.reject(failure);
+        for (const r of batch) r.reject(failure);
+        return;
+      }
+      // Reads change nothing: after a failed stamped read, take the timestamp from the
+      // oracle and read again the usual way (the rows are read after it is drawn).
+      if (measuredSince !== undefined) gauge.recordFailure(performance.now() - measuredSince);
+      this.env.oracle.next().then(
+        (ts) => {
+          this.ts = ts;
+          settle.resolve(ts);
+          for (const r of batch) this.env.reader.read(r.table, r.row).then(r.resolve, r.reject);
+        },
+        (error: unknown) => {
+          this.starting = undefined; // a later read may try again
+          settle.reject(error);
+          for (const r of batch) r.reject(error);
+        },
+      );
+    };
+    // One handler pair on the store's own promise, no async frame between: a read-only
+    // transaction's whole read is a few microseconds of client CPU, and each frame is a
+    // promise and its turns.
+    (peek
+      ? this.env.peeks!.peek(refs)
+      : this.env.store.readStamped!(refs, counter).finally(() => gauge.inFlight--)
+    ).then(({ timestamp, rows }) => {
+      // A peek answers the counter's value V; the snapshot is V + 1 (see `peek`).
+      const ts = peek ? timestamp + 1 : timestamp;
+      // A reply of the wrong size is a broken store: never take a missing row for absent.
+      if (rows.length !== refs.length || !Number.isSafeInteger(ts) || ts < 1) {
+        const call = peek ? 'readPeeked' : 'readStamped';
+        fail(new StoreError(`${call} answered with the wrong number of rows`, 'no'));
+        return;
+      }
+      if (peek && this.ts === undefined) this.peeked = true;
+      this.ts = ts;
+      if (measuredSince !== undefined) gauge.record('stamped', performance.now() - measuredSince);
+      settle.resolve(ts);
+      for (let i = 0; i < batch.length; i++) batch[i]!.resolve(rows[i]!);
+    }, fail);
   }
 
   private buffer(table: string, row: string, column: string, value: Uint8Array | null, user = true): void {

@@ -277,21 +277,24 @@ type Arg = string | Buffer | number;
  * SCRIPT FLUSH) answers NOSCRIPT without running anything; then the script is sent once in
  * full with EVAL, which also caches it again. Routing on Cluster follows KEYS[1].
  */
-export async function runScript(
+export function runScript(
   client: Client,
   lua: LuaScript,
   keys: readonly string[],
   args: readonly Arg[],
-) {
+): Promise<unknown> {
   // evalshaBuffer/evalBuffer exist at runtime (ioredis makes a Buffer variant of every
   // command) but are missing from its typings. Not callBuffer: with auto-pipelining,
   // ioredis 5 drops the command name of call/callBuffer.
   const scripting = client as unknown as ScriptingClient;
+  // A handler on the command's own promise, no async frame: every read and commit runs here.
   try {
-    return await scripting.evalshaBuffer(lua.sha, keys.length, ...keys, ...args);
+    return scripting.evalshaBuffer(lua.sha, keys.length, ...keys, ...args).catch((error: unknown) => {
+      if (!isNoScript(error)) throw error;
+      return scripting.evalBuffer(lua.source, keys.length, ...keys, ...args);
+    });
   } catch (error) {
-    if (!isNoScript(error)) throw error;
-    return await scripting.evalBuffer(lua.source, keys.length, ...keys, ...args);
+    return Promise.reject(error);
   }
 }
 

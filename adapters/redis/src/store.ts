@@ -273,39 +273,27 @@ export class RedisStore implements RowStore {
     return this.counterRead(rows, counter, READ_PEEKED_SCRIPT, 'peeked read');
   }
 
-  private async counterRead(
+  private counterRead(
     rows: readonly RowRef[],
     counter: string,
     lua: LuaScript,
     what: string,
   ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
-    this.checkOpen();
-    const keys = [
-      counterKeyName(this.namespace, counter),
-      ...rows.map((r) => rowKeyName(this.namespace, r.table, r.key)),
-    ];
-    let reply: unknown;
+    // Handlers on the script's own promise, no async frame: every first read runs here.
+    let keys: string[];
     try {
-      reply = await runScript(this.client, lua, keys, []);
+      this.checkOpen();
+      keys = [counterKeyName(this.namespace, counter)];
+      for (const r of rows) keys.push(rowKeyName(this.namespace, r.table, r.key));
     } catch (error) {
-      throw toStoreError(error, what, 'read');
+      return Promise.reject(error);
     }
-    if (!Array.isArray(reply)) throw new StoreError(`redis ${what}: malformed reply`, 'no');
-    const timestamp = reply[0] as unknown;
-    if (timestamp === null) {
-      throw new StoreError(`redis ${what} failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`, 'no');
-    }
-    if (
-      !Number.isSafeInteger(timestamp) ||
-      (timestamp as number) < (lua === READ_PEEKED_SCRIPT ? 0 : 1) ||
-      reply.length !== 1 + 2 * rows.length
-    ) {
-      throw new StoreError(`redis ${what}: malformed reply`, 'no');
-    }
-    return {
-      timestamp: timestamp as number,
-      rows: rows.map((_, i) => decodeRow(reply[1 + 2 * i] ?? null, reply[2 + 2 * i] ?? null)),
-    };
+    return runScript(this.client, lua, keys, []).then(
+      (reply) => counterReply(reply, rows.length, counter, lua === READ_PEEKED_SCRIPT, what),
+      (error: unknown) => {
+        throw toStoreError(error, what, 'read');
+      },
+    );
   }
 
   async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
@@ -534,4 +522,29 @@ async function dropMatching(node: Redis, pattern: string): Promise<void> {
     cursor = next;
     if (keys.length > 0) await Promise.all(keys.map((k) => node.unlink(k)));
   } while (cursor !== '0');
+}
+
+/** A stamped or peeked read's reply: the counter value, then each row's version and state. */
+function counterReply(
+  reply: unknown,
+  rows: number,
+  counter: string,
+  peeked: boolean,
+  what: string,
+): { readonly timestamp: number; readonly rows: (StoredRow | null)[] } {
+  if (!Array.isArray(reply)) throw new StoreError(`redis ${what}: malformed reply`, 'no');
+  const timestamp = reply[0] as unknown;
+  if (timestamp === null) {
+    throw new StoreError(`redis ${what} failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`, 'no');
+  }
+  if (
+    !Number.isSafeInteger(timestamp) ||
+    (timestamp as number) < (peeked ? 0 : 1) ||
+    reply.length !== 1 + 2 * rows
+  ) {
+    throw new StoreError(`redis ${what}: malformed reply`, 'no');
+  }
+  const out: (StoredRow | null)[] = [];
+  for (let i = 0; i < rows; i++) out.push(decodeRow(reply[1 + 2 * i] ?? null, reply[2 + 2 * i] ?? null));
+  return { timestamp: timestamp as number, rows: out };
 }
