@@ -988,13 +988,10 @@ export class Transaction {
         },
       );
     };
-    // One handler pair on the store's own promise, no async frame between: a read-only
-    // transaction's whole read is a few microseconds of client CPU, and each frame is a
-    // promise and its turns.
-    (peek
-      ? this.env.peeks!.peek(refs)
-      : this.env.store.readStamped!(refs, counter).finally(() => gauge.inFlight--)
-    ).then(({ timestamp, rows }) => {
+    // One handler pair (on the store's own promise, or handed to the shared peek), no async
+    // frame between: a read-only transaction's whole read is a few microseconds of client
+    // CPU, and each frame is a promise and its turns.
+    const ok = ({ timestamp, rows }: { readonly timestamp: number; readonly rows: (StoredRow | null)[] }) => {
       // A peek answers the counter's value V; the snapshot is V + 1 (see `peek`).
       const ts = peek ? timestamp + 1 : timestamp;
       // A reply of the wrong size is a broken store: never take a missing row for absent.
@@ -1008,7 +1005,12 @@ export class Transaction {
       if (measuredSince !== undefined) gauge.record('stamped', performance.now() - measuredSince);
       settle.resolve(ts);
       for (let i = 0; i < batch.length; i++) batch[i]!.resolve(rows[i]!);
-    }, fail);
+    };
+    if (peek) this.env.peeks!.request(refs, ok, fail);
+    else
+      this.env.store.readStamped!(refs, counter)
+        .finally(() => gauge.inFlight--)
+        .then(ok, fail);
   }
 
   private buffer(table: string, row: string, column: string, value: Uint8Array | null, user = true): void {
