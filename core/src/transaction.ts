@@ -73,6 +73,40 @@ type CellView = { value: Uint8Array | undefined } | { moved: number; block: numb
 /** A version row that vanished between the head read and its own read. */
 const GONE = Symbol('gone');
 
+/**
+ * The start timestamp a transaction draws with its first reads (`sendFirstReads` settles
+ * it). A promise is made only for whoever waits on it (`ready`: a later read, a commit). A
+ * read-only transaction of one read, the common case, has nobody waiting, and a promise
+ * made anyway cost two (itself, and a handler so that its failure, which the reads get,
+ * is not unhandled).
+ */
+class FirstDraw {
+  private outcome: { readonly ts: number } | { readonly error: unknown } | undefined;
+  private waiting: Promise<number> | undefined;
+  private settleWaiting: { resolve: (ts: number) => void; reject: (error: unknown) => void } | undefined;
+
+  wait(): Promise<number> {
+    const outcome = this.outcome;
+    if (outcome) return 'ts' in outcome ? Promise.resolve(outcome.ts) : Promise.reject(outcome.error);
+    this.waiting ??= new Promise<number>((resolve, reject) => {
+      this.settleWaiting = { resolve, reject };
+    });
+    return this.waiting;
+  }
+
+  resolve(ts: number): void {
+    if (this.outcome) return;
+    this.outcome = { ts };
+    this.settleWaiting?.resolve(ts);
+  }
+
+  reject(error: unknown): void {
+    if (this.outcome) return;
+    this.outcome = { error };
+    this.settleWaiting?.reject(error);
+  }
+}
+
 /** `buffered()`: the transaction has no buffered write of the cell. */
 const UNBUFFERED = Symbol('unbuffered');
 
@@ -128,8 +162,8 @@ export class Transaction {
    * only come later still: it is not waited for (viewCell).
    */
   private peeked = false;
-  /** The start timestamp being drawn (by the oracle, or with the first reads). */
-  private starting: Promise<number> | undefined;
+  /** The start timestamp being drawn: by the oracle (or a peek of its own), or with the first reads. */
+  private starting: Promise<number> | FirstDraw | undefined;
   /** Reads issued before the start timestamp, sent together in one stamped read. */
   private firstReads:
     | { table: string; row: string; resolve: (r: StoredRow | null) => void; reject: (e: unknown) => void }[]
@@ -211,25 +245,32 @@ export class Transaction {
   /** Draws the start timestamp now if it is not drawn yet, and resolves to it. */
   async ready(): Promise<number> {
     if (this.ts !== undefined) return this.ts;
-    this.starting ??= (
-      this.readOnly && this.env.peekCounter !== undefined
-        ? this.peek([]).then(
-            ({ timestamp }) => timestamp,
-            // As after a failed first read (sendFirstReads): the oracle is the other way.
-            (failure: unknown) => {
-              if (!oracleMayServe(failure)) throw failure;
-              return this.env.oracle.next();
-            },
-          )
-        : this.env.oracle.next()
-    ).then((ts) => {
-      this.ts ??= ts;
-      return this.ts;
-    });
+    // The first reads' draw, if in flight; else this draw (the peek, or the oracle).
+    let drawing: Promise<number>;
+    if (this.starting instanceof FirstDraw) drawing = this.starting.wait();
+    else {
+      this.starting ??= (
+        this.readOnly && this.env.peekCounter !== undefined
+          ? this.peek([]).then(
+              ({ timestamp }) => timestamp,
+              // As after a failed first read (sendFirstReads): the oracle is the other way.
+              (failure: unknown) => {
+                if (!oracleMayServe(failure)) throw failure;
+                return this.env.oracle.next();
+              },
+            )
+          : this.env.oracle.next()
+      ).then((ts) => {
+        this.ts ??= ts;
+        return this.ts;
+      });
+      drawing = this.starting;
+    }
+    const mine = this.starting;
     try {
-      return await this.starting;
+      return await drawing;
     } catch (error) {
-      this.starting = undefined; // a later call may try again
+      if (this.starting === mine) this.starting = undefined; // a later call may try again
       throw error;
     }
   }
@@ -921,11 +962,8 @@ export class Transaction {
         // A peek writes nothing, so it never does.
         if (!peek) gauge.inFlight++;
         // Anyone who needs the timestamp meanwhile (another read, a commit) waits for this batch.
-        let settle!: { resolve: (ts: number) => void; reject: (e: unknown) => void };
-        this.starting = new Promise<number>((res, rej) => {
-          settle = { resolve: res, reject: rej };
-        });
-        this.starting.catch(() => undefined); // its failure reaches the reads; nobody else need wait
+        const settle = new FirstDraw();
+        this.starting = settle;
         const measured = way === 'stamped' ? performance.now() : undefined;
         queueMicrotask(() => this.sendFirstReads(counter!, settle, peek, measured));
       }
@@ -955,7 +993,7 @@ export class Transaction {
 
   private sendFirstReads(
     counter: string,
-    settle: { resolve: (ts: number) => void; reject: (e: unknown) => void },
+    settle: FirstDraw,
     peek = false,
     /** A stamped read the gauge chose under load: when it started, to report its time. */
     measuredSince?: number,
