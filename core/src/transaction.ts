@@ -311,7 +311,9 @@ export class Transaction {
     row: string,
     columns: readonly string[],
   ): Promise<{ value: Uint8Array | undefined; cell: Cell | undefined }[]> {
-    const waitStart = performance.now();
+    // When the read first met a lock: a lock wait is timed (and bounded by lockWaitMs) from
+    // there, and a read that meets none reads no clock.
+    let waitStart = 0;
     let gone: Set<string> | undefined;
     let met: Lock | undefined;
     try {
@@ -337,6 +339,7 @@ export class Transaction {
           views.push(view);
         }
         if (blocked) {
+          if (met === undefined) waitStart = performance.now();
           met = blocked;
           await this.settleLock(table, row, met, attempt, waitStart);
           continue;
@@ -812,7 +815,7 @@ export class Transaction {
     first: StoredRow,
   ): Promise<Map<string, Uint8Array>> {
     let stored: StoredRow | null = first;
-    const waitStart = performance.now();
+    let waitStart = 0; // when a lock was first met, as in readCells
     const gone = new Set<string>();
     let met: Lock | undefined;
     try {
@@ -837,6 +840,7 @@ export class Transaction {
           else if (view.value) columns.set(column, view.value.slice());
         }
         if (blocking) {
+          if (met === undefined) waitStart = performance.now();
           met = blocking;
           await this.settleLock(table, key, blocking, attempt, waitStart);
         } else {
