@@ -688,7 +688,7 @@ export class Transaction {
       // writes, which its commit needs anyway (one round trip for both).
       await Promise.all([...this.mutations.values()].map((m) => this.readAndRemember(m.table, m.row)));
     }
-    await this.ready(); // otherwise drawn now
+    if (this.ts === undefined) await this.ready(); // otherwise drawn now (no await when drawn: every commit passes here)
     const rows = this.rowMutations();
     const notified = this.notifications ? [...this.notifications.values()] : [];
     if (rows.length === 0) {
