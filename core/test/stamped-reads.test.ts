@@ -1,4 +1,4 @@
-import { MemoryStore, Percolator } from '@percolator/core';
+import { MemoryStore, Percolator, StoreError, UnsupportedOperationError } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { StampedReadGauge } from '../src/env.js';
 import { InstrumentedStore } from './support.js';
@@ -33,6 +33,112 @@ describe('stamped reads under load', () => {
     expect(values).toEqual(Array(8).fill('1'));
     expect(readStamped).toBe(8);
     expect(incrementCounter).toBe(0);
+  });
+});
+
+describe('the start timestamp drawn with the first reads (FirstDraw)', () => {
+  /** A store whose stamped reads wait for `release` and then fail with `failure`, if set. */
+  function heldStore() {
+    const store = new InstrumentedStore();
+    const control: { failure: Error | undefined; release: () => void; held: Promise<void> } = {
+      failure: undefined,
+      release: () => undefined,
+      held: Promise.resolve(),
+    };
+    const stamped = store.readStamped.bind(store);
+    store.readStamped = async (refs, counter) => {
+      await control.held;
+      if (control.failure) throw control.failure;
+      return stamped(refs, counter);
+    };
+    const hold = () => {
+      control.held = new Promise((resolve) => {
+        control.release = resolve;
+      });
+    };
+    return { store, control, hold };
+  }
+
+  it('whoever waits while the reads are in flight gets their timestamp; nobody waiting costs no draw of its own', async () => {
+    const { store, control, hold } = heldStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+    await db.flush();
+    const tx = await db.begin();
+    // begin() drew a timestamp already; a db.transact transaction draws with its first read.
+    await tx.rollback();
+    hold();
+    const before = { ...store.calls };
+    const seen: number[] = [];
+    const result = db.transact(async (t) => {
+      const read = t.getString('t', 'a', 'v');
+      const ready = t.ready(); // while the stamped read is held: waits for the same draw
+      const second = t.getString('t', 'b', 'v'); // joins the same batch
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      control.release();
+      seen.push(await ready, t.startTs);
+      return [await read, await second];
+    });
+    expect(await result).toEqual(['1', undefined]);
+    expect(seen[0]).toBe(seen[1]);
+    expect(store.calls.readStamped - before.readStamped).toBe(1);
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(0);
+    await db.close();
+  });
+
+  it('a failure the oracle can route around: the reads and the waiter get the oracle timestamp', async () => {
+    const { store, control, hold } = heldStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+    await db.flush();
+    hold();
+    control.failure = new StoreError('the stamped read timed out before reaching the store', 'no');
+    const before = { ...store.calls };
+    const out = await db.transact(async (t) => {
+      const read = t.getString('t', 'a', 'v');
+      const ready = t.ready();
+      control.release();
+      const ts = await ready;
+      return { value: await read, same: ts === t.startTs };
+    });
+    expect(out).toEqual({ value: '1', same: true });
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(1);
+    await db.close();
+  });
+
+  it('a failure retrying cannot fix reaches the reads and the waiter alike, and nothing is left unhandled', async () => {
+    const { store, control, hold } = heldStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+    await db.flush();
+    const failure = new UnsupportedOperationError('this store was configured without stamped reads');
+    control.failure = failure;
+    // With a waiter.
+    hold();
+    const outcomes = await db
+      .transact(
+        async (t) => {
+          const read = t.getString('t', 'a', 'v');
+          const ready = t.ready();
+          control.release();
+          return Promise.allSettled([read, ready]);
+        },
+        { maxAttempts: 1 },
+      )
+      .catch((error: unknown) => error);
+    expect(outcomes).toEqual([
+      { status: 'rejected', reason: failure },
+      { status: 'rejected', reason: failure },
+    ]);
+    // With nobody waiting but the read (an unhandled rejection would fail this run).
+    hold();
+    const alone = db.transact(async (t) => t.getString('t', 'a', 'v'), { maxAttempts: 1 });
+    control.release();
+    await expect(alone).rejects.toBe(failure);
+    // A later transaction draws again, once the store is back.
+    control.failure = undefined;
+    expect(await db.transact((t) => t.getString('t', 'a', 'v'))).toBe('1');
+    await db.close();
   });
 });
 
