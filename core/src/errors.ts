@@ -15,6 +15,17 @@ export class PercolatorError extends Error {
 }
 
 /**
+ * Whether `Error.stackTraceLimit` may be set (as Node itself checks before it does): not
+ * where `Error` is frozen (`--frozen-intrinsics`, a lockdown), where setting it would throw
+ * and turn every conflict into a TypeError. There a ConflictError keeps its stack.
+ */
+const STACK_LIMIT_WRITABLE = ((): boolean => {
+  const descriptor = Object.getOwnPropertyDescriptor(Error, 'stackTraceLimit');
+  if (descriptor === undefined) return Object.isExtensible(Error);
+  return descriptor.writable === true || descriptor.set !== undefined;
+})();
+
+/**
  * A write-write conflict, or the transaction was rolled back by another client. Retryable.
  *
  * It carries no stack trace (`stack` is its name and message only). A conflict is an
@@ -26,6 +37,10 @@ export class PercolatorError extends Error {
  */
 export class ConflictError extends PercolatorError {
   constructor(message: string, options?: { cause?: unknown }) {
+    if (!STACK_LIMIT_WRITABLE) {
+      super('CONFLICT', message, { ...options, retryable: true });
+      return;
+    }
     const limit = Error.stackTraceLimit;
     Error.stackTraceLimit = 0;
     try {

@@ -60,23 +60,31 @@ export class PeekBatcher {
     if (batch.length === 0) return;
     this.waiting = [];
     this.rows = 0;
-    if (batch.length === 1) {
-      const [one] = batch;
-      this.store.readPeeked!(one!.refs, this.counter).then(one!.resolve, one!.reject);
-      return;
-    }
     const refs: RowRef[] = [];
     for (const w of batch) for (const r of w.refs) refs.push(r);
-    this.store.readPeeked!(refs, this.counter).then(
+    let call: Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
+    try {
+      call = this.store.readPeeked!(refs, this.counter);
+    } catch (error) {
+      // A store that throws instead of rejecting: the same failure for each, not an
+      // exception out of whoever flushed (a timer, or a transaction's first reads).
+      for (const w of batch) w.reject(error);
+      return;
+    }
+    call.then(
       ({ timestamp, rows }) => {
+        if (batch.length === 1) {
+          resolve(batch[0]!, { timestamp, rows });
+          return;
+        }
         // A reply of the wrong size is a broken store: each waiter's own check reports it.
         if (rows.length !== refs.length) {
-          for (const w of batch) w.resolve({ timestamp, rows: [] });
+          for (const w of batch) resolve(w, { timestamp, rows: [] });
           return;
         }
         let at = 0;
         for (const w of batch) {
-          w.resolve({ timestamp, rows: rows.slice(at, at + w.refs.length) });
+          resolve(w, { timestamp, rows: rows.slice(at, at + w.refs.length) });
           at += w.refs.length;
         }
       },
@@ -84,5 +92,20 @@ export class PeekBatcher {
         for (const w of batch) w.reject(error);
       },
     );
+  }
+}
+
+/**
+ * Each waiter's callback on its own: one that throws (none should: `request`) never keeps
+ * the others from theirs; it gets the error instead.
+ */
+function resolve(
+  w: Waiter,
+  reply: { readonly timestamp: number; readonly rows: (StoredRow | null)[] },
+): void {
+  try {
+    w.resolve(reply);
+  } catch (error) {
+    w.reject(error);
   }
 }

@@ -322,7 +322,9 @@ export class Transaction {
         const stored = await this.readRow(table, row);
         const id = this.remember(table, row, stored);
         const state = stored ? decodeRow(stored.state) : undefined;
-        // Index loops, no closures: this runs for every read.
+        // Index loops, no closures: this runs for every read. The first locked column stops
+        // the loop: an error a later column would raise (snapshot too old) comes after the
+        // lock is settled and the row read again, or not at all if the wait gives up.
         const cells: (Cell | undefined)[] = [];
         const views: CellView[] = [];
         let blocked: Lock | undefined;
@@ -1033,20 +1035,26 @@ export class Transaction {
     // One handler pair (on the store's own promise, or handed to the shared peek), no async
     // frame between: a read-only transaction's whole read is a few microseconds of client
     // CPU, and each frame is a promise and its turns.
-    const ok = ({ timestamp, rows }: { readonly timestamp: number; readonly rows: (StoredRow | null)[] }) => {
-      // A peek answers the counter's value V; the snapshot is V + 1 (see `peek`).
-      const ts = peek ? timestamp + 1 : timestamp;
-      // A reply of the wrong size is a broken store: never take a missing row for absent.
-      if (rows.length !== refs.length || !Number.isSafeInteger(ts) || ts < 1) {
-        const call = peek ? 'readPeeked' : 'readStamped';
-        fail(new StoreError(`${call} answered with the wrong number of rows`, 'no'));
-        return;
+    // Never throws: anything that goes wrong in it goes to `fail`, as a `.catch` after it
+    // would have taken it (the shared peek calls it directly, among other transactions').
+    const ok = (reply: { readonly timestamp: number; readonly rows: (StoredRow | null)[] }) => {
+      try {
+        const { timestamp, rows } = reply;
+        // A peek answers the counter's value V; the snapshot is V + 1 (see `peek`).
+        const ts = peek ? timestamp + 1 : timestamp;
+        // A reply of the wrong size is a broken store: never take a missing row for absent.
+        if (rows.length !== refs.length || !Number.isSafeInteger(ts) || ts < 1) {
+          const call = peek ? 'readPeeked' : 'readStamped';
+          throw new StoreError(`${call} answered with the wrong number of rows`, 'no');
+        }
+        if (peek && this.ts === undefined) this.peeked = true;
+        this.ts = ts;
+        if (measuredSince !== undefined) gauge.record('stamped', performance.now() - measuredSince);
+        settle.resolve(ts);
+        for (let i = 0; i < batch.length; i++) batch[i]!.resolve(rows[i]!);
+      } catch (error) {
+        fail(error);
       }
-      if (peek && this.ts === undefined) this.peeked = true;
-      this.ts = ts;
-      if (measuredSince !== undefined) gauge.record('stamped', performance.now() - measuredSince);
-      settle.resolve(ts);
-      for (let i = 0; i < batch.length; i++) batch[i]!.resolve(rows[i]!);
     };
     if (peek) this.env.peeks!.request(refs, ok, fail);
     else

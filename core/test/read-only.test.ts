@@ -263,6 +263,71 @@ describe('read-only transactions', () => {
     await db.close();
   });
 
+  it('a store whose peek throws instead of rejecting: each sharing transaction gets the failure, nothing escapes', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      for (let i = 0; i < 3; i++) tx.set('t', `r${i}`, 'v', `a${i}`);
+    });
+    await db.flush();
+    const peekOnce = store.readPeeked.bind(store);
+    let thrown: Error | undefined = new StoreError('the peek could not be sent', 'no');
+    let throws = 0;
+    // Not an async function: it throws synchronously, as a careless adapter might.
+    store.readPeeked = (refs, counter) => {
+      if (thrown) {
+        throws++;
+        throw thrown;
+      }
+      return peekOnce(refs, counter);
+    };
+    const readAll = () =>
+      Promise.allSettled(
+        Array.from({ length: 3 }, (_, i) =>
+          db.transact((tx) => tx.getString('t', `r${i}`, 'v'), { readOnly: true, maxAttempts: 1 }),
+        ),
+      );
+    // A failure the oracle can route around: each reads through the oracle.
+    expect((await readAll()).map((r) => (r.status === 'fulfilled' ? r.value : r.reason))).toEqual([
+      'a0',
+      'a1',
+      'a2',
+    ]);
+    expect(throws).toBe(1); // one shared peek
+    // One it cannot: each transaction gets it.
+    thrown = new UnsupportedOperationError('this store was configured without peeks');
+    const failed = await readAll();
+    expect(failed.map((r) => (r.status === 'rejected' ? r.reason : r.value))).toEqual([
+      thrown,
+      thrown,
+      thrown,
+    ]);
+    thrown = undefined;
+    expect(await db.transact((tx) => tx.getString('t', 'r1', 'v'), { readOnly: true })).toBe('a1');
+    await db.close();
+  });
+
+  it('ready() while its first reads peek waits for that peek: one snapshot, no draw', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+    await db.flush();
+    const before = { ...store.calls };
+    const out = await db.transact(
+      async (tx) => {
+        const read = tx.getString('t', 'a', 'v');
+        const ts = await tx.ready(); // the peek is in flight (or queued): waits for it
+        return { value: await read, ts, startTs: tx.startTs };
+      },
+      { readOnly: true },
+    );
+    expect(out.value).toBe('1');
+    expect(out.ts).toBe(out.startTs);
+    expect(store.calls.readPeeked - before.readPeeked).toBe(1);
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(0);
+    await db.close();
+  });
+
   it('on a store without peekedRead, draw their start timestamp as any transaction does', async () => {
     const store = new InstrumentedStore(new MemoryStore(), { peekedRead: false });
     const db = new Percolator({ store });
