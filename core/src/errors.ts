@@ -37,16 +37,12 @@ const STACK_LIMIT_WRITABLE = ((): boolean => {
  */
 export class ConflictError extends PercolatorError {
   constructor(message: string, options?: { cause?: unknown }) {
-    if (!STACK_LIMIT_WRITABLE) {
-      super('CONFLICT', message, { ...options, retryable: true });
-      return;
-    }
-    const limit = Error.stackTraceLimit;
-    Error.stackTraceLimit = 0;
+    const limit = STACK_LIMIT_WRITABLE ? Error.stackTraceLimit : undefined;
+    if (limit !== undefined) Error.stackTraceLimit = 0;
     try {
       super('CONFLICT', message, { ...options, retryable: true });
     } finally {
-      Error.stackTraceLimit = limit;
+      if (limit !== undefined) Error.stackTraceLimit = limit;
     }
   }
 }
