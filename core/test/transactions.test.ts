@@ -1,3 +1,6 @@
+import { spawnSync } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import {
   ClosedError,
   CommitUnknownError,
@@ -280,6 +283,21 @@ describe('transactions on the memory store', () => {
     // Every other error keeps its frames.
     expect(new StoreError('down', 'no').stack).toMatch(/\n\s+at /);
     expect(new ConflictError('x', { cause: conflict }).cause).toBe(conflict);
+  });
+
+  it('where Error is frozen (node --frozen-intrinsics), a ConflictError keeps its stack instead of throwing', () => {
+    // The built package (`pnpm test` builds first): a child process, since freezing is per process.
+    const core = pathToFileURL(join(dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'index.js')).href;
+    const code = [
+      `const { ConflictError } = await import(${JSON.stringify(core)});`,
+      `const e = new ConflictError('write conflict on t/"r"/c');`,
+      'console.log(JSON.stringify({ name: e.name, retryable: e.retryable, frames: /\\n\\s+at /.test(e.stack) }));',
+    ].join('\n');
+    const child = spawnSync(process.execPath, ['--frozen-intrinsics', '--input-type=module', '-e', code], {
+      encoding: 'utf8',
+    });
+    expect(child.status, child.stderr).toBe(0);
+    expect(JSON.parse(child.stdout.trim())).toEqual({ name: 'ConflictError', retryable: true, frames: true });
   });
 
   it('rethrows a user error unchanged and never retries it', async () => {
