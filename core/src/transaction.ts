@@ -21,7 +21,6 @@ import {
   LockNotResolvedError,
   PercolatorError,
   SnapshotTooOldError,
-  StoreError,
   UnsupportedOperationError,
 } from './errors.js';
 import type { TransactionOutcome, TransactionRef } from './events.js';
@@ -989,10 +988,9 @@ export class Transaction {
   ): Promise<{ timestamp: number; rows: (StoredRow | null)[] }> {
     // Shared with the other read-only transactions of this client that peek in this turn
     // (env.peeks exists exactly when env.peekCounter does, the only way here).
+    // The reply's size and counter value were checked on the way (checked-store.ts checks
+    // every reply of every store: a wrong one is a non-retryable StoreError).
     const { timestamp, rows } = await this.env.peeks!.peek(refs);
-    if (rows.length !== refs.length || !Number.isSafeInteger(timestamp + 1) || timestamp < 0) {
-      throw new StoreError('readPeeked answered with the wrong number of rows', 'no');
-    }
     if (this.ts === undefined) this.peeked = true;
     return { timestamp: timestamp + 1, rows };
   }
@@ -1039,14 +1037,10 @@ export class Transaction {
     // would have taken it (the shared peek calls it directly, among other transactions').
     const ok = (reply: { readonly timestamp: number; readonly rows: (StoredRow | null)[] }) => {
       try {
+        // Checked on the way, as every reply (checked-store.ts): one row per ref, a timestamp.
         const { timestamp, rows } = reply;
         // A peek answers the counter's value V; the snapshot is V + 1 (see `peek`).
         const ts = peek ? timestamp + 1 : timestamp;
-        // A reply of the wrong size is a broken store: never take a missing row for absent.
-        if (rows.length !== refs.length || !Number.isSafeInteger(ts) || ts < 1) {
-          const call = peek ? 'readPeeked' : 'readStamped';
-          throw new StoreError(`${call} answered with the wrong number of rows`, 'no');
-        }
         if (peek && this.ts === undefined) this.peeked = true;
         this.ts = ts;
         if (measuredSince !== undefined) gauge.record('stamped', performance.now() - measuredSince);

@@ -328,6 +328,58 @@ describe('read-only transactions', () => {
     await db.close();
   });
 
+  it('a peek or stamped read that answers the wrong number of rows or a bad timestamp fails the transaction: no row is taken for absent, nothing is written', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '2');
+    });
+    await db.flush();
+    const peek = store.readPeeked.bind(store);
+    const stamped = store.readStamped.bind(store);
+    type Reply = Awaited<ReturnType<typeof peek>>;
+    const breakages: [string, (reply: Reply) => Reply][] = [
+      ['a row short', (reply) => ({ ...reply, rows: reply.rows.slice(1) })],
+      ['a row too many', (reply) => ({ ...reply, rows: [...reply.rows, null] })],
+      ['a negative timestamp', (reply) => ({ ...reply, timestamp: -5 })],
+      ['no timestamp', (reply) => ({ ...reply, timestamp: Number.NaN })],
+    ];
+    const both = (tx: { getString(t: string, r: string, c: string): Promise<string | undefined> }) =>
+      Promise.all([tx.getString('t', 'a', 'v'), tx.getString('t', 'b', 'v')]);
+    const contract = (what: string) =>
+      expect.objectContaining({
+        name: 'StoreError',
+        retryable: false,
+        message: expect.stringContaining(`${what} broke the store contract`),
+      });
+    for (const [what, broken] of breakages) {
+      store.readPeeked = async (refs, counter) => broken(await peek(refs, counter));
+      store.readStamped = async (refs, counter) => broken(await stamped(refs, counter));
+      // Read-only (a peek), then read-write (a stamped read): a broken store, so one
+      // attempt each (not retryable), and the reads never resolve with a wrong row.
+      await expect(db.transact(both, { readOnly: true }), what).rejects.toEqual(contract('readPeeked'));
+      let seen: unknown;
+      await expect(
+        db.transact(async (tx) => {
+          seen = await both(tx);
+          tx.set('t', 'c', 'v', what);
+        }),
+        what,
+      ).rejects.toEqual(contract('readStamped'));
+      expect(seen, what).toBeUndefined();
+      if (what.includes('timestamp')) {
+        // ready() alone (a peek of no rows): refused the same way.
+        await expect(db.begin({ readOnly: true }), what).rejects.toEqual(contract('readPeeked'));
+      }
+    }
+    store.readPeeked = peek;
+    store.readStamped = stamped;
+    expect(await db.transact(both, { readOnly: true })).toEqual(['1', '2']);
+    expect(await db.transact((tx) => tx.getString('t', 'c', 'v'), { readOnly: true })).toBeUndefined();
+    await db.close();
+  });
+
   it('on a store without peekedRead, draw their start timestamp as any transaction does', async () => {
     const store = new InstrumentedStore(new MemoryStore(), { peekedRead: false });
     const db = new Percolator({ store });
