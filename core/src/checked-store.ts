@@ -69,6 +69,14 @@ class CheckedStore implements RowStore {
   declare readonly readStamped?: (rows: readonly RowRef[], counter: string) => Promise<StampedReadResult>;
   declare readonly readPeeked?: (rows: readonly RowRef[], counter: string) => Promise<StampedReadResult>;
 
+  /*
+   * Every call answers with a promise: a store method that throws instead of rejecting (or
+   * returns something that is not a promise) gives the caller the same failure as a
+   * rejection, never an exception out of whoever called it (a timer, a batch's flush, a
+   * microtask that sends a transaction's first reads), which would leave its waiters
+   * pending for ever. So each call to the store is inside its method's try.
+   */
+
   /** Reply checks of the hot calls, bound once: a call allocates no closure of its own. */
   private readonly onRead: (row: StoredRow | null) => StoredRow | null;
   private readonly onCas: (result: CasResult) => CasResult;
@@ -107,32 +115,38 @@ class CheckedStore implements RowStore {
   read(table: string, key: string): Promise<StoredRow | null> {
     try {
       checkRef(table, key);
+      return this.inner.read(table, key).then(this.onRead);
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.read(table, key).then(this.onRead);
   }
 
   checkAndSet(request: CasRequest): Promise<CasResult> {
     try {
       checkCasRequest(request, this.inner.capabilities.maxStateBytes);
+      return this.inner.checkAndSet(request).then(this.onCas);
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.checkAndSet(request).then(this.onCas);
   }
 
   close(): Promise<void> {
-    return this.inner.close();
+    try {
+      return this.inner.close();
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   private checkedReadMany(rows: readonly RowRef[]): Promise<(StoredRow | null)[]> {
     try {
       checkRefs('readMany', rows);
+      return this.inner.readMany!(rows).then((found) =>
+        replyRows(this.inner, 'readMany', found, rows.length),
+      );
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.readMany!(rows).then((found) => replyRows(this.inner, 'readMany', found, rows.length));
   }
 
   private checkedCasMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
@@ -140,32 +154,32 @@ class CheckedStore implements RowStore {
       if (!Array.isArray(requests)) throw new InvalidArgumentError('checkAndSetMany expects an array');
       const max = this.inner.capabilities.maxStateBytes;
       for (const request of requests) checkCasRequest(request, max);
+      return this.inner.checkAndSetMany!(requests).then((results) => {
+        if (!Array.isArray(results) || results.length !== requests.length) {
+          throw malformed(this.inner, 'checkAndSetMany', `${requests.length} results`, results, 'unknown');
+        }
+        for (const result of results) replyCas(this.inner, 'checkAndSetMany', result);
+        return results;
+      });
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.checkAndSetMany!(requests).then((results) => {
-      if (!Array.isArray(results) || results.length !== requests.length) {
-        throw malformed(this.inner, 'checkAndSetMany', `${requests.length} results`, results, 'unknown');
-      }
-      for (const result of results) replyCas(this.inner, 'checkAndSetMany', result);
-      return results;
-    });
   }
 
   private checkedStampedCas(request: StampedRequest, counter: string): Promise<StampedCasResult> {
     try {
       checkStampedRequest(request, this.inner.capabilities.maxStateBytes);
       checkCounterName(counter);
+      return this.inner.checkAndSetStamped!(request, counter).then((result) => {
+        replyCas(this.inner, 'checkAndSetStamped', result);
+        if (result.ok && !isTimestamp(result.timestamp)) {
+          throw malformed(this.inner, 'checkAndSetStamped', 'a timestamp', result.timestamp, 'unknown');
+        }
+        return result;
+      });
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.checkAndSetStamped!(request, counter).then((result) => {
-      replyCas(this.inner, 'checkAndSetStamped', result);
-      if (result.ok && !isTimestamp(result.timestamp)) {
-        throw malformed(this.inner, 'checkAndSetStamped', 'a timestamp', result.timestamp, 'unknown');
-      }
-      return result;
-    });
   }
 
   private checkedStampedCasMany(
@@ -175,77 +189,77 @@ class CheckedStore implements RowStore {
     try {
       checkStampedManyRequests(requests, this.inner.capabilities.maxStateBytes);
       checkCounterName(counter);
+      const what = 'checkAndSetStampedMany';
+      return this.inner.checkAndSetStampedMany!(requests, counter).then((result) => {
+        if (typeof result !== 'object' || result === null) {
+          throw malformed(this.inner, what, 'a result { ok, ... }', result, 'unknown');
+        }
+        if (result.ok === true) {
+          const { versions } = result;
+          if (!Array.isArray(versions) || versions.length !== requests.length) {
+            throw malformed(this.inner, what, `${requests.length} versions`, versions, 'unknown');
+          }
+          for (const version of versions) {
+            if (typeof version !== 'string' || version.length === 0) {
+              throw malformed(this.inner, what, 'a non-empty version', version, 'unknown');
+            }
+          }
+          if (!isTimestamp(result.timestamp)) {
+            throw malformed(this.inner, what, 'a timestamp', result.timestamp, 'unknown');
+          }
+        } else if (result.ok === false) {
+          const { current } = result;
+          if (current !== undefined) {
+            if (!Array.isArray(current) || current.length !== requests.length) {
+              throw malformed(this.inner, what, `${requests.length} current rows`, current, 'unknown');
+            }
+            for (const row of current) if (row !== undefined) replyRow(this.inner, what, row, 'unknown');
+          }
+        } else {
+          throw malformed(this.inner, what, 'ok: true or false', (result as { ok: unknown }).ok, 'unknown');
+        }
+        return result;
+      });
     } catch (error) {
       return Promise.reject(error);
     }
-    const what = 'checkAndSetStampedMany';
-    return this.inner.checkAndSetStampedMany!(requests, counter).then((result) => {
-      if (typeof result !== 'object' || result === null) {
-        throw malformed(this.inner, what, 'a result { ok, ... }', result, 'unknown');
-      }
-      if (result.ok === true) {
-        const { versions } = result;
-        if (!Array.isArray(versions) || versions.length !== requests.length) {
-          throw malformed(this.inner, what, `${requests.length} versions`, versions, 'unknown');
-        }
-        for (const version of versions) {
-          if (typeof version !== 'string' || version.length === 0) {
-            throw malformed(this.inner, what, 'a non-empty version', version, 'unknown');
-          }
-        }
-        if (!isTimestamp(result.timestamp)) {
-          throw malformed(this.inner, what, 'a timestamp', result.timestamp, 'unknown');
-        }
-      } else if (result.ok === false) {
-        const { current } = result;
-        if (current !== undefined) {
-          if (!Array.isArray(current) || current.length !== requests.length) {
-            throw malformed(this.inner, what, `${requests.length} current rows`, current, 'unknown');
-          }
-          for (const row of current) if (row !== undefined) replyRow(this.inner, what, row, 'unknown');
-        }
-      } else {
-        throw malformed(this.inner, what, 'ok: true or false', (result as { ok: unknown }).ok, 'unknown');
-      }
-      return result;
-    });
   }
 
   private checkedReadStamped(rows: readonly RowRef[], counter: string): Promise<StampedReadResult> {
     try {
       checkRefs('readStamped', rows);
       checkCounterName(counter);
+      return this.inner.readStamped!(rows, counter).then((reply) => {
+        if (typeof reply !== 'object' || reply === null || !isTimestamp(reply.timestamp)) {
+          throw malformed(this.inner, 'readStamped', 'a timestamp', reply?.timestamp, 'no');
+        }
+        replyRows(this.inner, 'readStamped', reply.rows, rows.length);
+        return reply;
+      });
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.readStamped!(rows, counter).then((reply) => {
-      if (typeof reply !== 'object' || reply === null || !isTimestamp(reply.timestamp)) {
-        throw malformed(this.inner, 'readStamped', 'a timestamp', reply?.timestamp, 'no');
-      }
-      replyRows(this.inner, 'readStamped', reply.rows, rows.length);
-      return reply;
-    });
   }
 
   private checkedReadPeeked(rows: readonly RowRef[], counter: string): Promise<StampedReadResult> {
     try {
       checkRefs('readPeeked', rows);
       checkCounterName(counter);
+      return this.inner.readPeeked!(rows, counter).then((reply) => {
+        // 0 is a value here: the counter was never drawn from.
+        if (
+          typeof reply !== 'object' ||
+          reply === null ||
+          !(reply.timestamp === 0 || isTimestamp(reply.timestamp))
+        ) {
+          throw malformed(this.inner, 'readPeeked', 'a counter value', reply?.timestamp, 'no');
+        }
+        replyRows(this.inner, 'readPeeked', reply.rows, rows.length);
+        return reply;
+      });
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.readPeeked!(rows, counter).then((reply) => {
-      // 0 is a value here: the counter was never drawn from.
-      if (
-        typeof reply !== 'object' ||
-        reply === null ||
-        !(reply.timestamp === 0 || isTimestamp(reply.timestamp))
-      ) {
-        throw malformed(this.inner, 'readPeeked', 'a counter value', reply?.timestamp, 'no');
-      }
-      replyRows(this.inner, 'readPeeked', reply.rows, rows.length);
-      return reply;
-    });
   }
 
   private checkedScan(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
@@ -254,48 +268,48 @@ class CheckedStore implements RowStore {
       checkScanOptions(options);
       checkBound('start', options.start);
       checkBound('end', options.end);
+      if (options.limit === 0) return Promise.resolve([]);
+      return this.inner.scan!(table, options).then((rows) => {
+        if (!Array.isArray(rows) || rows.length > options.limit) {
+          throw malformed(this.inner, 'scan', `at most ${options.limit} rows`, rows, 'no');
+        }
+        let previous: string | undefined;
+        for (const entry of rows) {
+          const key = entry?.key;
+          if (!inScanRange(key, previous, options)) {
+            throw malformed(this.inner, 'scan', 'keys in range and in key order', key, 'no');
+          }
+          replyRow(this.inner, 'scan', entry.row, 'no', false);
+          previous = key;
+        }
+        return rows;
+      });
     } catch (error) {
       return Promise.reject(error);
     }
-    if (options.limit === 0) return Promise.resolve([]);
-    return this.inner.scan!(table, options).then((rows) => {
-      if (!Array.isArray(rows) || rows.length > options.limit) {
-        throw malformed(this.inner, 'scan', `at most ${options.limit} rows`, rows, 'no');
-      }
-      let previous: string | undefined;
-      for (const entry of rows) {
-        const key = entry?.key;
-        if (!inScanRange(key, previous, options)) {
-          throw malformed(this.inner, 'scan', 'keys in range and in key order', key, 'no');
-        }
-        replyRow(this.inner, 'scan', entry.row, 'no', false);
-        previous = key;
-      }
-      return rows;
-    });
   }
 
   private checkedScanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
     try {
       checkTable(table);
       checkScanOptions(options);
+      if (options.limit === 0) return Promise.resolve([]);
+      return this.inner.scanNotified!(table, options).then((keys) => {
+        if (!Array.isArray(keys) || keys.length > options.limit) {
+          throw malformed(this.inner, 'scanNotified', `at most ${options.limit} keys`, keys, 'no');
+        }
+        let previous: string | undefined;
+        for (const key of keys) {
+          if (!inScanRange(key, previous, options)) {
+            throw malformed(this.inner, 'scanNotified', 'keys after `after`, in key order', key, 'no');
+          }
+          previous = key;
+        }
+        return keys;
+      });
     } catch (error) {
       return Promise.reject(error);
     }
-    if (options.limit === 0) return Promise.resolve([]);
-    return this.inner.scanNotified!(table, options).then((keys) => {
-      if (!Array.isArray(keys) || keys.length > options.limit) {
-        throw malformed(this.inner, 'scanNotified', `at most ${options.limit} keys`, keys, 'no');
-      }
-      let previous: string | undefined;
-      for (const key of keys) {
-        if (!inScanRange(key, previous, options)) {
-          throw malformed(this.inner, 'scanNotified', 'keys after `after`, in key order', key, 'no');
-        }
-        previous = key;
-      }
-      return keys;
-    });
   }
 
   private checkedIncrement(name: string, delta: number): Promise<number> {
@@ -304,15 +318,15 @@ class CheckedStore implements RowStore {
       if (typeof delta !== 'number' || !Number.isSafeInteger(delta) || delta < 1) {
         throw new InvalidArgumentError(`counter delta must be an integer >= 1, got ${describe(delta)}`);
       }
+      return this.inner.incrementCounter!(name, delta).then((value) => {
+        if (!Number.isSafeInteger(value) || value < delta) {
+          throw malformed(this.inner, 'incrementCounter', `a safe integer >= ${delta}`, value, 'unknown');
+        }
+        return value;
+      });
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.inner.incrementCounter!(name, delta).then((value) => {
-      if (!Number.isSafeInteger(value) || value < delta) {
-        throw malformed(this.inner, 'incrementCounter', `a safe integer >= ${delta}`, value, 'unknown');
-      }
-      return value;
-    });
   }
 }
 

@@ -41,7 +41,15 @@ abstract class BatchingOracle implements TimestampOracle {
     const batch = this.waiting;
     this.waiting = [];
     this.inFlight = true;
-    this.reserve(batch.length).then(
+    let reserved: Promise<number>;
+    try {
+      reserved = Promise.resolve(this.reserve(batch.length));
+    } catch (error) {
+      // A reserve that throws instead of rejecting fails this batch like a rejection; left
+      // to escape, it would leave inFlight set and every later next() waiting for ever.
+      reserved = Promise.reject(error);
+    }
+    reserved.then(
       (top) => {
         if (!Number.isSafeInteger(top) || top > Number.MAX_SAFE_INTEGER - 1) {
           for (const w of batch) w.reject(new Error(`oracle returned an unusable timestamp ${top}`));

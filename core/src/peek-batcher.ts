@@ -1,4 +1,5 @@
 import { nextTurn } from './backoff.js';
+import { StoreError } from './errors.js';
 import type { RowRef, RowStore, StoredRow } from './store.js';
 
 /** Rows in one shared peek at most (a transaction's own first reads are never split). */
@@ -73,13 +74,20 @@ export class PeekBatcher {
     }
     call.then(
       ({ timestamp, rows }) => {
-        if (batch.length === 1) {
-          resolve(batch[0]!, { timestamp, rows });
+        // A reply of the wrong size is a broken store (the checked store, which the core
+        // puts under this batcher, refuses one before it gets here): a failure for each, never
+        // a waiter's rows cut from the wrong place, nor a missing row taken for an absent one.
+        if (!Array.isArray(rows) || rows.length !== refs.length) {
+          const error = new StoreError(
+            `readPeeked broke the store contract: expected ${refs.length} rows, got ${Array.isArray(rows) ? rows.length : typeof rows}`,
+            'no',
+            { retryable: false },
+          );
+          for (const w of batch) w.reject(error);
           return;
         }
-        // A reply of the wrong size is a broken store: each waiter's own check reports it.
-        if (rows.length !== refs.length) {
-          for (const w of batch) resolve(w, { timestamp, rows: [] });
+        if (batch.length === 1) {
+          resolve(batch[0]!, { timestamp, rows });
           return;
         }
         let at = 0;

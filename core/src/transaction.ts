@@ -241,8 +241,26 @@ export class Transaction {
     return this.ts;
   }
 
-  /** Draws the start timestamp now if it is not drawn yet, and resolves to it. */
-  async ready(): Promise<number> {
+  /**
+   * Draws the start timestamp now if it is not drawn yet, and resolves to it. A transaction
+   * that is no longer active and drew none (a blind write takes the stamp of its one-step
+   * commit as its start timestamp, docs/protocol.md 4.5) gets a ClosedError: a draw now
+   * would name a snapshot it never had. `tx.startTs` gives the stamp once the commit is done.
+   */
+  ready(): Promise<number> {
+    if (this.ts !== undefined) return Promise.resolve(this.ts);
+    if (this.status !== 'active') {
+      return Promise.reject(
+        new ClosedError(
+          `transaction is ${this.status} and drew no start timestamp before its commit (a blind write stamps it in the commit: read tx.startTs once the commit is done)`,
+        ),
+      );
+    }
+    return this.draw();
+  }
+
+  /** `ready()`, inside the transaction (its reads, scans and commit): draws if not drawn yet. */
+  private async draw(): Promise<number> {
     if (this.ts !== undefined) return this.ts;
     // The first reads' draw, if in flight; else this draw (the peek, or the oracle).
     let drawing: Promise<number>;
@@ -536,7 +554,7 @@ export class Transaction {
   /** Rows of `table` in key order (UTF-8 byte order) at this snapshot, with this transaction's writes applied. */
   async *scan(table: string, range: ScanRange = {}): AsyncGenerator<ScannedRow> {
     this.assertActive();
-    await this.ready();
+    await this.draw();
     validateUserTable(table);
     if (range.start !== undefined) validateRowKey(range.start);
     if (range.end !== undefined) validateRowKey(range.end);
@@ -689,7 +707,7 @@ export class Transaction {
       // writes, which its commit needs anyway (one round trip for both).
       await Promise.all([...this.mutations.values()].map((m) => this.readAndRemember(m.table, m.row)));
     }
-    if (this.ts === undefined) await this.ready(); // otherwise drawn now (no await when drawn: every commit passes here)
+    if (this.ts === undefined) await this.draw(); // otherwise drawn now (no await when drawn: every commit passes here)
     const rows = this.rowMutations();
     const notified = this.notifications ? [...this.notifications.values()] : [];
     if (rows.length === 0) {
@@ -730,6 +748,9 @@ export class Transaction {
       return false;
     }
     const rows = this.mutations.size;
+    // Nothing written: nothing to stamp (a transaction that read and wrote nothing draws its
+    // start timestamp as any other, and commits with no store call).
+    if (rows === 0) return false;
     const oneStep = rows === 1 || (this.env.stampsMany && rows <= this.env.onePhaseMaxRows);
     return oneStep && (this.notifications?.size ?? 0) === 0;
   }
@@ -779,7 +800,7 @@ export class Transaction {
       // Too large for one step of this store: nothing was written.
       if (commitTs !== undefined) return commitTs;
       // A blind write never drew a start timestamp; two phases need one.
-      if (startTs === STAMP) return this.commitRows(rows, signal, await this.ready(), false);
+      if (startTs === STAMP) return this.commitRows(rows, signal, await this.draw(), false);
     }
     return commitTransaction(ctx);
   }
@@ -945,7 +966,7 @@ export class Transaction {
     const peek = this.readOnly && this.env.peekCounter !== undefined;
     const counter = peek ? this.env.peekCounter : this.env.stampedReadCounter;
     if ((!peek && counter === undefined) || (this.starting !== undefined && this.firstReads === undefined)) {
-      return this.ready().then(() => this.env.reader.read(table, row));
+      return this.draw().then(() => this.env.reader.read(table, row));
     }
     // A peek draws nothing, so it is the cheaper way under load too. Otherwise the gauge
     // chooses (env.ts, StampedReadGauge), and learns how long its choice took.
@@ -953,7 +974,7 @@ export class Transaction {
     const way = peek || this.firstReads !== undefined ? 'idle' : gauge.choose();
     if (way === 'oracle') {
       const since = performance.now();
-      return this.ready()
+      return this.draw()
         .then(() => this.env.reader.read(table, row))
         .then((stored) => {
           gauge.record('oracle', performance.now() - since);

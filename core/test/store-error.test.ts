@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { ClientCrash, isRetryable, LocalOracle, MemoryStore, Percolator, StoreError } from '../src/index.js';
+import {
+  ClientCrash,
+  isRetryable,
+  LocalOracle,
+  MemoryStore,
+  Percolator,
+  StoreError,
+  type Transaction,
+} from '../src/index.js';
 import { fakeClock } from './support.js';
 
 describe('StoreError retryable', () => {
@@ -127,5 +135,89 @@ describe('a lock resolution whose write cannot be verified', () => {
     expect(await reader.transact((t) => t.getString('t', 'b', 'v'))).toBeUndefined();
     expect(await reader.transact((t) => t.getString('t', 'a', 'v'))).toBeUndefined();
     await Promise.all([owner.close(), reader.close()]);
+  });
+});
+
+/** A MemoryStore whose next call of `method` throws `error` synchronously, instead of rejecting. */
+function throwingOnce(
+  method: 'readStamped' | 'readPeeked' | 'incrementCounter' | 'read' | 'checkAndSetStamped',
+) {
+  const store = new MemoryStore();
+  const target = store as unknown as Record<string, (...args: unknown[]) => unknown>;
+  const original = target[method]!.bind(store);
+  const control = { error: undefined as unknown, calls: 0 };
+  target[method] = (...args: unknown[]) => {
+    control.calls++;
+    const error = control.error;
+    if (error !== undefined) {
+      control.error = undefined;
+      throw error;
+    }
+    return original(...args);
+  };
+  return { store, control };
+}
+
+/** Settles within `ms`, or says it hung. */
+function within<T>(promise: Promise<T>, ms = 2000): Promise<['ok', T] | ['failed', unknown] | ['hung']> {
+  return Promise.race([
+    promise.then(
+      (value): ['ok', T] => ['ok', value],
+      (error: unknown): ['failed', unknown] => ['failed', error],
+    ),
+    new Promise<['hung']>((resolve) => setTimeout(() => resolve(['hung']), ms)),
+  ]);
+}
+
+describe('a store method that throws instead of rejecting', () => {
+  it('a stamped read: the same as a rejection (a retryable one falls back to the oracle), nothing escapes, nothing stays in flight', async () => {
+    const { store, control } = throwingOnce('readStamped');
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+    const increment = async (tx: Transaction) => {
+      const n = Number(await tx.getString('t', 'a', 'v'));
+      tx.set('t', 'a', 'v', String(n + 1));
+      return n;
+    };
+    control.error = new StoreError('the stamped read could not be sent', 'no');
+    expect(await within(db.transact(increment))).toEqual(['ok', 1]);
+    // One that retrying cannot fix reaches the caller, once.
+    const fatal = new StoreError('the credentials were refused', 'no', { retryable: false });
+    control.error = fatal;
+    expect(await within(db.transact(increment))).toEqual(['failed', fatal]);
+    // The client is not left "under load" (a stamped read it never sent counted in flight):
+    // the next transaction's first read is a stamped read again.
+    const before = control.calls;
+    expect(await within(db.transact(increment))).toEqual(['ok', 2]);
+    expect(control.calls).toBe(before + 1);
+    await db.close();
+  });
+
+  it('a peek, a counter increment, a read and a stamped CAS: each fails its caller and the next call works', async () => {
+    for (const method of ['readPeeked', 'incrementCounter', 'read', 'checkAndSetStamped'] as const) {
+      const { store, control } = throwingOnce(method);
+      const db = new Percolator({ store, rowCacheBytes: 0 });
+      await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+      control.error = new Error(`${method} is broken`);
+      const attempts = [
+        () => db.transact((tx) => tx.getString('t', 'a', 'v'), { readOnly: true }),
+        () => db.begin().then((tx) => tx.getString('t', 'a', 'v')),
+        () => db.transact(async (tx) => tx.set('t', 'b', 'v', method)),
+      ];
+      for (const attempt of attempts) {
+        const outcome = await within(attempt());
+        expect(outcome[0], method).not.toBe('hung');
+      }
+      expect(control.error, `${method} was called`).toBeUndefined();
+      // Nothing is stuck: the oracle is not left waiting on a fetch that never started.
+      expect(await within(db.transact((tx) => tx.getString('t', 'a', 'v'), { readOnly: true }))).toEqual([
+        'ok',
+        '1',
+      ]);
+      const tx = await db.begin();
+      expect(await within(tx.ready())).toEqual(['ok', tx.startTs]);
+      await tx.commit();
+      await db.close();
+    }
   });
 });

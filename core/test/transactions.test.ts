@@ -523,6 +523,47 @@ describe('transactions on the memory store', () => {
     await db.close();
   });
 
+  it('a transaction with nothing to write commits on a store with one-step commits of many rows (nothing read; read only)', async () => {
+    const store = new MemoryStore();
+    expect(store.capabilities.stampedCheckAndSetMany).toBe(true);
+    const db = new Percolator({ store });
+    expect(await db.transact(async () => 42)).toBe(42);
+    expect(await db.transact(async () => 43, { readOnly: true })).toBe(43);
+    const tx = await db.begin();
+    expect((await tx.commit()).commitTs).toBe(tx.startTs);
+    await db.transact(async (t) => t.set('t', 'a', 'v', '1'));
+    expect(await db.transact((t) => t.getString('t', 'a', 'v'))).toBe('1');
+    await db.close();
+  });
+
+  it('ready() on a blind write while it commits is a ClosedError (its start is the stamp its commit draws), and the stamp once committed: never a draw of its own', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'blind', 'v', '0')); // cached: the next write is blind
+    await db.flush();
+    const release = store.gate('t', 'blind');
+    let written: Transaction | undefined;
+    const commit = db.transact(async (tx) => {
+      written = tx;
+      tx.set('t', 'blind', 'v', '1');
+    });
+    await new Promise((resolve) => setTimeout(resolve, 10)); // its one CAS is held at the gate
+    const draws = store.calls.incrementCounter + store.calls.readStamped;
+    await expect(written!.ready()).rejects.toBeInstanceOf(ClosedError);
+    release();
+    await commit;
+    expect(await written!.ready()).toBe(written!.startTs);
+    expect(store.calls.incrementCounter + store.calls.readStamped).toBe(draws);
+    const row = inspectHeadRow((await store.read('t', 'blind'))!.state);
+    expect(row.cells[0]!.writes[0]!.startTs).toBe(written!.startTs);
+    expect(row.cells[0]!.writes[0]!.commitTs).toBe(written!.startTs);
+    // A transaction that drew its start timestamp keeps answering it.
+    const tx = await db.begin();
+    await tx.commit();
+    expect(await tx.ready()).toBe(tx.startTs);
+    await db.close();
+  });
+
   it('under load, first reads share the batched oracle instead of drawing a timestamp each', async () => {
     const store = new InstrumentedStore();
     const db = new Percolator({ store });

@@ -369,6 +369,37 @@ async function readSkew(ctx: CaseContext, mode: FaultMode): Promise<void> {
 
 // ---------------------------------------------------------------------------------------
 
+/**
+ * Transactions with nothing to write commit, whatever one-step commit the store offers: one
+ * that reads and writes nothing (db.transact, begin/commit), one that only reads, read-only
+ * or not. (A one-step commit of "every row written" must not take zero rows for one step.)
+ */
+async function emptyTransactions(ctx: CaseContext): Promise<void> {
+  const store = await ctx.createStore();
+  const { db } = client(ctx, store);
+  const T = 'p_empty';
+  checkEqual(await db.transact(async () => 42), 42, 'a transaction that reads and writes nothing');
+  checkEqual(
+    await db.transact(async () => 43, { readOnly: true }),
+    43,
+    'a read-only transaction that reads nothing',
+  );
+  const tx = await db.begin();
+  const { commitTs } = await tx.commit();
+  check(commitTs >= tx.startTs, `begin/commit of nothing: commitTs ${commitTs} below startTs ${tx.startTs}`);
+  await db.transact(async (t) => t.set(T, 'a', 'v', 'x'));
+  checkEqual(
+    await db.transact((t) => t.getString(T, 'a', 'v')),
+    'x',
+    'a read-write transaction that only reads',
+  );
+  checkEqual(
+    await db.transact((t) => t.getString(T, 'a', 'v'), { readOnly: true }),
+    'x',
+    'a read-only transaction that reads',
+  );
+}
+
 async function writeSkew(ctx: CaseContext): Promise<void> {
   const store = await ctx.createStore();
   const db = client(ctx, store).db;
@@ -444,6 +475,11 @@ export function protocolCases(mode: FaultMode): ConformanceCase[] {
       part,
       name: 'write skew is allowed (snapshot isolation, documented): disjoint writers both commit',
       run: writeSkew,
+    });
+    cases.push({
+      part,
+      name: 'transactions with nothing to write commit (nothing read either; read only; read-only)',
+      run: emptyTransactions,
     });
   }
   cases.push(...recoveryCases(mode));
