@@ -150,7 +150,10 @@ export async function updateRow<T>(
       current = outcome.current;
       if (current !== undefined) cache?.set(table, key, current);
     } catch (error) {
-      if (error instanceof RowTooLargeError) throw error;
+      // Nothing was sent; but after an earlier attempt whose outcome is unknown the row may
+      // hold that attempt's write, so the outcome stays unknown (a caller that took this for
+      // "not written" would roll back a commit that landed).
+      if (error instanceof RowTooLargeError) throw ambiguous ? new AmbiguousOutcome(error) : error;
       lastError = error;
       if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
       current = undefined;

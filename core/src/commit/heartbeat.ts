@@ -24,13 +24,20 @@ export class Heartbeat {
 
   private async refresh(): Promise<void> {
     const { env, startTs, primary } = this.ctx;
+    let wrote = false;
     const { stored } = await updateRow(env, primary.table, primary.row, undefined, (state) => {
       const lock = state?.cells.get(primary.column)?.lock;
+      wrote = false;
       if (!state || lock?.startTs !== startTs) return { done: undefined };
       lock.wallTimeMs = env.clock();
+      wrote = true;
       return { write: state, result: undefined };
     });
-    if (stored !== undefined) this.ctx.knownRows.set(rowId(primary.table, primary.row), stored);
+    // Only a row this beat wrote is news for the commit point. A row it merely read may
+    // predate the primary's prewrite (a beat that read before the lock landed and whose
+    // reply came after the prewrite's): kept, it would show the commit point no lock of
+    // ours, which it takes as a rollback by another client.
+    if (wrote && stored !== undefined) this.ctx.knownRows.set(rowId(primary.table, primary.row), stored);
   }
 
   async stop(): Promise<void> {
