@@ -307,6 +307,54 @@ describe('mysql stamped check-and-set: failures', () => {
     expect(await store.incrementCounter(counter, 1)).toBe(before + 1);
   });
 
+  it('a call interrupted by max_statement_time is StoreError unknown (the timer may fire during its COMMIT)', async () => {
+    // MariaDB answers 1969 whether the interrupted CALL committed or not: a timer that fires
+    // during the procedure's COMMIT leaves it committed. Here it fires while the call waits
+    // for a row another session holds (nothing drawn, nothing written), which makes the
+    // error certain; the answer must still not claim "not applied".
+    const pool = userPool({ connectionLimit: 1, multipleStatements: true });
+    (
+      pool as unknown as { pool: { on(e: string, f: (c: { query(q: string): void }) => void): void } }
+    ).pool.on('connection', (connection) => connection.query('SET SESSION max_statement_time = 0.3'));
+    const timed = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    const v = (await store.checkAndSet({ table: 'timer', key: 'k', expected: null, state: template('0') }))!;
+    if (!v.ok) throw new Error('setup failed');
+    const counter = 'st.timer';
+    const before = await store.incrementCounter(counter, 1);
+    const blocker = await lockingSession(
+      `SELECT 1 FROM \`${store.namespace}_rows\` WHERE tbl = ? AND row_key = ? FOR UPDATE`,
+      [Buffer.from('timer'), Buffer.from('k')],
+    );
+    try {
+      const single = await errorOf(
+        timed.checkAndSetStamped(
+          { table: 'timer', key: 'k', expected: v.version, state: template('1') },
+          counter,
+        ),
+      );
+      const many = await errorOf(
+        timed.checkAndSetStampedMany(
+          [
+            { table: 'timer', key: 'a', expected: null, state: template('a') },
+            { table: 'timer', key: 'k', expected: v.version, state: template('2') },
+          ],
+          counter,
+        ),
+      );
+      for (const error of [single, many]) {
+        expect(error).toBeInstanceOf(StoreError);
+        expect((error as StoreError).applied).toBe('unknown');
+        expect(String((error as StoreError).cause)).toMatch(/max_statement_time/);
+      }
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    expect(await store.read('timer', 'k')).toEqual({ version: v.version, state: template('0') });
+    expect(await store.read('timer', 'a')).toBeNull();
+    expect(await store.incrementCounter(counter, 1)).toBe(before + 1);
+  });
+
   it('an error after the increment rolls everything back and is StoreError no', async () => {
     // A lock wait timeout of 1 s on the store's one connection, and the final row write held
     // up (as in the white-box test above) after the counter was drawn. MariaDB deems that
