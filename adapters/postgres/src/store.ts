@@ -445,10 +445,11 @@ class PostgresRowStore implements PostgresStore {
 
   /** Runs one casMany statement; returns applied request ordinals (1-based) -> new version. */
   private async casManyStatement(unordered: readonly CasPlan[]): Promise<Map<number, string>> {
-    // In (table, key) order: the statement locks its rows as it meets them, in this order,
-    // and holds them to its end, so two batches over the same rows in opposite orders
-    // would deadlock, and PostgreSQL only finds a deadlock after deadlock_timeout (1 s by
-    // default). One order for every batch leaves no cycle. `order[i]` is the caller's index.
+    // In (table, key) order: the statement locks every row that exists in this order
+    // before it writes any (statements.ts, casMany's `lk`) and holds them to its end, so two
+    // batches over the same rows in opposite orders would deadlock, and PostgreSQL only
+    // finds a deadlock after deadlock_timeout (1 s by default). One order for every batch
+    // leaves no cycle. `order[i]` is the caller's index.
     const order = unordered.map((_, i) => i);
     order.sort(
       (a, b) =>

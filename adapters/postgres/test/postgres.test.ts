@@ -208,6 +208,71 @@ describe('postgres store: limits and failures', () => {
     }
   });
 
+  it('checkAndSetMany locks every row that exists before it writes any, creates included, so a stale create cannot close a cycle', async () => {
+    // The writes take their rows kind by kind (updates, deletes, creates). Without locking
+    // first, batch A = [create a (a exists: a stale create), update b, update c] held b and
+    // waited for c, and a create of a waits for whoever holds a: batch B = [update a, update
+    // b] held a and waited for b. A cycle, broken only after deadlock_timeout (a review saw
+    // it in 10 of 10 rounds). Now A holds a and b while it waits for c, so B waits for A.
+    const s = await openStore({ namespace: uniqueNamespace() });
+    const rows = `"${s.namespace}_rows"`;
+    const va = version(await s.checkAndSet({ table: 'd', key: 'a', expected: null, state: bytes('a0') }));
+    const vb = version(await s.checkAndSet({ table: 'd', key: 'b', expected: null, state: bytes('b0') }));
+    const vc = version(await s.checkAndSet({ table: 'd', key: 'c', expected: null, state: bytes('c0') }));
+    const blocker = await admin.connect();
+    const probe = await admin.connect();
+    const waiting = () =>
+      vi.waitFor(
+        async () => {
+          const locks = await probe.query(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`);
+          expect(locks.rows[0].n).toBeGreaterThan(0);
+        },
+        { timeout: 10_000, interval: 20 },
+      );
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
+        Buffer.from('d'),
+        Buffer.from('c'),
+      ]);
+      const a = s.checkAndSetMany([
+        { table: 'd', key: 'a', expected: null, state: bytes('aX') },
+        { table: 'd', key: 'b', expected: vb, state: bytes('bX') },
+        { table: 'd', key: 'c', expected: vc, state: bytes('cX') },
+      ]);
+      await waiting();
+      // A waits for c holding a, the row its create will find there.
+      await probe.query('BEGIN');
+      const tryA = await probe
+        .query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE NOWAIT`, [
+          Buffer.from('d'),
+          Buffer.from('a'),
+        ])
+        .then(
+          () => 'free',
+          (error: { code?: string }) => error.code,
+        );
+      await probe.query('ROLLBACK');
+      expect(tryA).toBe('55P03'); // lock_not_available
+      const b = s.checkAndSetMany([
+        { table: 'd', key: 'a', expected: va, state: bytes('a1') },
+        { table: 'd', key: 'b', expected: vb, state: bytes('b1') },
+      ]);
+      await blocker.query('ROLLBACK');
+      const [ra, rb] = await Promise.all([a, b]);
+      // A first: its stale create fails, its updates apply; then B: a applies, b was changed.
+      expect(ra.map((r) => r.ok)).toEqual([false, true, true]);
+      expect(rb.map((r) => r.ok)).toEqual([true, false]);
+      expect(text((await s.read('d', 'a'))!.state)).toBe('a1');
+      expect(text((await s.read('d', 'b'))!.state)).toBe('bX');
+      expect(text((await s.read('d', 'c'))!.state)).toBe('cX');
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      probe.release();
+    }
+  });
+
   it('gives up on a blocked CAS after queryTimeoutMs: StoreError unknown, and the row stays consistent', async () => {
     await expect(openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 0 })).rejects.toBeInstanceOf(
       InvalidArgumentError,
