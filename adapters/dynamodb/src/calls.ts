@@ -92,7 +92,7 @@ interface SdkError {
   code?: string;
   errors?: { code?: string }[];
   $fault?: string;
-  $metadata?: { httpStatusCode?: number };
+  $metadata?: { httpStatusCode?: number; attempts?: number };
   CancellationReasons?: { Code?: string }[];
 }
 
@@ -185,7 +185,11 @@ export class Caller {
       return (await this.client.send(command)) as T;
     } catch (error) {
       const failure = classify(error);
-      if (failure === 'server' || failure === 'lost') {
+      // Sent more than once (a caller's client with a retry strategy of its own, which
+      // overrides maxAttempts: 1): an earlier attempt may have landed, so whatever the
+      // last one answered (a conditional write failing on its own first write, above all)
+      // proves nothing.
+      if (failure === 'server' || failure === 'lost' || sentMoreThanOnce(error)) {
         throw new StoreError(
           `DynamoDB ${operation}: outcome unknown, the write may have been applied (${describeError(error)})`,
           'unknown',
@@ -220,6 +224,12 @@ export class Caller {
       pending = left;
     }
   }
+}
+
+/** The SDK's count of attempts for the call that ended in `error` (absent: one). */
+function sentMoreThanOnce(error: unknown): boolean {
+  const attempts = (error as SdkError | undefined)?.$metadata?.attempts;
+  return typeof attempts === 'number' && attempts > 1;
 }
 
 function notApplied(operation: string, error: unknown): StoreError {

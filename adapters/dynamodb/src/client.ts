@@ -50,7 +50,12 @@ export async function resolveClient(
   return { client: new DynamoDBClient(config), owned: true };
 }
 
-/** A caller's client must not retry on its own, for the reason given above. */
+/**
+ * A caller's client must not retry on its own, for the reason given above. Its
+ * `maxAttempts` is checked here; a `retryStrategy` of its own overrides that setting and
+ * cannot be read back, so `Caller.write` (calls.ts) also takes any write the SDK sent more
+ * than once and that then failed as an unknown outcome.
+ */
 async function assertSingleAttempt(client: DynamoDBClient): Promise<void> {
   const setting: unknown = client.config.maxAttempts;
   const attempts = typeof setting === 'function' ? await setting() : setting;

@@ -1,3 +1,4 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '@percolator/core';
 import { type DynamoDbLocal, startDynamoDbLocal } from '@percolator/testkit/dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -90,6 +91,69 @@ describe('dynamodb store: ambiguous outcomes', () => {
     const row = await direct.read('t', 'k');
     expect(text(row?.state ?? new Uint8Array())).toBe('v2');
     expect(row?.version).not.toBe(created.version);
+  });
+
+  it("a caller's client with a retry strategy of its own: a conditional write the SDK sent again after its first landed is unknown, not a conflict", async () => {
+    // maxAttempts: 1 passes the store's check, but a retryStrategy overrides it. The first
+    // PutItem (and DeleteItem) lands and its reply is lost; the SDK sends it again, and the
+    // resend fails its own condition: taken at its word, a conflict over our own write.
+    const target = db.target();
+    type Token = { getRetryCount(): number; getRetryDelay(): number };
+    const token = (n: number): Token => ({ getRetryCount: () => n, getRetryDelay: () => 1 });
+    const client = new DynamoDBClient({
+      endpoint: target.endpoint,
+      region: target.region,
+      ...(target.credentials ? { credentials: target.credentials } : {}),
+      maxAttempts: 1,
+      retryStrategy: {
+        mode: 'custom',
+        acquireInitialRetryToken: async () => token(0),
+        refreshRetryTokenForRetry: async (last: Token, error: unknown) => {
+          if (last.getRetryCount() + 1 >= 3) throw error;
+          return token(last.getRetryCount() + 1);
+        },
+        recordSuccess: () => {},
+      } as never,
+    });
+    const sends = { PutItemCommand: 0, DeleteItemCommand: 0 };
+    const lost = new Set<string>();
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const name = (context as { commandName?: string }).commandName ?? '';
+        if (!(name in sends)) return next(args);
+        sends[name as keyof typeof sends]++;
+        const out = await next(args); // landed
+        if (!lost.has(name)) {
+          lost.add(name);
+          throw Object.assign(new Error('socket hang up'), {
+            name: 'Error',
+            code: 'ECONNRESET',
+            $metadata: {},
+          });
+        }
+        return out;
+      },
+      { step: 'deserialize', name: 'loseFirstReply' },
+    );
+    try {
+      const store = db.track(
+        await createDynamoDbStore({
+          client,
+          tableName: target.tableName,
+          namespace: uniqueNamespace('r'),
+          createTable: true,
+        }),
+      );
+      await expectUnknown(store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('mine') }));
+      expect(sends.PutItemCommand).toBeGreaterThanOrEqual(2); // sent again by the SDK
+      const row = (await store.read('t', 'k'))!;
+      expect(text(row.state)).toBe('mine');
+      await expectUnknown(store.checkAndSet({ table: 't', key: 'k', expected: row.version, state: null }));
+      expect(sends.DeleteItemCommand).toBeGreaterThanOrEqual(2);
+      expect(await store.read('t', 'k')).toBeNull();
+    } finally {
+      client.destroy();
+    }
   });
 
   it('a 5xx reply to a conditional put is unknown and is not retried', async () => {
