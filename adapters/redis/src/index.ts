@@ -49,6 +49,38 @@ const OPTION_KEYS: OptionKeys<RedisStoreOptions> = {
   commandTimeoutMs: true,
 };
 
+/**
+ * A client passed in must never send a command again after its reply was lost, nor read
+ * from replicas: a script resent after it ran answers as if it had not (a delete finds the
+ * row gone, a put finds another writer's row: "not applied" for a write that was), and a
+ * replica's read may be stale. ioredis does the first by default (standalone
+ * `autoResendUnfulfilledCommands`, Cluster `retryDelayOnFailover`), so such a client is
+ * refused, as one with a `keyPrefix` is; `createRedisClient` and `createRedisClusterClient`
+ * (or the options of `redisConnectionOptions` and `clusterOptions`) make one that is not.
+ */
+function checkNoResend(client: RedisClient): void {
+  const cluster = (client as { isCluster?: boolean }).isCluster === true;
+  const options = client.options as {
+    autoResendUnfulfilledCommands?: boolean;
+    retryDelayOnFailover?: number;
+    scaleReads?: unknown;
+    redisOptions?: { autoResendUnfulfilledCommands?: boolean };
+  };
+  const wrong: string[] = [];
+  const nodeOptions = cluster ? options.redisOptions : options;
+  // ioredis's default for a missing setting is true.
+  if (nodeOptions?.autoResendUnfulfilledCommands !== false)
+    wrong.push('autoResendUnfulfilledCommands: false');
+  if (cluster && options.retryDelayOnFailover !== 0) wrong.push('retryDelayOnFailover: 0');
+  if (cluster && options.scaleReads !== undefined && options.scaleReads !== 'master')
+    wrong.push("scaleReads: 'master'");
+  if (wrong.length > 0) {
+    throw new InvalidArgumentError(
+      `the redis client passed in could send a write again after its reply was lost, or read from a replica: it needs ${wrong.join(', ')}${cluster ? ' (in redisOptions for the first)' : ''}; make it with ${cluster ? 'createRedisClusterClient() or clusterOptions()' : 'createRedisClient() or redisConnectionOptions()'}`,
+    );
+  }
+}
+
 /** Connects (if needed), loads the scripts and resolves to a ready store. */
 export async function createRedisStore(options: RedisStoreOptions = {}): Promise<RedisStore> {
   checkOptionKeys('createRedisStore', options, OPTION_KEYS);
@@ -64,6 +96,7 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
       // ioredis would prefix command keys but not SCAN patterns; use `namespace` instead.
       throw new InvalidArgumentError('the redis client must not have a keyPrefix; use the namespace option');
     }
+    checkNoResend(client);
     try {
       await whenReady(client);
     } catch (error) {

@@ -1,7 +1,9 @@
 // Option parsing needs no server: every case here fails before anything connects.
 import { InvalidArgumentError, StoreError } from '@percolator/core';
+import { Cluster, Redis } from 'ioredis';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
+  clusterOptions,
   createRedisClient,
   createRedisClusterClient,
   createRedisStore,
@@ -65,6 +67,33 @@ describe('createRedisStore options', () => {
       expect(error.message).toContain('Redis Cluster at 127.0.0.1:1');
     } finally {
       cluster.disconnect();
+    }
+  });
+
+  it("refuses a client that would send a command again after its reply was lost, or read from replicas (ioredis's defaults)", async () => {
+    const clients = [
+      {
+        client: new Redis('redis://127.0.0.1:1', { lazyConnect: true }),
+        wants: 'autoResendUnfulfilledCommands: false',
+      },
+      {
+        client: new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true }),
+        wants: 'autoResendUnfulfilledCommands: false, retryDelayOnFailover: 0',
+      },
+      {
+        client: new Cluster([{ host: '127.0.0.1', port: 1 }], { ...clusterOptions(), scaleReads: 'slave' }),
+        wants: "scaleReads: 'master'",
+      },
+    ];
+    for (const { client, wants } of clients) {
+      try {
+        const error = await reject({ client, namespace: 'x' });
+        expect(error).toBeInstanceOf(InvalidArgumentError);
+        expect(error.message).toContain(wants);
+        expect(error.message).toMatch(/createRedis(Cluster)?Client\(\)/);
+      } finally {
+        client.disconnect();
+      }
     }
   });
 
