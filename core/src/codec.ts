@@ -553,7 +553,9 @@ export function decodeRow(bytes: Uint8Array): RowState {
     if (flags & 1) {
       const startTs = r.uint();
       const primary = { table: r.string(), row: r.string(), column: r.string() };
-      const kind = r.uint() === 0 ? 'put' : 'delete';
+      const kindCode = r.uint();
+      if (kindCode > 1) throw new CorruptRowError('row state has a lock of an unknown kind');
+      const kind = kindCode === 0 ? 'put' : 'delete';
       const ttlMs = r.uint();
       const wallTimeMs = r.uint();
       lock = { startTs, primary, kind, ttlMs, wallTimeMs, secondaries: readRows(r) };
@@ -562,6 +564,7 @@ export function decodeRow(bytes: Uint8Array): RowState {
     const nWrites = r.uint();
     let base = 0;
     let wallTimeMs = 0;
+    let prevExplicit = false;
     for (let j = 0; j < nWrites; j++) {
       const bits = r.uint();
       const kind = KINDS[bits & 3];
@@ -585,6 +588,13 @@ export function decodeRow(bytes: Uint8Array): RowState {
         startTs = commitTs - r.uint();
         base = commitTs;
       }
+      // Newest first: visibleWrite and the conflict check stop at the first record that
+      // fits, so a row whose records climb would read an older value as the newest. (Only
+      // between records with timestamps of their own: a stamped record's comes from the
+      // stamp slot, which in a state the client has not sent yet still holds the last stamp.)
+      if (j > 0 && (bits & 96) === 0 && prevExplicit && commitTs > writes[j - 1]!.commitTs)
+        throw new CorruptRowError('row state has write records out of commit order');
+      prevExplicit = (bits & 96) === 0;
       wallTimeMs = j === 0 ? r.uint() : wallTimeMs - r.int();
       const secondaries = bits & 16 ? readRows(r) : undefined;
       const block = bits & 128 ? readAnchor(r, kind, value, startTs) : undefined;
@@ -623,6 +633,8 @@ export function decodeRow(bytes: Uint8Array): RowState {
     cell.garbage = garbage;
     cells.set(name, cell);
   }
+  // Bytes past the last cell would be dropped by the next write of the row: refuse them.
+  if (r.pos !== bytes.length) throw new CorruptRowError('row state has bytes after its last cell');
   return { cells };
 }
 

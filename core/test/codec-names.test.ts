@@ -1,6 +1,7 @@
 import { CorruptRowError } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { decodeRow, decodeVersionRow, encodeRow, encodeVersionRow } from '../src/codec.js';
+import { Cell } from '../src/row-state.js';
 import { plainRow, rowFrom } from './row-support.js';
 
 /**
@@ -96,5 +97,40 @@ describe('names in head rows', () => {
     }
     // A format 17 row too short for its slot.
     expect(() => decodeVersionRow(new Uint8Array([17, 0, 0]), 1)).toThrow(CorruptRowError);
+  });
+});
+
+describe('damaged head rows are refused, never misread', () => {
+  const value = (text: string) => new TextEncoder().encode(text);
+  const recordsOf = (...commits: number[]) =>
+    new Cell(
+      commits.map((commitTs) => ({
+        commitTs,
+        startTs: commitTs - 1,
+        kind: 'put' as const,
+        wallTimeMs: 5,
+        value: 'inline' as const,
+      })),
+      new Map(commits.map((commitTs) => [commitTs - 1, value(`at ${commitTs}`)])),
+    );
+
+  it('write records out of commit order (a reader would take an older value for the newest)', () => {
+    const ordered = encodeRow({ cells: new Map([['c', recordsOf(4, 2)]]) });
+    expect(
+      decodeRow(ordered)
+        .cells.get('c')!
+        .writes.map((w) => w.commitTs),
+    ).toEqual([4, 2]);
+    const climbing = encodeRow({ cells: new Map([['c', recordsOf(2, 4)]]) });
+    expect(() => decodeRow(climbing)).toThrow(CorruptRowError);
+    expect(() => decodeRow(climbing)).toThrow(/out of commit order/);
+  });
+
+  it('bytes after the last cell (the next write would drop them)', () => {
+    const row = encodeRow({ cells: new Map([['c', recordsOf(4, 2)]]) });
+    const longer = new Uint8Array(row.length + 3);
+    longer.set(row);
+    expect(() => decodeRow(longer)).toThrow(/bytes after its last cell/);
+    expect(() => decodeRow(row.subarray(0, row.length - 1))).toThrow(CorruptRowError);
   });
 });
