@@ -65,8 +65,25 @@ const NO_TIMESTAMPS: TimestampOracle = {
   next: () => Promise.reject(new Error('the operator CLI draws no timestamps')),
 };
 
+/**
+ * What the CLI prunes when it settles a lock or reads (resolve, dump): nothing. A reader of
+ * the deployment prunes with the deployment's policy as it rolls a lock forward; the CLI
+ * does not know that policy, and pruning with the library's defaults (60 s) took versions
+ * a deployment that keeps an hour still promised its snapshots (a review found it). Only
+ * `gc` prunes, with the retention it is given.
+ */
+export const KEEP_EVERY_VERSION: Partial<PrunePolicy> = {
+  retentionMs: Number.POSITIVE_INFINITY,
+  maxVersionsPerCell: Number.MAX_SAFE_INTEGER,
+};
+
 function client(store: RowStore, clock: (() => number) | undefined, gc?: Partial<PrunePolicy>): Percolator {
-  return new Percolator({ store, oracle: NO_TIMESTAMPS, ...(clock ? { clock } : {}), ...(gc ? { gc } : {}) });
+  return new Percolator({
+    store,
+    oracle: NO_TIMESTAMPS,
+    ...(clock ? { clock } : {}),
+    gc: gc ?? KEEP_EVERY_VERSION,
+  });
 }
 
 function fateText(f: PrimaryFate): string {
@@ -346,7 +363,7 @@ export async function gcCommand(
   if (args.row === undefined) await assertTableHasRows(store, args.table);
   else if ((await store.read(args.table, args.row)) === null)
     throw new NotFoundError(`row ${shown(args.row)} of ${shown(args.table)} is not stored`);
-  const db = client(store, args.now, args.policy);
+  const db = client(store, args.now, args.policy ?? {}); // the library's policy unless told
   let report: GcReport;
   try {
     report = await db.gc(args.table, {

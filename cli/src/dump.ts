@@ -20,7 +20,7 @@ import {
   validateRowKey,
   validateUserTable,
 } from '@percolator/core';
-import type { CommandResult } from './commands.js';
+import { type CommandResult, KEEP_EVERY_VERSION } from './commands.js';
 import { EXIT, NotFoundError } from './errors.js';
 import { plural, shown } from './format.js';
 
@@ -83,7 +83,8 @@ export async function* readCommitted(
         ? `table ${shown(table)} holds no rows`
         : `row ${shown(row)} of ${shown(table)} is not stored`,
     );
-  const db = new Percolator({ store });
+  // Reads settle the locks they meet; like resolve, the CLI prunes nothing as it does.
+  const db = new Percolator({ store, gc: KEEP_EVERY_VERSION });
   // begin() draws the start timestamp now: every commit below it has its locks or records
   // in the head rows read after this point.
   const tx = await db.begin();

@@ -278,3 +278,79 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       expect(JSON.parse(notes.out)).toMatchObject([{ table: 'docs', column: 'body', pending: 2 }]);
     });
 });
+
+describe('resolve prunes nothing (it does not know the deployment retention policy)', () => {
+  it('rolling a lock forward keeps every version a deployment that keeps an hour still promises its snapshots', async () => {
+    const { MemoryStore, inspectHeadRow } = await import('@percolator/core');
+    const store = new MemoryStore();
+    const clock = fakeClock();
+    const gc = { retentionMs: 3_600_000 };
+    const db = new Percolator({ store, clock, lockTtlMs: TTL, gc });
+    for (let i = 0; i < 5; i++) {
+      await db.transact(async (tx) => {
+        tx.set(TABLE, 'h', 'v', `v${i}`);
+        tx.set(TABLE, 'h2', 'v', `v${i}`);
+      });
+      clock.advance(60_000); // a minute apart: all but the newest past the library's 60 s
+    }
+    await db.close();
+    // A client stopped after its commit point: its secondary's lock is left for readers.
+    const crashing = new Percolator({
+      store,
+      clock,
+      lockTtlMs: TTL,
+      gc,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'afterCommitPrimary') throw new ClientCrash('stopped after the commit point');
+        },
+      },
+    });
+    const tx = await crashing.begin();
+    tx.set(TABLE, 'h', 'v', 'new');
+    tx.set(TABLE, 'h2', 'v', 'new');
+    await tx.commit().catch((e: unknown) => expect(e).toBeInstanceOf(ClientCrash));
+    await crashing.close();
+    await new Promise((r) => setTimeout(r, 20));
+    const records = async (row: string) =>
+      inspectHeadRow((await store.read(TABLE, row))!.state).cells[0]!.writes.length;
+    const secondary = (await store.read(TABLE, 'h'))!.state;
+    const lockedRow = inspectHeadRow(secondary).cells[0]!.lock ? 'h' : 'h2';
+    const before = await records(lockedRow);
+    clock.advance(TTL + 1);
+    const resolved = await resolveCommand(store, { table: TABLE, row: lockedRow, now: clock });
+    expect(resolved.data.map((r) => r.outcome.action)).toEqual(['rolled-forward']);
+    // The rolled-forward record is added; none of the five older versions is pruned.
+    expect(await records(lockedRow)).toBe(before + 1);
+  });
+});
+
+describe('gc --dry-run reports what the real run would free', () => {
+  it('never a negative number of bytes (a pruning that marks values to move re-encodes the row larger)', async () => {
+    const { MemoryStore } = await import('@percolator/core');
+    const store = new MemoryStore();
+    const clock = fakeClock();
+    const db = new Percolator({
+      store,
+      clock,
+      gc: { retentionMs: 3_600_000, inlineHistoryBytes: 100_000, maxVersionsPerCell: 1000 },
+    });
+    for (let i = 0; i < 10; i++) {
+      await db.transact(async (tx) => {
+        tx.set('t', 'x', 'v', `${'x'.repeat(300)}${i}`);
+        tx.set('t', 'y', 'v', `y${i}`);
+      });
+      clock.advance(1000);
+    }
+    await db.close();
+    const dry = await gcCommand(store, {
+      table: 't',
+      dryRun: true,
+      policy: { retentionMs: 3_600_000 },
+      now: clock,
+    });
+    expect(dry.data.headBytes).toBeGreaterThanOrEqual(0);
+    expect(dry.text).not.toMatch(/\(-\d/);
+  });
+});

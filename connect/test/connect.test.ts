@@ -30,6 +30,20 @@ describe('redactUrl (core): the one redaction', () => {
     const text = redactUrl('redis://a:pw1@h1:1,redis://b:pw2@h2:2 [bad');
     expect(text).not.toMatch(/pw1|pw2/);
     expect(redactUrl('127.0.0.1:7001,127.0.0.1:7002')).toBe('127.0.0.1:7001,127.0.0.1:7002');
+    // A node list with credentials and no scheme parses as a URL of scheme "u:" with no host.
+    expect(redactUrl('u:s3cretPW@127.0.0.1:1')).toBe('u:***@127.0.0.1:1');
+    expect(redactUrl('u:pw1@a:1,v:pw2@b:2')).toBe('u:***@a:1,v:***@b:2');
+  });
+
+  it('hides a password given as a query parameter (pg and ioredis both take ?password=)', () => {
+    expect(redactUrl('postgres://postgres@127.0.0.1:5432/test?password=s3cretPW')).toBe(
+      'postgres://postgres@127.0.0.1:5432/test?password=***',
+    );
+    expect(redactUrl('redis://127.0.0.1:6379/0?password=s3cretPW&db=1')).toBe(
+      'redis://127.0.0.1:6379/0?password=***&db=1',
+    );
+    expect(redactUrl('postgres://db/x?sslmode=require')).toBe('postgres://db/x?sslmode=require');
+    expect(redactUrl('bad url ?password=s3cretPW')).not.toContain('s3cretPW');
   });
 });
 

@@ -76,7 +76,9 @@ export async function gcRow(
     const pruned = decodeRow(first.state);
     pruneRow(env, pruned, now);
     report.versions = recordsBefore - countRecords(pruned);
-    report.headBytes = first.state.length - encodeRow(pruned).length;
+    // As the real run reports it: a pruning that re-encodes the row a few bytes larger (a
+    // longer garbage list) frees nothing, never a negative amount.
+    report.headBytes = Math.max(0, first.state.length - encodeRow(pruned).length);
     // Version rows the tidy step would delete: those already in `garbage` and those the
     // pruning adds to it. Read (never written) to report their size.
     const vt = versionTable(table);

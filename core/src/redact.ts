@@ -1,19 +1,43 @@
 /**
- * A connection URL with its password replaced by `***`, for messages, logs and reports.
+ * A connection URL with its secrets replaced by `***`, for messages, logs and reports.
  * The one redaction every package uses (adapters' error messages, @percolator/connect,
  * the CLIs, bench). The user name and everything else stay, so a message still says
  * where it connected.
  *
- * Text that is not one URL (a Redis Cluster node list "a:7001,b:7002", a typo) is never
- * returned as-is if it holds `//user:password@`: each such password is replaced too.
+ * Secrets are the password of `user:password@` and the value of a query parameter that
+ * carries one (`?password=`, which the PostgreSQL and Redis clients both accept, and its
+ * kin below). Text that is not one URL (a Redis Cluster node list "a:7001,b:7002", a typo)
+ * is never returned as-is if it holds `user:password@` (with or without `//`) or such a
+ * parameter: each is replaced too.
  */
 export function redactUrl(url: string): string {
   try {
     const parsed = new URL(url);
-    if (parsed.password === '') return url;
-    parsed.password = '***';
-    return parsed.toString();
+    // "user:pass@host:port" parses as a URL of scheme "user:" with no host: not ours.
+    if (parsed.host === '') return redactText(url);
+    let changed = false;
+    if (parsed.password !== '') {
+      parsed.password = '***';
+      changed = true;
+    }
+    for (const name of [...parsed.searchParams.keys()]) {
+      if (SECRET_PARAMS.test(name)) {
+        parsed.searchParams.set(name, '***');
+        changed = true;
+      }
+    }
+    return changed ? parsed.toString() : url;
   } catch {
-    return url.replace(/(\/\/[^:@/,\s]*):[^@,\s]*@/g, '$1:***@');
+    return redactText(url);
   }
 }
+
+/** Text that is not one URL: each `user:password@` and each secret parameter replaced. */
+function redactText(text: string): string {
+  return text
+    .replace(/((?:^|[\s,/])[^:@/,\s]*):[^@,\s]*@/g, '$1:***@')
+    .replace(/([?&;](?:[^=&;\s]*(?:pass|pwd|secret|token|key)[^=&;\s]*)=)[^&;,\s]*/gi, '$1***');
+}
+
+/** Query parameters whose value is a secret (a password, a token, a key). */
+const SECRET_PARAMS = /pass|pwd|secret|token|key/i;

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from '@percolator/core';
+import { InvalidArgumentError, redactUrl } from '@percolator/core';
 import { type UrlLookup, urlFromEnv } from '@percolator/core/kit';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 
@@ -43,7 +43,7 @@ export function parseNodes(
   return entries.map((entry) => {
     const match = NODE.exec(entry);
     const port = Number(match?.[3]);
-    if (!match || port < 1 || port > 65535) throw bad(`${JSON.stringify(entry)} is not host:port`);
+    if (!match || port < 1 || port > 65535) throw bad(`${JSON.stringify(redactUrl(entry))} is not host:port`);
     return { host: (match[1] ?? match[2])!, port };
   });
 }
