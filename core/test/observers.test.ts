@@ -5,6 +5,7 @@ import {
   inspectHeadRow,
   MemoryStore,
   type Observer,
+  ObserversDifferError,
   ObserversNotIdleError,
   Percolator,
   type RowStore,
@@ -657,5 +658,69 @@ describe('observers: workers, leases and scanning', () => {
     expect(() => db.worker({ observers: [{ ...ok, table: '' }] })).toThrow(InvalidArgumentError);
     expect(() => db.worker({ observers: [ok], concurrency: 0 })).toThrow(InvalidArgumentError);
     expect(() => db.worker({ observers: [{ ...ok, handler: 'x' as never }] })).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('observers: every worker of a column runs all of its observers', () => {
+  test('a worker that meets the ack of an observer it does not run reports it once (ObserversDifferError)', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store, observedColumns: [{ table: 'docs', column: 'body' }] });
+    const runs = { A: 0, B: 0 };
+    const observer = (name: 'A' | 'B'): Observer => ({
+      name,
+      table: 'docs',
+      column: 'body',
+      handler: async () => {
+        runs[name]++;
+      },
+    });
+    const errors: unknown[] = [];
+    const a = new Percolator({ store }).worker({
+      observers: [observer('A')],
+      onError: (e) => errors.push(e),
+    });
+    const b = new Percolator({ store }).worker({ observers: [observer('B')] });
+    await db.transact(async (tx) => tx.set('docs', 'd1', 'body', 'one'));
+    await b.runUntilIdle(); // B runs, acks, clears
+    await db.transact(async (tx) => tx.set('docs', 'd1', 'body', 'two'));
+    await a.runUntilIdle(); // A meets B's ack on d1
+    await db.transact(async (tx) => tx.set('docs', 'd1', 'body', 'three'));
+    await a.runUntilIdle();
+    expect(runs.A).toBe(2);
+    const differ = errors.filter((e) => e instanceof ObserversDifferError);
+    expect(differ).toHaveLength(1);
+    expect((differ[0] as Error).message).toContain('"B"');
+    expect((differ[0] as ObserversDifferError).retryable).toBe(false);
+    await db.close();
+  });
+
+  test('a callback that throws or rejects neither fails a committed run nor escapes', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store, observedColumns: [{ table: 'docs', column: 'body' }] });
+    let runs = 0;
+    const worker = db.worker({
+      observers: [
+        {
+          name: 'count',
+          table: 'docs',
+          column: 'body',
+          handler: async () => {
+            runs++;
+          },
+        },
+      ],
+      onRun: () => {
+        throw new Error('onRun is broken');
+      },
+      onError: async () => {
+        throw new Error('onError is broken too');
+      },
+    });
+    await db.transact(async (tx) => tx.set('docs', 'd1', 'body', 'one'));
+    await worker.runUntilIdle();
+    expect(runs).toBe(1);
+    expect(worker.stats.runs).toBe(1);
+    expect(worker.stats.failures).toBe(0);
+    await db.close();
   });
 });

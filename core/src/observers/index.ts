@@ -9,4 +9,4 @@ export type {
   WorkerOptions,
   WorkerStats,
 } from './types.js';
-export { ObserversNotIdleError, ObserverWorker } from './worker.js';
+export { ObserversDifferError, ObserversNotIdleError, ObserverWorker } from './worker.js';

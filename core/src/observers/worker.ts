@@ -7,6 +7,7 @@ import { readRow } from '../row-update.js';
 import { type Lease, Leases } from './lease.js';
 import { clearNotification } from './notifications.js';
 import { StartPositions } from './positions.js';
+import { isReservedColumn, parseAckColumn } from './reserved.js';
 import { runObserver, type TransactionSource } from './run.js';
 import type {
   NotifiedCell,
@@ -21,6 +22,20 @@ import type {
 export class ObserversNotIdleError extends PercolatorError {
   constructor(message: string) {
     super('NOT_IDLE', message, { retryable: true });
+  }
+}
+
+/**
+ * Reported (through `onError`, or logged) when a worker meets the acknowledgement of an
+ * observer it does not run, on a column it observes: another worker runs a different set of
+ * observers there. A notification marks a cell, not an observer, and a worker clears it once
+ * its own observers have run, so the other worker's observer may never see that change.
+ * Every worker of an observed column must run all of its observers (docs/observers.md,
+ * "One set of observers per column"). Not retryable: it is a deployment's configuration.
+ */
+export class ObserversDifferError extends PercolatorError {
+  constructor(message: string) {
+    super('OBSERVERS_DIFFER', message, { retryable: false });
   }
 }
 
@@ -94,6 +109,8 @@ export class ObserverWorker {
   private readonly inFlight = new Set<string>();
   /** Backoff of failed runs: "table\0row\0column\0observer" -> state. */
   private readonly retries = new Map<string, { attempts: number; retryAt: number }>();
+  /** Observers of our columns that we do not run, reported once each (checkAck). */
+  private readonly foreignObservers = new Set<string>();
   private readonly concurrency: number;
   private readonly leaseMs: number;
   private readonly idlePollMs: number;
@@ -316,6 +333,7 @@ export class ObserverWorker {
     for (const [column, cell] of decodeRow(stored.state).cells) {
       const observers = this.byCell.get(observedKey(table, column));
       if (cell.notifyTs > 0 && observers) work.push({ column, notifyTs: cell.notifyTs, observers });
+      else if (observers === undefined && isReservedColumn(column)) this.checkAck(table, column);
     }
     if (work.length === 0) return IDLE;
     let processed = false;
@@ -369,12 +387,16 @@ export class ObserverWorker {
         coveredBelow = Math.min(coveredBelow, result.startTs);
         if (result.ran) {
           this.stats.runs++;
-          this.options.onRun?.({
-            ...cell,
-            observer: observer.name,
-            startTs: result.startTs,
-            commitTs: result.commitTs,
-          });
+          // The run committed: a callback that throws (or rejects) must not make it count
+          // as a failed run, nor escape as an unhandled rejection.
+          this.callback(() =>
+            this.options.onRun?.({
+              ...cell,
+              observer: observer.name,
+              startTs: result.startTs,
+              commitTs: result.commitTs,
+            }),
+          );
         } else {
           this.stats.skipped++;
         }
@@ -418,13 +440,39 @@ export class ObserverWorker {
     }
   }
 
+  /** An ack column of `table`: reports, once, an observer of a column we observe that we do not run. */
+  private checkAck(table: string, name: string): void {
+    const ack = parseAckColumn(name);
+    if (ack === undefined) return;
+    const ours = this.byCell.get(observedKey(table, ack.column));
+    if (ours === undefined || ours.some((o) => o.name === ack.observer)) return;
+    const key = `${table}\u0000${ack.column}\u0000${ack.observer}`;
+    if (this.foreignObservers.has(key)) return;
+    this.foreignObservers.add(key);
+    this.reportError(
+      new ObserversDifferError(
+        `observer "${ack.observer}" has run on ${table}/${ack.column}, which this worker observes without it (it runs ${ours.map((o) => `"${o.name}"`).join(', ')}): a notification this worker clears after its own observers may never reach "${ack.observer}"; run every observer of a column in every worker that observes it`,
+      ),
+      undefined,
+    );
+  }
+
+  /** Runs a user callback: whatever it throws, or the promise it returns rejects with, is dropped. */
+  private callback(call: () => unknown): void {
+    try {
+      const result = call() as { then?: unknown } | undefined;
+      if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+        (result as Promise<unknown>).then(undefined, () => undefined);
+      }
+    } catch {
+      // dropped: see above
+    }
+  }
+
   private reportError(error: unknown, failure: RunFailure | undefined): void {
     if (this.options.onError) {
-      try {
-        this.options.onError(error, failure);
-      } catch {
-        // A throwing error callback must not stop the worker.
-      }
+      // A throwing (or rejecting) error callback must not stop the worker.
+      this.callback(() => this.options.onError?.(error, failure));
       return;
     }
     // By default only what needs a person is logged: contention (conflicts, busy locks)
