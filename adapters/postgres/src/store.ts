@@ -58,6 +58,9 @@ import { type PostgresStatements, postgresStatements } from './statements.js';
 export const POSTGRES_MAX_STATE_BYTES = 64 * 1024 * 1024;
 
 /** A deadlock or serialization failure rolls a whole statement back, so it is safe to send it again. */
+/** The kinds of write a casMany batch holds, as bits: one bit set is one lock order. */
+const KIND_BIT = { update: 1, delete: 2, create: 4 } as const;
+
 const TRANSIENT_ATTEMPTS = 4;
 
 /*
@@ -445,11 +448,11 @@ class PostgresRowStore implements PostgresStore {
 
   /** Runs one casMany statement; returns applied request ordinals (1-based) -> new version. */
   private async casManyStatement(unordered: readonly CasPlan[]): Promise<Map<number, string>> {
-    // In (table, key) order: the statement locks every row that exists in this order
-    // before it writes any (statements.ts, casMany's `lk`) and holds them to its end, so two
-    // batches over the same rows in opposite orders would deadlock, and PostgreSQL only
-    // finds a deadlock after deadlock_timeout (1 s by default). One order for every batch
-    // leaves no cycle. `order[i]` is the caller's index.
+    // In (table, key) order: the statement locks its rows in this order (a batch of several
+    // kinds of write locks all of them first, statements.ts, casMany) and holds them to its
+    // end, so two batches over the same rows in opposite orders would deadlock, and
+    // PostgreSQL only finds a deadlock after deadlock_timeout (1 s by default). One order for
+    // every batch leaves no cycle. `order[i]` is the caller's index.
     const order = unordered.map((_, i) => i);
     order.sort(
       (a, b) =>
@@ -466,7 +469,13 @@ class PostgresRowStore implements PostgresStore {
       plans.map((p) => ('notified' in p ? p.notified : false)),
       plans.map((p) => p.kind),
     ];
-    const result = await this.withTransientRetry(() => this.query('casMany', 'write', values));
+    // Several kinds of write: lock every row first, in order (statements.ts, casMany).
+    let kinds = 0;
+    for (const p of plans) {
+      if (p.kind === 'update' || p.kind === 'delete' || p.kind === 'create') kinds |= KIND_BIT[p.kind];
+    }
+    const statement = (kinds & (kinds - 1)) === 0 ? 'casMany' : 'casManyLocking'; // none or one bit
+    const result = await this.withTransientRetry(() => this.query(statement, 'write', values));
     // Ordinals are 1-based positions in `plans`; the caller's are positions in `unordered`.
     return new Map(result.rows.map((row) => [order[Number(row.i) - 1]! + 1, String(row.version)]));
   }

@@ -34,9 +34,14 @@ export function counterKeyName(namespace: string, name: string): string {
   return `${namespace}:c:{${namespace}:${base64url(name)}}`;
 }
 
-/** SCAN pattern for every key of a namespace (the namespace has no glob characters). */
+/**
+ * SCAN pattern for every key of a namespace's layout: rows (r), indexes (i, n) and
+ * counters (c), each `<ns>:<kind>:{...}`. Only those: an application's own `<ns>:...` keys
+ * on the same server are not ours to drop (`dropRedisNamespace` matches the same). The
+ * namespace is validated (`[a-z][a-z0-9_]*`), so it holds no glob characters.
+ */
 export function namespacePattern(namespace: string): string {
-  return `${namespace}:*`;
+  return `${namespace}:[rinc]:{*`;
 }
 
 function base64url(text: string): string {

@@ -15,7 +15,7 @@ import {
   type StoredRow,
   StoreError,
 } from '@percolator/core';
-import { checkStampedManyRequests, fullCapabilities } from '@percolator/core/kit';
+import { checkStampedManyRequests, fullCapabilities, validateNamespace } from '@percolator/core/kit';
 import type { Cluster, Redis } from 'ioredis';
 import { toStoreError } from './errors.js';
 import { walkIndex } from './index-walk.js';
@@ -131,6 +131,9 @@ export class RedisStore implements RowStore {
     readonly namespace: string,
     private readonly ownsClient: boolean,
   ) {
+    // Checked here too, not only in createRedisStore: the namespace goes into SCAN patterns,
+    // and one with a glob character would drop other namespaces' keys.
+    validateNamespace(namespace);
     this.name = client.isCluster ? 'redis-cluster' : 'redis';
     const stamped = !client.isCluster;
     this.capabilities = fullCapabilities(REDIS_MAX_STATE_BYTES, {

@@ -2,11 +2,13 @@ import { InvalidArgumentError, Percolator } from '@percolator/core';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  createRedisClient,
   createRedisClusterClient,
   createRedisStore,
   defaultRedisUrl,
   dropRedisNamespace,
   listRedisNamespaces,
+  RedisStore,
 } from '../src/index.js';
 import { assertClusterReachable, uniqueNamespace } from './helpers.js';
 
@@ -70,6 +72,30 @@ describe('redis namespaces: list and drop', () => {
       expect((await listRedisNamespaces({ client })).map((n) => n.namespace)).not.toContain(ns);
     } finally {
       await client.quit();
+    }
+  });
+
+  it("store.dropNamespace drops only the namespace's layout keys, never an application's own <ns>:... keys", async () => {
+    const ns = uniqueNamespace('ns');
+    await fill(ns);
+    const mine = `${ns}:session:abc`;
+    appKeys.push(mine);
+    await admin.set(mine, 'keep me');
+    const store = await createRedisStore({ namespace: ns });
+    await store.dropNamespace();
+    await store.close();
+    expect(await admin.get(mine)).toBe('keep me');
+    expect(await admin.keys(`${ns}:[rinc]:{*`)).toEqual([]);
+  });
+
+  it('the RedisStore class refuses a namespace that is not one (it goes into SCAN patterns)', () => {
+    const client = createRedisClient(defaultRedisUrl());
+    try {
+      for (const bad of ['ns?', 'a*', 'x[ab]', '', 'Upper']) {
+        expect(() => new RedisStore(client, bad, false), bad).toThrow(InvalidArgumentError);
+      }
+    } finally {
+      client.disconnect();
     }
   });
 
