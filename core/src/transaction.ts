@@ -27,7 +27,7 @@ import type { TransactionOutcome, TransactionRef } from './events.js';
 import { decodeJson, encodeJson, type JsonValue } from './json.js';
 import { resolveLock } from './lock-resolver.js';
 import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUserTable } from './names.js';
-import { markNotifications } from './observers/notifications.js';
+import { markNotifications, raiseMarksLater } from './observers/notifications.js';
 import { isReservedColumn } from './observers/reserved.js';
 import { checkOptionKeys } from './options.js';
 import { blockOf, type Cell, type Lock, type RowState } from './row-state.js';
@@ -723,7 +723,10 @@ export class Transaction {
     const notifyOnly = notified.filter((n) => !this.mutations.has(rowId(n.table, n.row)));
     if (notifyOnly.length > 0) await markNotifications(this.env, notifyOnly, this.startTs);
     const commitTs = await this.commitRows(rows, signal);
-    await markNotifications(this.env, notified, commitTs).catch(() => undefined);
+    // After the commit point: a mark that fails is raised again in the background.
+    await markNotifications(this.env, notified, commitTs).catch(() =>
+      raiseMarksLater(this.env, notified, commitTs),
+    );
     return commitTs;
   }
 

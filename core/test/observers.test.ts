@@ -1,4 +1,5 @@
 import {
+  type CasRequest,
   ClientCrash,
   CompositeStore,
   InvalidArgumentError,
@@ -9,6 +10,7 @@ import {
   ObserversNotIdleError,
   Percolator,
   type RowStore,
+  StoreError,
   type Transaction,
 } from '@percolator/core';
 import { afterEach, describe, expect, test } from 'vitest';
@@ -721,6 +723,98 @@ describe('observers: every worker of a column runs all of its observers', () => 
     expect(runs).toBe(1);
     expect(worker.stats.runs).toBe(1);
     expect(worker.stats.failures).toBe(0);
+    await db.close();
+  });
+});
+
+describe('observers: a weak notification whose second mark fails', () => {
+  test('is raised again in the background: a worker that ran below the commit runs again and sees the write', async () => {
+    // The first mark lands before the commit point; the prewrite of data/y is held while a
+    // worker runs the weak observer below the commit (it misses NEW); then the commit, whose
+    // second mark (raised to commitTs) fails once.
+    class Faulty extends MemoryStore {
+      gate: Promise<void> | undefined;
+      /** Set once the transaction's write of data/y has landed: the next mark after it fails. */
+      dataWritten = false;
+      /** More failures in a row than the row-update loop retries (8): the mark fails for good. */
+      failMarks = 8;
+      private async hold(tables: string[]): Promise<void> {
+        if (tables.includes('data') && this.gate) {
+          const gate = this.gate;
+          this.gate = undefined;
+          await gate;
+        }
+      }
+      private wrote(tables: string[]): void {
+        if (tables.includes('data')) this.dataWritten = true;
+      }
+      override async checkAndSet(request: CasRequest) {
+        await this.hold([request.table]);
+        if (request.table === 'docs' && request.state && this.dataWritten && this.failMarks > 0) {
+          this.failMarks--;
+          throw new StoreError('the second mark did not get through', 'no');
+        }
+        const result = await super.checkAndSet(request);
+        this.wrote([request.table]);
+        return result;
+      }
+      override async checkAndSetMany(requests: readonly CasRequest[]) {
+        await this.hold(requests.map((r) => r.table));
+        const results = await super.checkAndSetMany(requests);
+        this.wrote(requests.map((r) => r.table));
+        return results;
+      }
+      override async checkAndSetStamped(
+        request: CasRequest & { readonly state: Uint8Array },
+        counter: string,
+      ) {
+        await this.hold([request.table]);
+        const result = await super.checkAndSetStamped(request, counter);
+        this.wrote([request.table]);
+        return result;
+      }
+      override async checkAndSetStampedMany(
+        requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+        counter: string,
+      ) {
+        await this.hold(requests.map((r) => r.table));
+        const result = await super.checkAndSetStampedMany(requests, counter);
+        this.wrote(requests.map((r) => r.table));
+        return result;
+      }
+    }
+    const store = new Faulty();
+    const db = new Percolator({ store });
+    const seen: (string | undefined)[] = [];
+    const worker = new Percolator({ store }).worker({
+      observers: [
+        {
+          name: 'W',
+          weak: true,
+          table: 'docs',
+          column: 'c',
+          handler: async (tx) => {
+            seen.push(await tx.getString('data', 'y', 'v'));
+          },
+        },
+      ],
+      onError: () => {},
+    });
+    let release!: () => void;
+    store.gate = new Promise((resolve) => (release = resolve));
+    const committed = db.transact(async (tx) => {
+      tx.notify('docs', 'x', 'c');
+      tx.set('data', 'y', 'v', 'NEW');
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await worker.runUntilIdle(); // below the commit: misses NEW
+    expect(seen).toEqual([undefined]);
+    release();
+    await committed;
+    expect(store.failMarks).toBe(0); // the second mark failed, 8 times in a row
+    await db.flush(); // the mark raised again in the background
+    await worker.runUntilIdle();
+    expect(seen).toEqual([undefined, 'NEW']);
     await db.close();
   });
 });

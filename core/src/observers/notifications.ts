@@ -1,3 +1,4 @@
+import { backoffMs, sleep } from '../backoff.js';
 import type { ProtocolEnv } from '../env.js';
 import { cellOf, isCellEmpty, type RowState } from '../row-state.js';
 import { updateRow } from '../row-update.js';
@@ -34,6 +35,32 @@ export async function markNotifications(
       }),
     ),
   );
+}
+
+/** Tries of `raiseMarksLater` before it gives up. */
+const MARK_ATTEMPTS = 5;
+
+/**
+ * The second marks of weak notifications (raised to `commitTs` after the commit point)
+ * when they failed: tried again in the background, with backoff, up to MARK_ATTEMPTS times
+ * (`db.flush()` and `db.close()` wait for them, as for the secondaries). The commit stands
+ * either way; a mark not raised leaves the loss window of a crash at that point
+ * (docs/observers.md), which a review found open on a mere store error before this.
+ */
+export function raiseMarksLater(env: ProtocolEnv, rows: readonly NotifiedCells[], ts: number): void {
+  const job = (async () => {
+    for (let attempt = 1; attempt <= MARK_ATTEMPTS; attempt++) {
+      await sleep(backoffMs(attempt, 20, 1000));
+      try {
+        await markNotifications(env, rows, ts);
+        return;
+      } catch {
+        // tried again, up to MARK_ATTEMPTS
+      }
+    }
+  })();
+  env.background.add(job);
+  void job.finally(() => env.background.delete(job));
 }
 
 /**
