@@ -410,7 +410,11 @@ export class RedisStore implements RowStore {
       } catch (error) {
         // No CAS was sent; an index entry that did land is harmless (superset).
         const cause = toStoreError(error, 'ZADD', 'read');
-        throw new StoreError(`${cause.message} (no write was sent)`, 'no', { cause: error });
+        // Retryable as the cause says: a refused ACL or AUTH is not, and retrying would not help.
+        throw new StoreError(`${cause.message} (no write was sent)`, 'no', {
+          cause: error,
+          retryable: cause.retryable,
+        });
       }
     }
     const settled = await Promise.allSettled(prepared.map((p) => this.runCas(p)));

@@ -116,4 +116,24 @@ describe('redis: authentication and authorization failures are not retryable', (
       await dropRedisNamespace(namespace, { client: admin });
     }
   });
+
+  it('a user that may not ZADD (the scan index of a new row) gets a non-retryable error, and nothing is written', async () => {
+    await admin.acl('SETUSER', user, 'reset', 'on', `>${password}`, '~*', '&*', '+@all', '-zadd');
+    let store: RedisStore | undefined;
+    const namespace = uniqueNamespace();
+    try {
+      store = await createRedisStore({ url: withCredentials(user, password), namespace });
+      const error = await store
+        .checkAndSet({ table: 't', key: 'new', expected: null, state: new Uint8Array([1, 2, 3]) })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      expectNotRetryable(error, /NOPERM/);
+      expect(await store.read('t', 'new')).toBeNull();
+    } finally {
+      await store?.close();
+      await dropRedisNamespace(namespace, { client: admin });
+    }
+  });
 });
