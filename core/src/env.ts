@@ -231,6 +231,12 @@ const MIN_SAMPLES = 4;
 /** Weight of a new measurement in the smoothed time. */
 const SMOOTHING = 0.1;
 
+/** Keeps `job` in `background` (work `flush()` and `close()` wait for) until it settles. */
+export function keepInBackground(background: Set<Promise<unknown>>, job: Promise<unknown>): void {
+  background.add(job);
+  void job.finally(() => background.delete(job));
+}
+
 export function observedKey(table: string, column: string): string {
   return `${table}\u0000${column}`;
 }

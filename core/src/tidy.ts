@@ -14,7 +14,7 @@ import {
 } from './cells.js';
 import { decodeRow, encodeVersionBlock } from './codec.js';
 import { rowId } from './commit/context.js';
-import type { ProtocolEnv, RowTidier } from './env.js';
+import { keepInBackground, type ProtocolEnv, type RowTidier } from './env.js';
 import type { TidyEvent } from './events.js';
 import { rollForwardCells } from './lock-resolver.js';
 import type { TidyOptions, TidyReport } from './reports.js';
@@ -289,8 +289,7 @@ export class Tidier implements RowTidier {
       while (this.queue.size > 0 && this.inFlight < MAX_BATCHES_IN_FLIGHT) runs.push(this.runBatch());
       return Promise.all(runs);
     });
-    background.add(job);
-    void job.finally(() => background.delete(job));
+    keepInBackground(background, job);
   }
 
   /** Starts a batch that is waiting out TIDY_DELAY_MS now (`flush()`, `close()`). */

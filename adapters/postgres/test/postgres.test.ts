@@ -19,6 +19,38 @@ import { admin, openStore, store, uniqueNamespace, url, usePostgresFixture } fro
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);
 
+/** Resolves once some session of the server waits for a lock. */
+async function untilSomeoneWaits(probe: pg.PoolClient): Promise<void> {
+  await vi.waitFor(
+    async () => {
+      const waiting = await probe.query(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`);
+      expect(waiting.rows[0].n).toBeGreaterThan(0);
+    },
+    { timeout: 10_000, interval: 20 },
+  );
+}
+
+/** Tries to lock one row at once (NOWAIT), in a transaction rolled back at once: 'free' or the SQLSTATE. */
+async function lockNow(
+  probe: pg.PoolClient,
+  rows: string,
+  table: string,
+  key: string,
+): Promise<string | undefined> {
+  await probe.query('BEGIN');
+  const outcome = await probe
+    .query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE NOWAIT`, [
+      Buffer.from(table),
+      Buffer.from(key),
+    ])
+    .then(
+      () => 'free',
+      (error: { code?: string }) => error.code,
+    );
+  await probe.query('ROLLBACK');
+  return outcome;
+}
+
 async function tablesOf(namespace: string): Promise<string[]> {
   const result = await admin.query(
     `SELECT relname FROM pg_class WHERE relname LIKE $1 || '\\_%' AND relkind IN ('r', 'S') ORDER BY relname`,
@@ -175,25 +207,9 @@ describe('postgres store: limits and failures', () => {
         { table: 'd', key: 'b', expected: vb, state: bytes('b1') },
         { table: 'd', key: 'a', expected: va, state: bytes('a1') },
       ]);
-      await vi.waitFor(
-        async () => {
-          const waiting = await probe.query(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`);
-          expect(waiting.rows[0].n).toBeGreaterThan(0);
-        },
-        { timeout: 10_000, interval: 20 },
-      );
+      await untilSomeoneWaits(probe);
       // The batch waits for b holding a: it took a first. In request order it would hold nothing.
-      await probe.query('BEGIN');
-      const tryA = await probe
-        .query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE NOWAIT`, [
-          Buffer.from('d'),
-          Buffer.from('a'),
-        ])
-        .then(
-          () => 'free',
-          (error: { code?: string }) => error.code,
-        );
-      await probe.query('ROLLBACK');
+      const tryA = await lockNow(probe, rows, 'd', 'a');
       expect(tryA).toBe('55P03'); // lock_not_available
       await blocker.query('ROLLBACK');
       const [rb, ra] = await batch;
@@ -221,14 +237,6 @@ describe('postgres store: limits and failures', () => {
     const vc = version(await s.checkAndSet({ table: 'd', key: 'c', expected: null, state: bytes('c0') }));
     const blocker = await admin.connect();
     const probe = await admin.connect();
-    const waiting = () =>
-      vi.waitFor(
-        async () => {
-          const locks = await probe.query(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`);
-          expect(locks.rows[0].n).toBeGreaterThan(0);
-        },
-        { timeout: 10_000, interval: 20 },
-      );
     try {
       await blocker.query('BEGIN');
       await blocker.query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
@@ -240,19 +248,9 @@ describe('postgres store: limits and failures', () => {
         { table: 'd', key: 'b', expected: vb, state: bytes('bX') },
         { table: 'd', key: 'c', expected: vc, state: bytes('cX') },
       ]);
-      await waiting();
+      await untilSomeoneWaits(probe);
       // A waits for c holding a, the row its create will find there.
-      await probe.query('BEGIN');
-      const tryA = await probe
-        .query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE NOWAIT`, [
-          Buffer.from('d'),
-          Buffer.from('a'),
-        ])
-        .then(
-          () => 'free',
-          (error: { code?: string }) => error.code,
-        );
-      await probe.query('ROLLBACK');
+      const tryA = await lockNow(probe, rows, 'd', 'a');
       expect(tryA).toBe('55P03'); // lock_not_available
       const b = s.checkAndSetMany([
         { table: 'd', key: 'a', expected: va, state: bytes('a1') },

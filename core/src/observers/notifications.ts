@@ -1,5 +1,5 @@
 import { backoffMs, sleep } from '../backoff.js';
-import type { ProtocolEnv } from '../env.js';
+import { keepInBackground, type ProtocolEnv } from '../env.js';
 import { cellOf, isCellEmpty, type RowState } from '../row-state.js';
 import { updateRow } from '../row-update.js';
 
@@ -59,8 +59,7 @@ export function raiseMarksLater(env: ProtocolEnv, rows: readonly NotifiedCells[]
       }
     }
   })();
-  env.background.add(job);
-  void job.finally(() => env.background.delete(job));
+  keepInBackground(env.background, job);
 }
 
 /**
