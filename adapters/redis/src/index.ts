@@ -4,7 +4,13 @@ import type { Cluster, Redis } from 'ioredis';
 import { createRedisClient, REDIS_URL } from './client.js';
 import { isAuthFailure } from './errors.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
-import { CAS_MANY_SCRIPT, CAS_SCRIPT, loadScripts, READ_STAMPED_SCRIPT } from './scripts.js';
+import {
+  CAS_MANY_SCRIPT,
+  CAS_SCRIPT,
+  loadScripts,
+  READ_PEEKED_SCRIPT,
+  READ_STAMPED_SCRIPT,
+} from './scripts.js';
 import { type RedisClient, RedisStore } from './store.js';
 
 export { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_PATTERN as NAMESPACE } from '@percolator/core/kit';
@@ -130,10 +136,14 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
     }
   }
   try {
-    // The stamped read and the stamped CAS of many rows run only on a standalone Redis (see RedisStore).
+    // The stamped and peeked reads and the stamped CAS of many rows run only on a standalone
+    // Redis (see RedisStore). Every script a store runs is loaded here, so no first call pays
+    // EVALSHA, NOSCRIPT, then EVAL with the script's whole text.
     await loadScripts(
       client,
-      client.isCluster ? [CAS_SCRIPT] : [CAS_SCRIPT, CAS_MANY_SCRIPT, READ_STAMPED_SCRIPT],
+      client.isCluster
+        ? [CAS_SCRIPT]
+        : [CAS_SCRIPT, CAS_MANY_SCRIPT, READ_STAMPED_SCRIPT, READ_PEEKED_SCRIPT],
     );
   } catch (error) {
     if (owns) client.disconnect();

@@ -10,9 +10,22 @@ import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createRedisClient, createRedisStore, defaultRedisUrl } from '../src/index.js';
 import { counterKeyName } from '../src/keys.js';
-import { READ_STAMPED_LUA, READ_STAMPED_SCRIPT } from '../src/scripts.js';
+import {
+  CAS_MANY_SCRIPT,
+  CAS_SCRIPT,
+  READ_PEEKED_SCRIPT,
+  READ_STAMPED_LUA,
+  READ_STAMPED_SCRIPT,
+} from '../src/scripts.js';
 import type { RedisStore } from '../src/store.js';
-import { bytes, namespaceKeys, standaloneStore, text, uniqueNamespace } from './helpers.js';
+import {
+  bytes,
+  namespaceKeys,
+  standaloneStore,
+  startPrivateRedis,
+  text,
+  uniqueNamespace,
+} from './helpers.js';
 
 /**
  * The stamped read on a standalone Redis (Redis at PERCOLATOR_REDIS_URL): one script draws
@@ -94,6 +107,30 @@ describe('standalone: stamped read', () => {
     for (const s of stores.splice(0)) {
       await s.dropNamespace().catch(() => {});
       await s.close();
+    }
+  });
+
+  it('loads every script it runs when it is created, the peeked read included (a private server, its script cache empty)', async () => {
+    const server = await startPrivateRedis();
+    try {
+      await server.admin.script('FLUSH');
+      const s = await createRedisStore({ url: server.url, namespace: uniqueNamespace('sl') });
+      try {
+        const scripts = [CAS_SCRIPT, CAS_MANY_SCRIPT, READ_STAMPED_SCRIPT, READ_PEEKED_SCRIPT];
+        expect(await server.admin.script('EXISTS', ...scripts.map((lua) => lua.sha))).toEqual([1, 1, 1, 1]);
+        // So the first peek runs by hash: no EVAL with the script's text reaches the server.
+        await server.admin.config('RESETSTAT');
+        const peek = s.readPeeked;
+        if (!peek) throw new Error('readPeeked is missing');
+        await peek([{ table: T, key: 'a' }], ORACLE_COUNTER);
+        const stats = (await server.admin.info('commandstats')) as string;
+        expect(stats).toMatch(/cmdstat_evalsha:calls=1,/);
+        expect(stats).not.toMatch(/cmdstat_eval:/);
+      } finally {
+        await s.close();
+      }
+    } finally {
+      await server.stop();
     }
   });
 
