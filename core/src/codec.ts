@@ -207,12 +207,30 @@ class Writer {
   }
 }
 
+/** The scale of a varint's eighth byte, its last (2^49). */
+const MAX_VARINT_SCALE = 0x80 ** 7;
+
 class Reader {
   pos = 0;
   constructor(private readonly buf: Uint8Array) {}
   uint(): number {
     // One byte (most deltas and counts), else the general loop (exact past 32 bits).
     if (this.pos < this.buf.length && this.buf[this.pos]! < 0x80) return this.buf[this.pos++]!;
+    const result = this.varint();
+    // Past 2^53 the sum is no longer exact: a timestamp or a length read wrong, not refused.
+    if (result > Number.MAX_SAFE_INTEGER) throw new CorruptRowError('row state holds a number past 2^53 - 1');
+    return result;
+  }
+  int(): number {
+    // A zigzagged delta of two safe integers may itself pass 2^53: checked once unzigzagged.
+    const z =
+      this.pos < this.buf.length && this.buf[this.pos]! < 0x80 ? this.buf[this.pos++]! : this.varint();
+    const result = z % 2 === 0 ? z / 2 : -(z + 1) / 2;
+    if (!Number.isSafeInteger(result)) throw new CorruptRowError('row state holds a number past 2^53 - 1');
+    return result;
+  }
+  /** The general loop: at most 8 bytes (56 bits, more than any safe integer needs). */
+  private varint(): number {
     let result = 0;
     let scale = 1;
     for (;;) {
@@ -220,12 +238,12 @@ class Reader {
       const b = this.buf[this.pos++]!;
       result += (b & 0x7f) * scale;
       if (b < 0x80) return result;
+      // A ninth byte is damage (a run of continuation bytes would otherwise be read to the
+      // end of the row, its sum long past exact).
+      if (scale === MAX_VARINT_SCALE)
+        throw new CorruptRowError('row state holds a varint longer than 8 bytes');
       scale *= 0x80;
     }
-  }
-  int(): number {
-    const z = this.uint();
-    return z % 2 === 0 ? z / 2 : -(z + 1) / 2;
   }
   fixed64(): number {
     if (this.pos + 8 > this.buf.length) throw new CorruptRowError('row state is truncated');

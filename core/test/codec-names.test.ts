@@ -126,6 +126,21 @@ describe('damaged head rows are refused, never misread', () => {
     expect(() => decodeRow(climbing)).toThrow(/out of commit order/);
   });
 
+  it('a number past 2^53 - 1, or a varint longer than 8 bytes (read inexactly, not refused)', () => {
+    // format 4, the stamp slot, one cell named "c" with no flags, then its prunedThrough, no
+    // data, no records, no acks.
+    const withPruned = (...varint: number[]) =>
+      new Uint8Array([4, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0x63, 0, ...varint, 0, 0, 0]);
+    expect(decodeRow(withPruned(0x85, 0x80, 0x80, 0x00)).cells.get('c')!.prunedThrough).toBe(5);
+    const largest = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f]; // 2^53 - 1
+    expect(decodeRow(withPruned(...largest)).cells.get('c')!.prunedThrough).toBe(Number.MAX_SAFE_INTEGER);
+    expect(() => decodeRow(withPruned(0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x10))).toThrow(/past 2\^53/);
+    expect(() => decodeRow(withPruned(0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f))).toThrow(
+      /longer than 8 bytes/,
+    );
+    expect(() => decodeRow(withPruned(...new Array(40).fill(0x80), 0))).toThrow(CorruptRowError);
+  });
+
   it('bytes after the last cell (the next write would drop them)', () => {
     const row = encodeRow({ cells: new Map([['c', recordsOf(4, 2)]]) });
     const longer = new Uint8Array(row.length + 3);
