@@ -22,6 +22,11 @@ import { backoffMs, sleep } from '@percolator/core/kit';
  * - What no core loop covers is retried here, with the `retry` policy: the maintenance
  *   calls (table checks and creation, listing and dropping namespaces) and the resending
  *   of a batch's unprocessed items (a partial success, not a failure).
+ *
+ * Deadline: every call is aborted (`abortSignal`) after `requestTimeoutMs`, whatever client
+ * sends it. A caller's client may have no request timeout (the SDK's default handler has
+ * none) and would wait for ever on a lost reply. The abort may come after the request was
+ * sent, so it is a lost reply: 'unknown' for a write, a retryable failure for a read.
  */
 
 export interface RetryPolicy {
@@ -40,7 +45,10 @@ type Failure =
   | 'not-sent'
   /** The service answered 5xx: the request may or may not have been applied. */
   | 'server'
-  /** The request may have been sent and no usable answer came (timeout, reset, unreadable reply): unknown. */
+  /**
+   * The request may have been sent and no usable answer came (timeout, reset, unreadable
+   * reply, an abort: the store's deadline, the SDK's AbortError): unknown.
+   */
   | 'lost'
   /** The service answered with a parsed client error (4xx): not applied, retrying will not help. */
   | 'rejected';
@@ -147,12 +155,43 @@ export class Caller {
   constructor(
     private readonly client: DynamoDBClient,
     readonly policy: RetryPolicy,
+    /** Every call is aborted after this long (`requestTimeoutMs`). */
+    readonly deadlineMs: number,
   ) {}
+
+  /**
+   * `client.send`, aborted after `deadlineMs`. The SDK checks the signal when the request
+   * reaches its HTTP handler and destroys the request on abort, so nothing is sent after
+   * the deadline (a caller's retry strategy included). The race ends the call even where a
+   * client's handler ignores the signal; the SDK's own AbortError that follows is dropped.
+   */
+  private async send<T>(command: AnyCommand): Promise<T> {
+    const controller = new AbortController();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const error = Object.assign(
+          new Error(`no reply within ${this.deadlineMs} ms (requestTimeoutMs), the call was aborted`),
+          { name: 'TimeoutError' },
+        );
+        controller.abort(error);
+        reject(error);
+      }, this.deadlineMs);
+    });
+    try {
+      return (await Promise.race([
+        this.client.send(command, { abortSignal: controller.signal }),
+        deadline,
+      ])) as T;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
 
   /** A read for a RowStore method: sent once (the core retries reads); any failure is 'no'. */
   async read<T>(operation: string, command: AnyCommand): Promise<T> {
     try {
-      return (await this.client.send(command)) as T;
+      return await this.send<T>(command);
     } catch (error) {
       throw notApplied(operation, error);
     }
@@ -165,7 +204,7 @@ export class Caller {
   async maintenance<T>(operation: string, command: AnyCommand): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return (await this.client.send(command)) as T;
+        return await this.send<T>(command);
       } catch (error) {
         if (classify(error) === 'rejected' || attempt >= this.policy.maxAttempts) {
           throw notApplied(operation, error);
@@ -182,7 +221,7 @@ export class Caller {
    */
   async write<T>(operation: string, command: AnyCommand): Promise<T> {
     try {
-      return (await this.client.send(command)) as T;
+      return await this.send<T>(command);
     } catch (error) {
       const failure = classify(error);
       // Sent more than once (a caller's client with a retry strategy of its own, which

@@ -13,28 +13,30 @@ export const DEFAULT_REQUEST_TIMEOUT_MS = 5_000;
 const CONNECT_TIMEOUT_MS = 3_000;
 
 /**
- * The client the store talks through, and whether the store owns it (and so destroys
- * it on close).
+ * The client the store talks through, whether the store owns it (and so destroys it on
+ * close), and the deadline of each call (`requestTimeoutMs`, for either client).
  *
  * A client we create has `maxAttempts: 1`: the SDK's own retries would resend a
  * conditional write whose reply was lost, and if the first attempt had landed the resent
  * one fails its condition and looks like a conflict. Our own retry layer (`calls.ts`)
  * retries only what is safe. A timed-out request is turned into an error
  * (`throwOnRequestTimeout`) so it surfaces as an unknown outcome instead of hanging.
+ * A caller's client may have no timeout at all (the SDK's default handler has none), so
+ * `Caller` also aborts every call it makes after `deadlineMs`, whichever client it is.
  */
 export async function resolveClient(
   options: ClientOptions,
-): Promise<{ client: DynamoDBClient; owned: boolean }> {
+): Promise<{ client: DynamoDBClient; owned: boolean; deadlineMs: number }> {
+  const timeout = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  if (!Number.isInteger(timeout) || timeout < 1) {
+    throw new InvalidArgumentError(`requestTimeoutMs must be a positive integer, got ${String(timeout)}`);
+  }
   if (options.client !== undefined) {
     if (options.endpoint !== undefined || options.region !== undefined || options.credentials !== undefined) {
       throw new InvalidArgumentError('pass either `client` or `endpoint`/`region`/`credentials`, not both');
     }
     await assertSingleAttempt(options.client);
-    return { client: options.client, owned: false };
-  }
-  const timeout = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
-  if (!Number.isInteger(timeout) || timeout < 1) {
-    throw new InvalidArgumentError(`requestTimeoutMs must be a positive integer, got ${String(timeout)}`);
+    return { client: options.client, owned: false, deadlineMs: timeout };
   }
   const config: DynamoDBClientConfig = {
     maxAttempts: 1,
@@ -47,7 +49,7 @@ export async function resolveClient(
   if (options.endpoint !== undefined) config.endpoint = options.endpoint;
   if (options.region !== undefined) config.region = options.region;
   if (options.credentials !== undefined) config.credentials = options.credentials;
-  return { client: new DynamoDBClient(config), owned: true };
+  return { client: new DynamoDBClient(config), owned: true, deadlineMs: timeout };
 }
 
 /**

@@ -54,9 +54,9 @@ async function withCaller<T>(
   checkOptionKeys('dynamodb namespaces', options, OPTION_KEYS);
   validateDynamoTableName(options.tableName);
   const { tableName: _table, ...clientOptions } = options;
-  const { client, owned } = await resolveClient(clientOptions);
+  const { client, owned, deadlineMs } = await resolveClient(clientOptions);
   try {
-    return await work(new Caller(client, DEFAULT_RETRY));
+    return await work(new Caller(client, DEFAULT_RETRY, deadlineMs));
   } finally {
     if (owned) client.destroy();
   }

@@ -36,12 +36,9 @@ afterEach(async () => {
   await proxy?.close();
 });
 
-/** A store through the proxy, and a direct one on the same namespace to check what landed. */
-async function stores(
-  requestTimeoutMs = 800,
-): Promise<{ viaProxy: DynamoDbRowStore; direct: DynamoDbRowStore }> {
-  proxy = await startProxy(upstream);
-  const base = ownLocal
+/** Options of a store on the DynamoDB behind the proxy (namespace to be set). */
+function baseOptions() {
+  return ownLocal
     ? {
         endpoint: ownLocal.endpoint,
         region: 'us-east-1',
@@ -50,6 +47,14 @@ async function stores(
         createTable: true,
       }
     : db.target().storeOptions('unused');
+}
+
+/** A store through the proxy, and a direct one on the same namespace to check what landed. */
+async function stores(
+  requestTimeoutMs = 800,
+): Promise<{ viaProxy: DynamoDbRowStore; direct: DynamoDbRowStore }> {
+  proxy = await startProxy(upstream);
+  const base = baseOptions();
   const namespace = uniqueNamespace('f');
   const direct = db.track(await createDynamoDbStore({ ...base, namespace }));
   const viaProxy = db.track(
@@ -155,6 +160,44 @@ describe('dynamodb store: ambiguous outcomes', () => {
       client.destroy();
     }
   });
+
+  it("a caller's client with no request timeout: a write whose reply is lost is unknown at the store's deadline, a read fails retryably", async () => {
+    // The SDK's default NodeHttpHandler has no request timeout: without the store's own
+    // deadline (requestTimeoutMs, an abortSignal on every call) these calls hang for ever.
+    const { direct } = await stores();
+    const base = baseOptions();
+    const client = new DynamoDBClient({
+      endpoint: proxy.endpoint,
+      region: base.region,
+      ...(base.credentials ? { credentials: base.credentials } : {}),
+      maxAttempts: 1,
+    });
+    try {
+      const store = db.track(
+        await createDynamoDbStore({
+          client,
+          tableName: base.tableName,
+          namespace: direct.namespace,
+          requestTimeoutMs: 800,
+        }),
+      );
+      const created = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v1') });
+      if (!created.ok) throw new Error('create failed');
+      proxy.mode = 'drop-replies';
+      const before = proxy.forwarded;
+      await expectUnknown(
+        store.checkAndSet({ table: 't', key: 'k', expected: created.version, state: bytes('v2') }),
+      );
+      expect(proxy.forwarded - before).toBe(1);
+      expect(text((await direct.read('t', 'k'))?.state ?? new Uint8Array())).toBe('v2');
+      const lost = await store.read('t', 'k').catch((e: unknown) => e);
+      expect(lost).toBeInstanceOf(StoreError);
+      expect((lost as StoreError).applied).toBe('no');
+      expect((lost as StoreError).retryable).toBe(true);
+    } finally {
+      client.destroy();
+    }
+  }, 30_000);
 
   it('a 5xx reply to a conditional put is unknown and is not retried', async () => {
     const { viaProxy, direct } = await stores();
