@@ -16,7 +16,7 @@ import { backoffMs, sleep } from '@percolator/core/kit';
  *   a read: `readRow`, 6 attempts; anything else: `transact`'s attempts), so retrying here
  *   too would multiply the budgets.
  * - A write is `StoreError(..., 'no')` only when DynamoDB certainly refused it (a parsed
- *   4xx service error, throttling included) or it was never sent (connection refused); a
+ *   4xx service error, throttling included) or it was never sent (connect or DNS failure); a
  *   lost or unreadable reply (timeout, reset, 5xx, a 2xx whose body was cut off) is
  *   `StoreError(..., 'unknown')`.
  * - What no core loop covers is retried here, with the `retry` policy: the maintenance
@@ -41,7 +41,7 @@ export const DEFAULT_RETRY: RetryPolicy = { maxAttempts: 8, baseDelayMs: 20, max
 type Failure =
   /** The service refused the request for load (or a transaction was cancelled): not applied. */
   | 'throttled'
-  /** No connection was ever made: not applied. */
+  /** No connection was ever made (a failed DNS lookup or connect): not applied. */
   | 'not-sent'
   /** The service answered 5xx: the request may or may not have been applied. */
   | 'server'
@@ -68,13 +68,22 @@ const RETRYABLE_CANCEL_REASONS = new Set([
   'ProvisionedThroughputExceeded',
   'RequestLimitExceeded',
 ]);
-const NOT_CONNECTED_CODES = new Set([
-  'ECONNREFUSED',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-]);
+/** A failed DNS lookup: it comes before any connection, so nothing was sent. */
+const DNS_FAILURES = new Set(['ENOTFOUND', 'EAI_AGAIN']);
+/**
+ * Proof that nothing was sent only when Node raised them while connecting (`syscall:
+ * 'connect'`; the HTTP request waits in the socket's buffer until the connection is up).
+ * A connection that was already open (a keep-alive socket) can end with the same codes
+ * after the request went out: Linux keeps an ICMP host, network or port unreachable on an
+ * established connection as a soft error and reports it (`read EHOSTUNREACH`) when it gives
+ * up retransmitting, so a write that landed would be reported as not applied.
+ */
+const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+function failedBeforeSending(error: { code?: string; syscall?: string }): boolean {
+  if (DNS_FAILURES.has(error.code ?? '')) return true;
+  return CONNECT_FAILURES.has(error.code ?? '') && error.syscall === 'connect';
+}
 
 /**
  * Authentication and authorization failures: unknown or invalid credentials, a bad
@@ -98,7 +107,8 @@ interface SdkError {
   name?: string;
   message?: string;
   code?: string;
-  errors?: { code?: string }[];
+  syscall?: string;
+  errors?: { code?: string; syscall?: string }[];
   $fault?: string;
   $metadata?: { httpStatusCode?: number; attempts?: number };
   CancellationReasons?: { Code?: string }[];
@@ -125,9 +135,11 @@ export function classify(error: unknown): Failure {
     }
     return 'rejected';
   }
+  // Node's autoSelectFamily reports a connect that failed on every address as an
+  // AggregateError (no syscall of its own) of one connect error per address.
   if (
-    NOT_CONNECTED_CODES.has(e.code ?? '') ||
-    e.errors?.some((inner) => NOT_CONNECTED_CODES.has(inner.code ?? ''))
+    failedBeforeSending(e) ||
+    (e.errors !== undefined && e.errors.length > 0 && e.errors.every(failedBeforeSending))
   ) {
     return 'not-sent';
   }
