@@ -58,6 +58,7 @@ import {
   mysqlSchemaStatements,
   schemaLockName,
 } from './schema.js';
+import { SESSION_SETTINGS_SQL, sessionSettingsError, wrongSessionSettings } from './session.js';
 import { type MySqlStatements, mysqlStatements } from './statements.js';
 import { VersionAllocator } from './versions.js';
 
@@ -132,7 +133,12 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
     });
   const multipleStatements = hasMultipleStatements(pool);
   const connector = new Connector(pool, names.namespace, queryTimeoutMs);
+  let sessionChecked = false;
   try {
+    // The first connection's session settings are checked (Connector.connect) before
+    // anything else is sent, so a refused pool writes nothing, not even the schema.
+    (await connector.connect()).release();
+    sessionChecked = true;
     if (options.createSchema !== false)
       await underSchemaLock(connector, mysqlSchemaStatements(names.namespace));
     const settings = (await connector.run('read server settings', 'read', mysqlStatements(names).settings, [
@@ -149,7 +155,7 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
     await store.prepare();
     return checkedStore<MySqlStore>(store);
   } catch (error) {
-    if (error instanceof Error && options.createSchema === false) {
+    if (error instanceof Error && options.createSchema === false && sessionChecked) {
       error.message += ` (is the schema of namespace ${names.namespace} created? see mysqlSchemaSql())`;
     }
     if (ownsPool) await pool.end().catch(() => {});
@@ -164,9 +170,20 @@ function hasMultipleStatements(pool: Pool): boolean {
   return core?.config?.connectionConfig?.multipleStatements === true;
 }
 
-/** Checks connections out and classifies failures (see errors.ts). */
+/**
+ * Checks connections out and classifies failures (see errors.ts). Each connection's session
+ * settings are checked the first time the store gets it (session.ts says which and why):
+ * one more round trip per connection, not per call. Not in the pool's 'connection' event:
+ * a pool passed in may already hold connections made before the store could listen, and
+ * the server's defaults may change while the store runs. Refused rather than set back with
+ * SET SESSION: the pool is the caller's, whose own queries may rely on its settings (and
+ * mysql2 does not reset a session on release, so setting them per call would cost a round
+ * trip each time). A session changed on a connection after the store checked it is not seen.
+ */
 class Connector {
   closed = false;
+  /** mysql2's core connections whose session passed the check. */
+  private readonly checked = new WeakSet<object>();
 
   constructor(
     readonly pool: Pool,
@@ -176,11 +193,39 @@ class Connector {
 
   async connect(): Promise<PoolConnection> {
     if (this.closed) throw new ClosedError(`mysql store (namespace ${this.namespace}) is closed`);
+    let connection: PoolConnection;
     try {
-      return await this.pool.getConnection();
+      connection = await this.pool.getConnection();
     } catch (error) {
       throw connectError(error);
     }
+    const core = coreOf(connection);
+    if (!this.checked.has(core)) {
+      let wrong: string[];
+      try {
+        const rows = (await query(
+          connection,
+          'check session settings',
+          'read',
+          SESSION_SETTINGS_SQL,
+          undefined,
+          1,
+          this.queryTimeoutMs,
+        )) as Row[];
+        wrong = wrongSessionSettings(rows);
+      } catch (error) {
+        if (error instanceof StoreError && isConnectionBroken(error.cause)) connection.destroy();
+        else connection.release();
+        throw error;
+      }
+      if (wrong.length > 0) {
+        // The caller's connection is sound; it goes back to their pool unchanged.
+        connection.release();
+        throw sessionSettingsError(this.namespace, wrong);
+      }
+      this.checked.add(core);
+    }
+    return connection;
   }
 
   /** One query on a pooled connection. `statements` > 1 marks a multi-statement batch. */
@@ -245,10 +290,15 @@ async function query(
  * `cause` is the driver's error, so that trace adds nothing.
  */
 function send(connection: PoolConnection, options: QueryOptions): Promise<unknown> {
-  const core = (connection as unknown as { readonly connection: CoreConnection }).connection;
+  const core = coreOf(connection);
   return new Promise((resolve, reject) => {
     core.query(options, (error: unknown, result: unknown) => (error ? reject(error) : resolve(result)));
   });
+}
+
+/** The callback connection under mysql2's promise wrapper (a new wrapper each checkout). */
+function coreOf(connection: PoolConnection): CoreConnection {
+  return (connection as unknown as { readonly connection: CoreConnection }).connection;
 }
 
 /** DDL under a named lock, so processes starting at once create the tables one at a time. */

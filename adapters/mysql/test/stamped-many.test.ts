@@ -544,11 +544,8 @@ describe('mysql stamped check-and-set of many rows: SQL text and connections', (
     expect(Number(counters[0]!.n)).toBe(1);
   });
 
-  it('leaves the connection in no transaction, on a user pool with autocommit off too', async () => {
+  it('leaves the connection in no transaction (a pool with autocommit off is refused: session.test.ts)', async () => {
     const pool = userPool({ connectionLimit: 1 });
-    pool.on('connection', (connection) => {
-      connection.query('SET SESSION autocommit = 0');
-    });
     const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
     const counter = 'sm.ac';
     const r = applied(
