@@ -91,9 +91,10 @@ export function heldWorthSettling(held: readonly WriteRecord[]): boolean {
 function safeIndexOf(writes: readonly WriteRecord[], policy: PrunePolicy, nowMs: number): number {
   let safeIndex = -1;
   if (writes.length > policy.maxVersionsPerCell) safeIndex = policy.maxVersionsPerCell - 1;
+  // Strictly older than the window: a snapshot exactly retentionMs old still reads (docs say "more than").
   const cutoff = nowMs - policy.retentionMs;
   for (let i = 0; i < writes.length; i++) {
-    if (writes[i]!.wallTimeMs <= cutoff) {
+    if (writes[i]!.wallTimeMs < cutoff) {
       if (safeIndex < 0 || i < safeIndex) safeIndex = i;
       break;
     }
@@ -314,10 +315,10 @@ export function pruneDue(cell: Cell, policy: PrunePolicy, nowMs: number): boolea
   const cutoff = nowMs - policy.retentionMs - Math.floor(policy.retentionMs / 8);
   let aged = 0;
   const walls = cell.history?.prunableWalls;
-  if (walls && walls[0] <= cutoff) aged += walls[1] <= cutoff ? 2 : 1;
+  if (walls && walls[0] < cutoff) aged += walls[1] < cutoff ? 2 : 1;
   if (aged >= 2) return true;
   for (const rec of cell.recent) {
-    if (!rec.secondaries && rec.wallTimeMs <= cutoff && ++aged >= 2) return true;
+    if (!rec.secondaries && rec.wallTimeMs < cutoff && ++aged >= 2) return true;
   }
   return false;
 }

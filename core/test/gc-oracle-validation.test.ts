@@ -52,6 +52,27 @@ describe('old versions (docs/protocol.md section 7)', () => {
     expect(cell.data.size).toBe(2);
     expect(await db.transact((tx) => tx.getString('t', 'r', 'v'))).toBe('latest');
   });
+
+  it('a snapshot exactly retentionMs old still reads; one a millisecond older gets SnapshotTooOldError', async () => {
+    let now = 1_000_000;
+    const store = new MemoryStore();
+    const db = new Percolator({
+      store,
+      clock: () => now,
+      gc: { retentionMs: 1000, maxVersionsPerCell: 1000 },
+    });
+    await db.transact(async (tx) => tx.set('t', 'r', 'v', 'old'));
+    // Two snapshots taken at `now`, each read once only (a transaction keeps what it read).
+    const atBoundary = await db.begin();
+    const pastBoundary = await db.begin();
+    await db.transact(async (tx) => tx.set('t', 'r', 'v', 'new')); // supersedes 'old' at `now`
+    now += 1000; // both snapshots, and the supersession, are exactly retentionMs old
+    await db.gc('t'); // prunes exactly, as far as the policy allows
+    expect(await atBoundary.getString('t', 'r', 'v')).toBe('old');
+    now += 1;
+    await db.gc('t');
+    await expect(pastBoundary.getString('t', 'r', 'v')).rejects.toBeInstanceOf(SnapshotTooOldError);
+  });
 });
 
 describe('timestamp oracles (docs/protocol.md section 3)', () => {
