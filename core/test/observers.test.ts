@@ -663,6 +663,47 @@ describe('observers: workers, leases and scanning', () => {
   });
 });
 
+describe('observers: runUntilIdle and a failing store', () => {
+  test('a scan that fails once retryably is reported and tried again: runUntilIdle completes, the observer ran', async () => {
+    const store = new InstrumentedStore();
+    const db = client(store);
+    const calls: string[] = [];
+    const errors: unknown[] = [];
+    const worker = db.worker({
+      observers: [copier(calls)],
+      retry: { baseMs: 5, maxMs: 50 },
+      onError: (e) => errors.push(e),
+    });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    const dropped = new StoreError('injected: connection dropped during the index scan', 'no');
+    let failures = 1;
+    store.scanNotifiedFault = () => (failures-- > 0 ? dropped : undefined);
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    expect(calls).toEqual(['a=x']);
+    expect(errors).toEqual([dropped]);
+    expect(await notified(store, 'docs')).toEqual([]);
+  });
+
+  test('a non-retryable error rejects at once; a retryable one that lasts rejects at the deadline with it as cause', async () => {
+    const store = new InstrumentedStore();
+    const db = client(store);
+    const calls: string[] = [];
+    const worker = db.worker({ observers: [copier(calls)], retry: { baseMs: 5, maxMs: 20 }, ...quiet });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    const refused = new StoreError('injected: permission denied', 'no', { retryable: false });
+    store.scanNotifiedFault = () => refused;
+    await expect(worker.runUntilIdle({ timeoutMs: 10_000 })).rejects.toBe(refused);
+    expect(store.scanNotifiedCalls).toBe(1);
+    const dropped = new StoreError('injected: connection dropped', 'no');
+    store.scanNotifiedFault = () => dropped;
+    const error = await worker.runUntilIdle({ timeoutMs: 100 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ObserversNotIdleError);
+    expect((error as Error).cause).toBe(dropped);
+    expect(store.scanNotifiedCalls).toBeGreaterThan(2);
+    expect(calls).toEqual([]);
+  });
+});
+
 describe('observers: every worker of a column runs all of its observers', () => {
   test('a worker that meets the ack of an observer it does not run reports it once (ObserversDifferError)', async () => {
     const store = new MemoryStore();

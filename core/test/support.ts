@@ -37,6 +37,9 @@ export class InstrumentedStore implements RowStore {
   /** Decides a fault for each CAS; return undefined to let it through. */
   casFault: (request: CasRequest) => Fault = () => undefined;
   readFault: (table: string, key: string) => boolean = () => false;
+  /** Decides an error for each scanNotified call (a dropped connection, say); undefined lets it through. */
+  scanNotifiedFault: (table: string) => Error | undefined = () => undefined;
+  scanNotifiedCalls = 0;
   /** checkAndSetStampedMany calls (declared only when the capabilities passed say so). */
   stampedManyCalls = 0;
   /** Decides a fault for each checkAndSetStampedMany (one for all its rows: it is one step). */
@@ -148,6 +151,9 @@ export class InstrumentedStore implements RowStore {
   }
 
   async scanNotified(...args: Parameters<MemoryStore['scanNotified']>) {
+    this.scanNotifiedCalls++;
+    const fault = this.scanNotifiedFault(args[0]);
+    if (fault) throw fault;
     return this.inner.scanNotified(...args);
   }
 

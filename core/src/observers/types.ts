@@ -58,7 +58,10 @@ export interface WorkerOptions {
   readonly idlePollMs?: number;
   /** Keys asked from the notification index per page. Default 64. */
   readonly batchSize?: number;
-  /** Backoff after a failed run: base doubling per consecutive failure, capped. Default 100 / 30 000 ms. */
+  /**
+   * Backoff after a failed run: base doubling per consecutive failure, capped. Default 100 / 30 000 ms.
+   * runUntilIdle() waits the same (with full jitter) after a pass that failed retryably.
+   */
   readonly retry?: { readonly baseMs?: number; readonly maxMs?: number };
   /** Attempts of one run on conflicts and other retryable errors before it counts as failed. Default 5. */
   readonly maxRunAttempts?: number;
@@ -92,6 +95,9 @@ export interface WorkerStats {
 }
 
 export interface RunUntilIdleOptions {
-  /** Reject with an error naming the pending rows if not idle within this time. Default: no limit. */
+  /**
+   * Reject with an error naming the pending rows (or with the last retryable error as its
+   * cause) if not idle within this time. Default: no limit.
+   */
   readonly timeoutMs?: number;
 }

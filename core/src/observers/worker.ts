@@ -1,4 +1,4 @@
-import { sleep } from '../backoff.js';
+import { backoffMs, sleep } from '../backoff.js';
 import { decodeRow } from '../codec.js';
 import { observedKey, type ProtocolEnv } from '../env.js';
 import { InvalidArgumentError, isRetryable, PercolatorError, UnsupportedOperationError } from '../errors.js';
@@ -20,8 +20,8 @@ import type {
 
 /** runUntilIdle() ran out of time with notifications still pending. */
 export class ObserversNotIdleError extends PercolatorError {
-  constructor(message: string) {
-    super('NOT_IDLE', message, { retryable: true });
+  constructor(message: string, options?: { readonly cause?: unknown }) {
+    super('NOT_IDLE', message, { cause: options?.cause, retryable: true });
   }
 }
 
@@ -171,12 +171,34 @@ export class ObserverWorker {
   /**
    * Processes notifications until none is pending for this worker's observers, then
    * resolves. Works whether or not start() was called. Rows leased by other workers and
-   * runs waiting out a failure backoff count as pending: it waits for them.
+   * runs waiting out a failure backoff count as pending: it waits for them. A pass that
+   * fails retryably (a scan of the index over a dropped connection, a timeout) is reported
+   * and tried again after a backoff, as the background loops do: a job draining
+   * notifications should not fail on what the next attempt gets past. It rejects with a
+   * non-retryable error at once, and, past `timeoutMs`, with ObserversNotIdleError (its
+   * cause the last error, if the last pass failed).
    */
   async runUntilIdle(options: RunUntilIdleOptions = {}): Promise<void> {
     const deadline = performance.now() + (options.timeoutMs ?? Number.POSITIVE_INFINITY);
+    let failures = 0;
     for (;;) {
-      const pass = await this.fullPass();
+      let pass: Awaited<ReturnType<ObserverWorker['fullPass']>>;
+      try {
+        pass = await this.fullPass();
+      } catch (error) {
+        if (!isRetryable(error)) throw error;
+        this.reportError(error, undefined);
+        if (performance.now() >= deadline) {
+          throw new ObserversNotIdleError(
+            `observers not idle after ${options.timeoutMs} ms: the last pass failed: ${error instanceof Error ? error.message : String(error)}`,
+            { cause: error },
+          );
+        }
+        const delay = backoffMs(failures++, this.retryBaseMs, this.retryMaxMs);
+        await sleep(Math.max(1, Math.min(delay, deadline - performance.now())));
+        continue;
+      }
+      failures = 0;
       if (!pass.processed && pass.pending.length === 0) return;
       if (performance.now() >= deadline) {
         const sample = pass.pending.slice(0, 5).map((r) => JSON.stringify(r));
