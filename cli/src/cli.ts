@@ -117,7 +117,8 @@ Exit 4 if the row is not stored.`,
     usage: 'percolator locks TABLE [--older-than DURATION] [connection options]',
     about: `Every lock in TABLE (a walk over its rows), each with its transaction's fate as its
 primary says: committed at ts, rolled back, or pending (owner live, or presumed dead:
-past its TTL, and the next reader rolls it back). Reads only.
+its primary's lock past its TTL, and the next reader rolls it back). A secondary lock
+is as live as its primary's, which the owner's heartbeat refreshes. Reads only.
   --older-than D   only locks at least this old (30s, 5m, 500ms)
 Exit 0 if none, 1 if any lock is listed (for monitoring), 4 if TABLE holds no rows.`,
     positionals: { min: 1, max: 1 },

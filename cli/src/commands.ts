@@ -86,15 +86,48 @@ function client(store: RowStore, clock: (() => number) | undefined, gc?: Partial
   });
 }
 
-function fateText(f: PrimaryFate): string {
+/**
+ * A transaction's fate as its primary says. For a secondary lock it also says what keeps it
+ * live: its primary's lock, which only the owner's heartbeat refreshes (the secondary's own
+ * age passes its TTL in any long commit, and says nothing of its owner).
+ */
+function fateText(f: PrimaryFate, isPrimary: boolean): string {
   switch (f.state) {
     case 'committed':
       return `committed at ${f.commitTs}`;
     case 'rolled-back':
       return 'rolled back';
-    case 'pending':
-      return f.expired ? 'pending, owner presumed dead (a reader rolls it back)' : 'pending, owner live';
+    case 'pending': {
+      const p = f.primaryLock;
+      if (isPrimary)
+        return f.expired ? 'pending, owner presumed dead (a reader rolls it back)' : 'pending, owner live';
+      if (p === undefined)
+        return f.expired
+          ? 'pending, owner presumed dead (its primary holds no lock of it; a reader rolls it back)'
+          : 'pending, owner live (its primary holds no lock of it yet: the prewrite may be in flight)';
+      return f.expired
+        ? `pending, owner presumed dead (primary lock expired, heartbeat ${ago(p.ageMs)}; a reader rolls it back)`
+        : `pending, owner live (primary locked, heartbeat ${ago(p.ageMs)})`;
+    }
   }
+}
+
+type CellRef = { readonly table: string; readonly row: string; readonly column: string };
+
+/** Whether `cell` is the primary a lock names. */
+function isPrimaryCell(primary: CellRef, cell: CellRef): boolean {
+  return primary.table === cell.table && primary.row === cell.row && primary.column === cell.column;
+}
+
+/** Expiry as a reader judges it (the lock's `expired`): the primary's lock, or this one's while the primary holds none. */
+function expiryText(l: InspectedLock, isPrimary: boolean): string {
+  const ttl = `ttl ${duration(l.ttlMs)}`;
+  if (l.fate.state !== 'pending') return `${ttl}; its primary has decided its transaction`;
+  const p = l.fate.primaryLock;
+  if (isPrimary || p === undefined)
+    return `${ttl}, ${l.expired ? 'EXPIRED' : `expires in ${duration(l.ttlMs - l.ageMs)}`}`;
+  const primary = l.expired ? 'EXPIRED' : `expires in ${duration(p.ttlMs - p.ageMs)}`;
+  return `${ttl}; its primary's lock counts: heartbeat ${ago(p.ageMs)}, ${primary}`;
 }
 
 function cellRef(r: { table: string; row: string; column?: string }): string {
@@ -120,16 +153,21 @@ export interface InspectedRow {
   readonly acks: readonly ObserverAck[];
 }
 
+export type InspectedLock = LockView & {
+  /** nowMs minus the lock's wall time (its prewrite; a primary lock's: or its last heartbeat). */
+  readonly ageMs: number;
+  /**
+   * Its transaction is past its TTL as a reader judges it (as scanLocks' `expired`): by its
+   * primary's lock, which the heartbeat refreshes, not by a secondary's own age.
+   */
+  readonly expired: boolean;
+  /** Its transaction's fate, as its primary says (read only); `fate.primaryLock`: the primary's lock. */
+  readonly fate: PrimaryFate;
+};
+
 export interface InspectedCell extends Omit<CellView, 'lock' | 'writes'> {
   readonly reserved: boolean;
-  readonly lock?: LockView & {
-    /** nowMs minus the lock's wall time (prewrite or last heartbeat). */
-    readonly ageMs: number;
-    /** Past its TTL. */
-    readonly expired: boolean;
-    /** Its transaction's fate, as its primary says (read only). */
-    readonly fate: PrimaryFate;
-  };
+  readonly lock?: InspectedLock;
   readonly writes: readonly (CellView['writes'][number] & {
     /** For a value in a version row (`moving`, `moved`): that row's table and key. */
     readonly versionRow?: { readonly table: string; readonly key: string };
@@ -151,16 +189,17 @@ export async function inspectRow(
   const cells: InspectedCell[] = [];
   for (const cell of view.cells) {
     const { lock, writes, ...rest } = cell;
+    const fate = lock ? await primaryFate(store, lock, nowMs) : undefined;
     cells.push({
       ...rest,
       reserved: isReservedColumn(cell.column),
-      ...(lock
+      ...(lock && fate
         ? {
             lock: {
               ...lock,
               ageMs: nowMs - lock.wallTimeMs,
-              expired: nowMs - lock.wallTimeMs > lock.ttlMs,
-              fate: await primaryFate(store, lock, nowMs),
+              expired: fate.state === 'pending' && fate.expired,
+              fate,
             },
           }
         : {}),
@@ -190,12 +229,11 @@ export function formatInspected(r: InspectedRow): string {
     );
     if (c.lock) {
       const l = c.lock;
-      const isPrimary =
-        l.primary.table === r.table && l.primary.row === r.row && l.primary.column === c.column;
+      const isPrimary = isPrimaryCell(l.primary, { table: r.table, row: r.row, column: c.column });
       lines.push(
         `    lock      startTs ${l.startTs}, ${l.kind}, primary ${isPrimary ? 'this cell' : cellRef(l.primary)}`,
-        `              written ${ago(l.ageMs)} (ttl ${duration(l.ttlMs)}${l.expired ? ', EXPIRED' : `, expires in ${duration(l.ttlMs - l.ageMs)}`})`,
-        `              transaction: ${fateText(l.fate)}`,
+        `              written ${ago(l.ageMs)} (${expiryText(l, isPrimary)})`,
+        `              transaction: ${fateText(l.fate, isPrimary)}`,
       );
       if (l.secondaries?.length)
         lines.push(`              secondaries: ${l.secondaries.map((s) => cellRef(s)).join(', ')}`);
@@ -255,16 +293,16 @@ export async function locksCommand(
     return { code: EXIT.ok, data: found, text: `no locks${older} in ${shown(args.table)}` };
   const rows = [['row', 'column', 'startTs', 'age', 'ttl', 'primary', 'transaction']];
   for (const l of found) {
-    const isPrimary =
-      l.lock.primary.table === l.table && l.lock.primary.row === l.row && l.lock.primary.column === l.column;
+    const isPrimary = isPrimaryCell(l.lock.primary, l);
     rows.push([
       shown(l.row),
       shown(l.column),
       String(l.lock.startTs),
       duration(l.ageMs),
+      // EXPIRED as a reader judges it: a secondary by its primary's lock (see fateText).
       `${duration(l.lock.ttlMs)}${l.expired ? ' EXPIRED' : ''}`,
       isPrimary ? '(this cell)' : cellRef(l.lock.primary),
-      fateText(l.fate),
+      fateText(l.fate, isPrimary),
     ]);
   }
   return {

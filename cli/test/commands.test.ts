@@ -126,7 +126,7 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
     for (const s of STOPS.filter((s) => !s.committed)) {
       const mine = locks.filter((l) => l.row.startsWith(`${s.label}-`));
       expect(mine.length, `${s.label} left locks`).toBeGreaterThan(0);
-      for (const l of mine) expect(l.fate).toEqual({ state: 'pending', expired: false });
+      for (const l of mine) expect(l.fate).toMatchObject({ state: 'pending', expired: false });
     }
     // After the commit point: committed, the primary's record says at which timestamp.
     const ac = locks.filter((l) => l.row.startsWith('ac-'));
@@ -155,7 +155,7 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
     const expired = (await locksCommand(store, { table: TABLE, now })).data;
     expect(expired.length).toBe(locks.length);
     for (const l of expired.filter((l) => l.row.startsWith('bc-')))
-      expect(l.fate).toEqual({ state: 'pending', expired: true });
+      expect(l.fate).toMatchObject({ state: 'pending', expired: true });
 
     for (const s of STOPS) {
       const rows = rowsOf(s.label);
@@ -277,6 +277,88 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       // d2 (edited after the worker ran) and big (written after it): both unhandled.
       expect(JSON.parse(notes.out)).toMatchObject([{ table: 'docs', column: 'body', pending: 2 }]);
     });
+});
+
+describe.each(['memory', 'redis'] as const)('a secondary lock of a live transaction on %s', (name) => {
+  it('inspect and locks show it live while the heartbeat keeps its primary fresh past the secondary TTL, expired once the primary lock expires', async () => {
+    const backend = await openTestBackend(name);
+    const { store } = backend;
+    const clock = fakeClock();
+    // The heartbeat beats every ttl/3 of real time; lock ages are the fake clock's.
+    const ttl = 300;
+    let reached!: () => void;
+    const atCommitPoint = new Promise<void>((r) => {
+      reached = r;
+    });
+    let stop!: (crash: ClientCrash) => void;
+    const held = new Promise<void>((_, reject) => {
+      stop = reject;
+    });
+    const db = new Percolator({
+      store,
+      clock,
+      lockTtlMs: ttl,
+      onePhaseMaxRows: 1, // two phases: the hook holds the commit between them
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step !== 'beforeCommitPrimary') return;
+          reached();
+          return held; // the owner stays live, heartbeat on, until the test stops it
+        },
+      },
+    });
+    try {
+      const tx = await db.begin();
+      tx.set(TABLE, 'live-a', 'v', 'new');
+      tx.set(TABLE, 'live-b', 'v', 'new');
+      const commit = tx.commit().catch((e: unknown) => e);
+      await atCommitPoint;
+      clock.advance(2 * ttl); // every lock's own age is now past its TTL
+      const isPrimary = (l: LockedCell) => l.lock.primary.row === l.row;
+      let listed = await locksCommand(store, { table: TABLE, now: clock });
+      // Until a beat has refreshed the primary lock at the new time.
+      for (let i = 0; i < 500 && listed.data.find(isPrimary)!.ageMs > 0; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+        listed = await locksCommand(store, { table: TABLE, now: clock });
+      }
+      expect(listed.data.map((l) => l.row).sort()).toEqual(['live-a', 'live-b']);
+      const primary = listed.data.find(isPrimary)!;
+      const secondary = listed.data.find((l) => !isPrimary(l))!;
+      expect(primary).toMatchObject({ ageMs: 0, expired: false });
+      expect(secondary.ageMs).toBeGreaterThan(ttl); // its own age: past the TTL, yet live
+      expect(secondary.expired).toBe(false);
+      expect(secondary.fate).toEqual({
+        state: 'pending',
+        expired: false,
+        primaryLock: { wallTimeMs: clock(), ttlMs: ttl, ageMs: 0 },
+      });
+      expect(listed.text).not.toContain('EXPIRED');
+      expect(listed.text).toContain('pending, owner live (primary locked, heartbeat 0 ms ago)');
+      let inspected = await inspectCommand(store, { table: TABLE, row: secondary.row, now: clock });
+      expect(inspected.data.cells.find((c) => c.column === 'v')?.lock).toMatchObject({
+        expired: false,
+        fate: secondary.fate,
+      });
+      expect(inspected.text).not.toContain('EXPIRED');
+      expect(inspected.text).toContain("its primary's lock counts: heartbeat 0 ms ago, expires in 300 ms");
+
+      // The owner dies: no more beats; one TTL later its primary lock, and so the secondary, is expired.
+      stop(new ClientCrash('stopped before its commit point'));
+      expect(await commit).toBeInstanceOf(ClientCrash);
+      clock.advance(ttl + 1);
+      listed = await locksCommand(store, { table: TABLE, now: clock });
+      const dead = listed.data.find((l) => l.row === secondary.row)!;
+      expect(dead.expired).toBe(true);
+      expect(dead.fate).toMatchObject({ state: 'pending', expired: true, primaryLock: { ageMs: ttl + 1 } });
+      expect(listed.text).toContain('primary lock expired, heartbeat 301 ms ago; a reader rolls it back');
+      inspected = await inspectCommand(store, { table: TABLE, row: secondary.row, now: clock });
+      expect(inspected.data.cells.find((c) => c.column === 'v')?.lock?.expired).toBe(true);
+      expect(inspected.text).toContain("its primary's lock counts: heartbeat 301 ms ago, EXPIRED");
+    } finally {
+      await db.close();
+      await backend.cleanup();
+    }
+  });
 });
 
 describe('resolve prunes nothing (it does not know the deployment retention policy)', () => {

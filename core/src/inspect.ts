@@ -1,6 +1,6 @@
 import { decodeRow, decodeVersionRow } from './codec.js';
 import { UnsupportedOperationError } from './errors.js';
-import { isLockExpired, primaryVerdict } from './lock-resolver.js';
+import { primaryVerdict } from './lock-resolver.js';
 import { compareKeys, validateUserTable } from './names.js';
 import { isReservedColumn, parseAckColumn } from './observers/reserved.js';
 import {
@@ -144,7 +144,17 @@ export type PrimaryFate =
    * its primary prewrite never landed), and the next reader to meet a lock of it rolls
    * the transaction back. Otherwise a reader waits for it.
    */
-  | { readonly state: 'pending'; readonly expired: boolean };
+  | {
+      readonly state: 'pending';
+      readonly expired: boolean;
+      /**
+       * The primary's lock of the transaction, which decides `expired`: only it is refreshed
+       * by its owner's heartbeat, so a secondary lock's own age says nothing about its owner.
+       * `ageMs` is the time since its prewrite or last heartbeat. Absent while the primary
+       * holds no lock of the transaction (its prewrite not landed): then the lock met decides.
+       */
+      readonly primaryLock?: { readonly wallTimeMs: number; readonly ttlMs: number; readonly ageMs: number };
+    };
 
 /**
  * The fate of the transaction that left `lock` (a lock found anywhere): one plain read of
@@ -159,8 +169,16 @@ export async function primaryFate(
   const stored = await store.read(table, row);
   const cell = stored ? decodeRow(stored.state).cells.get(column) : undefined;
   const verdict = primaryVerdict(cell, lock as Lock, nowMs);
-  if (verdict === 'alive') return { state: 'pending', expired: false };
-  if (verdict === 'abandoned') return { state: 'pending', expired: true };
+  if (verdict === 'alive' || verdict === 'abandoned') {
+    const held = cell?.lock?.startTs === lock.startTs ? cell.lock : undefined;
+    return {
+      state: 'pending',
+      expired: verdict === 'abandoned',
+      ...(held
+        ? { primaryLock: { wallTimeMs: held.wallTimeMs, ttlMs: held.ttlMs, ageMs: nowMs - held.wallTimeMs } }
+        : {}),
+    };
+  }
   return verdict.committed ? { state: 'committed', commitTs: verdict.commitTs } : { state: 'rolled-back' };
 }
 
@@ -170,9 +188,14 @@ export interface LockedCell {
   readonly row: string;
   readonly column: string;
   readonly lock: NonNullable<CellView['lock']>;
-  /** nowMs minus the lock's wall time (its prewrite, or its owner's last heartbeat). */
+  /** nowMs minus the lock's wall time (its prewrite; a primary lock's: or its owner's last heartbeat). */
   readonly ageMs: number;
-  /** Past its TTL. */
+  /**
+   * Its transaction is past its TTL as a reader judges it (`fate` pending and expired): by
+   * its primary's lock, the one the heartbeat refreshes (a secondary lock of a live
+   * transaction outgrows its own TTL), or by its own while the primary holds no lock of it.
+   * False once the primary has decided the transaction (committed or rolled back).
+   */
   readonly expired: boolean;
   readonly fate: PrimaryFate;
 }
@@ -220,7 +243,7 @@ export async function* scanLocks(
         column: cell.column,
         lock,
         ageMs,
-        expired: isLockExpired(lock as Lock, nowMs),
+        expired: fate.state === 'pending' && fate.expired,
         fate,
       };
     }
