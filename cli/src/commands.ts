@@ -337,7 +337,7 @@ export async function resolveCommand(
     if (o.action === 'rolled-forward')
       return `  rolled forward ${what}: its transaction committed at ${o.commitTs}`;
     if (o.action === 'rolled-back') return `  rolled back    ${what}: its transaction did not commit`;
-    return `  left alone     ${what}: its owner may still be committing (lock expires in ${duration(o.expiresInMs)} unless refreshed); retry later or pass --wait`;
+    return `  left alone     ${what}: its owner may still be committing (expires in ${duration(o.expiresInMs)} unless its heartbeat refreshes the primary's lock); retry later or pass --wait`;
   });
   const alive = results.filter((r) => r.outcome.action === 'alive').length;
   return {

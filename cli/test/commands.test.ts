@@ -341,6 +341,11 @@ describe.each(['memory', 'redis'] as const)('a secondary lock of a live transact
       });
       expect(inspected.text).not.toContain('EXPIRED');
       expect(inspected.text).toContain("its primary's lock counts: heartbeat 0 ms ago, expires in 300 ms");
+      // resolve leaves it alone, and counts its expiry from the primary's lock too.
+      const left = await resolveCommand(store, { table: TABLE, row: secondary.row, now: clock });
+      expect(left.code).toBe(1);
+      expect(left.data.map((r) => r.outcome)).toEqual([{ action: 'alive', expiresInMs: ttl }]);
+      expect(left.text).toContain('expires in 300 ms unless its heartbeat refreshes');
 
       // The owner dies: no more beats; one TTL later its primary lock, and so the secondary, is expired.
       stop(new ClientCrash('stopped before its commit point'));

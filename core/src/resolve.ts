@@ -1,7 +1,8 @@
 import { backoffMs, sleep } from './backoff.js';
 import { decodeRow } from './codec.js';
 import type { ProtocolEnv } from './env.js';
-import { isLockExpired, resolveLock } from './lock-resolver.js';
+import { primaryFate } from './inspect.js';
+import { resolveLock } from './lock-resolver.js';
 import type { Lock } from './row-state.js';
 import { readRow } from './row-update.js';
 
@@ -32,7 +33,11 @@ export interface ResolvedLock {
   readonly outcome:
     | { readonly action: 'rolled-forward'; readonly commitTs: number }
     | { readonly action: 'rolled-back' }
-    /** Its owner may still be committing: left alone. `expiresInMs` from the lock found (a heartbeat extends it). */
+    /**
+     * Its owner may still be committing: left alone. `expiresInMs`: until its primary's lock
+     * expires (a heartbeat extends it; a secondary lock's own TTL does not count), or the
+     * lock found's while the primary holds no lock of the transaction.
+     */
     | { readonly action: 'alive'; readonly expiresInMs: number };
 }
 
@@ -65,7 +70,7 @@ export async function resolveRowLocks(
         isPrimary: p.table === table && p.row === row && p.column === column,
       };
       if (fate === 'alive') {
-        const expiresInMs = isLockExpired(lock, env.clock()) ? 0 : lock.wallTimeMs + lock.ttlMs - env.clock();
+        const expiresInMs = await expiresIn(env, lock, base.isPrimary);
         alive.push({ ...base, outcome: { action: 'alive', expiresInMs } });
       } else {
         done.set(`${column}\u0000${lock.startTs}`, {
@@ -86,4 +91,19 @@ export async function resolveRowLocks(
     );
   }
   return [...done.values(), ...alive];
+}
+
+/**
+ * How long a live lock has before a reader may roll its transaction back: its primary's
+ * lock decides (only it is refreshed by the heartbeat, so a secondary of a long commit is
+ * past its own TTL while its owner is alive); one more read of the primary for a secondary.
+ */
+async function expiresIn(env: ProtocolEnv, lock: Lock, isPrimary: boolean): Promise<number> {
+  const now = env.clock();
+  let decider: { wallTimeMs: number; ttlMs: number } = lock;
+  if (!isPrimary) {
+    const fate = await primaryFate(env.store, lock, now);
+    if (fate.state === 'pending' && fate.primaryLock) decider = fate.primaryLock;
+  }
+  return Math.max(0, decider.wallTimeMs + decider.ttlMs - now);
 }
