@@ -68,6 +68,17 @@ const HEAD_FORMAT_2 = 2;
 const HOT_EXTRA = 1;
 /** The commitTs of a record whose timestamp the store will stamp (sorts newest). */
 export const STAMP = Number.MAX_SAFE_INTEGER;
+/**
+ * The highest timestamp a client takes (2^52 - 1). A row keeps the difference of two of a
+ * cell's timestamps zigzagged (Writer.int): exact only while it is below 2^52 either way,
+ * so every timestamp stays below 2^52. That is 142 years of LocalOracle microseconds since
+ * 1970, or 4.5e15 counter draws. Every timestamp that enters the client is checked against
+ * it (oracle.ts: the oracles, a custom oracle's values, the store's stamped replies); past
+ * it, a non-retryable StoreError and nothing written. So STAMP is never a real timestamp.
+ */
+export const MAX_TIMESTAMP = 2 ** 52 - 1;
+/** Writer.int's bound: a zigzagged value from -2^52 up to 2^52 - 1 is a safe integer. */
+const MAX_INT_MAGNITUDE = 2 ** 52;
 /** A version row of one value (before blocks): read, never written. */
 export const VERSION_FORMAT = 16;
 /** The same with a stamp slot: read, never written. */
@@ -143,6 +154,14 @@ class Writer {
     this.buf[this.pos++] = v;
   }
   int(value: number): void {
+    // Past 2^52 either way the zigzagged value passes 2^53 and is rounded: the row would be
+    // written and then read wrong. Only a timestamp past MAX_TIMESTAMP gets here (one the
+    // store stamped into a row before the client refused it), so the write is refused.
+    if (!(value >= -MAX_INT_MAGNITUDE && value < MAX_INT_MAGNITUDE)) {
+      throw new CorruptRowError(
+        `a timestamp past MAX_TIMESTAMP (2^52 - 1) cannot be encoded exactly (a difference of ${value}): not written`,
+      );
+    }
     this.uint(value >= 0 ? value * 2 : -value * 2 - 1);
   }
   /** Room for a varint written later with `patch4` (at most 2^28 - 1). */

@@ -99,6 +99,8 @@ export class RowTooLargeError extends PercolatorError {
  * A stored row this code cannot read: a format it does not know (for example written by
  * another version of the library), or a head row that names a version row which is gone.
  * Nothing is guessed: the read fails instead of returning a value that may be wrong.
+ * Also a row this code cannot write exactly (a stamp past MAX_TIMESTAMP, codec.ts): the
+ * write fails and nothing is sent.
  */
 export class CorruptRowError extends PercolatorError {
   constructor(message: string) {

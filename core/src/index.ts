@@ -1,5 +1,6 @@
 export type { PrunePolicy } from './cells.js';
 export { checkedStore, uncheckedStore } from './checked-store.js';
+export { MAX_TIMESTAMP } from './codec.js';
 export {
   CompositeStore,
   type CompositeStoreOptions,

@@ -1,12 +1,34 @@
-import { InvalidArgumentError } from './errors.js';
+import { MAX_TIMESTAMP } from './codec.js';
+import { InvalidArgumentError, StoreError } from './errors.js';
 import { ORACLE_COUNTER, type RowStore } from './store.js';
 
 /**
- * A timestamp oracle: strictly increasing integers, never repeated (docs/protocol.md section 3).
+ * A timestamp oracle: strictly increasing integers from 1 to MAX_TIMESTAMP (2^52 - 1),
+ * never repeated (docs/protocol.md section 3).
  */
 export interface TimestampOracle {
   next(): Promise<number>;
   close?(): Promise<void>;
+}
+
+/**
+ * A timestamp past MAX_TIMESTAMP: the deployment's timestamps are used up. Not retryable
+ * (every later draw is past it too); `applied` is the call's own (a stamped write past it
+ * may have landed).
+ */
+export function pastMaxTimestamp(what: string, value: number, applied: 'no' | 'unknown' = 'no'): StoreError {
+  return new StoreError(
+    `${what} gave timestamp ${value}, past MAX_TIMESTAMP (2^52 - 1), the highest a row holds exactly: ` +
+      'this deployment has used up its timestamps (docs/protocol.md section 3)',
+    applied,
+    { retryable: false },
+  );
+}
+
+/** A store's stamped reply (`readStamped`, a stamped CAS): its timestamp, if below the limit. */
+export function usableTimestamp(what: string, value: number, applied: 'no' | 'unknown' = 'no'): number {
+  if (value > MAX_TIMESTAMP) throw pastMaxTimestamp(what, value, applied);
+  return value;
 }
 
 /**
@@ -51,10 +73,16 @@ abstract class BatchingOracle implements TimestampOracle {
     }
     reserved.then(
       (top) => {
-        if (!Number.isSafeInteger(top) || top > Number.MAX_SAFE_INTEGER - 1) {
-          for (const w of batch) w.reject(new Error(`oracle returned an unusable timestamp ${top}`));
+        const first = top - batch.length + 1;
+        if (!Number.isSafeInteger(top) || first < 1) {
+          const error = new StoreError(`oracle reserved an unusable range ending at ${top}`, 'no', {
+            retryable: false,
+          });
+          for (const w of batch) w.reject(error);
+        } else if (top > MAX_TIMESTAMP) {
+          const error = pastMaxTimestamp('oracle', top);
+          for (const w of batch) w.reject(error);
         } else {
-          const first = top - batch.length + 1;
           for (const [i, w] of batch.entries()) w.resolve(first + i);
         }
         this.afterFetch();
@@ -96,7 +124,8 @@ export class CounterOracle extends BatchingOracle {
 /**
  * An in-process oracle: valid only when one process is the only client of the store.
  * It starts from wall time (microsecond scale) so timestamps keep increasing across
- * restarts of that one process, as long as its clock does not go back.
+ * restarts of that one process, as long as its clock does not go back. MAX_TIMESTAMP is
+ * reached in 2112.
  */
 export class LocalOracle extends BatchingOracle {
   private last = 0;

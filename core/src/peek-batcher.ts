@@ -1,5 +1,7 @@
 import { nextTurn } from './backoff.js';
+import { MAX_TIMESTAMP } from './codec.js';
 import { StoreError } from './errors.js';
+import { pastMaxTimestamp } from './oracle.js';
 import type { RowRef, RowStore, StoredRow } from './store.js';
 
 /** Rows in one shared peek at most (a transaction's own first reads are never split). */
@@ -83,6 +85,12 @@ export class PeekBatcher {
             'no',
             { retryable: false },
           );
+          for (const w of batch) w.reject(error);
+          return;
+        }
+        // The snapshot is V + 1 (transaction.ts, `peek`): a timestamp like any other.
+        if (timestamp >= MAX_TIMESTAMP) {
+          const error = pastMaxTimestamp('readPeeked', timestamp + 1);
           for (const w of batch) w.reject(error);
           return;
         }

@@ -30,6 +30,7 @@ import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUser
 import { markNotifications, raiseMarksLater } from './observers/notifications.js';
 import { isReservedColumn } from './observers/reserved.js';
 import { checkOptionKeys } from './options.js';
+import { usableTimestamp } from './oracle.js';
 import { blockOf, type Cell, type Lock, type RowState } from './row-state.js';
 import type { StoredRow } from './store.js';
 import { versionKey, versionTable } from './versions.js';
@@ -1064,7 +1065,7 @@ export class Transaction {
         // Checked on the way, as every reply (checked-store.ts): one row per ref, a timestamp.
         const { timestamp, rows } = reply;
         // A peek answers the counter's value V; the snapshot is V + 1 (see `peek`).
-        const ts = peek ? timestamp + 1 : timestamp;
+        const ts = peek ? timestamp + 1 : usableTimestamp('readStamped', timestamp);
         if (peek && this.ts === undefined) this.peeked = true;
         this.ts = ts;
         if (measuredSince !== undefined) gauge.record('stamped', performance.now() - measuredSince);

@@ -1,15 +1,20 @@
 import {
+  CommitUnknownError,
+  CorruptRowError,
   CounterOracle,
   compareKeys,
   InvalidArgumentError,
   LocalOracle,
+  MAX_TIMESTAMP,
   MemoryStore,
+  ORACLE_COUNTER,
   Percolator,
   SnapshotTooOldError,
+  StoreError,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { decodeRow, encodeRow } from '../src/codec.js';
-import { cellFrom, plainRow } from './row-support.js';
+import { cellFrom, plainRow, rowFrom } from './row-support.js';
 import { InstrumentedStore } from './support.js';
 
 describe('old versions (docs/protocol.md section 7)', () => {
@@ -133,6 +138,162 @@ describe('timestamp oracles (docs/protocol.md section 3)', () => {
   });
 });
 
+/** Sets the oracle's counter of `store` to `value` (the next draw gets `value + 1`). */
+async function counterAt(store: MemoryStore, value: number): Promise<void> {
+  const now = await store.incrementCounter(ORACLE_COUNTER, 1);
+  if (value > now) await store.incrementCounter(ORACLE_COUNTER, value - now);
+}
+
+/** The raw rows (version and state) of `keys` in table t: what a refused transaction must leave. */
+async function rawRows(store: MemoryStore, keys: string[]) {
+  return Promise.all(keys.map((k) => store.read('t', k)));
+}
+
+const notRetryableStoreError = (e: unknown) => e instanceof StoreError && !e.retryable;
+
+/** A row of one cell `c` with two put records (values in version rows) committed at `newer` and 1. */
+function twoRecords(newer: number) {
+  return rowFrom([
+    [
+      'c',
+      {
+        data: new Map(),
+        lock: undefined,
+        writes: [
+          { commitTs: newer, startTs: newer - 1, kind: 'put', value: 'moved', wallTimeMs: 2 },
+          { commitTs: 1, startTs: 1, kind: 'put', value: 'moved', wallTimeMs: 1 },
+        ],
+        prunedThrough: 0,
+        notifyTs: 0,
+        acks: new Map(),
+        garbage: [],
+      },
+    ],
+  ]);
+}
+
+describe('the timestamp limit, MAX_TIMESTAMP (docs/protocol.md section 3)', () => {
+  it('is 2^52 - 1: a row holds records that far apart exactly', () => {
+    expect(MAX_TIMESTAMP).toBe(2 ** 52 - 1);
+    const row = twoRecords(MAX_TIMESTAMP);
+    expect(plainRow(decodeRow(encodeRow(row)))).toEqual(plainRow(row));
+  });
+
+  it('a row with a record past it is never encoded (it would read back wrong): CorruptRowError', () => {
+    for (const past of [MAX_TIMESTAMP + 1, 2 ** 52 + 1001]) {
+      const row = twoRecords(past);
+      expect(() => encodeRow(row)).toThrow(CorruptRowError);
+    }
+  });
+
+  it('the oracles hand out MAX_TIMESTAMP and refuse past it: a StoreError, not retryable', async () => {
+    const store = new MemoryStore();
+    await counterAt(store, MAX_TIMESTAMP - 1);
+    const oracle = new CounterOracle(store);
+    expect(await oracle.next()).toBe(MAX_TIMESTAMP);
+    await expect(oracle.next()).rejects.toSatisfy(notRetryableStoreError);
+    await expect(Promise.all([oracle.next(), oracle.next()])).rejects.toSatisfy(notRetryableStoreError);
+    // LocalOracle counts microseconds: past the limit in 2112.
+    const late = new LocalOracle(() => (MAX_TIMESTAMP + 1) / 1000);
+    await expect(late.next()).rejects.toSatisfy(notRetryableStoreError);
+  });
+
+  // Each way a transaction takes a start timestamp: a stamped first read, a peek, the oracle.
+  const stores: Array<[string, () => MemoryStore]> = [
+    ['stamped first reads and peeks', () => new MemoryStore()],
+    [
+      'the oracle',
+      () =>
+        new InstrumentedStore(new MemoryStore(), {
+          stampedRead: false,
+          peekedRead: false,
+        }) as unknown as MemoryStore,
+    ],
+  ];
+  for (const [way, make] of stores) {
+    it(`a start timestamp past it (${way}) fails the transaction, not retried, nothing written`, async () => {
+      const store = make();
+      const db = new Percolator({ store });
+      await db.transact(async (tx) => {
+        tx.set('t', 'r', 'c', 'old');
+        tx.set('t', 's', 'c', 'old');
+      });
+      await db.flush();
+      const before = await rawRows(store, ['r', 's']);
+      await counterAt(store, MAX_TIMESTAMP);
+      let runs = 0;
+      const readWrite = db.transact(async (tx) => {
+        runs++;
+        const v = await tx.getString('t', 'r', 'c');
+        tx.set('t', 'r', 'c', `${v}!`);
+        tx.set('t', 's', 'c', `${v}!`);
+      });
+      await expect(readWrite).rejects.toSatisfy(notRetryableStoreError);
+      await expect(readWrite).rejects.toThrow(/MAX_TIMESTAMP/);
+      expect(runs).toBe(1);
+      const readOnly = db.transact((tx) => tx.getString('t', 'r', 'c'), { readOnly: true });
+      await expect(readOnly).rejects.toSatisfy(notRetryableStoreError);
+      await expect(db.begin()).rejects.toSatisfy(notRetryableStoreError);
+      await db.flush();
+      expect(await rawRows(store, ['r', 's'])).toEqual(before);
+    });
+  }
+
+  it('a stamped commit past it is never reported failed, and its rows are never rewritten inexactly', async () => {
+    // The store draws the stamp inside its write: past the limit the row is written before
+    // the client sees the value. The reviewer's case: the counter moved on by 2^52 + 1000.
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', 'old'));
+    await counterAt(store, 2 ** 52 + 1000);
+    const outcomes: unknown[] = [];
+    const versions: (string | undefined)[] = [];
+    for (const v of ['new1', 'new2', 'new3']) {
+      outcomes.push(
+        await db
+          .transact(async (tx) => tx.set('t', 'r', 'c', v))
+          .then(
+            () => 'committed',
+            (e) => e,
+          ),
+      );
+      versions.push((await store.read('t', 'r'))?.version);
+    }
+    // The first landed, stamped past the limit: it is not a failure (its outcome is unknown
+    // to the client, which cannot name a blind write's stamp); the later ones are refused
+    // before they are sent, as their rows would hold that stamp inexactly.
+    expect(outcomes[0]).toBeInstanceOf(CommitUnknownError);
+    expect(outcomes[1]).toBeInstanceOf(CorruptRowError);
+    expect(outcomes[2]).toBeInstanceOf(CorruptRowError);
+    expect(versions[1]).toBe(versions[0]);
+    expect(versions[2]).toBe(versions[0]);
+    // The row still reads as written.
+    const cell = decodeRow((await store.read('t', 'r'))!.state).cells.get('c')!;
+    expect(cell.writes.map((w) => w.commitTs)).toEqual([2 ** 52 + 1001, expect.any(Number)]);
+  });
+
+  it("a primary's stamped commit past it: the transaction is committed, and reported so", async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store, onePhaseMaxRows: 1 });
+    await db.transact(async (tx) => {
+      tx.set('t', 'r', 'c', 'old');
+      tx.set('t', 's', 'c', 'old');
+    });
+    const tx = await db.begin();
+    tx.set('t', 'r', 'c', 'new');
+    tx.set('t', 's', 'c', 'new');
+    await counterAt(store, MAX_TIMESTAMP);
+    // The commit point is the primary's CAS, which landed with the stamp past the limit.
+    expect(await tx.commit()).toEqual({ commitTs: MAX_TIMESTAMP + 1 });
+    await db.flush();
+    const primary = decodeRow((await store.read('t', 'r'))!.state).cells.get('c')!;
+    expect(primary.writes[0]!.commitTs).toBe(MAX_TIMESTAMP + 1);
+    // Its secondary keeps its lock: rolling it forward would write the stamp inexactly.
+    const secondary = decodeRow((await store.read('t', 's'))!.state).cells.get('c')!;
+    expect(secondary.lock?.startTs).toBe(tx.startTs);
+  });
+});
+
 describe('input validation: a typed error and nothing changed', () => {
   const bad: Array<[string, (tx: Awaited<ReturnType<Percolator['begin']>>) => unknown]> = [
     ['empty table', (tx) => tx.set('', 'r', 'c', 'v')],
@@ -183,7 +344,7 @@ describe('encoding', () => {
         [
           'c\u0000\u{1F600}',
           cellFrom({
-            data: new Map([[2 ** 52, new Uint8Array([0, 255])]]),
+            data: new Map([[MAX_TIMESTAMP - 5, new Uint8Array([0, 255])]]),
             lock: {
               startTs: 9,
               primary: { table: 't', row: 'r\u0000', column: 'c' },
@@ -194,8 +355,8 @@ describe('encoding', () => {
             },
             writes: [
               {
-                commitTs: 2 ** 52 + 5,
-                startTs: 2 ** 52,
+                commitTs: MAX_TIMESTAMP,
+                startTs: MAX_TIMESTAMP - 5,
                 kind: 'put' as const,
                 value: 'moving' as const,
                 wallTimeMs: 1.7e12,

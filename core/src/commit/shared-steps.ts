@@ -1,5 +1,6 @@
 import { nextTurn } from '../backoff.js';
 import { InvalidArgumentError, RowTooLargeError, StoreError } from '../errors.js';
+import { usableTimestamp } from '../oracle.js';
 import type { CasRequest, RowStore, StampedManyResult, StoredRow } from '../store.js';
 
 /** A stamped CAS request: its state carries the stamp slot the store fills. */
@@ -103,14 +104,19 @@ export class SharedSteps {
    * store has it (cheaper on some stores: one row lock and no list to unpack), read as a step.
    */
   private async alone(requests: readonly StampedRequest[]): Promise<StampedManyResult> {
-    if (requests.length > 1 || !this.one) return this.store.checkAndSetStampedMany!(requests, this.counter);
+    if (requests.length > 1 || !this.one)
+      return usableStep(await this.store.checkAndSetStampedMany!(requests, this.counter));
     const outcome = await this.store.checkAndSetStamped!(requests[0]!, this.counter);
     if (!outcome.ok) return { ok: false, current: [outcome.current] };
     if (outcome.timestamp === undefined) {
       // Applied without a timestamp breaks the contract: the re-read finds out what landed.
       throw new StoreError('checkAndSetStamped applied a write but returned no timestamp', 'unknown');
     }
-    return { ok: true, versions: [outcome.version], timestamp: outcome.timestamp };
+    return {
+      ok: true,
+      versions: [outcome.version],
+      timestamp: usableTimestamp('checkAndSetStamped', outcome.timestamp, 'unknown'),
+    };
   }
 
   private sendAlone(w: Waiter): void {
@@ -125,7 +131,14 @@ export class SharedSteps {
     }
     const requests = waiters.flatMap((w) => w.requests);
     this.store.checkAndSetStampedMany!(requests, this.counter).then(
-      (outcome) => {
+      (reply) => {
+        let outcome: StampedManyResult;
+        try {
+          outcome = usableStep(reply);
+        } catch (error) {
+          for (const w of waiters) w.reject(error);
+          return;
+        }
         let at = 0;
         const retry: Waiter[] = [];
         for (const w of waiters) {
@@ -157,6 +170,16 @@ export class SharedSteps {
       },
     );
   }
+}
+
+/**
+ * An applied step's stamp, if below MAX_TIMESTAMP. Past it the rows were written with it
+ * ('unknown': each transaction re-reads its rows and finds out), and no row written later
+ * can hold it exactly (codec.ts refuses to encode it).
+ */
+function usableStep(outcome: StampedManyResult): StampedManyResult {
+  if (outcome.ok) usableTimestamp('checkAndSetStampedMany', outcome.timestamp, 'unknown');
+  return outcome;
 }
 
 /**
