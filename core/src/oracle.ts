@@ -1,14 +1,15 @@
 import { MAX_TIMESTAMP } from './codec.js';
 import { InvalidArgumentError, StoreError } from './errors.js';
+import { describe } from './names.js';
 import { ORACLE_COUNTER, type RowStore } from './store.js';
 
 /**
  * A timestamp oracle: strictly increasing integers from 1 to MAX_TIMESTAMP (2^52 - 1),
- * never repeated (docs/protocol.md section 3).
+ * never repeated (docs/protocol.md section 3). A client never closes an oracle it was
+ * given: its creator owns it, as it owns the store.
  */
 export interface TimestampOracle {
   next(): Promise<number>;
-  close?(): Promise<void>;
 }
 
 /**
@@ -29,6 +30,66 @@ export function pastMaxTimestamp(what: string, value: number, applied: 'no' | 'u
 export function usableTimestamp(what: string, value: number, applied: 'no' | 'unknown' = 'no'): number {
   if (value > MAX_TIMESTAMP) throw pastMaxTimestamp(what, value, applied);
   return value;
+}
+
+/**
+ * The `oracle` option: an object with `next()`, every value checked (`CheckedOracle`).
+ * InvalidArgumentError for anything else.
+ */
+export function checkedOracle(oracle: unknown): TimestampOracle {
+  if (oracle instanceof CheckedOracle) return oracle;
+  if (
+    (typeof oracle !== 'object' && typeof oracle !== 'function') ||
+    oracle === null ||
+    typeof (oracle as { next?: unknown }).next !== 'function'
+  ) {
+    throw new InvalidArgumentError(`oracle must be an object with a next() method, got ${describe(oracle)}`);
+  }
+  return new CheckedOracle(oracle as TimestampOracle);
+}
+
+/**
+ * A caller's oracle, each value checked before the client uses it: an integer from 1 to
+ * MAX_TIMESTAMP, above every value it handed this client before the call was made (the
+ * contract: strictly increasing; calls in flight together may answer in any order). A
+ * value that is not is a non-retryable StoreError, before anything is written with it: a
+ * start timestamp fails the transaction's first read or `begin`, a commit timestamp (drawn
+ * before the commit point) rolls the transaction back.
+ */
+class CheckedOracle implements TimestampOracle {
+  /** The highest value handed out so far: a later call must get more. */
+  private highest = 0;
+  constructor(private readonly inner: TimestampOracle) {}
+
+  next(): Promise<number> {
+    const floor = this.highest;
+    let drawn: Promise<number>;
+    try {
+      drawn = Promise.resolve(this.inner.next());
+    } catch (error) {
+      // Thrown instead of rejected: the same failure, never an exception out of a commit step.
+      drawn = Promise.reject(error);
+    }
+    return drawn.then((ts: unknown) => {
+      if (typeof ts !== 'number' || !Number.isSafeInteger(ts) || ts < 1) {
+        throw new StoreError(
+          `oracle broke the TimestampOracle contract: next() must give an integer from 1 to MAX_TIMESTAMP (2^52 - 1), got ${describe(ts)}`,
+          'no',
+          { retryable: false },
+        );
+      }
+      if (ts > MAX_TIMESTAMP) throw pastMaxTimestamp('oracle', ts);
+      if (ts <= floor) {
+        throw new StoreError(
+          `oracle broke the TimestampOracle contract: next() gave ${ts}, not above ${floor}, which it gave before this call`,
+          'no',
+          { retryable: false },
+        );
+      }
+      if (ts > this.highest) this.highest = ts;
+      return ts;
+    });
+  }
 }
 
 /**

@@ -12,7 +12,7 @@ import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
-import { CounterOracle, type TimestampOracle } from './oracle.js';
+import { CounterOracle, checkedOracle, type TimestampOracle } from './oracle.js';
 import { PeekBatcher } from './peek-batcher.js';
 import { type ResolvedLock, type ResolveOptions, resolveRowLocks } from './resolve.js';
 import { RowCache } from './row-cache.js';
@@ -26,7 +26,8 @@ export interface PercolatorOptions {
   readonly store: RowStore;
   /**
    * Default: a CounterOracle over the store's atomic counter, so every client of the same
-   * store, in any process, shares one timestamp order.
+   * store, in any process, shares one timestamp order. A given oracle's values are checked
+   * (integers from 1 to MAX_TIMESTAMP, increasing); the client never closes it.
    */
   readonly oracle?: TimestampOracle;
   /** Lock time-to-live; a committing client refreshes its primary lock every ttl/3. Default 5000. */
@@ -206,7 +207,8 @@ export class Percolator {
       observed.add(observedKey(table, column));
     }
     const defaultOracle = options.oracle === undefined ? new CounterOracle(store) : undefined;
-    const oracle = options.oracle ?? defaultOracle!;
+    // A caller's oracle: each value checked before it is used (oracle.ts, CheckedOracle).
+    const oracle = options.oracle === undefined ? defaultOracle! : checkedOracle(options.oracle);
     this.store = store;
     this.observed = observed;
     const peekCounter =

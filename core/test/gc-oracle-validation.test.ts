@@ -12,7 +12,7 @@ import {
   SnapshotTooOldError,
   StoreError,
 } from '@percolator/core';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { decodeRow, encodeRow } from '../src/codec.js';
 import { cellFrom, plainRow, rowFrom } from './row-support.js';
 import { InstrumentedStore } from './support.js';
@@ -291,6 +291,103 @@ describe('the timestamp limit, MAX_TIMESTAMP (docs/protocol.md section 3)', () =
     // Its secondary keeps its lock: rolling it forward would write the stamp inexactly.
     const secondary = decodeRow((await store.read('t', 's'))!.state).cells.get('c')!;
     expect(secondary.lock?.startTs).toBe(tx.startTs);
+  });
+});
+
+describe('an oracle of your own (docs/protocol.md section 3)', () => {
+  it('the oracle option must be an object with next(): InvalidArgumentError', () => {
+    const store = new MemoryStore();
+    for (const oracle of [null, {}, { next: 1 }, 5, 'x']) {
+      expect(() => new Percolator({ store, oracle: oracle as never })).toThrow(InvalidArgumentError);
+    }
+  });
+
+  /** Rows r and s of table t hold 'before', written by a client with a good oracle. */
+  async function twoRows() {
+    const store = new MemoryStore();
+    const local = new LocalOracle();
+    const good = new Percolator({ store, oracle: local });
+    await good.transact(async (tx) => {
+      tx.set('t', 'r', 'c', 'before');
+      tx.set('t', 's', 'c', 'before');
+    });
+    return { store, local, good, before: await rawRows(store, ['r', 's']) };
+  }
+  const readBoth = (db: Percolator) =>
+    db.transact((tx) => Promise.all([tx.getString('t', 'r', 'c'), tx.getString('t', 's', 'c')]));
+
+  const bad: unknown[] = [1.5, Number.NaN, -7, '9', 0, undefined, 2 ** 53 + 2, MAX_TIMESTAMP + 1];
+  for (const value of bad) {
+    const shown = typeof value === 'string' ? JSON.stringify(value) : String(value);
+    it(`a start timestamp ${shown} fails the transaction once, not retried, nothing written`, async () => {
+      const { store, local, good, before } = await twoRows();
+      let calls = 0;
+      const db = new Percolator({
+        store,
+        oracle: { next: async () => (calls++ === 0 ? (value as number) : local.next()) },
+      });
+      let runs = 0;
+      const write = db.transact(async (tx) => {
+        runs++;
+        await tx.get('t', 'r', 'c');
+        tx.set('t', 'r', 'c', 'after');
+        tx.set('t', 's', 'c', 'after');
+      });
+      await expect(write).rejects.toSatisfy(notRetryableStoreError);
+      expect(runs).toBe(1);
+      expect(await rawRows(store, ['r', 's'])).toEqual(before);
+      expect(await readBoth(good)).toEqual(['before', 'before']);
+    });
+
+    it(`a commit timestamp ${shown} rolls the transaction back, reported as failed, no lock left`, async () => {
+      const { store, local, good } = await twoRows();
+      let calls = 0;
+      const db = new Percolator({
+        store,
+        oracle: { next: async () => (calls++ === 1 ? (value as number) : local.next()) },
+      });
+      const write = db.transact(
+        async (tx) => {
+          await tx.get('t', 'r', 'c');
+          tx.set('t', 'r', 'c', 'after');
+          tx.set('t', 's', 'c', 'after');
+        },
+        { maxAttempts: 5 },
+      );
+      await expect(write).rejects.toSatisfy(notRetryableStoreError);
+      expect(calls).toBe(2); // drawn before the commit point, never retried
+      await db.flush();
+      for (const key of ['r', 's']) {
+        const cell = decodeRow((await store.read('t', key))!.state).cells.get('c')!;
+        expect(cell.lock).toBeUndefined();
+      }
+      expect(await readBoth(good)).toEqual(['before', 'before']);
+    });
+  }
+
+  it('values must increase: one not above a value it gave before the call is refused; calls in flight together answer in any order', async () => {
+    const store = new MemoryStore();
+    const answers = [100, 50];
+    const sequential = new Percolator({ store, oracle: { next: async () => answers.shift()! } });
+    expect((await sequential.begin()).startTs).toBe(100);
+    await expect(sequential.begin()).rejects.toSatisfy(notRetryableStoreError);
+
+    const pending: Array<(ts: number) => void> = [];
+    const manual = new Percolator({
+      store,
+      oracle: { next: () => new Promise<number>((resolve) => pending.push(resolve)) },
+    });
+    const first = manual.begin();
+    const second = manual.begin();
+    await vi.waitFor(() => expect(pending.length).toBe(2));
+    pending[1]!(200); // the later call answers first, with more
+    pending[0]!(150);
+    expect((await second).startTs).toBe(200);
+    expect((await first).startTs).toBe(150);
+    const third = manual.begin(); // asked after 200 was handed out
+    await vi.waitFor(() => expect(pending.length).toBe(3));
+    pending[2]!(180);
+    await expect(third).rejects.toSatisfy(notRetryableStoreError);
   });
 });
 
