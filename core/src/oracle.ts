@@ -185,16 +185,30 @@ export class CounterOracle extends BatchingOracle {
 /**
  * An in-process oracle: valid only when one process is the only client of the store.
  * It starts from wall time (microsecond scale) so timestamps keep increasing across
- * restarts of that one process, as long as its clock does not go back. MAX_TIMESTAMP is
- * reached in 2112.
+ * restarts of that one process, as long as its clock does not go back. `clock` gives
+ * milliseconds since 1970, as Date.now; fractions (performance.timeOrigin +
+ * performance.now()) are kept to the microsecond. MAX_TIMESTAMP is reached in 2112.
  */
 export class LocalOracle extends BatchingOracle {
   private last = 0;
   constructor(private readonly clock: () => number = Date.now) {
     super();
+    if (typeof clock !== 'function') {
+      throw new InvalidArgumentError(`LocalOracle clock must be a function, got ${describe(clock)}`);
+    }
   }
   protected reserve(count: number): Promise<number> {
-    this.last = Math.max(this.last, this.clock() * 1000) + count;
+    const ms = this.clock();
+    // Not kept: one bad reading would leave every later draw NaN.
+    if (typeof ms !== 'number' || !Number.isFinite(ms)) {
+      return Promise.reject(
+        new StoreError(`LocalOracle clock gave ${describe(ms)}, not a time in ms`, 'no', {
+          retryable: false,
+        }),
+      );
+    }
+    // Whole microseconds: a fractional clock gave a fractional timestamp, refused every draw.
+    this.last = Math.max(this.last, Math.floor(ms * 1000)) + count;
     return Promise.resolve(this.last);
   }
 }

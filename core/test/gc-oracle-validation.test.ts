@@ -172,6 +172,34 @@ function twoRecords(newer: number) {
   ]);
 }
 
+describe('LocalOracle clocks', () => {
+  it('a clock with fractional milliseconds gives whole microseconds', async () => {
+    // performance.timeOrigin + performance.now() style: every draw was refused.
+    let now = 1_700_000_000_000.1234;
+    const oracle = new LocalOracle(() => now);
+    const a = await oracle.next();
+    now += 0.0015;
+    const b = await oracle.next();
+    expect(a).toBe(1_700_000_000_000_124);
+    expect(Number.isSafeInteger(b) && b > a).toBe(true);
+    const db = new Percolator({
+      store: new MemoryStore(),
+      oracle: new LocalOracle(() => performance.timeOrigin + performance.now()),
+    });
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', 'v'));
+    expect(await db.transact((tx) => tx.getString('t', 'r', 'c'))).toBe('v');
+  });
+
+  it('a clock that is not a function is refused; a bad reading fails that draw only', async () => {
+    expect(() => new LocalOracle(5 as never)).toThrow(InvalidArgumentError);
+    let now = Number.NaN;
+    const oracle = new LocalOracle(() => now);
+    await expect(oracle.next()).rejects.toSatisfy(notRetryableStoreError);
+    now = 1000;
+    expect(await oracle.next()).toBe(1_000_001);
+  });
+});
+
 describe('the timestamp limit, MAX_TIMESTAMP (docs/protocol.md section 3)', () => {
   it('is 2^52 - 1: a row holds records that far apart exactly', () => {
     expect(MAX_TIMESTAMP).toBe(2 ** 52 - 1);
