@@ -870,7 +870,10 @@ describe('postgres checkAndSetStampedMany: failures', () => {
     expect(applied(await many(s, two('x'), counter)).timestamp).toBe(Number.MAX_SAFE_INTEGER);
     const rows = await s.readMany(two('x'));
     const again = two('y').map((r, i) => ({ ...r, expected: rows[i]!.version }));
-    // Applied, but the value cannot be a JS number: a RangeError, not a plain failure.
-    await expect(many(s, again, counter)).rejects.toThrow(/MAX_SAFE_INTEGER/);
+    // Applied, but the value cannot be a JS number: 'unknown' (it landed), and no retry helps.
+    const error = await errorOf(many(s, again, counter));
+    expect(error).toBeInstanceOf(StoreError);
+    expect(error).toMatchObject({ applied: 'unknown', retryable: false });
+    expect((error as StoreError).message).toMatch(/MAX_SAFE_INTEGER/);
   });
 });

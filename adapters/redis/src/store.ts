@@ -233,7 +233,9 @@ export class RedisStore implements RowStore {
     if (!Array.isArray(reply)) throw new StoreError(`redis ${what}: malformed reply`, 'unknown');
     if (reply[0] === 2) {
       // The script stopped after INCR, before touching any row.
-      throw new StoreError(`redis ${what} failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`, 'no');
+      throw new StoreError(`redis ${what} failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`, 'no', {
+        retryable: false,
+      });
     }
     if (reply[0] === 1) {
       const stamp = reply[1] as unknown;
@@ -352,7 +354,7 @@ export class RedisStore implements RowStore {
       throw toStoreError(error, 'INCRBY', 'write');
     }
     if (!Number.isSafeInteger(value)) {
-      throw new StoreError(`counter ${JSON.stringify(name)} passed 2^53`, 'unknown');
+      throw new StoreError(`counter ${JSON.stringify(name)} passed 2^53`, 'unknown', { retryable: false });
     }
     return value;
   }
@@ -487,7 +489,9 @@ export class RedisStore implements RowStore {
     }
     if (reply[0] === 2) {
       // The script stopped after INCR, before touching the row.
-      throw new StoreError(`redis ${what} failed: the counter passed 2^53 - 1`, 'no');
+      throw new StoreError(`redis ${what} failed: the counter passed 2^53 - 1`, 'no', {
+        retryable: false,
+      });
     }
     if (reply[0] !== 1) {
       const [, version, current] = reply;
@@ -542,7 +546,9 @@ function counterReply(
   if (!Array.isArray(reply)) throw new StoreError(`redis ${what}: malformed reply`, 'no');
   const timestamp = reply[0] as unknown;
   if (timestamp === null) {
-    throw new StoreError(`redis ${what} failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`, 'no');
+    throw new StoreError(`redis ${what} failed: counter ${JSON.stringify(counter)} passed 2^53 - 1`, 'no', {
+      retryable: false,
+    });
   }
   if (
     !Number.isSafeInteger(timestamp) ||

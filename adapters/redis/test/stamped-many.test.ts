@@ -588,6 +588,7 @@ describe('standalone: stamped check-and-set of many rows', () => {
     const error = await many(s)(requests, 'full').catch((e) => e);
     expect(error).toBeInstanceOf(StoreError);
     expect((error as StoreError).applied).toBe('no');
+    expect((error as StoreError).retryable).toBe(false);
     expect(await s.readMany(requests)).toEqual([null, null]);
     expect(await client.exists(scanIndexName(s.namespace, T), notifyIndexName(s.namespace, T))).toBe(0);
     // The largest value still works.

@@ -155,6 +155,7 @@ describe('standalone: stamped read', () => {
     const error = await stampedRead(s)([{ table: T, key: 'k' }], 'full').catch((e) => e);
     expect(error).toBeInstanceOf(StoreError);
     expect((error as StoreError).applied).toBe('no');
+    expect((error as StoreError).retryable).toBe(false);
     expect((error as Error).message).toContain('2^53');
     // Set past 2^53 by hand (Lua numbers are doubles): refused too.
     await client.set(counterKeyName(s.namespace, 'beyond'), '9223372036854775806');

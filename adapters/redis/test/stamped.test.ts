@@ -123,6 +123,8 @@ describe('standalone: stamped check-and-set', () => {
     );
     expect(error).toBeInstanceOf(StoreError);
     expect((error as StoreError).applied).toBe('no');
+    // Retrying cannot get past it.
+    expect((error as StoreError).retryable).toBe(false);
     expect(await s.read(T, 'k')).toBeNull();
     // A counter set past 2^53 by hand (Lua numbers are doubles) is refused too.
     await client.set(counterKeyName(s.namespace, 'beyond'), '9007199254740993');

@@ -1,3 +1,4 @@
+import { StoreError } from '../errors.js';
 import type { CasRequest, CasResult, RowRef, StoredRow } from '../store.js';
 
 /**
@@ -142,11 +143,21 @@ export async function settleBatch(
   });
 }
 
-/** A counter value as a JS number. Beyond 2^53 it cannot be one: the increment happened, so not bad input. */
+/**
+ * A counter value as a JS number. Beyond 2^53 it cannot be one: the increment happened, so
+ * not bad input, and whatever the call wrote with it may have landed ('unknown'); no retry
+ * gets past it (not retryable).
+ */
 export function toSafeCounter(text: string, name: string): number {
   const value = Number(text);
   if (!Number.isSafeInteger(value)) {
-    throw new RangeError(`counter ${JSON.stringify(name)} reached ${text}, beyond Number.MAX_SAFE_INTEGER`);
+    throw new StoreError(
+      `counter ${JSON.stringify(name)} reached ${text}, beyond Number.MAX_SAFE_INTEGER`,
+      'unknown',
+      {
+        retryable: false,
+      },
+    );
   }
   return value;
 }
