@@ -320,6 +320,9 @@ export class Percolator {
         result = await fn(tx);
       } catch (error) {
         await tx.rollbackAfter(error);
+        // A function that committed by hand and then threw is not run again (its writes
+        // would commit twice), and its error is its own.
+        if (await tx.committedByHand()) throw error;
         if (signal?.aborted) throw abortedError(signal);
         if (!isRetryable(error) || attempt >= maxAttempts) throw error;
         await this.backoff(tx, attempt, error, signal);
@@ -328,7 +331,8 @@ export class Percolator {
       try {
         // A read-only transaction (nothing written, snapshot taken) ends here, with no await.
         if (!signal?.aborted && tx.commitUnwritten()) return result;
-        await tx.commit();
+        // The function may have committed or rolled back by hand (finishForTransact).
+        await tx.finishForTransact();
         return result;
       } catch (error) {
         if (!isRetryable(error) || attempt >= maxAttempts) throw error;

@@ -153,6 +153,8 @@ export class Transaction {
    */
   private decodedRows: Map<string, { readonly stored: StoredRow; readonly state: RowState }> | undefined;
   private status: Status = 'active';
+  /** The commit `commit()` started, if any (`finishForTransact`). */
+  private ownCommit: Promise<CommitResult> | undefined;
 
   private ts: number | undefined;
   /**
@@ -617,7 +619,16 @@ export class Transaction {
    * AbortedError; once the commit point is passed the transaction is committed, and this
    * resolves, whatever the signal does.
    */
-  async commit(options: { signal?: AbortSignal } = {}): Promise<CommitResult> {
+  commit(options: { signal?: AbortSignal } = {}): Promise<CommitResult> {
+    const active = this.status === 'active';
+    const done = this.commitOnce(options);
+    // The commit this transaction ran, for `db.transact` when its function called commit()
+    // itself (`finishForTransact`). Its status leaves 'active' before the first await.
+    if (active && this.status !== 'active') this.ownCommit = done;
+    return done;
+  }
+
+  private async commitOnce(options: { signal?: AbortSignal }): Promise<CommitResult> {
     this.assertActive();
     checkOptionKeys<{ signal?: AbortSignal }>('commit', options, { signal: true });
     const signal = options.signal ?? this.signal;
@@ -662,6 +673,29 @@ export class Transaction {
     this.status = 'committed';
     this.ended('committed', this.ts, undefined);
     this.dropBuffers();
+    return true;
+  }
+
+  /**
+   * @internal `db.transact`'s commit, once its function returned. The function may have
+   * ended the transaction itself: after its own `commit()` this is that commit's outcome
+   * (awaited if still running, its error if it failed); after its own `rollback()`,
+   * nothing: nothing was written, and the function chose so.
+   */
+  finishForTransact(): Promise<unknown> {
+    if (this.status === 'active') return this.commit();
+    if (this.status === 'rolledBack') return Promise.resolve();
+    return this.ownCommit!;
+  }
+
+  /**
+   * @internal For `db.transact` after its function threw: whether the function had
+   * committed (or started to commit) by hand. Running it again would then commit its
+   * writes twice, so `transact` rethrows instead. Waits for such a commit to finish.
+   */
+  async committedByHand(): Promise<boolean> {
+    if (this.status !== 'committing' && this.status !== 'committed') return false;
+    await this.ownCommit?.catch(() => undefined);
     return true;
   }
 

@@ -316,6 +316,78 @@ describe('transactions on the memory store', () => {
     expect(await db.transact((tx) => tx.get('t', 'r', 'c'))).toBeUndefined();
   });
 
+  it('a function that commits by hand: transact resolves to its result, once (awaited or not), and never runs it again', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    let runs = 0;
+    const result = await db.transact(async (tx) => {
+      runs++;
+      tx.set('t', 'a', 'c', 'awaited');
+      const { commitTs } = await tx.commit();
+      return commitTs;
+    });
+    expect(runs).toBe(1);
+    expect(result).toBeGreaterThan(0);
+    // Not awaited: transact waits for that commit, and reports its outcome.
+    const notAwaited = await db.transact(async (tx) => {
+      tx.set('t', 'b', 'c', 'not awaited');
+      tx.set('t', 'c', 'c', 'not awaited');
+      void tx.commit();
+      return 'ok';
+    });
+    expect(notAwaited).toBe('ok');
+    // Committed by hand, then a retryable error: rethrown, not run again (its writes would commit twice).
+    const retryable = new ConflictError('thrown after the commit');
+    runs = 0;
+    const failure = await db
+      .transact(
+        async (tx) => {
+          runs++;
+          tx.set('t', 'd', 'c', String(runs));
+          await tx.commit();
+          throw retryable;
+        },
+        { maxAttempts: 3 },
+      )
+      .catch((e: unknown) => e);
+    expect(failure).toBe(retryable);
+    expect(runs).toBe(1);
+    expect(
+      await db.transact((tx) => Promise.all(['a', 'b', 'c', 'd'].map((r) => tx.getString('t', r, 'c')))),
+    ).toEqual(['awaited', 'not awaited', 'not awaited', '1']);
+    await db.close();
+  });
+
+  it("a function's own commit that fails is transact's failure: a conflict it swallowed is retried", async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    let runs = 0;
+    const result = await db.transact(async (tx) => {
+      runs++;
+      await tx.get('t', 'r', 'c');
+      if (runs === 1) await db.transact(async (other) => other.set('t', 'r', 'c', 'other'));
+      tx.set('t', 'r', 'c', 'mine');
+      await tx.commit().catch(() => undefined);
+      return runs;
+    });
+    expect(result).toBe(2);
+    expect(await db.transact((tx) => tx.getString('t', 'r', 'c'))).toBe('mine');
+    await db.close();
+  });
+
+  it('a function that rolls back by hand: transact resolves to its result, writes nothing, runs it once', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    let runs = 0;
+    const result = await db.transact(async (tx) => {
+      runs++;
+      tx.set('t', 'r', 'c', 'discarded');
+      await tx.rollback();
+      return 'rolled back';
+    });
+    expect(result).toBe('rolled back');
+    expect(runs).toBe(1);
+    expect(await db.transact((tx) => tx.get('t', 'r', 'c'))).toBeUndefined();
+    await db.close();
+  });
+
   it('never retries a commit whose outcome is unknown', async () => {
     const store = new InstrumentedStore();
     const db = new Percolator({ store });
