@@ -28,6 +28,19 @@ export function checkOptionKeys<T>(what: string, options: unknown, keys: OptionK
   }
 }
 
+/**
+ * The longest delay Node's timers keep: a longer one (setTimeout, AbortSignal.timeout) fires
+ * after 1 ms instead, with a TimeoutOverflowWarning. Every option that ends up as a timer's
+ * delay stays at or below it (about 24.8 days).
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** An `AbortSignal` option: anything else would be ignored, or read as aborted by its `aborted` field. */
+export function checkSignal(what: string, signal: unknown): asserts signal is AbortSignal | undefined {
+  if (signal !== undefined && !(signal instanceof AbortSignal))
+    throw new InvalidArgumentError(`${what}: signal must be an AbortSignal, got ${describe(signal)}`);
+}
+
 function describe(value: unknown): string {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';

@@ -11,7 +11,7 @@ import { LocalCommits } from './local-commits.js';
 import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
-import { checkOptionKeys, type OptionKeys } from './options.js';
+import { checkOptionKeys, checkSignal, MAX_TIMER_MS, type OptionKeys } from './options.js';
 import { CounterOracle, checkedOracle, type TimestampOracle } from './oracle.js';
 import { PeekBatcher } from './peek-batcher.js';
 import { type ResolvedLock, type ResolveOptions, resolveRowLocks } from './resolve.js';
@@ -108,7 +108,10 @@ export interface TransactOptions {
    * past its commit point is committed and `transact` resolves.
    */
   readonly signal?: AbortSignal;
-  /** A deadline for the whole call, attempts and backoff included: as a signal firing after this many ms. */
+  /**
+   * A deadline for the whole call, attempts and backoff included: as a signal firing after
+   * this many ms. 0 to 2^31 - 1 (the range of Node's timers); a fraction rounds up.
+   */
   readonly timeoutMs?: number;
   /**
    * The function only reads: a write is an UnsupportedOperationError. On a store with
@@ -297,14 +300,18 @@ export class Percolator {
       throw new InvalidArgumentError('readOnly must be a boolean');
     const maxAttempts = options.maxAttempts ?? 10;
     const { timeoutMs } = options;
-    if (timeoutMs !== undefined && !(Number.isFinite(timeoutMs) && timeoutMs >= 0))
-      throw new InvalidArgumentError('timeoutMs must be a non-negative number');
-    if (options.signal !== undefined && !(options.signal instanceof AbortSignal))
-      throw new InvalidArgumentError('signal must be an AbortSignal');
-    const timeout = timeoutMs !== undefined ? AbortSignal.timeout(timeoutMs) : undefined;
+    // A fraction of a millisecond is rounded up (a deadline never fires early); past the
+    // timers' range AbortSignal.timeout would throw a RangeError, or fire at once.
+    if (
+      timeoutMs !== undefined &&
+      !(typeof timeoutMs === 'number' && timeoutMs >= 0 && timeoutMs <= MAX_TIMER_MS)
+    )
+      throw new InvalidArgumentError(`timeoutMs must be a number of milliseconds from 0 to ${MAX_TIMER_MS}`);
+    checkSignal('transact', options.signal);
+    const timeout = timeoutMs !== undefined ? AbortSignal.timeout(Math.ceil(timeoutMs)) : undefined;
     const signal =
       options.signal && timeout ? AbortSignal.any([options.signal, timeout]) : (options.signal ?? timeout);
-    if (!Number.isInteger(maxAttempts) || maxAttempts < 1)
+    if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1)
       throw new InvalidArgumentError('maxAttempts must be a positive integer');
     let previous: Transaction | undefined;
     for (let attempt = 1; ; attempt++) {
@@ -320,11 +327,12 @@ export class Percolator {
         result = await fn(tx);
       } catch (error) {
         await tx.rollbackAfter(error);
-        // A function that committed by hand and then threw is not run again (its writes
-        // would commit twice), and its error is its own.
-        if (await tx.committedByHand()) throw error;
+        // The function's own error is rethrown unchanged, the signal fired or not (an
+        // AbortedError of a read the signal stopped is one too). A retryable one is run
+        // again, unless the signal fired (then AbortedError), or the function committed by
+        // hand before it threw (its writes would commit twice).
+        if (!isRetryable(error) || attempt >= maxAttempts || (await tx.committedByHand())) throw error;
         if (signal?.aborted) throw abortedError(signal);
-        if (!isRetryable(error) || attempt >= maxAttempts) throw error;
         await this.backoff(tx, attempt, error, signal);
         continue;
       }

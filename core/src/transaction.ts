@@ -29,7 +29,7 @@ import { resolveLock } from './lock-resolver.js';
 import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUserTable } from './names.js';
 import { markNotifications, raiseMarksLater } from './observers/notifications.js';
 import { isReservedColumn } from './observers/reserved.js';
-import { checkOptionKeys } from './options.js';
+import { checkOptionKeys, checkSignal } from './options.js';
 import { usableTimestamp } from './oracle.js';
 import { blockOf, type Cell, type Lock, type RowState } from './row-state.js';
 import type { StoredRow } from './store.js';
@@ -631,6 +631,7 @@ export class Transaction {
   private async commitOnce(options: { signal?: AbortSignal }): Promise<CommitResult> {
     this.assertActive();
     checkOptionKeys<{ signal?: AbortSignal }>('commit', options, { signal: true });
+    checkSignal('commit', options.signal);
     const signal = options.signal ?? this.signal;
     if (signal?.aborted) {
       this.status = 'failed';

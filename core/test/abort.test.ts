@@ -2,6 +2,8 @@ import {
   AbortedError,
   ClientCrash,
   type CommitStep,
+  ConflictError,
+  InvalidArgumentError,
   LockNotResolvedError,
   MemoryStore,
   Percolator,
@@ -121,6 +123,89 @@ describe('cancellation and deadlines', () => {
     await expect(db.transact(async () => 1, { signal: {} as AbortSignal })).rejects.toMatchObject({
       code: 'INVALID_ARGUMENT',
     });
+    // Past what Node's timers keep (2^31 - 1 ms) AbortSignal.timeout throws a RangeError
+    // (2^32 and more) or fires after 1 ms (2^31): refused before anything runs.
+    for (const timeoutMs of [2 ** 31, 2 ** 32, 1e10, Number.NaN, '5' as unknown as number]) {
+      let ran = false;
+      const failure = await db
+        .transact(
+          async () => {
+            ran = true;
+          },
+          { timeoutMs },
+        )
+        .catch((e: unknown) => e);
+      expect(failure, String(timeoutMs)).toBeInstanceOf(InvalidArgumentError);
+      expect(ran).toBe(false);
+    }
+    // A fraction is rounded up; the largest timer delay works.
+    expect(await db.transact(async () => 'fraction', { timeoutMs: 1.5 })).toBe('fraction');
+    expect(await db.transact(async () => 'longest', { timeoutMs: 2 ** 31 - 1 })).toBe('longest');
+    await db.close();
+  });
+
+  it('tx.commit({ signal }) refuses what is not an AbortSignal, and the transaction stays usable', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    const tx = await db.begin();
+    tx.set('t', 'r', 'v', 'kept');
+    for (const signal of ['x', { aborted: true }, { aborted: false }, null]) {
+      const failure = await tx.commit({ signal: signal as unknown as AbortSignal }).catch((e: unknown) => e);
+      expect(failure, JSON.stringify(signal)).toBeInstanceOf(InvalidArgumentError);
+    }
+    expect(await store.read('t', 'r')).toBeNull(); // nothing written
+    await tx.commit({ signal: new AbortController().signal });
+    expect(await db.transact((t) => t.getString('t', 'r', 'v'))).toBe('kept');
+    await db.close();
+  });
+
+  it("the function's own error comes through unchanged when the signal has fired; a read the signal stopped stays AbortedError", async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    class MyError extends Error {}
+    const mine = new MyError('validation failed');
+    const controller = new AbortController();
+    const failure = await db
+      .transact(
+        async (tx) => {
+          tx.set('t', 'r', 'v', 'never');
+          controller.abort(new Error('stop'));
+          throw mine;
+        },
+        { signal: controller.signal },
+      )
+      .catch((e: unknown) => e);
+    expect(failure).toBe(mine);
+    // The function awaited a read the signal stopped, and rethrew the library's error.
+    const stopped = new AbortController();
+    let readError: unknown;
+    const failure2 = await db
+      .transact(
+        async (tx) => {
+          stopped.abort(new Error('stop'));
+          readError = await tx.get('t', 'r', 'v').catch((e: unknown) => e);
+          throw readError;
+        },
+        { signal: stopped.signal },
+      )
+      .catch((e: unknown) => e);
+    expect(readError).toBeInstanceOf(AbortedError);
+    expect(failure2).toBe(readError);
+    // A retryable error once the signal fired: not run again, AbortedError.
+    const third = new AbortController();
+    let runs = 0;
+    const failure3 = await db
+      .transact(
+        async () => {
+          runs++;
+          third.abort(new Error('stop'));
+          throw new ConflictError('conflict');
+        },
+        { signal: third.signal },
+      )
+      .catch((e: unknown) => e);
+    expect(failure3).toBeInstanceOf(AbortedError);
+    expect(runs).toBe(1);
+    expect(await db.transact((tx) => tx.get('t', 'r', 'v'))).toBeUndefined();
     await db.close();
   });
 });
