@@ -41,6 +41,37 @@ export function checkSignal(what: string, signal: unknown): asserts signal is Ab
     throw new InvalidArgumentError(`${what}: signal must be an AbortSignal, got ${describe(signal)}`);
 }
 
+/**
+ * A whole number from `min` to `max` (a count, a size, milliseconds): NaN, a string or a
+ * fraction would quietly change what the option bounds (`lockWaitMs: NaN` removed the bound
+ * on lock waits).
+ */
+export function checkInteger(what: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): void {
+  if (typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max) return;
+  const range =
+    max < Number.MAX_SAFE_INTEGER
+      ? `an integer from ${min} to ${max}`
+      : min === 0
+        ? 'a non-negative integer'
+        : min === 1
+          ? 'a positive integer'
+          : `an integer of at least ${min}`;
+  throw new InvalidArgumentError(`${what} must be ${range}, got ${shown(value)}`);
+}
+
+/** A function option: anything else would fail later, in the middle of a commit, as a TypeError. */
+export function checkFunction(what: string, value: unknown): void {
+  if (typeof value !== 'function')
+    throw new InvalidArgumentError(`${what} must be a function, got ${shown(value)}`);
+}
+
+function shown(value: unknown): string {
+  if (typeof value === 'number') return String(value);
+  if (typeof value === 'string')
+    return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
+  return describe(value);
+}
+
 function describe(value: unknown): string {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';

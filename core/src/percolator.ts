@@ -11,7 +11,14 @@ import { LocalCommits } from './local-commits.js';
 import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
-import { checkOptionKeys, checkSignal, MAX_TIMER_MS, type OptionKeys } from './options.js';
+import {
+  checkFunction,
+  checkInteger,
+  checkOptionKeys,
+  checkSignal,
+  MAX_TIMER_MS,
+  type OptionKeys,
+} from './options.js';
 import { CounterOracle, checkedOracle, type TimestampOracle } from './oracle.js';
 import { PeekBatcher } from './peek-batcher.js';
 import { type ResolvedLock, type ResolveOptions, resolveRowLocks } from './resolve.js';
@@ -30,9 +37,15 @@ export interface PercolatorOptions {
    * (integers from 1 to MAX_TIMESTAMP, increasing); the client never closes it.
    */
   readonly oracle?: TimestampOracle;
-  /** Lock time-to-live; a committing client refreshes its primary lock every ttl/3. Default 5000. */
+  /**
+   * Lock time-to-live; a committing client refreshes its primary lock every ttl/3. Default
+   * 5000. An integer from 1 to 2^31 - 1 (the range of Node's timers), as `lockWaitMs`.
+   */
   readonly lockTtlMs?: number;
-  /** How long a reader waits on a live lock before LockNotResolvedError. Default 2 × lockTtlMs. */
+  /**
+   * How long a reader waits on a live lock before LockNotResolvedError: an integer from 0 to
+   * 2^31 - 1. Default 2 × lockTtlMs (at most 2^31 - 1).
+   */
   readonly lockWaitMs?: number;
   /** Wall clock used for lock expiry and pruning. Default Date.now. */
   readonly clock?: () => number;
@@ -169,44 +182,58 @@ export class Percolator {
     }
     if (options.gc !== undefined) checkOptionKeys<PrunePolicy>('Percolator gc', options.gc, GC_OPTIONS);
     const store = checkedStore(options.store);
+    // Timer-driven values (the heartbeat every lockTtlMs / 3, a lock wait) stay within
+    // what Node's timers keep: a longer delay fires after 1 ms.
     const lockTtlMs = options.lockTtlMs ?? 5000;
-    if (!Number.isInteger(lockTtlMs) || lockTtlMs < 1)
-      throw new InvalidArgumentError('lockTtlMs must be a positive integer');
+    checkInteger('lockTtlMs', lockTtlMs, 1, MAX_TIMER_MS);
+    const lockWaitMs = options.lockWaitMs ?? Math.min(2 * lockTtlMs, MAX_TIMER_MS);
+    checkInteger('lockWaitMs', lockWaitMs, 0, MAX_TIMER_MS);
+    if (options.clock !== undefined) checkFunction('clock', options.clock);
+    if (options.hooks !== undefined) {
+      checkOptionKeys<PercolatorHooks>('Percolator hooks', options.hooks, { onCommitStep: true });
+      if (options.hooks.onCommitStep !== undefined)
+        checkFunction('hooks.onCommitStep', options.hooks.onCommitStep);
+    }
+    const gc = options.gc ?? {};
     const prune: PrunePolicy = {
-      ...DEFAULT_PRUNE_POLICY,
-      ...options.gc,
+      retentionMs: gc.retentionMs ?? DEFAULT_PRUNE_POLICY.retentionMs,
+      maxVersionsPerCell: gc.maxVersionsPerCell ?? DEFAULT_PRUNE_POLICY.maxVersionsPerCell,
+      inlineHistoryBytes: gc.inlineHistoryBytes ?? DEFAULT_PRUNE_POLICY.inlineHistoryBytes,
       // A block must fit a row of the store with room to spare.
       versionBlockBytes:
-        options.gc?.versionBlockBytes ??
+        gc.versionBlockBytes ??
         Math.min(DEFAULT_VERSION_BLOCK_BYTES, Math.floor(store.capabilities.maxStateBytes / 2)),
     };
-    if (
-      !(prune.retentionMs >= 0) ||
-      !Number.isInteger(prune.maxVersionsPerCell) ||
-      prune.maxVersionsPerCell < 1 ||
-      !Number.isInteger(prune.inlineHistoryBytes) ||
-      prune.inlineHistoryBytes < 0 ||
-      (prune.versionBlockBytes !== undefined &&
-        (!Number.isSafeInteger(prune.versionBlockBytes) || prune.versionBlockBytes < 0))
-    ) {
-      throw new InvalidArgumentError(
-        'gc.retentionMs must be >= 0, gc.maxVersionsPerCell a positive integer, and gc.inlineHistoryBytes and gc.versionBlockBytes non-negative integers',
-      );
-    }
-    if (options.onEvent !== undefined && typeof options.onEvent !== 'function')
-      throw new InvalidArgumentError('onEvent must be a function');
+    // Infinity keeps versions whatever their age (the CLI's resolve and dump prune nothing).
+    if (prune.retentionMs !== Number.POSITIVE_INFINITY) checkInteger('gc.retentionMs', prune.retentionMs, 0);
+    checkInteger('gc.maxVersionsPerCell', prune.maxVersionsPerCell, 1);
+    checkInteger('gc.inlineHistoryBytes', prune.inlineHistoryBytes, 0);
+    // A block is one version row: one larger than the store's rows could never be written.
+    checkInteger('gc.versionBlockBytes', prune.versionBlockBytes, 0, store.capabilities.maxStateBytes);
+    if (options.onEvent !== undefined) checkFunction('onEvent', options.onEvent);
     const rowCacheBytes = options.rowCacheBytes ?? DEFAULT_ROW_CACHE_BYTES;
-    if (!Number.isSafeInteger(rowCacheBytes) || rowCacheBytes < 0)
-      throw new InvalidArgumentError('rowCacheBytes must be a non-negative integer');
+    checkInteger('rowCacheBytes', rowCacheBytes, 0);
     const onePhaseMaxRows = options.onePhaseMaxRows ?? DEFAULT_ONE_PHASE_MAX_ROWS;
-    if (!Number.isSafeInteger(onePhaseMaxRows) || onePhaseMaxRows < 1)
-      throw new InvalidArgumentError('onePhaseMaxRows must be a positive integer');
+    checkInteger('onePhaseMaxRows', onePhaseMaxRows, 1);
     if (options.groupCommit !== undefined && typeof options.groupCommit !== 'boolean')
       throw new InvalidArgumentError('groupCommit must be a boolean');
     const observed = new Set<string>();
-    for (const { table, column } of options.observedColumns ?? []) {
-      validateUserTable(table);
-      validateColumn(column);
+    const { observedColumns = [] } = options;
+    if (!Array.isArray(observedColumns))
+      throw new InvalidArgumentError('observedColumns must be an array of { table, column }');
+    for (const [i, entry] of observedColumns.entries()) {
+      // Other fields are let through: an observer ({ table, column, ... }) may be listed as is.
+      if (typeof entry !== 'object' || entry === null)
+        throw new InvalidArgumentError(`observedColumns[${i}] must be a { table, column } object`);
+      const { table, column } = entry as { table: string; column: string };
+      try {
+        validateUserTable(table);
+        validateColumn(column);
+      } catch (error) {
+        throw error instanceof InvalidArgumentError
+          ? new InvalidArgumentError(`observedColumns[${i}]: ${error.message}`)
+          : error;
+      }
       observed.add(observedKey(table, column));
     }
     const defaultOracle = options.oracle === undefined ? new CounterOracle(store) : undefined;
@@ -230,7 +257,7 @@ export class Percolator {
       oracle,
       clock: options.clock ?? Date.now,
       lockTtlMs,
-      lockWaitMs: options.lockWaitMs ?? 2 * lockTtlMs,
+      lockWaitMs,
       prune,
       hooks: options.hooks ?? {},
       events: options.onEvent ? new EventSink(options.onEvent, store.name) : undefined,
