@@ -3,16 +3,24 @@ import { InvalidArgumentError } from './errors.js';
 /**
  * JSON values for `tx.setJson` / `tx.getJson`: exactly what survives a round trip through
  * JSON unchanged. Anything else (undefined, NaN, Infinity, -0, bigint, functions, symbols,
- * class instances such as Date or Map, cycles, lone surrogates) is refused with
- * InvalidArgumentError before anything is buffered, rather than silently changed.
+ * class instances such as Date or Map, cycles, lone surrogates, an array's named properties,
+ * non-enumerable properties) is refused with InvalidArgumentError before anything is
+ * buffered, rather than silently changed; so is nesting deeper than MAX_JSON_DEPTH.
  */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+/**
+ * The deepest nesting of arrays and objects `setJson` takes. The check and JSON.stringify
+ * recurse once per level: past a few thousand levels the stack overflows with an untyped
+ * RangeError, so deeper values are refused with InvalidArgumentError well before.
+ */
+export const MAX_JSON_DEPTH = 1000;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
 export function encodeJson(value: unknown): Uint8Array {
-  check(value, '$', new Set());
+  check(value, '$', new Set(), 0);
   return encoder.encode(JSON.stringify(value));
 }
 
@@ -26,7 +34,7 @@ export function decodeJson(bytes: Uint8Array, where: string): JsonValue {
   }
 }
 
-function check(value: unknown, path: string, seen: Set<object>): void {
+function check(value: unknown, path: string, seen: Set<object>, depth: number): void {
   switch (typeof value) {
     case 'boolean':
       return;
@@ -41,12 +49,28 @@ function check(value: unknown, path: string, seen: Set<object>): void {
     case 'object': {
       if (value === null) return;
       if (seen.has(value)) throw new InvalidArgumentError(`${path} refers back to itself (a cycle)`);
+      if (depth >= MAX_JSON_DEPTH) {
+        throw new InvalidArgumentError(
+          `JSON value nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels (at ${path.slice(0, 40)}...)`,
+        );
+      }
       seen.add(value);
+      if (Object.getOwnPropertySymbols(value).length > 0) {
+        throw new InvalidArgumentError(`${path} has symbol keys, which JSON drops`);
+      }
       if (Array.isArray(value)) {
         for (let i = 0; i < value.length; i++) {
           if (!(i in value))
             throw new InvalidArgumentError(`${path}[${i}] is a hole, which JSON reads back as null`);
-          check(value[i], `${path}[${i}]`, seen);
+          check(value[i], `${path}[${i}]`, seen, depth + 1);
+        }
+        // Its indexes (no hole, checked above) and `length`: anything else JSON drops.
+        const names = Object.getOwnPropertyNames(value);
+        if (names.length !== value.length + 1) {
+          const extra = names.find((name) => name !== 'length' && String(Number(name) >>> 0) !== name);
+          throw new InvalidArgumentError(
+            `${path} is an array with a named property ${JSON.stringify(extra)}, which JSON drops`,
+          );
         }
       } else {
         const proto = Object.getPrototypeOf(value);
@@ -55,12 +79,11 @@ function check(value: unknown, path: string, seen: Set<object>): void {
             `${path} is a ${proto?.constructor?.name ?? 'class instance'}, not a plain object: convert it first`,
           );
         }
-        if (Object.getOwnPropertySymbols(value).length > 0) {
-          throw new InvalidArgumentError(`${path} has symbol keys, which JSON drops`);
-        }
-        for (const [key, v] of Object.entries(value)) {
+        for (const key of Object.getOwnPropertyNames(value)) {
+          if (!Object.prototype.propertyIsEnumerable.call(value, key))
+            throw new InvalidArgumentError(`${path}.${key} is not enumerable, which JSON drops`);
           if (!key.isWellFormed()) throw new InvalidArgumentError(`${path} has a key with a lone surrogate`);
-          check(v, `${path}.${key}`, seen);
+          check((value as Record<string, unknown>)[key], `${path}.${key}`, seen, depth + 1);
         }
       }
       seen.delete(value);

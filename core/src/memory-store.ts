@@ -2,6 +2,7 @@ import { nextTurn } from './backoff.js';
 import { RowTooLargeError } from './errors.js';
 import { fullCapabilities } from './kit/store-shape.js';
 import { compareKeys } from './names.js';
+import { checkInteger, checkOptionKeys } from './options.js';
 import type {
   CasRequest,
   CasResult,
@@ -159,6 +160,9 @@ export class MemoryStore implements RowStore {
   private lastVersion = 0;
 
   constructor(options: MemoryStoreOptions = {}) {
+    checkOptionKeys<MemoryStoreOptions>('MemoryStore', options, { maxStateBytes: true });
+    if (options.maxStateBytes !== undefined)
+      checkInteger('MemoryStore maxStateBytes', options.maxStateBytes, 1);
     // A step of several rows is one synchronous step here too: as cheap as one row's.
     this.capabilities = fullCapabilities(options.maxStateBytes ?? 16 * 1024 * 1024, {
       stampedManyForOneRow: true,

@@ -59,6 +59,19 @@ export function checkInteger(what: string, value: unknown, min: number, max = Nu
   throw new InvalidArgumentError(`${what} must be ${range}, got ${shown(value)}`);
 }
 
+/** Boolean flags: a truthy string ("false") would otherwise turn one on. */
+export function checkBooleans<T extends object>(
+  what: string,
+  options: T,
+  ...keys: (keyof T & string)[]
+): void {
+  for (const key of keys) {
+    const value = options[key];
+    if (value !== undefined && typeof value !== 'boolean')
+      throw new InvalidArgumentError(`${what}: ${key} must be a boolean, got ${shown(value)}`);
+  }
+}
+
 /** A function option: anything else would fail later, in the middle of a commit, as a TypeError. */
 export function checkFunction(what: string, value: unknown): void {
   if (typeof value !== 'function')

@@ -12,6 +12,7 @@ import { validateColumn, validateRowKey, validateUserTable } from './names.js';
 import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
 import {
+  checkBooleans,
   checkFunction,
   checkInteger,
   checkOptionKeys,
@@ -426,6 +427,8 @@ export class Percolator {
     if (this.closed) throw new ClosedError('this Percolator client is closed');
     validateUserTable(table);
     validateRowKey(row);
+    checkOptionKeys<TidyOptions>('tidy', options, { force: true, settleHeld: true });
+    checkBooleans('tidy', options, 'force', 'settleHeld');
     return this.env.tidier.tidyRow(table, row, undefined, options);
   }
 
@@ -440,6 +443,9 @@ export class Percolator {
     if (this.closed) throw new ClosedError('this Percolator client is closed');
     validateUserTable(table);
     validateRowKey(row);
+    checkOptionKeys<ResolveOptions>('resolveLocks', options, { waitMs: true, signal: true });
+    if (options.waitMs !== undefined) checkInteger('resolveLocks waitMs', options.waitMs, 0);
+    checkSignal('resolveLocks', options.signal);
     return resolveRowLocks(this.env, table, row, options);
   }
 
@@ -452,6 +458,7 @@ export class Percolator {
   async gc(table: string, options: GcOptions & { readonly row?: string } = {}): Promise<GcReport> {
     if (this.closed) throw new ClosedError('this Percolator client is closed');
     checkOptionKeys<GcOptions & { row?: string }>('gc', options, { dryRun: true, row: true });
+    checkBooleans('gc', options, 'dryRun');
     validateUserTable(table);
     const events = this.env.events;
     if (!events) return this.gcNow(table, options);

@@ -29,7 +29,7 @@ import { resolveLock } from './lock-resolver.js';
 import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUserTable } from './names.js';
 import { markNotifications, raiseMarksLater } from './observers/notifications.js';
 import { isReservedColumn } from './observers/reserved.js';
-import { checkOptionKeys, checkSignal } from './options.js';
+import { checkInteger, checkOptionKeys, checkSignal } from './options.js';
 import { usableTimestamp } from './oracle.js';
 import { blockOf, type Cell, type Lock, type RowState } from './row-state.js';
 import type { StoredRow } from './store.js';
@@ -474,7 +474,8 @@ export class Transaction {
 
   /**
    * Buffers a JSON value: numbers, strings, booleans, null, arrays and plain objects, which
-   * read back exactly. Anything JSON would change or drop is an InvalidArgumentError.
+   * read back exactly. Anything JSON would change or drop is an InvalidArgumentError, and so
+   * is nesting of arrays and objects deeper than 1,000 levels.
    */
   setJson(table: string, row: string, column: string, value: JsonValue): void {
     this.assertActive();
@@ -557,12 +558,14 @@ export class Transaction {
   /** Rows of `table` in key order (UTF-8 byte order) at this snapshot, with this transaction's writes applied. */
   async *scan(table: string, range: ScanRange = {}): AsyncGenerator<ScannedRow> {
     this.assertActive();
-    await this.draw();
+    // Checked before the draw: bad input changes nothing (a misspelt `from` scanned the whole table).
     validateUserTable(table);
+    checkOptionKeys<ScanRange>('scan', range, { start: true, end: true, limit: true });
     if (range.start !== undefined) validateRowKey(range.start);
     if (range.end !== undefined) validateRowKey(range.end);
     const limit = range.limit ?? Number.POSITIVE_INFINITY;
-    if (!(limit >= 0)) throw new InvalidArgumentError('scan limit must be a non-negative number');
+    if (limit !== Number.POSITIVE_INFINITY) checkInteger('scan limit', limit, 0);
+    await this.draw();
     const { store } = this.env;
     if (!store.capabilities.orderedScan || !store.scan) {
       throw new UnsupportedOperationError(`store "${store.name}" cannot scan rows in key order`);

@@ -77,6 +77,40 @@ describe('typed values: tx.setJson / tx.getJson', () => {
     await db.close();
   });
 
+  it('refuses what JSON would silently drop (an array with named properties, a non-enumerable property) and nesting past 1,000 levels', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    const named = Object.assign([1, 2], { extra: 'dropped' });
+    const hidden = Object.defineProperty({ a: 1 }, 'b', { value: 2, enumerable: false });
+    const hiddenInArray = Object.defineProperty([1], 'note', { value: 'x', enumerable: false });
+    const nest = (levels: number): unknown => {
+      let v: unknown = 1;
+      for (let i = 0; i < levels; i++) v = i % 2 === 0 ? [v] : { v };
+      return v;
+    };
+    const bad: [string, unknown, RegExp][] = [
+      ['array with a named property', named, /named property "extra"/],
+      ['nested array with a named property', { list: named }, /\$\.list is an array/],
+      ['non-enumerable property', hidden, /\$\.b is not enumerable/],
+      ['array with a non-enumerable named property', hiddenInArray, /named property "note"/],
+      ['1,001 levels', nest(1001), /deeper than 1000 levels/],
+      // Deep enough that the check's recursion overflowed the stack: a RangeError before.
+      ['100,000 levels', nest(100_000), /deeper than 1000 levels/],
+    ];
+    for (const [name, value, message] of bad) {
+      const tx = await db.begin();
+      expect(() => tx.setJson('j', 'r', 'v', value as JsonValue), name).toThrow(InvalidArgumentError);
+      expect(() => tx.setJson('j', 'r', 'v', value as JsonValue), name).toThrow(message);
+      await tx.commit();
+    }
+    expect(await store.read('j', 'r')).toBeNull();
+    // 1,000 levels are fine, and read back exactly.
+    const deepest = nest(1000);
+    await db.transact(async (tx) => tx.setJson('j', 'deep', 'v', deepest as JsonValue));
+    expect(await db.transact((tx) => tx.getJson('j', 'deep', 'v'))).toEqual(deepest);
+    await db.close();
+  });
+
   it('getJson of a value that is not JSON is an InvalidArgumentError', async () => {
     const db = new Percolator({ store: new MemoryStore() });
     await db.transact(async (tx) => tx.set('j', 'raw', 'v', 'not json {'));

@@ -71,3 +71,45 @@ describe('client options: every one checked at construction, the error names it'
     }
   });
 });
+
+describe('the options of calls: a misspelt key or a bad value is refused, nothing done', () => {
+  it('db.tidy, db.resolveLocks and db.gc', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', 'v'));
+    const bad: [string, () => Promise<unknown>, RegExp][] = [
+      ['tidy forced', () => db.tidy('t', 'r', { forced: true } as never), /unknown option "forced"/],
+      ['tidy force "yes"', () => db.tidy('t', 'r', { force: 'yes' } as never), /force must be a boolean/],
+      [
+        'resolveLocks waitms',
+        () => db.resolveLocks('t', 'r', { waitms: 5 } as never),
+        /did you mean "waitMs"/,
+      ],
+      ['resolveLocks waitMs -1', () => db.resolveLocks('t', 'r', { waitMs: -1 }), /waitMs/],
+      ['resolveLocks waitMs "x"', () => db.resolveLocks('t', 'r', { waitMs: 'x' } as never), /waitMs/],
+      ['resolveLocks waitMs NaN', () => db.resolveLocks('t', 'r', { waitMs: Number.NaN }), /waitMs/],
+      ['resolveLocks signal', () => db.resolveLocks('t', 'r', { signal: 'x' } as never), /AbortSignal/],
+      [
+        'gc dryRun "false"',
+        () => db.gc('t', { row: 'r', dryRun: 'false' } as never),
+        /dryRun must be a boolean/,
+      ],
+    ];
+    for (const [name, call, message] of bad) {
+      const failure = await call().catch((e: unknown) => e);
+      expect(failure, name).toBeInstanceOf(InvalidArgumentError);
+      expect((failure as Error).message, name).toMatch(message);
+    }
+    expect(await db.resolveLocks('t', 'r', { waitMs: 0 })).toEqual([]);
+    expect((await db.tidy('t', 'r', { force: true })).moved).toBeGreaterThanOrEqual(0);
+    await db.close();
+  });
+
+  it('new MemoryStore', () => {
+    expect(() => new MemoryStore({ maxStateByte: 10 } as never)).toThrow(/unknown option "maxStateByte"/);
+    for (const maxStateBytes of [-1, 0, 1.5, Number.NaN, '10'])
+      expect(() => new MemoryStore({ maxStateBytes } as never), String(maxStateBytes)).toThrow(
+        InvalidArgumentError,
+      );
+    expect(new MemoryStore({ maxStateBytes: 4096 }).capabilities.maxStateBytes).toBe(4096);
+  });
+});

@@ -9,6 +9,7 @@ import {
   inspectHeadRow,
   MemoryStore,
   Percolator,
+  type ScanRange,
   StoreError,
   type Transaction,
   UnsupportedOperationError,
@@ -737,6 +738,34 @@ describe('transactions on the memory store', () => {
     const ranged: string[] = [];
     for await (const r of tx.scan('t', { start: 'a\u0000', end: '\uFFFD', limit: 2 })) ranged.push(r.row);
     expect(ranged).toEqual(['a\u0000z', 'b']);
+  });
+
+  it('scan refuses a misspelt range key and a limit that is not a whole number, before it draws a timestamp', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    await db.transact(async (tx) => {
+      for (const k of ['a', 'b', 'c']) tx.set('t', k, 'v', k);
+    });
+    for (const range of [
+      { from: 'b' },
+      { limit: '2' },
+      { limit: 1.5 },
+      { limit: -1 },
+      { limit: Number.NaN },
+    ]) {
+      await db.transact(async (tx) => {
+        await expect(tx.scan('t', range as ScanRange).next(), JSON.stringify(range)).rejects.toBeInstanceOf(
+          InvalidArgumentError,
+        );
+        // Nothing drawn: the start timestamp is still to come.
+        expect(() => tx.startTs).toThrow(UnsupportedOperationError);
+      });
+    }
+    const rows: string[] = [];
+    await db.transact(async (tx) => {
+      for await (const r of tx.scan('t', { start: 'b', limit: Number.POSITIVE_INFINITY })) rows.push(r.row);
+    });
+    expect(rows).toEqual(['b', 'c']);
+    await db.close();
   });
 
   it('scan fails with a typed error on a store that cannot scan in order', async () => {
