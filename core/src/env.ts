@@ -90,10 +90,41 @@ export interface ProtocolEnv {
   readonly localCommits: LocalCommits;
   /** Work that outlives a commit (the tidy step); awaited by close(). */
   readonly background: Set<Promise<unknown>>;
+  /** Whether the client is closed, and its commits in flight (close() waits for them). */
+  readonly lifecycle: Lifecycle;
   /** Moves old values out of head rows, deletes pruned version rows, settles held records. */
   readonly tidier: RowTidier;
   /** Head rows as this client last saw them: guesses for a CAS's expected version (row-cache.ts). */
   readonly rowCache: RowCache | undefined;
+}
+
+/**
+ * A client's open or closed state, for its transactions: once closed, a transaction's calls
+ * are ClosedError. Counts the commits in flight (a number, no promise per commit: every
+ * commit passes here), so that `close()` can wait until the last one has ended and handed
+ * its secondaries to the background work it then waits for.
+ */
+export class Lifecycle {
+  closed = false;
+  private committing = 0;
+  private waiters: (() => void)[] = [];
+
+  commitStarted(): void {
+    this.committing++;
+  }
+
+  commitEnded(): void {
+    if (--this.committing > 0 || this.waiters.length === 0) return;
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const resolve of waiters) resolve();
+  }
+
+  /** Resolves once no commit is in flight. */
+  idle(): Promise<void> {
+    if (this.committing === 0) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
 }
 
 /**

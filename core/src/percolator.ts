@@ -3,7 +3,7 @@ import type { PrunePolicy } from './cells.js';
 import { checkedStore } from './checked-store.js';
 import { abortedError } from './commit/context.js';
 import { SharedSteps } from './commit/shared-steps.js';
-import { observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge } from './env.js';
+import { Lifecycle, observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge } from './env.js';
 import { ClosedError, InvalidArgumentError, isRetryable, UnsupportedOperationError } from './errors.js';
 import { EventSink, type PercolatorEventListener } from './events.js';
 import { addGcReports, emptyGcReport, type GcOptions, type GcReport, gcRow } from './gc.js';
@@ -288,6 +288,7 @@ export class Percolator {
       observed,
       localCommits: new LocalCommits(),
       background: new Set(),
+      lifecycle: new Lifecycle(),
       rowCache: rowCacheBytes > 0 ? new RowCache(rowCacheBytes) : undefined,
     };
     env.tidier = new Tidier(env as ProtocolEnv);
@@ -518,10 +519,18 @@ export class Percolator {
     }
   }
 
-  /** Stops this client's observer workers, waits for background work. Does not close the store: its creator owns it. */
+  /**
+   * Stops this client's observer workers, then closes it: every later call of its
+   * transactions (begun or in `transact`, reads, writes, commits) is a ClosedError and
+   * changes nothing. Waits for the commits in flight to end, and for their background work
+   * (secondaries, tidy steps): once it resolves the client makes no further store call, and
+   * the store may be closed. Does not close the store: its creator owns it.
+   */
   async close(): Promise<void> {
     await Promise.all([...this.workers].map((w) => w.stop()));
     this.closed = true;
+    this.env.lifecycle.closed = true;
+    await this.env.lifecycle.idle();
     await this.flush();
   }
 }

@@ -252,6 +252,7 @@ export class Transaction {
    */
   ready(): Promise<number> {
     if (this.ts !== undefined) return Promise.resolve(this.ts);
+    if (this.env.lifecycle.closed) return Promise.reject(new ClosedError('this Percolator client is closed'));
     if (this.status !== 'active') {
       return Promise.reject(
         new ClosedError(
@@ -644,6 +645,8 @@ export class Transaction {
     }
     if (this.commitUnwritten()) return { commitTs: this.ts! };
     this.status = 'committing';
+    const { lifecycle } = this.env;
+    lifecycle.commitStarted();
     try {
       const commitTs = await this.commitMutations(signal);
       this.status = 'committed';
@@ -655,6 +658,7 @@ export class Transaction {
       throw error;
     } finally {
       this.dropBuffers();
+      lifecycle.commitEnded();
     }
   }
 
@@ -1149,6 +1153,7 @@ export class Transaction {
   private assertActive(): void {
     if (this.status !== 'active')
       throw new ClosedError(`transaction ${this.ts ?? '(not started)'} is ${this.status}`);
+    if (this.env.lifecycle.closed) throw new ClosedError('this Percolator client is closed');
   }
 
   /** A read-only transaction buffers nothing: a write is a typed error, and changes nothing. */

@@ -509,6 +509,69 @@ describe('transactions on the memory store', () => {
     await reader.close();
   });
 
+  it('close(): a transaction begun before it, or running in transact, gets ClosedError for every later call and writes nothing', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    const tx = await db.begin();
+    tx.set('t', 'manual', 'v', 'x');
+    let resume!: () => void;
+    const paused = new Promise<void>((r) => {
+      resume = r;
+    });
+    const inFlight = db
+      .transact(async (t) => {
+        await t.get('t', 'inflight', 'v');
+        await paused;
+        t.set('t', 'inflight', 'v', 'late');
+      })
+      .catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 5));
+    await db.close();
+    resume();
+    expect(await inFlight).toBeInstanceOf(ClosedError);
+    await expect(tx.get('t', 'manual', 'v')).rejects.toBeInstanceOf(ClosedError);
+    expect(() => tx.set('t', 'manual', 'v', 'y')).toThrow(ClosedError);
+    await expect(tx.commit()).rejects.toBeInstanceOf(ClosedError);
+    const unstarted = db.transact(async (t) => t); // no: the client is closed
+    await expect(unstarted).rejects.toBeInstanceOf(ClosedError);
+    expect(await store.read('t', 'manual')).toBeNull();
+    expect(await store.read('t', 'inflight')).toBeNull();
+  });
+
+  it('close() waits for a commit in flight, and for its secondaries: then no lock is left for store.close()', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { batchCheckAndSet: false });
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const db = new Percolator({
+      store,
+      onePhaseMaxRows: 1,
+      // The commit waits before its commit point, its locks written, until released.
+      hooks: { onCommitStep: (e) => (e.step === 'beforeCommitPrimary' ? held : undefined) },
+    });
+    const rows = ['a', 'b', 'c', 'd'];
+    const tx = await db.begin();
+    for (const r of rows) tx.set('t', r, 'v', 'committed');
+    const order: string[] = [];
+    const committing = tx.commit().then(() => order.push('commit'));
+    await new Promise((r) => setTimeout(r, 5));
+    const closing = db.close().then(() => order.push('close'));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(order).toEqual([]); // close() waits for the commit
+    release();
+    await Promise.all([committing, closing]);
+    expect(order).toEqual(['commit', 'close']);
+    // Every secondary committed before close() resolved: no lock left in any row.
+    for (const r of rows) {
+      const row = await store.inner.read('t', r);
+      expect(
+        inspectHeadRow(row!.state).cells.every((c) => c.lock === undefined),
+        r,
+      ).toBe(true);
+    }
+  });
+
   it('db.transact draws its start timestamp with its first reads, in one round trip', async () => {
     const store = new InstrumentedStore();
     const db = new Percolator({ store });
