@@ -175,12 +175,12 @@ function twoRecords(newer: number) {
 describe('LocalOracle clocks', () => {
   it('a clock with fractional milliseconds gives whole microseconds', async () => {
     // performance.timeOrigin + performance.now() style: every draw was refused.
-    let now = 1_700_000_000_000.1234;
+    let now = 1_700_000_000_000.125;
     const oracle = new LocalOracle(() => now);
     const a = await oracle.next();
     now += 0.0015;
     const b = await oracle.next();
-    expect(a).toBe(1_700_000_000_000_124);
+    expect(a).toBe(1_700_000_000_000_126); // the whole microseconds, plus the one drawn
     expect(Number.isSafeInteger(b) && b > a).toBe(true);
     const db = new Percolator({
       store: new MemoryStore(),
