@@ -189,3 +189,22 @@ export class MinimalStore extends Wrapper {
     return this.inner.scanNotified(table, options);
   }
 }
+
+/**
+ * A read-only snapshot one commit old once the counter is past 100: readPeeked reads the
+ * current rows but answers the counter minus one, so the core's snapshot rule hides the
+ * latest commit. Each snapshot is consistent, only stale in real time, and only under load
+ * (a replica that lags when busy): a sequential probe on a fresh store misses it.
+ */
+export class StalePeekStore extends MemoryStore {
+  stale = 0;
+  override async readPeeked(
+    refs: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    const result = await super.readPeeked(refs, counter);
+    if (result.timestamp <= 100) return result;
+    this.stale++;
+    return { ...result, timestamp: result.timestamp - 1 };
+  }
+}

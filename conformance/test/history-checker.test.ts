@@ -13,6 +13,9 @@ function txn(type: ListAppendOp['type'], ...mops: string[]): ListAppendOp {
   };
 }
 const ok = (...mops: string[]) => txn('ok', ...mops);
+/** The history as run one transaction after another: each completes before the next is invoked. */
+const sequential = (history: ListAppendOp[]) =>
+  history.map((op, i) => ({ ...op, invoke: 2 * i, complete: 2 * i + 1 }));
 const types = (history: ListAppendOp[]) =>
   [...new Set(checkListAppend(history).anomalies.map((a) => a.type))].sort();
 
@@ -135,6 +138,48 @@ describe('checkListAppend (Elle list-append, snapshot isolation)', () => {
     ).toEqual([]);
   });
 
+  it('finds a stale snapshot: a transaction invoked after a commit was acknowledged misses it (real time)', () => {
+    const history = [ok('r x', 'a x 1'), ok('r x'), ok('r x 1')];
+    // Without times, T1 may have run before T0: nothing to find.
+    expect(types(history)).toEqual([]);
+    const result = checkListAppend(sequential(history));
+    expect(result.anomalies.map((a) => a.type)).toEqual(['G-single-realtime']);
+    expect(result.anomalies[0]!.message).toMatch(/T1 -rw\("x"\)-> T0 -rt-> T1/);
+  });
+
+  it('finds non-monotonic reads through real-time order, in one key and across keys', () => {
+    expect(types(sequential([ok('r x', 'a x 1'), ok('r x 1'), ok('r x'), ok('r x 1')]))).toEqual([
+      'G-single-realtime',
+    ]);
+    // y was appended after x was acknowledged: seeing y but not x is stale.
+    expect(
+      types(
+        sequential([ok('r x', 'a x 1'), ok('r y', 'a y 1'), ok('r y 1'), ok('r x'), ok('r x 1', 'r y 1')]),
+      ),
+    ).toEqual(['G-single-realtime']);
+  });
+
+  it('finds a read of a value appended by a transaction invoked after the reader completed', () => {
+    expect(types(sequential([ok('r x 1'), ok('r x', 'a x 1')]))).toEqual(['G1c-realtime']);
+  });
+
+  it('orders only completed commits in real time: overlapping and unknown (info) transactions give no edge', () => {
+    // T1 was invoked before T0 completed: it may read before T0's commit.
+    const overlapping = [ok('r x', 'a x 1'), ok('r x'), ok('r x 1')];
+    const times = [
+      [0, 3],
+      [2, 4],
+      [5, 6],
+    ];
+    expect(
+      types(overlapping.map((op, i) => ({ ...op, invoke: times[i]![0], complete: times[i]![1] }))),
+    ).toEqual([]);
+    // Completion at the very instant of the next invoke gives no order either.
+    expect(types(overlapping.map((op, i) => ({ ...op, invoke: i, complete: i + 1 })))).toEqual([]);
+    // An info transaction may have committed any time after it ended.
+    expect(types(sequential([txn('info', 'r x', 'a x 1'), ok('r x'), ok('r x 1')]))).toEqual([]);
+  });
+
   it('uses the ids given in the history in its messages', () => {
     const history = [txn('fail', 'a x 1'), ok('r x 1')].map((op, i) => ({ ...op, id: 100 + i }));
     const [anomaly] = checkListAppend(history).anomalies;
@@ -160,6 +205,17 @@ describe('checkListAppend (Elle list-append, snapshot isolation)', () => {
     expect(found).toContain('incompatible-order');
   });
 
+  it('finds stale snapshots in a simulated execution whose snapshots lag one commit behind', () => {
+    const found = new Set<string>();
+    for (let seed = 1; seed <= 10; seed++) {
+      const history = simulate(seed, 'stale-snapshot');
+      // Without times it is a valid snapshot-isolation history: only real time shows the lag.
+      expect(checkListAppend(history.map(({ invoke, complete, ...op }) => op)).anomalies).toEqual([]);
+      for (const a of checkListAppend(history).anomalies) found.add(a.type);
+    }
+    expect(found).toContain('G-single-realtime');
+  });
+
   it('finds read skew in a simulated execution that reads each key at its own time', () => {
     const found = new Set<string>();
     for (let seed = 1; seed <= 10; seed++) {
@@ -174,11 +230,13 @@ describe('checkListAppend (Elle list-append, snapshot isolation)', () => {
  * - serial: one at a time;
  * - si: snapshot reads, first committer wins on written keys;
  * - no-conflict-check: snapshot reads, every commit applied (lost updates);
- * - read-committed: each read sees the latest committed state (read skew), conflicts checked.
+ * - read-committed: each read sees the latest committed state (read skew), conflicts checked;
+ * - stale-snapshot: si, but each snapshot is one commit old (valid but for real time).
+ * Each transaction records its invoke and complete step.
  */
 function simulate(
   seed: number,
-  mode: 'serial' | 'si' | 'no-conflict-check' | 'read-committed',
+  mode: 'serial' | 'si' | 'no-conflict-check' | 'read-committed' | 'stale-snapshot',
 ): ListAppendOp[] {
   const random = new Random(seed);
   const keys = ['x', 'y', 'z'];
@@ -189,6 +247,7 @@ function simulate(
   let nextValue = 1;
   const history: ListAppendOp[] = [];
   interface Running {
+    invoke: number;
     start: number;
     snapshot: Map<string, number[]>;
     plan: { key: string; append: boolean }[];
@@ -197,9 +256,13 @@ function simulate(
   }
   const running: Running[] = [];
   const latest = () => versions[versions.length - 1]!.lists;
+  let steps = 0;
   const begin = (): Running => ({
-    start: clock,
-    snapshot: new Map(latest()),
+    invoke: steps++,
+    start: mode === 'stale-snapshot' && versions.length > 1 ? versions[versions.length - 2]!.commit : clock,
+    snapshot: new Map(
+      mode === 'stale-snapshot' && versions.length > 1 ? versions[versions.length - 2]!.lists : latest(),
+    ),
     plan: Array.from({ length: random.between(1, 4) }, () => ({
       key: random.pick(keys),
       append: random.chance(0.5),
@@ -222,7 +285,12 @@ function simulate(
     const conflict =
       mode !== 'no-conflict-check' && [...t.writes.keys()].some((k) => (lastWrite.get(k) ?? 0) > t.start);
     if (conflict) {
-      history.push({ type: 'fail', txn: t.mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m)) });
+      history.push({
+        type: 'fail',
+        txn: t.mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m)),
+        invoke: t.invoke,
+        complete: steps++,
+      });
       return;
     }
     clock++;
@@ -232,7 +300,7 @@ function simulate(
       lastWrite.set(k, clock);
     }
     versions.push({ commit: clock, lists });
-    history.push({ type: 'ok', txn: t.mops });
+    history.push({ type: 'ok', txn: t.mops, invoke: t.invoke, complete: steps++ });
   };
   for (let i = 0; i < 200; i++) {
     if (mode === 'serial') {
@@ -253,6 +321,11 @@ function simulate(
     while (t.plan.length > 0) stepOf(t);
     finish(t);
   }
-  history.push({ type: 'ok', txn: keys.map((key) => ({ f: 'r', key, value: [...latest().get(key)!] })) });
+  history.push({
+    type: 'ok',
+    txn: keys.map((key) => ({ f: 'r', key, value: [...latest().get(key)!] })),
+    invoke: steps++,
+    complete: steps++,
+  });
   return history;
 }

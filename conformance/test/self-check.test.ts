@@ -13,6 +13,7 @@ import {
   IgnoresVersionStore,
   MinimalStore,
   ReusesVersionsStore,
+  StalePeekStore,
   StaleReadStore,
   Utf16ScanStore,
 } from './broken-stores.js';
@@ -79,6 +80,19 @@ describe('the conformance suite catches broken stores', () => {
       /the row after an ambiguous failure: expected "landed", got null/,
     );
   }, 120_000);
+
+  it('a read-only snapshot one commit old (only under load) fails the history check through real-time order', async () => {
+    const stores: StalePeekStore[] = [];
+    const report = await run(() => {
+      const store = new StalePeekStore();
+      stores.push(store);
+      return store;
+    }, ['history']);
+    expect(stores.reduce((n, s) => n + s.stale, 0)).toBeGreaterThan(0);
+    expect(errorOf(report, 'history', 'a concurrent list-append workload')).toMatch(
+      /snapshot-isolation anomalies found:[\s\S]*G-single-realtime/,
+    );
+  }, 60_000);
 
   it('versions that restart after a delete fail the ABA case', async () => {
     const report = await run(() => new ReusesVersionsStore(), ['store']);

@@ -162,11 +162,12 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   }
   clock.advance(lockTtlMs + 1);
   const finalReader = client(ctx, store, { lockTtlMs, ...(options.crashes ? { clock } : {}) }).db;
+  const finalInvoke = performance.now();
   const finalRead = await settled(finalReader, (tx) => readAllLists(tx, keys), 'the final read');
   const history: ListAppendOp[] = [
     ...run.history,
     ...unknownOps,
-    { type: 'ok' as const, txn: finalRead },
+    { type: 'ok' as const, txn: finalRead, invoke: finalInvoke, complete: performance.now() },
   ].map((op, id) => ({ ...op, id }));
   const result = checkListAppend(history);
   const { ok, fail, info } = result.counts;
@@ -283,6 +284,8 @@ async function ambiguousCommits(
     const first = random.int(keys - 1);
     const chosen = [`k${first}`, `k${first + 1}`];
     const mops: ListAppendMop[] = [];
+    // transact() may retry: the transaction counts from the first attempt to the last.
+    const invoke = performance.now();
     try {
       await own.db.transact(
         async (tx) => {
@@ -297,10 +300,15 @@ async function ambiguousCommits(
         },
         { maxAttempts: 1 },
       );
-      ops.push({ type: 'ok', txn: mops });
+      ops.push({ type: 'ok', txn: mops, invoke, complete: performance.now() });
     } catch (error) {
       const type = outcomeOf(error);
-      ops.push({ type, txn: mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m)) });
+      ops.push({
+        type,
+        txn: mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m)),
+        invoke,
+        complete: performance.now(),
+      });
     } finally {
       faulty.clearFaults();
       cut?.release();

@@ -11,6 +11,13 @@
  * G-nonadjacent (rw edges that are never adjacent, Cerone & Gotsman's characterisation) and lost
  * updates must not occur; G2-item (write skew, a cycle with two or more rw edges) is
  * allowed and reported only as information.
+ *
+ * Where the history records when each transaction was invoked and completed, a committed
+ * transaction that completed before another was invoked also gives a real-time (rt) edge:
+ * a timestamp oracle makes the second one's snapshot include the first one's commit
+ * (strong snapshot isolation). An rt edge orders commit before start, as a wr edge does,
+ * so it counts as one in the cycles above; a cycle that needs one is reported with the
+ * suffix -realtime (a stale snapshot: T1 -rt-> T2 -rw-> T1 is G-single-realtime).
  */
 import {
   type CycleStep,
@@ -34,6 +41,14 @@ export interface ListAppendOp {
   /** Which client or worker ran it (for messages only). */
   readonly process?: number;
   /**
+   * When it was invoked (before begin; a transaction retried inside one call counts from
+   * the first attempt) and when it completed (its commit acknowledged), on one clock shared
+   * by every client of the history, e.g. performance.now(). Real-time edges need both; the
+   * completion of an info or fail transaction is not used.
+   */
+  readonly invoke?: number;
+  readonly complete?: number;
+  /**
    * ok: committed; fail: certainly did not commit; info: outcome unknown (for example a
    * commit-unknown error). Reads of fail and info transactions are not used.
    */
@@ -49,6 +64,11 @@ export type AnomalyType =
   | 'G-single'
   | 'G-nonadjacent'
   | 'G2-item'
+  | 'G0-realtime'
+  | 'G1c-realtime'
+  | 'G-single-realtime'
+  | 'G-nonadjacent-realtime'
+  | 'G2-item-realtime'
   | 'lost-update'
   | 'incompatible-order'
   | 'duplicate-append'
@@ -67,8 +87,9 @@ export interface Anomaly {
 
 export interface CheckOptions {
   /**
-   * Anomalies reported as information instead of failures. Default ['G2-item']: write
-   * skew is allowed under snapshot isolation. Pass [] to check serializability.
+   * Anomalies reported as information instead of failures. Default ['G2-item',
+   * 'G2-item-realtime']: write skew is allowed under snapshot isolation. Pass [] to check
+   * (strict) serializability.
    */
   readonly allowed?: readonly AnomalyType[];
 }
@@ -93,7 +114,7 @@ interface Writer {
 }
 
 export function checkListAppend(history: readonly ListAppendOp[], options: CheckOptions = {}): CheckResult {
-  const allowedTypes = new Set<AnomalyType>(options.allowed ?? ['G2-item']);
+  const allowedTypes = new Set<AnomalyType>(options.allowed ?? ['G2-item', 'G2-item-realtime']);
   const found: Anomaly[] = [];
   const perType = new Map<AnomalyType, number>();
   const report = (anomaly: Anomaly) => {
@@ -140,6 +161,7 @@ export function checkListAppend(history: readonly ListAppendOp[], options: Check
       if (w !== undefined) graph.addEdge(read.op, w, { kind: 'rw', key: read.key });
     }
   }
+  addRealtimeEdges(history, graph);
 
   const components = stronglyConnectedComponents(graph);
   for (const component of components) {
@@ -406,33 +428,97 @@ const WW_WR: ReadonlySet<EdgeKind> = new Set(['ww', 'wr']);
 const RW: ReadonlySet<EdgeKind> = new Set(['rw']);
 const ANY: ReadonlySet<EdgeKind> = new Set(['ww', 'wr', 'rw']);
 
+const WW_WR_RT: ReadonlySet<EdgeKind> = new Set(['ww', 'wr', 'rt']);
+const ANY_RT: ReadonlySet<EdgeKind> = new Set(['ww', 'wr', 'rw', 'rt']);
+
+/**
+ * Real-time edges: T1 -> T2 when T1 committed (ok) and completed before T2 was invoked.
+ * Only a transitive reduction is added (Elle's frontier): T2 gets edges from the ok
+ * transactions completed before its invoke that no other such one follows, so the edges
+ * stay about (concurrency x transactions). An info transaction imposes no edge (it may
+ * have committed any time later), but can receive one.
+ */
+function addRealtimeEdges(history: readonly ListAppendOp[], graph: DependencyGraph): void {
+  // [time, 0 invoke | 1 complete, op]; at equal times invokes go first (no edge).
+  const events: [number, number, number][] = [];
+  history.forEach((op, i) => {
+    if (op.type === 'fail' || op.invoke === undefined) return;
+    events.push([op.invoke, 0, i]);
+    if (op.type === 'ok' && op.complete !== undefined) events.push([op.complete, 1, i]);
+  });
+  events.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const frontier = new Set<number>();
+  const before = new Map<number, number[]>();
+  for (const [, kind, op] of events) {
+    if (kind === 0) {
+      const predecessors = [...frontier];
+      before.set(op, predecessors);
+      for (const p of predecessors) graph.addEdge(p, op, { kind: 'rt', key: '' });
+    } else {
+      // Whatever completed before this one began is now implied through it.
+      for (const p of before.get(op) ?? []) frontier.delete(p);
+      frontier.add(op);
+    }
+  }
+}
+
 /**
  * Looks for the worst cycle in one strongly connected component: G0 (ww only), then G1c
  * (ww and wr), then G-single (exactly one rw), then G-nonadjacent, and reports a G2-item
  * cycle (write skew: two adjacent rw edges somewhere) only when none
- * of those exists.
+ * of those exists. Then, if nothing but write skew was found, the same with rt edges
+ * counted as wr edges (the -realtime anomalies).
  */
 function classifyComponent(graph: DependencyGraph, component: readonly number[], ids: readonly number[]) {
+  const anomalies = classifyCycles(graph, component, ids, false);
+  if (anomalies.every((a) => a.type === 'G2-item')) {
+    const realtime = classifyCycles(graph, component, ids, true);
+    const worse = realtime.filter((a) => a.type !== 'G2-item-realtime');
+    if (worse.length > 0) return [...anomalies, ...worse];
+    if (anomalies.length === 0) return realtime;
+  }
+  return anomalies;
+}
+
+function classifyCycles(
+  graph: DependencyGraph,
+  component: readonly number[],
+  ids: readonly number[],
+  realtime: boolean,
+): Anomaly[] {
   const scope = new Set(component);
   const name = (i: number) => `T${ids[i]}`;
   const anomalies: Anomaly[] = [];
+  const flow = realtime ? WW_WR_RT : WW_WR;
+  const any = realtime ? ANY_RT : ANY;
+  const preference: EdgeKind[] = realtime ? ['ww', 'wr', 'rt', 'rw'] : ['ww', 'wr', 'rw'];
   const describeCycle = (steps: readonly CycleStep[]) =>
-    steps.map((s) => `${name(s.from)} -${s.kind}(${JSON.stringify(s.key)})->`).join(' ') +
-    ` ${name(steps[0]!.from)}`;
+    steps
+      .map((s) => `${name(s.from)} -${s.kind === 'rt' ? 'rt' : `${s.kind}(${JSON.stringify(s.key)})`}->`)
+      .join(' ') + ` ${name(steps[0]!.from)}`;
   const make = (type: AnomalyType, what: string, steps: CycleStep[]): Anomaly => ({
-    type,
-    message: `${what}: ${describeCycle(steps)}`,
+    type: realtime ? (`${type}-realtime` as AnomalyType) : type,
+    message: `${what}${realtime ? ' (with real-time order)' : ''}: ${describeCycle(steps)}`,
     ops: steps.map((s) => ids[s.from]!),
     cycle: steps.map((s) => ({ ...s, from: ids[s.from]!, to: ids[s.to]! })),
   });
 
-  const g0 = cycleIn(graph, scope, WW, () => true);
+  // An rt edge is never part of a write cycle: G0 is searched without it.
+  const g0 = realtime ? undefined : cycleIn(graph, scope, WW, () => true);
   if (g0 !== undefined) anomalies.push(make('G0', 'write cycle', labelCycle(graph, g0, ['ww'])));
 
-  // G1c: a cycle of ww/wr edges with at least one wr edge.
-  const g1c = cycleIn(graph, scope, WW_WR, (from, to) => graph.labels(from, to).some((l) => l.kind === 'wr'));
+  // G1c: a cycle of ww/wr edges with at least one wr edge (or rt, counted as one).
+  const g1c = cycleIn(graph, scope, flow, (from, to) =>
+    graph.labels(from, to).some((l) => l.kind === 'wr' || (realtime && l.kind === 'rt')),
+  );
   if (g1c !== undefined) {
-    anomalies.push(make('G1c', 'circular information flow', labelCycle(graph, g1c, ['wr', 'ww'])));
+    anomalies.push(
+      make(
+        'G1c',
+        'circular information flow',
+        labelCycle(graph, g1c, realtime ? ['wr', 'rt', 'ww'] : ['wr', 'ww']),
+      ),
+    );
   }
 
   // G-single: one rw edge a -> b closed by a path of ww/wr edges b ~> a.
@@ -440,10 +526,10 @@ function classifyComponent(graph: DependencyGraph, component: readonly number[],
   for (const a of component) {
     for (const b of graph.successors(a, RW)) {
       if (!scope.has(b)) continue;
-      const back = shortestPath(graph, b, a, WW_WR, scope);
+      const back = shortestPath(graph, b, a, flow, scope);
       if (back === undefined) continue;
       const rw = graph.labels(a, b).find((l) => l.kind === 'rw')!;
-      single = [{ from: a, to: b, kind: 'rw', key: rw.key }, ...labelCycle(graph, back, ['ww', 'wr'])];
+      single = [{ from: a, to: b, kind: 'rw', key: rw.key }, ...labelCycle(graph, back, preference)];
       break;
     }
     if (single !== undefined) break;
@@ -453,16 +539,16 @@ function classifyComponent(graph: DependencyGraph, component: readonly number[],
   // G-nonadjacent: two or more rw edges, no two of them adjacent. Snapshot isolation
   // forbids it too (every SI cycle has two consecutive anti-dependencies).
   if (single === undefined) {
-    const nonadjacent = nonadjacentCycle(graph, component, scope);
+    const nonadjacent = nonadjacentCycle(graph, component, scope, any);
     if (nonadjacent !== undefined) {
       anomalies.push(make('G-nonadjacent', 'anti-dependencies that are never adjacent', nonadjacent));
     }
   }
 
   if (anomalies.length === 0) {
-    const any = cycleIn(graph, scope, ANY, () => true);
-    if (any !== undefined) {
-      const steps = labelCycle(graph, any, ['ww', 'wr', 'rw']);
+    const cycle = cycleIn(graph, scope, any, () => true);
+    if (cycle !== undefined) {
+      const steps = labelCycle(graph, cycle, preference);
       anomalies.push(make('G2-item', 'write skew (two or more anti-dependencies)', steps));
     }
   }
@@ -478,6 +564,7 @@ function nonadjacentCycle(
   graph: DependencyGraph,
   component: readonly number[],
   scope: ReadonlySet<number>,
+  any: ReadonlySet<EdgeKind>,
 ): CycleStep[] | undefined {
   for (const a of component) {
     for (const b of graph.successors(a, RW)) {
@@ -491,9 +578,9 @@ function nonadjacentCycle(
       search: while (frontier.length > 0) {
         const next: [number, boolean][] = [];
         for (const [node, lastRw] of frontier) {
-          for (const to of graph.successors(node, ANY)) {
+          for (const to of graph.successors(node, any)) {
             if (!scope.has(to)) continue;
-            const labels = graph.labels(node, to);
+            const labels = graph.labels(node, to).filter((l) => any.has(l.kind));
             const plain = labels.find((l) => l.kind !== 'rw');
             const rw = labels.find((l) => l.kind === 'rw');
             for (const [label, isRw] of [

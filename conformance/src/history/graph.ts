@@ -4,11 +4,12 @@
  * for a short cycle inside one component.
  */
 
-export type EdgeKind = 'ww' | 'wr' | 'rw';
+/** rt: the first transaction completed (committed) before the second was invoked. */
+export type EdgeKind = 'ww' | 'wr' | 'rw' | 'rt';
 
 export interface EdgeLabel {
   readonly kind: EdgeKind;
-  /** The key whose versions gave this dependency. */
+  /** The key whose versions gave this dependency ('' for rt). */
   readonly key: string;
 }
 
@@ -60,7 +61,7 @@ export class DependencyGraph {
   }
 }
 
-export const ALL_KINDS: ReadonlySet<EdgeKind> = new Set(['ww', 'wr', 'rw']);
+export const ALL_KINDS: ReadonlySet<EdgeKind> = new Set(['ww', 'wr', 'rw', 'rt']);
 
 /**
  * Tarjan's algorithm, iterative so long histories cannot overflow the stack. Returns only

@@ -2,7 +2,8 @@
  * A randomised concurrent list-append workload (Elle's), run through Percolator clients on
  * one store. Each list is one cell holding a JSON array; an append reads the list and
  * writes it back one longer, and records that read too. Every attempt is one history
- * entry: committed (ok), certainly not committed (fail), or unknown (info).
+ * entry: committed (ok), certainly not committed (fail), or unknown (info), with when it
+ * was invoked and completed (performance.now(), one clock for every client of the run).
  */
 import { ClientCrash, type Percolator, type Transaction } from '@percolator/core';
 import type { CrashPlans, StopPoint } from '../crash.js';
@@ -92,10 +93,13 @@ export async function runListAppend(
         append: random.chance(0.5),
       }));
       const mops: ListAppendMop[] = [];
+      // Before begin() draws the start timestamp: a commit acknowledged earlier must be seen.
+      const invoke = performance.now();
       const record = (type: ListAppendOp['type']) => {
+        const complete = performance.now();
         // Reads of failed or unknown transactions carry no information.
         const txn = type === 'ok' ? mops : mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m));
-        const op: ListAppendOp = { id: history.length, process: w, type, txn };
+        const op: ListAppendOp = { id: history.length, process: w, type, txn, invoke, complete };
         history.push(op);
         workload.onRecord?.(op);
       };
