@@ -174,6 +174,25 @@ describe('window check', () => {
     expect(stale.valid).toBe(false);
     expect(stale.anomalies.map((a) => a.type)).toContain('garbage-read');
   });
+
+  test('a committed append, or one a committed read saw, missing from the final read is lost', () => {
+    const append = (id: number, type: ListAppendOp['type'], value: number): ListAppendOp => ({
+      id,
+      type,
+      txn: [
+        { f: 'r', key: 'k0', value: type === 'ok' ? [] : null },
+        { f: 'append', key: 'k0', value },
+      ],
+    });
+    const types = (history: ListAppendOp[], final: number[]) =>
+      checkWindow(history, [{ f: 'r', key: 'k0', value: final }]).anomalies.map((a) => a.type);
+    expect(types([append(0, 'ok', 1)], [])).toEqual(['lost-append']);
+    // Unknown outcome, but a committed reader saw it: it committed, and vanished.
+    const seen: ListAppendOp = { id: 1, type: 'ok', txn: [{ f: 'r', key: 'k0', value: [1] }] };
+    expect(types([append(0, 'info', 1), seen], [])).toContain('lost-append');
+    // Unknown and never seen: it may not have committed.
+    expect(types([append(0, 'info', 1)], [])).toEqual([]);
+  });
 });
 
 describe('verdict', () => {

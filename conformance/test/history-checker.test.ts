@@ -180,6 +180,36 @@ describe('checkListAppend (Elle list-append, snapshot isolation)', () => {
     expect(types(sequential([txn('info', 'r x', 'a x 1'), ok('r x'), ok('r x 1')]))).toEqual([]);
   });
 
+  it('with finalRead: a committed append or a read value missing from the final read is lost', () => {
+    const final = (history: ListAppendOp[]) =>
+      [...new Set(checkListAppend(history, { finalRead: true }).anomalies.map((a) => a.type))].sort();
+    // Read once, then gone: the longest read alone would take [1] as the order.
+    expect(types([ok('r x', 'a x 1'), ok('r x 1'), ok('r x')])).toEqual([]);
+    expect(final([ok('r x', 'a x 1'), ok('r x 1'), ok('r x')])).toEqual(['lost-append']);
+    // Never read, but committed.
+    expect(final([ok('r x', 'a x 1'), ok('r x')])).toEqual(['lost-append']);
+    // A read of a value that then vanished, whoever appended it.
+    expect(final([ok('a x 1'), ok('r x 1', 'a x 2'), ok('r x 1 2', 'r y'), ok('r x 1', 'r y')])).toEqual([
+      'lost-append',
+    ]);
+    expect(final([ok('r x', 'a x 1'), ok('r x 1'), ok('r x 1')])).toEqual([]);
+  });
+
+  it('with finalRead: an unknown (info) transaction a committed read saw committed, so every append of it stays', () => {
+    const final = (history: ListAppendOp[]) =>
+      [...new Set(checkListAppend(history, { finalRead: true }).anomalies.map((a) => a.type))].sort();
+    const info = (...mops: string[]) => txn('info', ...mops);
+    expect(final([info('r x', 'a x 1'), ok('r x 1'), ok('r x')])).toEqual(['lost-append']);
+    // Its primary x is in the final read, its secondary y is gone: also lost.
+    expect(final([info('r x', 'a x 1', 'r y', 'a y 1'), ok('r x 1', 'r y')])).toEqual(['lost-append']);
+    expect(final([info('r x', 'a x 1', 'r y', 'a y 1'), ok('r x 1', 'r y 1'), ok('r x', 'r y')])).toEqual([
+      'lost-append',
+    ]);
+    // Never seen: it may not have committed, and its absence is no loss.
+    expect(final([info('r x', 'a x 1', 'r y', 'a y 1'), ok('r x', 'r y')])).toEqual([]);
+    expect(final([info('r x', 'a x 1', 'r y', 'a y 1'), ok('r x 1', 'r y 1')])).toEqual([]);
+  });
+
   it('uses the ids given in the history in its messages', () => {
     const history = [txn('fail', 'a x 1'), ok('r x 1')].map((op, i) => ({ ...op, id: 100 + i }));
     const [anomaly] = checkListAppend(history).anomalies;

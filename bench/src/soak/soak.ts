@@ -549,10 +549,11 @@ export async function runSoak(options: SoakOptions, deps: SoakDeps = {}): Promis
         else lists.unknown++;
       }
       // The final state of every list closes the window's history.
+      const finalInvoke = performance.now();
       const final = await settled('reading the lists', () =>
         checkDb.transact((tx) => readAllLists(tx, options.lists)),
       );
-      const result = checkWindow(history, final);
+      const result = checkWindow(history, final, { invoke: finalInvoke, complete: performance.now() });
       lists.windows++;
       lists.largestWindow = Math.max(lists.largestWindow, history.length + 1);
       if (!result.valid && lists.anomalies.length < MAX_KEPT)
@@ -942,12 +943,18 @@ function fmt(n: number): string {
  * One list-append window's check: its history, closed by a read of every list, through the
  * conformance suite's checker. The window starts from emptied lists, so a value left from
  * an earlier window (an emptying that was lost) is a read of a value nobody appended here.
+ * The final read must keep every committed append and everything a committed read saw
+ * (finalRead); with its times, it must also see every commit acknowledged before it.
  */
 export function checkWindow(
   history: readonly ListAppendOp[],
   finalRead: readonly ListAppendMop[],
+  times: { readonly invoke?: number; readonly complete?: number } = {},
 ): CheckResult {
-  return checkListAppend([...history, { id: history.length, process: -1, type: 'ok', txn: finalRead }]);
+  return checkListAppend(
+    [...history, { id: history.length, process: -1, type: 'ok', txn: finalRead, ...times }],
+    { finalRead: true },
+  );
 }
 
 export interface VerdictInput {

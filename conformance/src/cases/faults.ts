@@ -60,6 +60,11 @@ export const faultCases: ConformanceCase[] = [
       expectStoreError(error, 'unknown', 'a CAS failed after it was applied');
       checkEqual(await state(store, 'b'), 'landed', 'the row after an ambiguous failure');
       checkEqual(faulty.stats.failedAfter, 1, 'faults counted');
+      // A read failed after it ran counts as a fault, but not as an ambiguous write.
+      faulty.failAfter((call) => call.key === 'b', 'read');
+      await rejection(() => faulty.read(T, 'b'), 'a read failed after it ran');
+      checkEqual(faulty.stats.failedAfter, 2, 'faults counted, the read included');
+      checkEqual(faulty.stats.writesFailedAfter, 1, 'ambiguous writes counted, the read not');
     },
   },
   {

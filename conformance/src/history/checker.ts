@@ -70,6 +70,7 @@ export type AnomalyType =
   | 'G-nonadjacent-realtime'
   | 'G2-item-realtime'
   | 'lost-update'
+  | 'lost-append'
   | 'incompatible-order'
   | 'duplicate-append'
   | 'duplicate-elements'
@@ -92,6 +93,14 @@ export interface CheckOptions {
    * (strict) serializability.
    */
   readonly allowed?: readonly AnomalyType[];
+  /**
+   * The history's last op is a read of every key made after all the others ended (their
+   * locks resolved). Then each key's list there must hold every read of it as a prefix
+   * (nothing a committed transaction saw may vanish), every append of an ok transaction,
+   * and every append of an info transaction any of whose appends a committed read saw (it
+   * committed); else lost-append.
+   */
+  readonly finalRead?: boolean;
 }
 
 export interface CheckResult {
@@ -131,6 +140,7 @@ export function checkListAppend(history: readonly ListAppendOp[], options: Check
   const reads = externalReads(history);
   const orders = versionOrders(allReads(history), ids, report);
   checkLostUpdates(history, ids, reads, orders, report);
+  if (options.finalRead && history.length > 0) checkFinalRead(history, ids, writers, report);
 
   const graph = new DependencyGraph();
   history.forEach((op, i) => {
@@ -392,6 +402,63 @@ function versionOrders(
     }
   }
   return orders;
+}
+
+/** What `finalRead` asks: the last op's lists keep everything committed (see CheckOptions). */
+function checkFinalRead(
+  history: readonly ListAppendOp[],
+  ids: readonly number[],
+  writers: Map<string, Map<number, Writer>>,
+  report: (a: Anomaly) => void,
+): void {
+  const last = history.length - 1;
+  const final = new Map<string, readonly number[]>();
+  for (const m of history[last]!.txn) if (m.f === 'r' && m.value !== null) final.set(m.key, m.value);
+  const finalSets = new Map([...final].map(([key, list]) => [key, new Set(list)]));
+  const inFinal = (key: string, value: number) => finalSets.get(key)?.has(value) ?? false;
+  const lost = (op: number, key: string, value: number, why: string) =>
+    report({
+      type: 'lost-append',
+      message: `${value} appended to ${JSON.stringify(key)} by T${ids[op]} (${why}) is missing from the final read [${(final.get(key) ?? []).join(',')}] (T${ids[last]})`,
+      ops: [ids[op]!, ids[last]!],
+    });
+  // Which transactions a committed read saw (so they committed, whatever their outcome said).
+  const observed = new Set<number>();
+  history.forEach((op, i) => {
+    if (op.type !== 'ok') return;
+    for (const m of op.txn) {
+      if (m.f !== 'r' || m.value === null) continue;
+      for (const v of m.value) {
+        const w = writers.get(m.key)?.get(v);
+        if (w !== undefined && w.op !== i) observed.add(w.op);
+      }
+      // A read that is no prefix of the final one but holds only values still there
+      // disagrees on the order: versionOrders reports it (the final read is the longest,
+      // or the longest has a value the final one lost). Its own appends are checked below.
+      const missing =
+        i === last
+          ? undefined
+          : m.value.find((v) => !inFinal(m.key, v) && writers.get(m.key)?.get(v)?.op !== i);
+      if (missing !== undefined) {
+        report({
+          type: 'lost-append',
+          message: `T${ids[i]} read ${JSON.stringify(m.key)} = [${m.value.join(',')}], but ${missing} is missing from the final read [${(final.get(m.key) ?? []).join(',')}] (T${ids[last]})`,
+          ops: [ids[i]!, ids[last]!],
+        });
+      }
+    }
+  });
+  history.forEach((op, i) => {
+    const committed =
+      op.type === 'ok'
+        ? 'committed'
+        : op.type === 'info' && observed.has(i)
+          ? 'unknown outcome, but read by a committed transaction'
+          : undefined;
+    if (committed === undefined || i === last) return;
+    for (const m of op.txn)
+      if (m.f === 'append' && !inFinal(m.key, m.value)) lost(i, m.key, m.value, committed);
+  });
 }
 
 /** Two committed transactions that read the same version of a key and both appended to it. */
