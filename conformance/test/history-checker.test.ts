@@ -210,6 +210,21 @@ describe('checkListAppend (Elle list-append, snapshot isolation)', () => {
     expect(final([info('r x', 'a x 1', 'r y', 'a y 1'), ok('r x 1', 'r y 1')])).toEqual([]);
   });
 
+  it('uses the reads of an unknown (info) transaction once a committed read saw one of its appends', () => {
+    // Its reads kept, as the workload records them.
+    const info = (...mops: string[]) => ({ ...ok(...mops), type: 'info' as const });
+    // T2's commit was unknown, but T3 saw 3: it committed from the same read as T1.
+    expect(
+      types([ok('r x', 'a x 1'), ok('r x 1', 'a x 2'), info('r x 1', 'a x 3'), ok('r x 1 2 3')]),
+    ).toEqual(['G-single', 'lost-update']);
+    // Never seen, its reads say nothing: it may not have committed.
+    expect(types([ok('r x', 'a x 1'), ok('r x 1', 'a x 2'), info('r x 1', 'a x 3'), ok('r x 1 2')])).toEqual(
+      [],
+    );
+    // Seen: a garbage read of its own counts too.
+    expect(types([info('r y 9', 'a x 1'), ok('r x 1')])).toEqual(['garbage-read']);
+  });
+
   it('uses the ids given in the history in its messages', () => {
     const history = [txn('fail', 'a x 1'), ok('r x 1')].map((op, i) => ({ ...op, id: 100 + i }));
     const [anomaly] = checkListAppend(history).anomalies;

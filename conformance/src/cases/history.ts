@@ -292,7 +292,8 @@ async function ambiguousCommits(
       const type = outcomeOf(error);
       ops.push({
         type,
-        txn: mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m)),
+        // An unknown outcome keeps its reads: they count once it is seen committed.
+        txn: type === 'info' ? mops : mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m)),
         invoke,
         complete: performance.now(),
       });

@@ -50,7 +50,9 @@ export interface ListAppendOp {
   readonly complete?: number;
   /**
    * ok: committed; fail: certainly did not commit; info: outcome unknown (for example a
-   * commit-unknown error). Reads of fail and info transactions are not used.
+   * commit-unknown error). Reads of fail transactions are not used, nor those of an info
+   * transaction until a committed read saw one of its appends (then it committed, and its
+   * reads were a snapshot like any other).
    */
   readonly type: 'ok' | 'fail' | 'info';
   readonly txn: readonly ListAppendMop[];
@@ -134,13 +136,16 @@ export function checkListAppend(history: readonly ListAppendOp[], options: Check
   const ids = history.map((op, i) => op.id ?? i);
 
   const writers = indexAppends(history, ids, report);
-  checkReadsAgainstWriters(history, ids, writers, report);
-  checkInternal(history, ids, report);
+  const seen = seenByCommitted(history, writers);
+  // Whose reads count: committed transactions, an info one once seen committed.
+  const committed = history.map((op, i) => op.type === 'ok' || (op.type === 'info' && seen.has(i)));
+  checkReadsAgainstWriters(history, ids, committed, writers, report);
+  checkInternal(history, ids, committed, report);
 
-  const reads = externalReads(history);
-  const orders = versionOrders(allReads(history), ids, report);
-  checkLostUpdates(history, ids, reads, orders, report);
-  if (options.finalRead && history.length > 0) checkFinalRead(history, ids, writers, report);
+  const reads = externalReads(history, committed);
+  const orders = versionOrders(allReads(history, committed), ids, report);
+  checkLostUpdates(ids, reads, orders, report);
+  if (options.finalRead && history.length > 0) checkFinalRead(history, ids, committed, writers, report);
 
   const graph = new DependencyGraph();
   history.forEach((op, i) => {
@@ -239,11 +244,12 @@ function indexAppends(
 function checkReadsAgainstWriters(
   history: readonly ListAppendOp[],
   ids: readonly number[],
+  committed: readonly boolean[],
   writers: Map<string, Map<number, Writer>>,
   report: (a: Anomaly) => void,
 ): void {
   history.forEach((op, i) => {
-    if (op.type !== 'ok') return;
+    if (!committed[i]) return;
     for (const m of op.txn) {
       if (m.f !== 'r' || m.value === null) continue;
       const k = JSON.stringify(m.key);
@@ -289,10 +295,11 @@ function checkReadsAgainstWriters(
 function checkInternal(
   history: readonly ListAppendOp[],
   ids: readonly number[],
+  committed: readonly boolean[],
   report: (a: Anomaly) => void,
 ): void {
   history.forEach((op, i) => {
-    if (op.type !== 'ok') return;
+    if (!committed[i]) return;
     // Per key: the list we know it must hold (after a read), or the appends made so far.
     const known = new Map<string, number[]>();
     const pending = new Map<string, number[]>();
@@ -335,10 +342,10 @@ interface ExternalRead {
 }
 
 /** The first read of each key in each committed transaction, minus its own appends. */
-function externalReads(history: readonly ListAppendOp[]): ExternalRead[] {
+function externalReads(history: readonly ListAppendOp[], committed: readonly boolean[]): ExternalRead[] {
   const reads: ExternalRead[] = [];
   history.forEach((op, i) => {
-    if (op.type !== 'ok') return;
+    if (!committed[i]) return;
     const ownAppends = new Map<string, number>();
     const done = new Set<string>();
     const appendedKeys = new Set(op.txn.filter((m) => m.f === 'append').map((m) => m.key));
@@ -366,10 +373,13 @@ function externalReads(history: readonly ListAppendOp[]): ExternalRead[] {
  * the end, and later reads too. They place its appends in the version order (as Elle
  * does), so a read that missed them gets its rw edge to it.
  */
-function allReads(history: readonly ListAppendOp[]): { op: number; key: string; value: readonly number[] }[] {
+function allReads(
+  history: readonly ListAppendOp[],
+  committed: readonly boolean[],
+): { op: number; key: string; value: readonly number[] }[] {
   const reads: { op: number; key: string; value: readonly number[] }[] = [];
   history.forEach((op, i) => {
-    if (op.type !== 'ok') return;
+    if (!committed[i]) return;
     for (const m of op.txn)
       if (m.f === 'r' && m.value !== null) reads.push({ op: i, key: m.key, value: m.value });
   });
@@ -404,10 +414,30 @@ function versionOrders(
   return orders;
 }
 
+/** Transactions one of whose appends an ok transaction (not itself) read: they committed. */
+function seenByCommitted(
+  history: readonly ListAppendOp[],
+  writers: Map<string, Map<number, Writer>>,
+): Set<number> {
+  const seen = new Set<number>();
+  history.forEach((op, i) => {
+    if (op.type !== 'ok') return;
+    for (const m of op.txn) {
+      if (m.f !== 'r' || m.value === null) continue;
+      for (const v of m.value) {
+        const w = writers.get(m.key)?.get(v);
+        if (w !== undefined && w.op !== i) seen.add(w.op);
+      }
+    }
+  });
+  return seen;
+}
+
 /** What `finalRead` asks: the last op's lists keep everything committed (see CheckOptions). */
 function checkFinalRead(
   history: readonly ListAppendOp[],
   ids: readonly number[],
+  committed: readonly boolean[],
   writers: Map<string, Map<number, Writer>>,
   report: (a: Anomaly) => void,
 ): void {
@@ -422,23 +452,14 @@ function checkFinalRead(
       message: `${value} appended to ${JSON.stringify(key)} by T${ids[op]} (${why}) is missing from the final read [${(final.get(key) ?? []).join(',')}] (T${ids[last]})`,
       ops: [ids[op]!, ids[last]!],
     });
-  // Which transactions a committed read saw (so they committed, whatever their outcome said).
-  const observed = new Set<number>();
   history.forEach((op, i) => {
-    if (op.type !== 'ok') return;
+    if (!committed[i] || i === last) return;
     for (const m of op.txn) {
       if (m.f !== 'r' || m.value === null) continue;
-      for (const v of m.value) {
-        const w = writers.get(m.key)?.get(v);
-        if (w !== undefined && w.op !== i) observed.add(w.op);
-      }
       // A read that is no prefix of the final one but holds only values still there
       // disagrees on the order: versionOrders reports it (the final read is the longest,
       // or the longest has a value the final one lost). Its own appends are checked below.
-      const missing =
-        i === last
-          ? undefined
-          : m.value.find((v) => !inFinal(m.key, v) && writers.get(m.key)?.get(v)?.op !== i);
+      const missing = m.value.find((v) => !inFinal(m.key, v) && writers.get(m.key)?.get(v)?.op !== i);
       if (missing !== undefined) {
         report({
           type: 'lost-append',
@@ -449,21 +470,14 @@ function checkFinalRead(
     }
   });
   history.forEach((op, i) => {
-    const committed =
-      op.type === 'ok'
-        ? 'committed'
-        : op.type === 'info' && observed.has(i)
-          ? 'unknown outcome, but read by a committed transaction'
-          : undefined;
-    if (committed === undefined || i === last) return;
-    for (const m of op.txn)
-      if (m.f === 'append' && !inFinal(m.key, m.value)) lost(i, m.key, m.value, committed);
+    if (!committed[i] || i === last) return;
+    const why = op.type === 'ok' ? 'committed' : 'unknown outcome, but read by a committed transaction';
+    for (const m of op.txn) if (m.f === 'append' && !inFinal(m.key, m.value)) lost(i, m.key, m.value, why);
   });
 }
 
 /** Two committed transactions that read the same version of a key and both appended to it. */
 function checkLostUpdates(
-  history: readonly ListAppendOp[],
   ids: readonly number[],
   reads: readonly ExternalRead[],
   orders: Map<string, readonly number[]>,
@@ -471,7 +485,7 @@ function checkLostUpdates(
 ): void {
   const groups = new Map<string, number[]>();
   for (const r of reads) {
-    if (!r.appended || history[r.op]!.type !== 'ok') continue;
+    if (!r.appended) continue;
     const order = orders.get(r.key);
     if (order === undefined || !isPrefix(r.value, order)) continue;
     const id = `${r.key}\u0000${r.value.length}`;

@@ -97,8 +97,9 @@ export async function runListAppend(
       const invoke = performance.now();
       const record = (type: ListAppendOp['type']) => {
         const complete = performance.now();
-        // Reads of failed or unknown transactions carry no information.
-        const txn = type === 'ok' ? mops : mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m));
+        // Reads of a failed transaction carry no information; an unknown one's count once a
+        // committed read shows that it committed (the checker decides).
+        const txn = type !== 'fail' ? mops : mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m));
         const op: ListAppendOp = { id: history.length, process: w, type, txn, invoke, complete };
         history.push(op);
         workload.onRecord?.(op);
