@@ -30,6 +30,15 @@ export function stopAt(point: StopPoint, options: { once?: boolean } = {}): (e: 
   };
 }
 
+/**
+ * What a transaction stopped at `point` certainly did: the commit point is the primary's
+ * commit, so a stop before it leaves the transaction uncommitted (readers roll it back), a
+ * stop after it committed (readers roll its secondaries forward).
+ */
+export function stopOutcome(point: StopPoint): 'ok' | 'fail' {
+  return point.step === 'afterCommitPrimary' || point.step === 'afterCommitSecondary' ? 'ok' : 'fail';
+}
+
 /** Stop points chosen per transaction, by start timestamp (for randomised workloads). */
 export class CrashPlans {
   private readonly plans = new Map<number, StopPoint>();

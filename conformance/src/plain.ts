@@ -1,6 +1,6 @@
 /** Everything the package exports except the vitest binding. */
 export { allCases } from './cases/index.js';
-export { CrashPlans, type StopPoint, stopAt } from './crash.js';
+export { CrashPlans, type StopPoint, stopAt, stopOutcome } from './crash.js';
 export {
   type CallListener,
   type FaultEvent,

@@ -1,17 +1,21 @@
 import {
+  CrashPlans,
   checkListAppend,
   describeCheck,
   type ListAppendOp,
   Random,
   readAllLists,
   runListAppend,
+  type StopPoint,
 } from '@percolator/conformance';
 import { ClientCrash, CommitUnknownError, MemoryStore, Percolator } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 
-// How runListAppend records attempts whose outcome is unknown.
+// How runListAppend records attempts whose outcome the workload knows, or does not.
 
 const KEYS = 4;
+const stopLabel = (p: StopPoint) =>
+  p.isPrimary === undefined ? p.step : `${p.step} (isPrimary ${p.isPrimary})`;
 
 /** The run's history closed by a final read, checked as the history case checks it. */
 async function check(db: Percolator, history: readonly ListAppendOp[]) {
@@ -23,6 +27,65 @@ async function check(db: Percolator, history: readonly ListAppendOp[]) {
 }
 
 describe('runListAppend', () => {
+  it('records a planned stop with the outcome its step makes certain: fail before the commit point, ok after', async () => {
+    const steps: StopPoint[] = [
+      { step: 'afterPrewrite', isPrimary: true },
+      { step: 'afterPrewrite', isPrimary: false },
+      { step: 'beforeCommitPrimary' },
+      { step: 'afterCommitPrimary' },
+    ];
+    let now = 1_700_000_000_000;
+    // A stopped client's locks expire for everyone at once.
+    const plans = new CrashPlans(() => {
+      now += 300;
+    });
+    const db = new Percolator({
+      store: new MemoryStore(),
+      clock: () => now,
+      lockTtlMs: 250,
+      onePhaseMaxRows: 1,
+      hooks: { onCommitStep: plans.hook },
+    });
+    let next = 0;
+    let planned: StopPoint | undefined;
+    const recorded = new Map<string, Set<string>>();
+    const { history, crashes } = await runListAppend(
+      {
+        clients: [db],
+        workers: 1,
+        transactions: 60,
+        keys: KEYS,
+        maxOps: 4,
+        random: new Random(3),
+        crashAt: (_random, rows) => (planned = rows >= 2 ? steps[next++ % steps.length] : undefined),
+        outcomeOf: (error) => {
+          throw error;
+        },
+        onRecord: (op) => {
+          if (planned === undefined) return;
+          const label = stopLabel(planned);
+          recorded.set(label, (recorded.get(label) ?? new Set()).add(op.type));
+          planned = undefined;
+        },
+      },
+      () => plans,
+    );
+    expect(crashes).toBeGreaterThan(4);
+    expect(Object.fromEntries([...recorded].map(([label, types]) => [label, [...types]]))).toEqual({
+      'afterPrewrite (isPrimary true)': ['fail'],
+      'afterPrewrite (isPrimary false)': ['fail'],
+      beforeCommitPrimary: ['fail'],
+      afterCommitPrimary: ['ok'],
+    });
+    // Stopped after the commit point: committed, its reads kept.
+    expect(
+      history.filter((op) => op.type === 'ok').every((op) => op.txn.every((m) => m.value !== null)),
+    ).toBe(true);
+    const result = await check(db, history);
+    expect(result.anomalies, describeCheck(result)).toEqual([]);
+    await db.close();
+  });
+
   it('keeps the reads of a transaction whose commit ended unknown (the checker uses them once it is seen)', async () => {
     let commits = 0;
     const db = new Percolator({

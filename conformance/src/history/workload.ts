@@ -6,7 +6,7 @@
  * was invoked and completed (performance.now(), one clock for every client of the run).
  */
 import { ClientCrash, type Percolator, type Transaction } from '@percolator/core';
-import type { CrashPlans, StopPoint } from '../crash.js';
+import { type CrashPlans, type StopPoint, stopOutcome } from '../crash.js';
 import type { Random } from '../random.js';
 import type { ListAppendMop, ListAppendOp } from './checker.js';
 
@@ -29,8 +29,9 @@ export interface ListAppendWorkload {
   readonly firstValue?: number;
   /**
    * Called before each commit with the number of rows the transaction writes; returning a
-   * step makes that client stop (ClientCrash) at the step, and the attempt is recorded as
-   * unknown.
+   * step makes that client stop (ClientCrash) at the step. The attempt is recorded with the
+   * outcome the step makes certain (stopOutcome): fail before the primary's commit, ok
+   * (reads kept) from it on.
    */
   readonly crashAt?: (random: Random, writtenRows: number) => StopPoint | undefined;
   /** Told where a client stopped, e.g. to move a fake clock past the lock TTL. */
@@ -139,7 +140,9 @@ export async function runListAppend(
       } catch (error) {
         if (error instanceof ClientCrash) {
           crashes++;
-          record('info');
+          // The stop was planned here, so its outcome is known: recording it unknown would
+          // let an uncommitted transaction show (G1a) or a committed one vanish unnoticed.
+          record(crash === undefined ? 'info' : stopOutcome(crash));
           if (crash !== undefined) workload.onCrash?.(crash);
         } else {
           record(workload.outcomeOf(error));
