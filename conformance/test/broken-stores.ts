@@ -198,6 +198,10 @@ export class MinimalStore extends Wrapper {
  */
 export class StalePeekStore extends MemoryStore {
   stale = 0;
+  /** How many counter values behind the peek answers (1: the subtlest, and the hardest to catch). */
+  constructor(private readonly lag = 1) {
+    super();
+  }
   override async readPeeked(
     refs: readonly RowRef[],
     counter: string,
@@ -205,6 +209,6 @@ export class StalePeekStore extends MemoryStore {
     const result = await super.readPeeked(refs, counter);
     if (result.timestamp <= 100) return result;
     this.stale++;
-    return { ...result, timestamp: result.timestamp - 1 };
+    return { ...result, timestamp: result.timestamp - this.lag };
   }
 }
