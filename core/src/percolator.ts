@@ -358,9 +358,11 @@ export class Percolator {
         await tx.rollbackAfter(error);
         // The function's own error is rethrown unchanged, the signal fired or not (an
         // AbortedError of a read the signal stopped is one too). A retryable one is run
-        // again, unless the signal fired (then AbortedError), or the function committed by
-        // hand before it threw (its writes would commit twice).
-        if (!isRetryable(error) || attempt >= maxAttempts || (await tx.committedByHand())) throw error;
+        // again, unless the signal fired (then AbortedError), or a commit the function
+        // started itself committed or may have (its writes would commit twice). That commit
+        // is waited for first, whatever the error.
+        if (await tx.mayHaveCommittedByHand()) throw error;
+        if (!isRetryable(error) || attempt >= maxAttempts) throw error;
         if (signal?.aborted) throw abortedError(signal);
         await this.backoff(tx, attempt, error, signal);
         continue;

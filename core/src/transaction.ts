@@ -697,14 +697,22 @@ export class Transaction {
   }
 
   /**
-   * @internal For `db.transact` after its function threw: whether the function had
-   * committed (or started to commit) by hand. Running it again would then commit its
-   * writes twice, so `transact` rethrows instead. Waits for such a commit to finish.
+   * @internal For `db.transact` after its function threw: whether running the function again
+   * could commit its writes twice. True when the function started a commit of its own that
+   * committed, or whose outcome is unknown (CommitUnknownError: it may have landed). False
+   * when it started none, or one that certainly wrote nothing: `commit()` rejects with any
+   * other error only when nothing was committed (docs/protocol.md section 6). Waits for
+   * that commit to end first, awaited by the function or not, so `transact` never settles
+   * while a commit of its transaction still runs, and that commit's rejection is handled.
    */
-  async committedByHand(): Promise<boolean> {
-    if (this.status !== 'committing' && this.status !== 'committed') return false;
-    await this.ownCommit?.catch(() => undefined);
-    return true;
+  async mayHaveCommittedByHand(): Promise<boolean> {
+    if (this.ownCommit === undefined) return false;
+    try {
+      await this.ownCommit;
+      return true;
+    } catch (error) {
+      return error instanceof CommitUnknownError;
+    }
   }
 
   /**

@@ -317,6 +317,81 @@ describe('transactions on the memory store', () => {
     expect(await db.transact((tx) => tx.get('t', 'r', 'c'))).toBeUndefined();
   });
 
+  it('a function whose own commit ended unknown (it landed) and then throws a retryable error is not run again', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    let armed = false;
+    // The commit's write lands and its reply is lost; the re-reads that would settle it fail.
+    store.casFault = (r) => (armed && r.key === 'a' ? 'fail-after' : undefined);
+    store.readFault = (_t, key) => armed && key === 'a';
+    let runs = 0;
+    const later = new ConflictError('a later step of the function conflicted');
+    const failure = await db
+      .transact(
+        async (tx) => {
+          runs++;
+          const n = Number((await tx.getString('t', 'a', 'n')) ?? '0');
+          tx.set('t', 'a', 'n', String(n + 1));
+          armed = runs === 1;
+          try {
+            await tx.commit();
+          } catch (error) {
+            expect(error).toBeInstanceOf(CommitUnknownError);
+            armed = false;
+            throw later;
+          }
+          return n + 1;
+        },
+        { maxAttempts: 3 },
+      )
+      .catch((e: unknown) => e);
+    expect(failure).toBe(later);
+    expect(runs).toBe(1);
+    // One increment, as the function meant: run again, it would have committed a second.
+    expect(await db.transact((tx) => tx.getString('t', 'a', 'n'))).toBe('1');
+    await db.close();
+  });
+
+  it('a function that starts its own commit, does not await it and throws: transact settles only after that commit', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    const release = store.gate('t', 'a');
+    const mine = new Error('thrown while the commit runs');
+    let settled = false;
+    const done = db
+      .transact(async (tx) => {
+        tx.set('t', 'a', 'c', 'landed');
+        void tx.commit();
+        throw mine;
+      })
+      .catch((e: unknown) => e)
+      .finally(() => {
+        settled = true;
+      });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(settled).toBe(false);
+    release();
+    expect(await done).toBe(mine);
+    expect(await db.transact((tx) => tx.getString('t', 'a', 'c'))).toBe('landed');
+    // Its commit refused (a conflict) is handled: the function's error comes back, and no
+    // rejection is left unhandled (vitest fails the file on one).
+    const first = await db.begin();
+    await first.getString('t', 'a', 'c');
+    first.set('t', 'a', 'c', 'first');
+    const refused = await db
+      .transact(async (tx) => {
+        await tx.getString('t', 'a', 'c');
+        tx.set('t', 'a', 'c', 'second');
+        await first.commit();
+        void tx.commit();
+        throw mine;
+      })
+      .catch((e: unknown) => e);
+    expect(refused).toBe(mine);
+    expect(await db.transact((tx) => tx.getString('t', 'a', 'c'))).toBe('first');
+    await db.close();
+  });
+
   it('a function that commits by hand: transact resolves to its result, once (awaited or not), and never runs it again', async () => {
     const db = new Percolator({ store: new MemoryStore() });
     let runs = 0;
