@@ -23,10 +23,12 @@ import { backoffMs, sleep } from '@percolator/core/kit';
  *   calls (table checks and creation, listing and dropping namespaces) and the resending
  *   of a batch's unprocessed items (a partial success, not a failure).
  *
- * Deadline: every call is aborted (`abortSignal`) after `requestTimeoutMs`, whatever client
- * sends it. A caller's client may have no request timeout (the SDK's default handler has
- * none) and would wait for ever on a lost reply. The abort may come after the request was
- * sent, so it is a lost reply: 'unknown' for a write, a retryable failure for a read.
+ * Deadline: on a caller's client every call is aborted (`abortSignal`) `requestTimeoutMs`
+ * after it started. Such a client may have no request timeout (the SDK's default handler
+ * has none) and would wait for ever on a lost reply. The abort may come after the request
+ * was sent, so it is a lost reply: 'unknown' for a write, a retryable failure for a read.
+ * Our own client needs none: its handler bounds the wait for the reply's headers and any
+ * quiet spell after them (client.ts), and never cuts a reply that is still arriving.
  */
 
 export interface RetryPolicy {
@@ -167,17 +169,22 @@ export class Caller {
   constructor(
     private readonly client: DynamoDBClient,
     readonly policy: RetryPolicy,
-    /** Every call is aborted after this long (`requestTimeoutMs`). */
-    readonly deadlineMs: number,
+    /**
+     * On a caller's client, each call is aborted this long after it started
+     * (`requestTimeoutMs`); undefined on our own client, whose handler has timeouts of its
+     * own (client.ts).
+     */
+    readonly deadlineMs: number | undefined,
   ) {}
 
   /**
-   * `client.send`, aborted after `deadlineMs`. The SDK checks the signal when the request
+   * `client.send`, aborted after `deadlineMs` if set. The SDK checks the signal when the request
    * reaches its HTTP handler and destroys the request on abort, so nothing is sent after
    * the deadline (a caller's retry strategy included). The race ends the call even where a
    * client's handler ignores the signal; the SDK's own AbortError that follows is dropped.
    */
   private async send<T>(command: AnyCommand): Promise<T> {
+    if (this.deadlineMs === undefined) return (await this.client.send(command)) as T;
     const controller = new AbortController();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const deadline = new Promise<never>((_, reject) => {

@@ -1,5 +1,6 @@
 import { DynamoDBClient, type DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
 import { InvalidArgumentError } from '@percolator/core';
+import { validateQueryTimeout } from '@percolator/core/kit';
 
 export interface ClientOptions {
   readonly client?: DynamoDBClient;
@@ -14,23 +15,28 @@ const CONNECT_TIMEOUT_MS = 3_000;
 
 /**
  * The client the store talks through, whether the store owns it (and so destroys it on
- * close), and the deadline of each call (`requestTimeoutMs`, for either client).
+ * close), and the deadline of each call on a caller's client (`requestTimeoutMs`).
  *
  * A client we create has `maxAttempts: 1`: the SDK's own retries would resend a
  * conditional write whose reply was lost, and if the first attempt had landed the resent
  * one fails its condition and looks like a conflict. Our own retry layer (`calls.ts`)
  * retries only what is safe. A timed-out request is turned into an error
  * (`throwOnRequestTimeout`) so it surfaces as an unknown outcome instead of hanging.
- * A caller's client may have no timeout at all (the SDK's default handler has none), so
- * `Caller` also aborts every call it makes after `deadlineMs`, whichever client it is.
+ * A caller's client may have no timeout at all (the SDK's default handler has none), and
+ * its handler's settings cannot be read back, so `Caller` aborts each call it makes on such
+ * a client after `deadlineMs` (requestTimeoutMs), counted from the call's start: a bound on
+ * the whole call. Our own client needs none (undefined): its handler bounds the wait for a
+ * reply's headers (`requestTimeout`) and any quiet spell of the socket after them
+ * (`socketTimeout`), so it never cuts a long reply that is still arriving.
  */
 export async function resolveClient(
   options: ClientOptions,
-): Promise<{ client: DynamoDBClient; owned: boolean; deadlineMs: number }> {
-  const timeout = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
-  if (!Number.isInteger(timeout) || timeout < 1) {
-    throw new InvalidArgumentError(`requestTimeoutMs must be a positive integer, got ${String(timeout)}`);
-  }
+): Promise<{ client: DynamoDBClient; owned: boolean; deadlineMs: number | undefined }> {
+  const timeout = validateQueryTimeout(
+    options.requestTimeoutMs,
+    'requestTimeoutMs',
+    DEFAULT_REQUEST_TIMEOUT_MS,
+  );
   if (options.client !== undefined) {
     if (options.endpoint !== undefined || options.region !== undefined || options.credentials !== undefined) {
       throw new InvalidArgumentError('pass either `client` or `endpoint`/`region`/`credentials`, not both');
@@ -42,14 +48,18 @@ export async function resolveClient(
     maxAttempts: 1,
     requestHandler: {
       connectionTimeout: Math.min(CONNECT_TIMEOUT_MS, timeout),
+      // Until the reply's headers: then the call resolves and the SDK reads its body.
       requestTimeout: timeout,
       throwOnRequestTimeout: true,
+      // A socket quiet this long, the body's reading included: a reply that stalls after its
+      // headers fails, one still arriving is never cut.
+      socketTimeout: timeout,
     },
   };
   if (options.endpoint !== undefined) config.endpoint = options.endpoint;
   if (options.region !== undefined) config.region = options.region;
   if (options.credentials !== undefined) config.credentials = options.credentials;
-  return { client: new DynamoDBClient(config), owned: true, deadlineMs: timeout };
+  return { client: new DynamoDBClient(config), owned: true, deadlineMs: undefined };
 }
 
 /**

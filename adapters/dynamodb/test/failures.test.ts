@@ -199,6 +199,74 @@ describe('dynamodb store: ambiguous outcomes', () => {
     }
   }, 30_000);
 
+  it("the store's own client never cuts a reply still arriving, past requestTimeoutMs in all; a caller's client is bounded in all", async () => {
+    // Our client bounds the wait for the headers and any quiet spell after them by
+    // requestTimeoutMs (800 ms here); the proxy passes each reply's body on in pieces 150 ms
+    // apart, 1.5 s in all.
+    const { viaProxy, direct } = await stores(800);
+    const base = baseOptions();
+    // A caller's client: its handler cannot be read back, so each call is bounded whole.
+    const client = new DynamoDBClient({
+      endpoint: proxy.endpoint,
+      region: base.region,
+      ...(base.credentials ? { credentials: base.credentials } : {}),
+      maxAttempts: 1,
+    });
+    try {
+      const theirs = db.track(
+        await createDynamoDbStore({
+          client,
+          tableName: base.tableName,
+          namespace: direct.namespace,
+          requestTimeoutMs: 800,
+        }),
+      );
+      const created = await direct.checkAndSet({
+        table: 't',
+        key: 'k',
+        expected: null,
+        state: bytes('slow'),
+      });
+      if (!created.ok) throw new Error('create failed');
+      proxy.mode = 'slow-replies';
+      expect(text((await viaProxy.read('t', 'k'))?.state ?? new Uint8Array())).toBe('slow');
+      const written = await viaProxy.checkAndSet({
+        table: 't',
+        key: 'k',
+        expected: created.version,
+        state: bytes('slower'),
+      });
+      expect(written.ok).toBe(true);
+      const cut = await theirs.read('t', 'k').catch((e: unknown) => e);
+      expect(cut).toBeInstanceOf(StoreError);
+      expect((cut as StoreError).retryable).toBe(true);
+      expect((cut as Error).message).toContain('no reply within 800 ms');
+    } finally {
+      client.destroy();
+    }
+  }, 30_000);
+
+  it("the store's own client: a reply whose body stalls after its headers fails after requestTimeoutMs of quiet (a write 'unknown'), never hangs", async () => {
+    const { viaProxy, direct } = await stores(800);
+    proxy.mode = 'stall-after-headers';
+    await expectUnknown(
+      viaProxy.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('landed') }),
+    );
+    expect(text((await direct.read('t', 'k'))?.state ?? new Uint8Array())).toBe('landed');
+    const stalled = await viaProxy.read('t', 'k').catch((e: unknown) => e);
+    expect(stalled).toBeInstanceOf(StoreError);
+    expect((stalled as StoreError).retryable).toBe(true);
+  }, 30_000);
+
+  it('requestTimeoutMs past the range of Node timers (2^31 - 1) is refused: a longer timer fires after 1 ms', async () => {
+    const base = baseOptions();
+    for (const requestTimeoutMs of [2 ** 31, 1e10, 0, 1.5]) {
+      await expect(
+        createDynamoDbStore({ ...base, namespace: uniqueNamespace('f'), requestTimeoutMs }),
+      ).rejects.toThrow(/requestTimeoutMs must be an integer from 1 to 2147483647/);
+    }
+  });
+
   it('a 5xx reply to a conditional put is unknown and is not retried', async () => {
     const { viaProxy, direct } = await stores();
     proxy.mode = 'reply-500';

@@ -12,7 +12,12 @@ import { connect, createServer, type Socket } from 'node:net';
  * - `truncate-reply`: forward the request, pass on the reply's status line, headers and
  *   one byte of its body, then reset the connection (a 2xx the SDK cannot parse);
  * - `throttle-once`: answer the next request with a 400 ThrottlingException without
- *   forwarding it, then go back to `pass`.
+ *   forwarding it, then go back to `pass`;
+ * - `slow-replies`: forward the request, pass on a reply's status line and headers at once
+ *   and its body in 10 pieces 150 ms apart (a reply still arriving, 1.5 s in all, with the
+ *   socket never quiet for long);
+ * - `stall-after-headers`: forward the request, pass on a reply's status line and headers,
+ *   swallow its body (the connection stays open and quiet).
  * Independently of the mode, a request containing `throttleMarker` is never forwarded
  * and is answered with a 400 ThrottlingException.
  */
@@ -23,7 +28,9 @@ export type ProxyMode =
   | 'reply-500'
   | 'reply-500-once'
   | 'truncate-reply'
-  | 'throttle-once';
+  | 'throttle-once'
+  | 'slow-replies'
+  | 'stall-after-headers';
 
 export interface TestProxy {
   readonly endpoint: string;
@@ -106,6 +113,29 @@ export async function startProxy(target: { host: string; port: number }): Promis
           );
           upstream.destroy();
           return;
+        case 'stall-after-headers': {
+          const headEnd = chunk.indexOf('\r\n\r\n');
+          if (headEnd >= 0) client.write(chunk.subarray(0, headEnd + 4));
+          return;
+        }
+        case 'slow-replies': {
+          const headEnd = chunk.indexOf('\r\n\r\n');
+          const body = headEnd < 0 ? chunk : chunk.subarray(headEnd + 4);
+          if (headEnd >= 0) client.write(chunk.subarray(0, headEnd + 4));
+          if (body.length === 0) return;
+          upstream.pause();
+          const step = Math.max(1, Math.ceil(body.length / 10));
+          let at = 0;
+          const drip = () => {
+            if (client.destroyed) return;
+            client.write(body.subarray(at, at + step));
+            at += step;
+            if (at < body.length) setTimeout(drip, 150);
+            else upstream.resume();
+          };
+          setTimeout(drip, 150);
+          return;
+        }
         default:
           client.write(chunk);
       }

@@ -29,6 +29,14 @@ describe('createRedisStore options', () => {
     expect(await reject(null)).toBeInstanceOf(InvalidArgumentError);
   });
 
+  it('refuses a commandTimeoutMs that is not an integer from 1 to 2^31 - 1 (a longer timer fires after 1 ms)', async () => {
+    for (const commandTimeoutMs of [0, -5, 1.5, 'abc', 2 ** 31]) {
+      const error = await reject({ url: 'redis://127.0.0.1:1', commandTimeoutMs });
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error.message).toContain('commandTimeoutMs must be an integer from 1 to 2147483647');
+    }
+  });
+
   it('rejects a client together with settings only a store-made client would use', async () => {
     const client = createRedisClient('redis://127.0.0.1:1');
     try {
