@@ -144,7 +144,10 @@ export class FaultyStore implements RowStore {
   readonly seed: number;
   /** Faults injected so far (the first 2000). */
   readonly log: FaultEvent[] = [];
-  /** writesFailedAfter: the failedAfter calls that were writes (WRITE_OPERATIONS). */
+  /**
+   * writesFailedAfter: the failedAfter calls that wrote rows (WRITE_OPERATIONS but
+   * incrementCounter, whose lost reply loses only a timestamp): the ambiguous writes.
+   */
   readonly stats = { calls: 0, failedBefore: 0, failedAfter: 0, writesFailedAfter: 0, delayed: 0 };
   private randomFaults: RandomFaults | undefined;
   private readonly random: Random;
@@ -422,7 +425,8 @@ export class FaultyStore implements RowStore {
     const result = await run();
     if (fault?.kind === 'after') {
       this.stats.failedAfter++;
-      if (WRITE_OPERATIONS.includes(call.operation)) this.stats.writesFailedAfter++;
+      if (call.operation !== 'incrementCounter' && WRITE_OPERATIONS.includes(call.operation))
+        this.stats.writesFailedAfter++;
       this.record({ call, kind: 'after' });
       throw new StoreError(this.message(call, 'was applied, then reported as failed (ambiguous)'), 'unknown');
     }

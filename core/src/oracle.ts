@@ -38,6 +38,14 @@ export function usableTimestamp(what: string, value: number, applied: 'no' | 'un
  */
 export function checkedOracle(oracle: unknown): TimestampOracle {
   if (oracle instanceof CheckedOracle) return oracle;
+  // The library's own oracles (not a subclass, which may override what they check) hand
+  // out checked, increasing values already: a second check would cost a promise per draw.
+  if (
+    typeof oracle === 'object' &&
+    oracle !== null &&
+    (oracle.constructor === CounterOracle || oracle.constructor === LocalOracle)
+  )
+    return oracle as TimestampOracle;
   if (
     (typeof oracle !== 'object' && typeof oracle !== 'function') ||
     oracle === null ||

@@ -141,6 +141,31 @@ describe('damaged head rows are refused, never misread', () => {
     expect(() => decodeRow(withPruned(...new Array(40).fill(0x80), 0))).toThrow(CorruptRowError);
   });
 
+  it('a zigzagged delta past 2^53 - 1 (the writer never makes one: timestamps stay below 2^52), refused before it is rounded', () => {
+    const deleted = new Cell(
+      [{ commitTs: 5, startTs: 4, kind: 'delete' as const, wallTimeMs: 5, value: 'inline' as const }],
+      new Map(),
+    );
+    const row = encodeRow({ cells: new Map([['c', deleted]]) });
+    // The record's zigzag(commitTs - 0) = 10, then commitTs - startTs = 1.
+    const at = row.findIndex((b, i) => i > 12 && b === 10 && row[i + 1] === 1);
+    expect(at).toBeGreaterThan(0);
+    const leb = (n: bigint) => {
+      const out: number[] = [];
+      for (;;) {
+        const low = Number(n & 0x7fn);
+        n >>= 7n;
+        if (n === 0n) return [...out, low];
+        out.push(low | 0x80);
+      }
+    };
+    const withZigzag = (z: bigint) =>
+      new Uint8Array([...row.subarray(0, at), ...leb(z), ...row.subarray(at + 1)]);
+    expect(decodeRow(withZigzag(10n)).cells.get('c')!.writes[0]!.commitTs).toBe(5);
+    // 2^53 + 1 rounds to 2^53 as a sum: read as commitTs 2^52 without the check.
+    expect(() => decodeRow(withZigzag(2n ** 53n + 1n))).toThrow(/past 2\^53/);
+  });
+
   it('bytes after the last cell (the next write would drop them)', () => {
     const row = encodeRow({ cells: new Map([['c', recordsOf(4, 2)]]) });
     const longer = new Uint8Array(row.length + 3);

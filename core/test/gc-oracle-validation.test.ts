@@ -14,6 +14,7 @@ import {
 } from '@percolator/core';
 import { describe, expect, it, vi } from 'vitest';
 import { decodeRow, encodeRow } from '../src/codec.js';
+import { checkedOracle } from '../src/oracle.js';
 import { cellFrom, plainRow, rowFrom } from './row-support.js';
 import { InstrumentedStore } from './support.js';
 
@@ -328,6 +329,22 @@ describe('an oracle of your own (docs/protocol.md section 3)', () => {
     for (const oracle of [null, {}, { next: 1 }, 5, 'x']) {
       expect(() => new Percolator({ store, oracle: oracle as never })).toThrow(InvalidArgumentError);
     }
+  });
+
+  it("the library's own oracles are used as they are (they check their values), a subclass or any other is checked", () => {
+    const local = new LocalOracle();
+    const counter = new CounterOracle(new MemoryStore());
+    expect(checkedOracle(local)).toBe(local);
+    expect(checkedOracle(counter)).toBe(counter);
+    class Skewed extends LocalOracle {
+      override next() {
+        return Promise.resolve(0.5);
+      }
+    }
+    const skewed = new Skewed();
+    expect(checkedOracle(skewed)).not.toBe(skewed);
+    const own = { next: async () => 1 };
+    expect(checkedOracle(own)).not.toBe(own);
   });
 
   /** Rows r and s of table t hold 'before', written by a client with a good oracle. */

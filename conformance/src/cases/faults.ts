@@ -65,6 +65,13 @@ export const faultCases: ConformanceCase[] = [
       await rejection(() => faulty.read(T, 'b'), 'a read failed after it ran');
       checkEqual(faulty.stats.failedAfter, 2, 'faults counted, the read included');
       checkEqual(faulty.stats.writesFailedAfter, 1, 'ambiguous writes counted, the read not');
+      // Nor a counter draw: its lost reply loses a timestamp, no row.
+      if (store.incrementCounter !== undefined) {
+        faulty.failAfter(undefined, 'incrementCounter');
+        await rejection(() => faulty.incrementCounter('faults.counter', 1), 'a draw failed after it ran');
+        checkEqual(faulty.stats.failedAfter, 3, 'faults counted, the draw included');
+        checkEqual(faulty.stats.writesFailedAfter, 1, 'ambiguous row writes counted, the draw not');
+      }
     },
   },
   {
