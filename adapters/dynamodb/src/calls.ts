@@ -1,6 +1,7 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '@percolator/core';
 import { backoffMs, sleep } from '@percolator/core/kit';
+import { stopAtHandler } from './client.js';
 
 /**
  * Sending commands, and deciding what a failure means.
@@ -27,8 +28,9 @@ import { backoffMs, sleep } from '@percolator/core/kit';
  * after it started. Such a client may have no request timeout (the SDK's default handler
  * has none) and would wait for ever on a lost reply. The abort may come after the request
  * was sent, so it is a lost reply: 'unknown' for a write, a retryable failure for a read.
- * Our own client needs none: its handler bounds the wait for the reply's headers and any
- * quiet spell after them (client.ts), and never cuts a reply that is still arriving.
+ * On our own client the deadline covers only what comes before its handler (signing,
+ * credentials): the handler bounds the wait for the reply's headers and any quiet spell
+ * after them (client.ts), and never cuts a reply that is still arriving.
  */
 
 export interface RetryPolicy {
@@ -169,22 +171,22 @@ export class Caller {
   constructor(
     private readonly client: DynamoDBClient,
     readonly policy: RetryPolicy,
+    /** Each call is aborted this long after it started (`requestTimeoutMs`)... */
+    readonly deadlineMs: number,
     /**
-     * On a caller's client, each call is aborted this long after it started
-     * (`requestTimeoutMs`); undefined on our own client, whose handler has timeouts of its
-     * own (client.ts).
+     * ...or, on our own client, once its handler takes the call, if that comes first: the
+     * handler's own timeouts apply from there (client.ts).
      */
-    readonly deadlineMs: number | undefined,
+    private readonly untilHandler = false,
   ) {}
 
   /**
-   * `client.send`, aborted after `deadlineMs` if set. The SDK checks the signal when the request
+   * `client.send`, aborted after `deadlineMs`. The SDK checks the signal when the request
    * reaches its HTTP handler and destroys the request on abort, so nothing is sent after
    * the deadline (a caller's retry strategy included). The race ends the call even where a
    * client's handler ignores the signal; the SDK's own AbortError that follows is dropped.
    */
   private async send<T>(command: AnyCommand): Promise<T> {
-    if (this.deadlineMs === undefined) return (await this.client.send(command)) as T;
     const controller = new AbortController();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const deadline = new Promise<never>((_, reject) => {
@@ -197,6 +199,7 @@ export class Caller {
         reject(error);
       }, this.deadlineMs);
     });
+    if (this.untilHandler) stopAtHandler(controller.signal, () => clearTimeout(timer));
     try {
       return (await Promise.race([
         this.client.send(command, { abortSignal: controller.signal }),

@@ -25,13 +25,18 @@ const CONNECT_TIMEOUT_MS = 3_000;
  * A caller's client may have no timeout at all (the SDK's default handler has none), and
  * its handler's settings cannot be read back, so `Caller` aborts each call it makes on such
  * a client after `deadlineMs` (requestTimeoutMs), counted from the call's start: a bound on
- * the whole call. Our own client needs none (undefined): its handler bounds the wait for a
- * reply's headers (`requestTimeout`) and any quiet spell of the socket after them
- * (`socketTimeout`), so it never cuts a long reply that is still arriving.
+ * the whole call. On our own client the same deadline ends where its handler's timeouts
+ * begin (`untilHandler`): the handler bounds the wait for a reply's headers
+ * (`requestTimeout`) and any quiet spell of the socket after them (`socketTimeout`), so a
+ * long reply that is still arriving is never cut, while what comes before the handler
+ * (credentials that never resolve, say) still is.
  */
-export async function resolveClient(
-  options: ClientOptions,
-): Promise<{ client: DynamoDBClient; owned: boolean; deadlineMs: number | undefined }> {
+export async function resolveClient(options: ClientOptions): Promise<{
+  client: DynamoDBClient;
+  owned: boolean;
+  deadlineMs: number;
+  untilHandler: boolean;
+}> {
   const timeout = validateQueryTimeout(
     options.requestTimeoutMs,
     'requestTimeoutMs',
@@ -42,7 +47,7 @@ export async function resolveClient(
       throw new InvalidArgumentError('pass either `client` or `endpoint`/`region`/`credentials`, not both');
     }
     await assertSingleAttempt(options.client);
-    return { client: options.client, owned: false, deadlineMs: timeout };
+    return { client: options.client, owned: false, deadlineMs: timeout, untilHandler: false };
   }
   const config: DynamoDBClientConfig = {
     maxAttempts: 1,
@@ -59,7 +64,36 @@ export async function resolveClient(
   if (options.endpoint !== undefined) config.endpoint = options.endpoint;
   if (options.region !== undefined) config.region = options.region;
   if (options.credentials !== undefined) config.credentials = options.credentials;
-  return { client: new DynamoDBClient(config), owned: true, deadlineMs: undefined };
+  const client = new DynamoDBClient(config);
+  handOverAtHandler(client);
+  return { client, owned: true, deadlineMs: timeout, untilHandler: true };
+}
+
+/** Deadlines that end when their call reaches our own client's handler, by the call's abort signal. */
+const untilHandler = new WeakMap<AbortSignal, () => void>();
+
+/** `stop` ends the deadline of the call sent with `signal` once our own client's handler gets it. */
+export function stopAtHandler(signal: AbortSignal, stop: () => void): void {
+  untilHandler.set(signal, stop);
+}
+
+/**
+ * Our own client's handler stops a call's deadline as it takes the call (after signing,
+ * credentials included): from there its own timeouts apply. Its `handle` is wrapped on
+ * this one instance, which the store made and no one else holds.
+ */
+function handOverAtHandler(client: DynamoDBClient): void {
+  type Handle = (request: unknown, options?: { abortSignal?: AbortSignal }) => Promise<unknown>;
+  const handler = client.config.requestHandler as unknown as { handle: Handle };
+  const handle = handler.handle.bind(handler);
+  handler.handle = (request, options) => {
+    const signal = options?.abortSignal;
+    if (signal !== undefined) {
+      untilHandler.get(signal)?.();
+      untilHandler.delete(signal);
+    }
+    return handle(request, options);
+  };
 }
 
 /**

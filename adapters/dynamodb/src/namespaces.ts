@@ -54,9 +54,9 @@ async function withCaller<T>(
   checkOptionKeys('dynamodb namespaces', options, OPTION_KEYS);
   validateDynamoTableName(options.tableName);
   const { tableName: _table, ...clientOptions } = options;
-  const { client, owned, deadlineMs } = await resolveClient(clientOptions);
+  const { client, owned, deadlineMs, untilHandler } = await resolveClient(clientOptions);
   try {
-    return await work(new Caller(client, DEFAULT_RETRY, deadlineMs));
+    return await work(new Caller(client, DEFAULT_RETRY, deadlineMs, untilHandler));
   } finally {
     if (owned) client.destroy();
   }

@@ -96,8 +96,8 @@ export async function createDynamoDbStore(options: DynamoDbStoreOptions): Promis
   const waitMs = options.tableWaitTimeoutMs ?? 5 * 60_000;
   if (!Number.isInteger(waitMs) || waitMs < 0)
     throw new InvalidArgumentError('tableWaitTimeoutMs must be >= 0');
-  const { client, owned, deadlineMs } = await resolveClient(options);
-  const caller = new Caller(client, policy, deadlineMs);
+  const { client, owned, deadlineMs, untilHandler } = await resolveClient(options);
+  const caller = new Caller(client, policy, deadlineMs, untilHandler);
   try {
     await ensureTable(caller, options.tableName, options.createTable === true, waitMs);
   } catch (error) {

@@ -258,6 +258,35 @@ describe('dynamodb store: ambiguous outcomes', () => {
     expect((stalled as StoreError).retryable).toBe(true);
   }, 30_000);
 
+  it("the store's own client: a call stuck before its handler (credentials that never resolve) ends at requestTimeoutMs, never hangs", async () => {
+    const base = baseOptions();
+    const given = base.credentials as { accessKeyId: string; secretAccessKey: string } | undefined;
+    let stuck = false;
+    const store = db.track(
+      await createDynamoDbStore({
+        ...base,
+        namespace: uniqueNamespace('f'),
+        requestTimeoutMs: 800,
+        // Expiring at once, so the SDK asks for them again on every call.
+        credentials: async () => {
+          if (stuck) await new Promise(() => {});
+          return {
+            accessKeyId: given?.accessKeyId ?? 'l',
+            secretAccessKey: given?.secretAccessKey ?? 'l',
+            expiration: new Date(Date.now() + 1000),
+          };
+        },
+      }),
+    );
+    const created = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v1') });
+    expect(created.ok).toBe(true);
+    stuck = true;
+    await expectUnknown(store.checkAndSet({ table: 't', key: 'j', expected: null, state: bytes('v1') }));
+    const read = await store.read('t', 'k').catch((e: unknown) => e);
+    expect(read).toBeInstanceOf(StoreError);
+    expect((read as StoreError).retryable).toBe(true);
+  }, 30_000);
+
   it('requestTimeoutMs past the range of Node timers (2^31 - 1) is refused: a longer timer fires after 1 ms', async () => {
     const base = baseOptions();
     for (const requestTimeoutMs of [2 ** 31, 1e10, 0, 1.5]) {
