@@ -1,5 +1,5 @@
 import { InvalidArgumentError, redactUrl } from '@percolator/core';
-import { type UrlLookup, urlFromEnv } from '@percolator/core/kit';
+import { type UrlLookup, urlFromEnv, validateQueryTimeout } from '@percolator/core/kit';
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
@@ -63,14 +63,16 @@ export function parseNodes(
  *   in one write per event-loop tick; they are pipelined on the wire either way.
  * - `lazyConnect`: the store connects and waits for "ready" itself.
  */
-export function redisConnectionOptions(commandTimeoutMs = DEFAULT_COMMAND_TIMEOUT_MS): RedisOptions {
+export function redisConnectionOptions(commandTimeoutMs?: number): RedisOptions {
+  // 1 to 2^31 - 1: a longer timer fires after 1 ms (every command would time out).
+  const timeout = validateQueryTimeout(commandTimeoutMs, 'commandTimeoutMs', DEFAULT_COMMAND_TIMEOUT_MS);
   return {
     lazyConnect: true,
     connectionName: 'percolator',
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
-    commandTimeout: commandTimeoutMs,
+    commandTimeout: timeout,
     connectTimeout: 10_000,
     enableAutoPipelining: true,
   };
@@ -83,7 +85,7 @@ export function redisConnectionOptions(commandTimeoutMs = DEFAULT_COMMAND_TIMEOU
  * sending those again (the default would resend them after 100 ms). MOVED, ASK, TRYAGAIN
  * and CLUSTERDOWN replies mean the command did not run, and are still followed.
  */
-export function clusterOptions(commandTimeoutMs = DEFAULT_COMMAND_TIMEOUT_MS): ClusterOptions {
+export function clusterOptions(commandTimeoutMs?: number): ClusterOptions {
   const {
     lazyConnect: _lazy,
     enableOfflineQueue: _queue,

@@ -1,7 +1,7 @@
 import { checkedStore, InvalidArgumentError, redactUrl, StoreError } from '@percolator/core';
-import { resolveUrl, validateNamespace, validateQueryTimeout } from '@percolator/core/kit';
+import { resolveUrl, validateNamespace } from '@percolator/core/kit';
 import type { Cluster, Redis } from 'ioredis';
-import { createRedisClient, DEFAULT_COMMAND_TIMEOUT_MS, REDIS_URL } from './client.js';
+import { createRedisClient, REDIS_URL } from './client.js';
 import { isAuthFailure } from './errors.js';
 import { checkOptionKeys, type OptionKeys } from './options.js';
 import {
@@ -114,10 +114,7 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
     }
   } else {
     const { url, source } = resolveUrl(REDIS_URL, options.url);
-    client = createRedisClient(
-      url,
-      validateQueryTimeout(options.commandTimeoutMs, 'commandTimeoutMs', DEFAULT_COMMAND_TIMEOUT_MS),
-    );
+    client = createRedisClient(url, options.commandTimeoutMs);
     // A refused AUTH (WRONGPASS) arrives only as an 'error' event; connect() then fails
     // with a bare "Connection is closed.", so the last event is kept to say why.
     let authFailure: unknown;

@@ -35,6 +35,12 @@ describe('createRedisStore options', () => {
       expect(error).toBeInstanceOf(InvalidArgumentError);
       expect(error.message).toContain('commandTimeoutMs must be an integer from 1 to 2147483647');
     }
+    // The exported helpers check it too (a Cluster store is made from createRedisClusterClient).
+    expect(() => createRedisClient('redis://127.0.0.1:1', 2 ** 31)).toThrow(InvalidArgumentError);
+    expect(() => createRedisClusterClient([{ host: '127.0.0.1', port: 1 }], 2 ** 31)).toThrow(
+      InvalidArgumentError,
+    );
+    expect(() => clusterOptions(0)).toThrow(InvalidArgumentError);
   });
 
   it('rejects a client together with settings only a store-made client would use', async () => {
