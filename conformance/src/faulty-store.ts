@@ -146,7 +146,8 @@ export class FaultyStore implements RowStore {
   readonly log: FaultEvent[] = [];
   /**
    * writesFailedAfter: the failedAfter calls that wrote rows (WRITE_OPERATIONS but
-   * incrementCounter, whose lost reply loses only a timestamp): the ambiguous writes.
+   * incrementCounter, whose lost reply loses only a timestamp, and only where the store
+   * applied something: a refused CAS wrote nothing): the ambiguous writes.
    */
   readonly stats = { calls: 0, failedBefore: 0, failedAfter: 0, writesFailedAfter: 0, delayed: 0 };
   private randomFaults: RandomFaults | undefined;
@@ -425,7 +426,11 @@ export class FaultyStore implements RowStore {
     const result = await run();
     if (fault?.kind === 'after') {
       this.stats.failedAfter++;
-      if (call.operation !== 'incrementCounter' && WRITE_OPERATIONS.includes(call.operation))
+      if (
+        call.operation !== 'incrementCounter' &&
+        WRITE_OPERATIONS.includes(call.operation) &&
+        wroteSomething(result)
+      )
         this.stats.writesFailedAfter++;
       this.record({ call, kind: 'after' });
       throw new StoreError(this.message(call, 'was applied, then reported as failed (ambiguous)'), 'unknown');
@@ -483,4 +488,10 @@ function matches(rule: FaultRule, call: StoreCall): boolean {
 
 function unsupported(operation: string): UnsupportedOperationError {
   return new UnsupportedOperationError(`the wrapped store does not offer ${operation}`);
+}
+
+/** Whether a write's result says the store applied it (a CAS, or any CAS of a batch, `ok`). */
+function wroteSomething(result: unknown): boolean {
+  if (Array.isArray(result)) return result.some((r) => (r as { ok?: unknown }).ok === true);
+  return (result as { ok?: unknown } | undefined)?.ok === true;
 }

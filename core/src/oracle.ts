@@ -40,12 +40,14 @@ export function checkedOracle(oracle: unknown): TimestampOracle {
   if (oracle instanceof CheckedOracle) return oracle;
   // The library's own oracles (not a subclass, which may override what they check) hand
   // out checked, increasing values already: a second check would cost a promise per draw.
-  if (
-    typeof oracle === 'object' &&
-    oracle !== null &&
-    (oracle.constructor === CounterOracle || oracle.constructor === LocalOracle)
-  )
-    return oracle as TimestampOracle;
+  if (typeof oracle === 'object' && oracle !== null) {
+    const prototype = Object.getPrototypeOf(oracle);
+    if (
+      (prototype === CounterOracle.prototype || prototype === LocalOracle.prototype) &&
+      !Object.hasOwn(oracle, 'next')
+    )
+      return oracle as TimestampOracle;
+  }
   if (
     (typeof oracle !== 'object' && typeof oracle !== 'function') ||
     oracle === null ||

@@ -345,6 +345,12 @@ describe('an oracle of your own (docs/protocol.md section 3)', () => {
     expect(checkedOracle(skewed)).not.toBe(skewed);
     const own = { next: async () => 1 };
     expect(checkedOracle(own)).not.toBe(own);
+    // Nor one whose next() was replaced, or an object that only claims the constructor.
+    const patched = new LocalOracle();
+    patched.next = () => Promise.resolve(0.5);
+    expect(checkedOracle(patched)).not.toBe(patched);
+    const claims = { constructor: LocalOracle, next: async () => 0.5 };
+    expect(checkedOracle(claims)).not.toBe(claims);
   });
 
   /** Rows r and s of table t hold 'before', written by a client with a good oracle. */

@@ -72,6 +72,16 @@ export const faultCases: ConformanceCase[] = [
         checkEqual(faulty.stats.failedAfter, 3, 'faults counted, the draw included');
         checkEqual(faulty.stats.writesFailedAfter, 1, 'ambiguous row writes counted, the draw not');
       }
+      // Nor a CAS the store refused (it wrote nothing), reported failed after it ran.
+      const before = faulty.stats.failedAfter;
+      faulty.failAfter((call) => call.key === 'b');
+      await rejection(
+        () => faulty.checkAndSet({ table: T, key: 'b', expected: null, state: bytes('again') }),
+        'a refused CAS failed after it ran',
+      );
+      checkEqual(faulty.stats.failedAfter, before + 1, 'faults counted, the refused CAS included');
+      checkEqual(faulty.stats.writesFailedAfter, 1, 'ambiguous row writes counted, the refused CAS not');
+      checkEqual(await state(store, 'b'), 'landed', 'the row after a refused CAS');
     },
   },
   {
