@@ -28,7 +28,9 @@ export async function namespacesCommand(admin: NamespaceAdmin): Promise<CommandR
 export async function dropNamespaceCommand(
   admin: NamespaceAdmin,
   args: { name: string; yes: boolean },
-): Promise<CommandResult<{ namespace: string; dropped: string | undefined }>> {
+): Promise<
+  CommandResult<{ namespace: string; dropped: string | undefined; refused?: string; holds?: string }>
+> {
   if (!NAMESPACE_NAME.test(args.name))
     throw new UsageError(
       `not a namespace name: ${JSON.stringify(args.name)} (a lowercase letter, then up to 31 of [a-z0-9_])`,
@@ -39,7 +41,13 @@ export async function dropNamespaceCommand(
     return {
       code: EXIT.found,
       refused: true,
-      data: { namespace: args.name, dropped: undefined },
+      // --json says as much as the text: why nothing was dropped, and what would be.
+      data: {
+        namespace: args.name,
+        dropped: undefined,
+        refused: 'without --yes: nothing dropped; run again with --yes to drop all of its data',
+        holds: found.detail,
+      },
       text:
         `refusing to drop namespace ${args.name} without --yes.\n` +
         `  it holds: ${found.detail}\n` +

@@ -157,6 +157,14 @@ describe('namespaces / drop-namespace on real servers', () => {
         expect(refused.err).toContain(`refusing to drop namespace ${namespace}`);
         expect(refused.err).toContain('--yes');
         expect(await listed(c.backend)).toContain(namespace);
+        // --json says as much: why nothing was dropped, and what the namespace holds.
+        const refusedJson = await cli(['drop-namespace', namespace, ...c.backend, '--json']);
+        expect(refusedJson.code).toBe(1);
+        const said = JSON.parse(refusedJson.out) as Record<string, unknown>;
+        expect(said.namespace).toBe(namespace);
+        expect(said.refused).toMatch(/without --yes: nothing dropped/);
+        expect(typeof said.holds).toBe('string');
+        expect(await listed(c.backend)).toContain(namespace);
 
         const dropped = await cli(['--', 'drop-namespace', namespace, ...c.backend, '--yes']);
         expect(dropped.err).toBe('');
