@@ -143,9 +143,11 @@ export function checkListAppend(history: readonly ListAppendOp[], options: Check
   checkInternal(history, ids, committed, report);
 
   const reads = externalReads(history, committed);
-  const orders = versionOrders(allReads(history, committed), ids, report);
+  const whole = allReads(history, committed);
+  const orders = versionOrders(whole, ids, report);
   checkLostUpdates(ids, reads, orders, report);
-  if (options.finalRead && history.length > 0) checkFinalRead(history, ids, committed, writers, report);
+  if (options.finalRead && history.length > 0)
+    checkFinalRead(history, ids, committed, whole, writers, report);
 
   const graph = new DependencyGraph();
   history.forEach((op, i) => {
@@ -420,16 +422,16 @@ function seenByCommitted(
   writers: Map<string, Map<number, Writer>>,
 ): Set<number> {
   const seen = new Set<number>();
-  history.forEach((op, i) => {
-    if (op.type !== 'ok') return;
-    for (const m of op.txn) {
-      if (m.f !== 'r' || m.value === null) continue;
-      for (const v of m.value) {
-        const w = writers.get(m.key)?.get(v);
-        if (w !== undefined && w.op !== i) seen.add(w.op);
-      }
+  const okReads = allReads(
+    history,
+    history.map((op) => op.type === 'ok'),
+  );
+  for (const r of okReads) {
+    for (const v of r.value) {
+      const w = writers.get(r.key)?.get(v);
+      if (w !== undefined && w.op !== r.op) seen.add(w.op);
     }
-  });
+  }
   return seen;
 }
 
@@ -438,6 +440,8 @@ function checkFinalRead(
   history: readonly ListAppendOp[],
   ids: readonly number[],
   committed: readonly boolean[],
+  /** allReads of the committed transactions. */
+  reads: readonly { op: number; key: string; value: readonly number[] }[],
   writers: Map<string, Map<number, Writer>>,
   report: (a: Anomaly) => void,
 ): void {
@@ -452,23 +456,20 @@ function checkFinalRead(
       message: `${value} appended to ${JSON.stringify(key)} by T${ids[op]} (${why}) is missing from the final read [${(final.get(key) ?? []).join(',')}] (T${ids[last]})`,
       ops: [ids[op]!, ids[last]!],
     });
-  history.forEach((op, i) => {
-    if (!committed[i] || i === last) return;
-    for (const m of op.txn) {
-      if (m.f !== 'r' || m.value === null) continue;
-      // A read that is no prefix of the final one but holds only values still there
-      // disagrees on the order: versionOrders reports it (the final read is the longest,
-      // or the longest has a value the final one lost). Its own appends are checked below.
-      const missing = m.value.find((v) => !inFinal(m.key, v) && writers.get(m.key)?.get(v)?.op !== i);
-      if (missing !== undefined) {
-        report({
-          type: 'lost-append',
-          message: `T${ids[i]} read ${JSON.stringify(m.key)} = [${m.value.join(',')}], but ${missing} is missing from the final read [${(final.get(m.key) ?? []).join(',')}] (T${ids[last]})`,
-          ops: [ids[i]!, ids[last]!],
-        });
-      }
+  for (const { op: i, key, value } of reads) {
+    if (i === last) continue;
+    // A read that is no prefix of the final one but holds only values still there
+    // disagrees on the order: versionOrders reports it (the final read is the longest,
+    // or the longest has a value the final one lost). Its own appends are checked below.
+    const missing = value.find((v) => !inFinal(key, v) && writers.get(key)?.get(v)?.op !== i);
+    if (missing !== undefined) {
+      report({
+        type: 'lost-append',
+        message: `T${ids[i]} read ${JSON.stringify(key)} = [${value.join(',')}], but ${missing} is missing from the final read [${(final.get(key) ?? []).join(',')}] (T${ids[last]})`,
+        ops: [ids[i]!, ids[last]!],
+      });
     }
-  });
+  }
   history.forEach((op, i) => {
     if (!committed[i] || i === last) return;
     const why = op.type === 'ok' ? 'committed' : 'unknown outcome, but read by a committed transaction';
