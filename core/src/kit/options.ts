@@ -1,5 +1,4 @@
-import { InvalidArgumentError } from '../errors.js';
-import { MAX_TIMER_MS } from '../options.js';
+import { checkInteger, MAX_TIMER_MS } from '../options.js';
 
 /** How long one statement may wait for its reply by default. */
 export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
@@ -17,10 +16,6 @@ export function validateQueryTimeout(
   fallback = DEFAULT_QUERY_TIMEOUT_MS,
 ): number {
   if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value > MAX_TIMER_MS) {
-    throw new InvalidArgumentError(
-      `${option} must be an integer from 1 to ${MAX_TIMER_MS} (milliseconds), got ${String(value)}`,
-    );
-  }
-  return value;
+  checkInteger(option, value, 1, MAX_TIMER_MS);
+  return value as number;
 }
