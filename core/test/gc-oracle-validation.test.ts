@@ -18,6 +18,18 @@ import { checkedOracle } from '../src/oracle.js';
 import { cellFrom, plainRow, rowFrom } from './row-support.js';
 import { InstrumentedStore } from './support.js';
 
+/** A client on a fresh memory store whose clock moves by hand, keeping versions 1000 ms (by age only). */
+function agedClient() {
+  const clock = { now: 1_000_000 };
+  const store = new MemoryStore();
+  const db = new Percolator({
+    store,
+    clock: () => clock.now,
+    gc: { retentionMs: 1000, maxVersionsPerCell: 1000 },
+  });
+  return { clock, store, db };
+}
+
 describe('old versions (docs/protocol.md section 7)', () => {
   it('a cell updated 10,000 times keeps a small row', async () => {
     const store = new MemoryStore();
@@ -42,16 +54,10 @@ describe('old versions (docs/protocol.md section 7)', () => {
   });
 
   it('prunes by age: versions superseded before the retention window go', async () => {
-    let now = 1_000_000;
-    const store = new MemoryStore();
-    const db = new Percolator({
-      store,
-      clock: () => now,
-      gc: { retentionMs: 1000, maxVersionsPerCell: 1000 },
-    });
+    const { clock, store, db } = agedClient();
     for (let i = 0; i < 20; i++) await db.transact(async (tx) => tx.set('t', 'r', 'v', `v${i}`));
     expect(decodeRow((await store.read('t', 'r'))!.state).cells.get('v')!.writes).toHaveLength(20);
-    now += 5000;
+    clock.now += 5000;
     await db.transact(async (tx) => tx.set('t', 'r', 'v', 'latest'));
     const cell = decodeRow((await store.read('t', 'r'))!.state).cells.get('v')!;
     expect(cell.writes).toHaveLength(2); // the new write and the newest version at the safe point
@@ -60,22 +66,16 @@ describe('old versions (docs/protocol.md section 7)', () => {
   });
 
   it('a snapshot exactly retentionMs old still reads; one a millisecond older gets SnapshotTooOldError', async () => {
-    let now = 1_000_000;
-    const store = new MemoryStore();
-    const db = new Percolator({
-      store,
-      clock: () => now,
-      gc: { retentionMs: 1000, maxVersionsPerCell: 1000 },
-    });
+    const { clock, store, db } = agedClient();
     await db.transact(async (tx) => tx.set('t', 'r', 'v', 'old'));
     // Two snapshots taken at `now`, each read once only (a transaction keeps what it read).
     const atBoundary = await db.begin();
     const pastBoundary = await db.begin();
     await db.transact(async (tx) => tx.set('t', 'r', 'v', 'new')); // supersedes 'old' at `now`
-    now += 1000; // both snapshots, and the supersession, are exactly retentionMs old
+    clock.now += 1000; // both snapshots, and the supersession, are exactly retentionMs old
     await db.gc('t'); // prunes exactly, as far as the policy allows
     expect(await atBoundary.getString('t', 'r', 'v')).toBe('old');
-    now += 1;
+    clock.now += 1;
     await db.gc('t');
     await expect(pastBoundary.getString('t', 'r', 'v')).rejects.toBeInstanceOf(SnapshotTooOldError);
   });

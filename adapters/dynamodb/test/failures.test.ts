@@ -69,6 +69,29 @@ async function stores(
   return { viaProxy, direct };
 }
 
+/**
+ * A caller's client through the proxy with the SDK's defaults (no request timeout of its
+ * own), and a store on it with requestTimeoutMs 800. The caller destroys the client.
+ */
+async function callerStore(namespace: string): Promise<{ store: DynamoDbRowStore; client: DynamoDBClient }> {
+  const base = baseOptions();
+  const client = new DynamoDBClient({
+    endpoint: proxy.endpoint,
+    region: base.region,
+    ...(base.credentials ? { credentials: base.credentials } : {}),
+    maxAttempts: 1,
+  });
+  try {
+    const store = db.track(
+      await createDynamoDbStore({ client, tableName: base.tableName, namespace, requestTimeoutMs: 800 }),
+    );
+    return { store, client };
+  } catch (error) {
+    client.destroy();
+    throw error;
+  }
+}
+
 async function expectUnknown(promise: Promise<unknown>): Promise<StoreError> {
   const error = await promise.then(
     () => undefined,
@@ -165,22 +188,8 @@ describe('dynamodb store: ambiguous outcomes', () => {
     // The SDK's default NodeHttpHandler has no request timeout: without the store's own
     // deadline (requestTimeoutMs, an abortSignal on every call) these calls hang for ever.
     const { direct } = await stores();
-    const base = baseOptions();
-    const client = new DynamoDBClient({
-      endpoint: proxy.endpoint,
-      region: base.region,
-      ...(base.credentials ? { credentials: base.credentials } : {}),
-      maxAttempts: 1,
-    });
+    const { store, client } = await callerStore(direct.namespace);
     try {
-      const store = db.track(
-        await createDynamoDbStore({
-          client,
-          tableName: base.tableName,
-          namespace: direct.namespace,
-          requestTimeoutMs: 800,
-        }),
-      );
       const created = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v1') });
       if (!created.ok) throw new Error('create failed');
       proxy.mode = 'drop-replies';
@@ -204,23 +213,9 @@ describe('dynamodb store: ambiguous outcomes', () => {
     // requestTimeoutMs (800 ms here); the proxy passes each reply's body on in pieces 150 ms
     // apart, 1.5 s in all.
     const { viaProxy, direct } = await stores(800);
-    const base = baseOptions();
     // A caller's client: its handler cannot be read back, so each call is bounded whole.
-    const client = new DynamoDBClient({
-      endpoint: proxy.endpoint,
-      region: base.region,
-      ...(base.credentials ? { credentials: base.credentials } : {}),
-      maxAttempts: 1,
-    });
+    const { store: theirs, client } = await callerStore(direct.namespace);
     try {
-      const theirs = db.track(
-        await createDynamoDbStore({
-          client,
-          tableName: base.tableName,
-          namespace: direct.namespace,
-          requestTimeoutMs: 800,
-        }),
-      );
       const created = await direct.checkAndSet({
         table: 't',
         key: 'k',
