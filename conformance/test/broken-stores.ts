@@ -207,7 +207,7 @@ export class StalePeekStore extends MemoryStore {
     counter: string,
   ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
     const result = await super.readPeeked(refs, counter);
-    if (result.timestamp <= 100) return result;
+    if (result.timestamp <= 20) return result;
     this.stale++;
     return { ...result, timestamp: result.timestamp - this.lag };
   }

@@ -80,7 +80,12 @@ export interface ProtocolEnv {
    * nothing (`readPeeked`): read-only transactions then take their snapshot that way.
    */
   readonly peekCounter: string | undefined;
-  /** With `peekCounter`: the peeks of this client's read-only transactions, shared per turn (peek-batcher.ts). */
+  /**
+   * With `peekCounter` and `stampsOne`: read-write transactions peek their snapshot too
+   * (the `peekedWrites` option; docs/protocol.md 4.10).
+   */
+  readonly peekedWrites: boolean;
+  /** With `peekCounter`: the peeks of this client's transactions, shared per turn (peek-batcher.ts). */
   readonly peeks: PeekBatcher | undefined;
   /** How this client chooses between a stamped first read and the batched oracle. */
   readonly stampedReads: StampedReadGauge;

@@ -105,6 +105,21 @@ export interface PercolatorOptions {
    * "Shared stamped steps"). false: each step goes on its own.
    */
   readonly groupCommit?: boolean;
+  /**
+   * Peeked snapshots for read-write transactions (docs/protocol.md 4.10): a transaction
+   * takes its snapshot as a read-only one does, from the oracle counter's value with its
+   * first reads (`peekedRead`: one round trip that draws and writes nothing), and its
+   * commit gets its own timestamp: in the one-step commit, the value the store draws for
+   * it; otherwise one drawn at commit. Saves the draw of a start timestamp: on PostgreSQL
+   * and MySQL/MariaDB a durable write to the counter row, which every draw waits its turn
+   * for. The price: a one-step commit whose reply is lost ends CommitUnknownError (its
+   * rows carry only the value the store drew, which the client never learnt), where a
+   * transaction with a drawn start timestamp reads its rows and finds out.
+   * Needs the default oracle, `peekedRead` and `stampedCheckAndSet`. Default: true where a
+   * draw costs the store more than a read does (`stampedReadUnderLoad` false: PostgreSQL,
+   * MySQL/MariaDB, memory), false where it does not (standalone Redis).
+   */
+  readonly peekedWrites?: boolean;
 }
 
 /** The default of `onePhaseMaxRows`. */
@@ -150,6 +165,7 @@ const CLIENT_OPTIONS: OptionKeys<PercolatorOptions> = {
   rowCacheBytes: true,
   onePhaseMaxRows: true,
   groupCommit: true,
+  peekedWrites: true,
 };
 const GC_OPTIONS: OptionKeys<PrunePolicy> = {
   retentionMs: true,
@@ -218,6 +234,8 @@ export class Percolator {
     checkInteger('onePhaseMaxRows', onePhaseMaxRows, 1);
     if (options.groupCommit !== undefined && typeof options.groupCommit !== 'boolean')
       throw new InvalidArgumentError('groupCommit must be a boolean');
+    if (options.peekedWrites !== undefined && typeof options.peekedWrites !== 'boolean')
+      throw new InvalidArgumentError('peekedWrites must be a boolean');
     const observed = new Set<string>();
     const { observedColumns = [] } = options;
     if (!Array.isArray(observedColumns))
@@ -284,6 +302,12 @@ export class Percolator {
           ? defaultOracle.counterName
           : undefined,
       peekCounter,
+      // A peeked snapshot identifies nothing: its one-step commit takes the value the store
+      // draws as the transaction's identity (transaction.ts, commitMutations).
+      peekedWrites:
+        peekCounter !== undefined &&
+        stampsOne &&
+        (options.peekedWrites ?? store.capabilities.stampedReadUnderLoad !== true),
       peeks: peekCounter !== undefined ? new PeekBatcher(store, peekCounter) : undefined,
       observed,
       localCommits: new LocalCommits(),
@@ -297,18 +321,33 @@ export class Percolator {
 
   /**
    * Starts a transaction; drive it by hand with get/set/commit/rollback. With `readOnly`
-   * (as for `transact`) its snapshot is peeked where the store can, and writes are refused.
+   * (as for `transact`) its snapshot is peeked where the store can, and writes are refused;
+   * without, it is peeked with `peekedWrites`, else drawn from the oracle.
    */
   async begin(options: { readonly readOnly?: boolean } = {}): Promise<Transaction> {
     if (this.closed) throw new ClosedError('this Percolator client is closed');
     checkOptionKeys<{ readOnly?: boolean }>('begin', options, { readOnly: true });
     if (options.readOnly !== undefined && typeof options.readOnly !== 'boolean')
       throw new InvalidArgumentError('readOnly must be a boolean');
-    if (options.readOnly) {
-      const tx = new Transaction(this.env, undefined, undefined, 1, undefined, true);
+    if (options.readOnly || this.env.peekedWrites) {
+      // A peeked snapshot (a read-only transaction's, or with `peekedWrites`): a peek of no
+      // rows, which draws and writes nothing.
+      const tx = new Transaction(this.env, undefined, undefined, 1, undefined, options.readOnly === true);
       await tx.ready();
       return tx;
     }
+    return new Transaction(this.env, await this.env.oracle.next());
+  }
+
+  /**
+   * @internal A read-write transaction whose start timestamp is drawn, never peeked: an
+   * observer run's (observers/run.ts). Its ack is its start timestamp, read as "every
+   * write committed at or below it was seen", which holds only for a drawn one (a peeked
+   * snapshot can equal a later commit timestamp, docs/protocol.md 4.10), and its commit is
+   * named by it, which the next run compares with the ack.
+   */
+  async beginDrawn(): Promise<Transaction> {
+    if (this.closed) throw new ClosedError('this Percolator client is closed');
     return new Transaction(this.env, await this.env.oracle.next());
   }
 

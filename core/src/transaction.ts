@@ -158,10 +158,12 @@ export class Transaction {
 
   private ts: number | undefined;
   /**
-   * The start timestamp was peeked, not drawn (a read-only transaction, `readPeeked`): one
-   * above the counter's value then, so other transactions may share it, and one may hold a
-   * lock at exactly this timestamp. Such a lock was drawn after the peek, so its commit can
-   * only come later still: it is not waited for (viewCell).
+   * The start timestamp was peeked, not drawn (`readPeeked`; a read-only transaction, or a
+   * read-write one with `peekedWrites`): one above the counter's value then, so other
+   * transactions may share it, and one may hold a lock at exactly this timestamp. Such a
+   * lock was drawn after the peek, so its commit can only come later still: it is not
+   * waited for (viewCell). Shared, it identifies nothing: the commit of a read-write one
+   * gets an identity of its own (commitMutations).
    */
   private peeked = false;
   /** The start timestamp being drawn: by the oracle (or a peek of its own), or with the first reads. */
@@ -263,6 +265,20 @@ export class Transaction {
     return this.draw();
   }
 
+  /**
+   * Whether its snapshot is peeked (`readPeeked`) rather than drawn: a read-only
+   * transaction's wherever the store can, and a read-write one's with `peekedWrites`.
+   */
+  private peeks(): boolean {
+    return (
+      this.env.peekCounter !== undefined &&
+      (this.readOnly ||
+        // A write that read nothing before its commit needs a drawn identity anyway: its
+        // start timestamp, drawn with the reads its commit makes (commitMutations).
+        (this.env.peekedWrites && this.status === 'active'))
+    );
+  }
+
   /** `ready()`, inside the transaction (its reads, scans and commit): draws if not drawn yet. */
   private async draw(): Promise<number> {
     if (this.ts !== undefined) return this.ts;
@@ -271,7 +287,7 @@ export class Transaction {
     if (this.starting instanceof FirstDraw) drawing = this.starting.wait();
     else {
       this.starting ??= (
-        this.readOnly && this.env.peekCounter !== undefined
+        this.peeks()
           ? this.peek([]).then(
               ({ timestamp }) => timestamp,
               // As after a failed first read (sendFirstReads): the oracle is the other way.
@@ -766,14 +782,23 @@ export class Transaction {
       if (notified.length > 0) await markNotifications(this.env, notified, this.startTs);
       return this.startTs;
     }
-    if (notified.length === 0) return this.commitRows(rows, signal);
+    // A peeked snapshot may be shared, so it cannot name this transaction's locks and
+    // records (docs/protocol.md 4.10): a commit in one step takes the value the store draws
+    // in it (STAMP, as a blind write's does), any other commit an identity drawn now. Its
+    // conflict check stays at the snapshot (ctx.snapshotTs).
+    const identity = !this.peeked
+      ? this.startTs
+      : notified.length === 0 && this.oneStep(rows.length)
+        ? STAMP
+        : await this.env.oracle.next();
+    if (notified.length === 0) return this.commitRows(rows, signal, identity);
     // Weak notifications on rows this transaction does not write are marked before the
     // commit point (a client crash after it loses none); rows it writes get theirs in the
     // prewrite CAS. After the commit point every mark is raised to commitTs, so a worker
     // that ran below commitTs (and so missed our writes) runs again.
     const notifyOnly = notified.filter((n) => !this.mutations.has(rowId(n.table, n.row)));
     if (notifyOnly.length > 0) await markNotifications(this.env, notifyOnly, this.startTs);
-    const commitTs = await this.commitRows(rows, signal);
+    const commitTs = await this.commitRows(rows, signal, identity);
     // After the commit point: a mark that fails is raised again in the background.
     await markNotifications(this.env, notified, commitTs).catch(() =>
       raiseMarksLater(this.env, notified, commitTs),
@@ -805,8 +830,12 @@ export class Transaction {
     // Nothing written: nothing to stamp (a transaction that read and wrote nothing draws its
     // start timestamp as any other, and commits with no store call).
     if (rows === 0) return false;
-    const oneStep = rows === 1 || (this.env.stampsMany && rows <= this.env.onePhaseMaxRows);
-    return oneStep && (this.notifications?.size ?? 0) === 0;
+    return this.oneStep(rows) && (this.notifications?.size ?? 0) === 0;
+  }
+
+  /** Whether a commit of `rows` rows goes in one stamped step (with `stampsOne`). */
+  private oneStep(rows: number): boolean {
+    return rows === 1 || (this.env.stampsMany && rows <= this.env.onePhaseMaxRows);
   }
 
   private async commitRows(
@@ -815,12 +844,15 @@ export class Transaction {
     startTs: number = this.startTs,
     oneStep = true,
   ): Promise<number> {
+    // A peeked snapshot is not the identity: the conflict check is against it (4.10).
+    const snapshotTs = this.peeked && startTs !== this.ts ? this.ts : undefined;
     // A deterministic primary: the first row in (table, key) order.
     rows.sort((a, b) => (a.table === b.table ? compareKeys(a.row, b.row) : a.table < b.table ? -1 : 1));
     const first = rows[0]!;
     const ctx: CommitContext = {
       env: this.env,
       startTs,
+      snapshotTs,
       rows,
       primary: { table: first.table, row: first.row, column: first.cells.keys().next().value! },
       knownRows: this.knownRows,
@@ -853,8 +885,13 @@ export class Transaction {
       );
       // Too large for one step of this store: nothing was written.
       if (commitTs !== undefined) return commitTs;
-      // A blind write never drew a start timestamp; two phases need one.
-      if (startTs === STAMP) return this.commitRows(rows, signal, await this.draw(), false);
+      // A blind write never drew a start timestamp, and a peeked snapshot is no identity
+      // (4.10): two phases need one.
+      if (startTs === STAMP) {
+        const identity = await this.env.oracle.next();
+        this.ts ??= identity;
+        return this.commitRows(rows, signal, identity, false);
+      }
     }
     return commitTransaction(ctx);
   }
@@ -1017,7 +1054,7 @@ export class Transaction {
    * Otherwise, or if that fails, the timestamp comes from the oracle first.
    */
   private firstRead(table: string, row: string): Promise<StoredRow | null> {
-    const peek = this.readOnly && this.env.peekCounter !== undefined;
+    const peek = this.peeks();
     const counter = peek ? this.env.peekCounter : this.env.stampedReadCounter;
     if ((!peek && counter === undefined) || (this.starting !== undefined && this.firstReads === undefined)) {
       return this.draw().then(() => this.env.reader.read(table, row));

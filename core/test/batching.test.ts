@@ -18,6 +18,10 @@ class CountingMemoryStore extends MemoryStore {
     this.batches.reads.push(refs.length);
     return super.readStamped(refs, counter);
   }
+  override async readPeeked(refs: readonly RowRef[], counter: string) {
+    this.batches.reads.push(refs.length);
+    return super.readPeeked(refs, counter);
+  }
   override async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
     this.batches.writes.push(requests.length);
     return super.checkAndSetMany(requests);
@@ -36,7 +40,7 @@ describe('batched commits', () => {
       expect(values).toEqual(ROWS.map(() => undefined));
       for (const r of ROWS) tx.set('t', r, 'v', 'x');
     });
-    // One readMany for the four reads; one batch of four prewrites; one of three secondaries.
+    // One batch read (a peek, with peekedWrites) for the four reads; one batch of four prewrites; one of three secondaries.
     expect(store.batches).toEqual({ reads: [4], writes: [4, 3] });
     expect(await db.transact((tx) => Promise.all(ROWS.map((r) => tx.getString('t', r, 'v'))))).toEqual(
       ROWS.map(() => 'x'),

@@ -303,7 +303,7 @@ describe('the timestamp limit, MAX_TIMESTAMP (docs/protocol.md section 3)', () =
 
   it("a primary's stamped commit past it: the transaction is committed, and reported so", async () => {
     const store = new MemoryStore();
-    const db = new Percolator({ store, onePhaseMaxRows: 1 });
+    const db = new Percolator({ store, onePhaseMaxRows: 1, peekedWrites: false });
     await db.transact(async (tx) => {
       tx.set('t', 'r', 'c', 'old');
       tx.set('t', 's', 'c', 'old');

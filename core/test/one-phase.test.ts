@@ -51,7 +51,7 @@ async function incremented(db: Percolator, rows: readonly string[]): Promise<Tra
 describe('one-phase commits of several rows', () => {
   it('commit in one checkAndSetStampedMany: no prewrite, no commit point apart, no secondaries, no lock', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await seed(db, ['a', 'b', 'c'], '0');
     await db.flush();
     const tx = await incremented(db, ['a', 'b', 'c']);
@@ -84,7 +84,7 @@ describe('one-phase commits of several rows', () => {
     // The two capabilities are independent (store.ts). Every stamped step goes through one
     // SharedSteps (shared-steps.ts), which must exist for the many-row step alone too.
     const store = new InstrumentedStore(new MemoryStore(), { ...ONE_STEP, stampedCheckAndSet: false });
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await seed(db, ['a', 'b'], '0');
     const tx = await incremented(db, ['a', 'b']);
     const before = { ...store.calls, many: store.stampedManyCalls };
@@ -106,7 +106,7 @@ describe('one-phase commits of several rows', () => {
 
   it('a blind write of several rows draws no start timestamp: the store draws one value for both', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     // transact draws no start timestamp until the transaction reads (begin() draws one).
     let blind!: Transaction;
     await db.transact(async (tx) => {
@@ -131,23 +131,27 @@ describe('one-phase commits of several rows', () => {
   it('more rows than onePhaseMaxRows take two phases; onePhaseMaxRows 1 keeps every multi-row commit there', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
     const rows = ['a', 'b', 'c', 'd'];
-    const small = new Percolator({ store, onePhaseMaxRows: 3 });
+    const small = new Percolator({ store, peekedWrites: false, onePhaseMaxRows: 3 });
     await seed(small, rows, '1');
     expect(store.stampedManyCalls).toBe(0);
     await seed(small, rows.slice(0, 3), '2');
     expect(store.stampedManyCalls).toBe(1);
-    const twoPhase = new Percolator({ store, onePhaseMaxRows: 1 });
+    const twoPhase = new Percolator({ store, peekedWrites: false, onePhaseMaxRows: 1 });
     await seed(twoPhase, rows.slice(0, 2), '3');
     expect(store.stampedManyCalls).toBe(1);
-    expect(() => new Percolator({ store, onePhaseMaxRows: 0 })).toThrow(/onePhaseMaxRows/);
-    expect(() => new Percolator({ store, onePhaseMaxRows: 1.5 })).toThrow(/onePhaseMaxRows/);
+    expect(() => new Percolator({ store, peekedWrites: false, onePhaseMaxRows: 0 })).toThrow(
+      /onePhaseMaxRows/,
+    );
+    expect(() => new Percolator({ store, peekedWrites: false, onePhaseMaxRows: 1.5 })).toThrow(
+      /onePhaseMaxRows/,
+    );
     await small.close();
     await twoPhase.close();
   });
 
   it('a lost reply (applied, then unknown): the re-read finds its records on every row, and it is not written twice', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await seed(db, ['a', 'b'], '0');
     const calls = store.stampedManyCalls;
     let faults = 1;
@@ -168,7 +172,7 @@ describe('one-phase commits of several rows', () => {
 
   it('a call that never reached the store (unknown outcome, not applied) is sent again, and commits once', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await seed(db, ['a', 'b'], '0');
     const calls = store.stampedManyCalls;
     let faults = 2;
@@ -189,7 +193,7 @@ describe('one-phase commits of several rows', () => {
 
   it('a blind write whose reply is lost is CommitUnknownError, never a second write; it landed on every row', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     store.manyFault = () => 'fail-after';
     const blind = db.transact(async (tx) => {
       tx.set('t', 'a', 'v', 'x');
@@ -208,7 +212,7 @@ describe('one-phase commits of several rows', () => {
 
   it('a reader whose start timestamp is drawn between the stamp and the reply sees every row of it', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     const reader = new Percolator({ store: store.inner });
     await seed(db, ['a', 'b'], 'old');
     let release!: () => void;
@@ -240,11 +244,11 @@ describe('one-phase commits of several rows', () => {
 
   it('a row changed since it was read refuses the whole step: nothing of the attempt lands, and the retry commits', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     const other = new Percolator({ store: store.inner });
     await seed(db, ['a', 'b'], '0');
     const events: PercolatorEvent[] = [];
-    const watched = new Percolator({ store, onEvent: (e) => events.push(e) });
+    const watched = new Percolator({ store, peekedWrites: false, onEvent: (e) => events.push(e) });
     let attempts = 0;
     await watched.transact(async (tx) => {
       attempts++;
@@ -275,7 +279,7 @@ describe('one-phase commits of several rows', () => {
 
   it('a commit starts from the rows its reads decoded, and after a lost race decides on the rows as they are', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     const other = new Percolator({ store: store.inner });
     await seed(db, ['a', 'b'], '0');
     let attempts = 0;
@@ -317,7 +321,7 @@ describe('one-phase commits of several rows', () => {
     const store = new InstrumentedStore(inner, ONE_STEP);
     const clock = fakeClock();
     const ttl = 1000;
-    const db = new Percolator({ store, clock, lockTtlMs: ttl });
+    const db = new Percolator({ store, peekedWrites: false, clock, lockTtlMs: ttl });
     await seed(db, ['a', 'b'], '0');
     // A two-phase client that stops after its prewrites: its locks stay on a and b.
     const crasher = new Percolator({
@@ -364,7 +368,7 @@ describe('one-phase commits of several rows', () => {
       store.stampedManyCalls++;
       throw new RowTooLargeError('these states together exceed one packet');
     };
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     for (const blind of [true, false]) {
       let seen!: Transaction;
       await db.transact(async (tx) => {
@@ -394,7 +398,7 @@ describe('one-phase commits of several rows', () => {
     const gc = { inlineHistoryBytes: 0 };
     const text = (s: string) => new TextEncoder().encode(s);
     async function seeded(store: InstrumentedStore) {
-      const db = new Percolator({ store, gc });
+      const db = new Percolator({ store, peekedWrites: false, gc });
       const first = await db.begin();
       first.set('t', 'a', 'v', 'v0');
       first.set('t', 'b', 'v', 'v0');
@@ -514,7 +518,7 @@ describe('one-phase commits of several rows', () => {
 
     it('a one-row transaction: the single-row stamped CAS when nothing rides with it, the many-row step when a version row does', async () => {
       const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-      const db = new Percolator({ store, gc });
+      const db = new Percolator({ store, peekedWrites: false, gc });
       const sent: CasRequest[][] = [];
       store.manyFault = (requests) => {
         sent.push([...requests]);
@@ -625,9 +629,11 @@ describe('one-phase commits of several rows', () => {
   it('transfers between many clients keep the total: one-step and two-phase commits on the same rows', async () => {
     const store = new MemoryStore();
     const accounts = ['a', 'b', 'c', 'd', 'e'];
-    const setup = new Percolator({ store });
+    const setup = new Percolator({ store, peekedWrites: false });
     await seed(setup, accounts, '100');
-    const clients = [1, 16, 16, 1].map((onePhaseMaxRows) => new Percolator({ store, onePhaseMaxRows }));
+    const clients = [1, 16, 16, 1].map(
+      (onePhaseMaxRows) => new Percolator({ store, peekedWrites: false, onePhaseMaxRows }),
+    );
     await Promise.all(
       clients.map(async (db, w) => {
         for (let i = 0; i < 40; i++) {

@@ -330,7 +330,8 @@ describe('read-only transactions', () => {
 
   it('a peek or stamped read that answers the wrong number of rows or a bad timestamp fails the transaction: no row is taken for absent, nothing is written', async () => {
     const store = new InstrumentedStore();
-    const db = new Percolator({ store });
+    // Read-write transactions draw their start timestamp (a stamped read), not peek it.
+    const db = new Percolator({ store, peekedWrites: false });
     await db.transact(async (tx) => {
       tx.set('t', 'a', 'v', '1');
       tx.set('t', 'b', 'v', '2');

@@ -89,7 +89,7 @@ async function fourReady(options: { groupCommit?: boolean } = {}) {
 /** A client over a RecordingStore with KEYS seeded; the store's step list starts afresh. */
 async function seeded(options: { groupCommit?: boolean } = {}) {
   const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-  const db = new Percolator({ store, ...options });
+  const db = new Percolator({ store, peekedWrites: false, ...options });
   await seed(db, KEYS);
   store.steps.length = 0;
   return { store, db };
@@ -140,7 +140,7 @@ describe('shared stamped steps (group commit)', () => {
 
   it('transactions that write a common row never share a step: the second loses the race on its own', async () => {
     const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await seed(db, ['a', 'b', 'c']);
     const first = await readAndWrite(db, 'a', 'first');
     first.set('t', 'b', 'v', 'first');
@@ -247,7 +247,7 @@ describe('shared stamped steps (group commit)', () => {
 
   it('two-phase primary commits share the step too; their secondaries get the shared timestamp', async () => {
     const store = new RecordingStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store, onePhaseMaxRows: 1 });
+    const db = new Percolator({ store, peekedWrites: false, onePhaseMaxRows: 1 });
     await seed(db, ['a1', 'a2', 'b1', 'b2']);
     const pair = async (p: string) => {
       const tx = await readAndWrite(db, `${p}1`, `new ${p}`);
@@ -270,6 +270,8 @@ describe('shared stamped steps (group commit)', () => {
     expect(store.steps.length + store.calls.checkAndSetStamped).toBe(KEYS.length);
     expect(new Set(results.map((r) => r.commitTs)).size).toBe(KEYS.length);
     await db.close();
-    expect(() => new Percolator({ store, groupCommit: 'yes' as never })).toThrow(InvalidArgumentError);
+    expect(() => new Percolator({ store, peekedWrites: false, groupCommit: 'yes' as never })).toThrow(
+      InvalidArgumentError,
+    );
   });
 });

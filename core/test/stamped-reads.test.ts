@@ -6,7 +6,7 @@ import { InstrumentedStore } from './support.js';
 /** Eight read-only transactions started in the same tick; the calls they made. */
 async function eightReaders(stampedReadUnderLoad: boolean) {
   const store = new InstrumentedStore(new MemoryStore(), { stampedReadUnderLoad });
-  const db = new Percolator({ store });
+  const db = new Percolator({ store, peekedWrites: false });
   await db.transact(async (tx) => tx.set('t', 'k', 'v', '1'));
   const before = { ...store.calls };
   const values = await Promise.all(
@@ -61,7 +61,7 @@ describe('the start timestamp drawn with the first reads (FirstDraw)', () => {
 
   it('whoever waits while the reads are in flight gets their timestamp; nobody waiting costs no draw of its own', async () => {
     const { store, control, hold } = heldStore();
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
     await db.flush();
     hold();
@@ -85,7 +85,7 @@ describe('the start timestamp drawn with the first reads (FirstDraw)', () => {
 
   it('a failure the oracle can route around: the reads and the waiter get the oracle timestamp', async () => {
     const { store, control, hold } = heldStore();
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
     await db.flush();
     hold();
@@ -107,7 +107,7 @@ describe('the start timestamp drawn with the first reads (FirstDraw)', () => {
 
   it('a failure retrying cannot fix reaches the reads and the waiter alike, and nothing is left unhandled', async () => {
     const { store, control, hold } = heldStore();
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
     await db.flush();
     const failure = new UnsupportedOperationError('this store was configured without stamped reads');
@@ -225,7 +225,7 @@ describe('how first reads get their timestamp (StampedReadGauge)', () => {
 
   it('a client whose oracle is slow moves its first reads under load to stamped reads, and they read what was committed', async () => {
     const store = new InstrumentedStore(new MemoryStore());
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await db.transact(async (tx) => {
       for (let i = 0; i < 8; i++) tx.set('t', `k${i}`, 'v', String(i));
     });

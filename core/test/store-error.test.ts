@@ -172,7 +172,7 @@ function within<T>(promise: Promise<T>, ms = 2000): Promise<['ok', T] | ['failed
 describe('a store method that throws instead of rejecting', () => {
   it('a stamped read: the same as a rejection (a retryable one falls back to the oracle), nothing escapes, nothing stays in flight', async () => {
     const { store, control } = throwingOnce('readStamped');
-    const db = new Percolator({ store });
+    const db = new Percolator({ store, peekedWrites: false });
     await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
     const increment = async (tx: Transaction) => {
       const n = Number(await tx.getString('t', 'a', 'v'));
@@ -196,7 +196,7 @@ describe('a store method that throws instead of rejecting', () => {
   it('a peek, a counter increment, a read and a stamped CAS: each fails its caller and the next call works', async () => {
     for (const method of ['readPeeked', 'incrementCounter', 'read', 'checkAndSetStamped'] as const) {
       const { store, control } = throwingOnce(method);
-      const db = new Percolator({ store, rowCacheBytes: 0 });
+      const db = new Percolator({ store, rowCacheBytes: 0, peekedWrites: false });
       await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
       control.error = new Error(`${method} is broken`);
       const attempts = [

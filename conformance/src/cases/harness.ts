@@ -82,6 +82,13 @@ export interface ClientOptions {
   readonly gc?: Partial<PrunePolicy>;
   /** (table, column) pairs with observers: writes to them leave a notification. */
   readonly observed?: ReadonlyArray<{ readonly table: string; readonly column: string }>;
+  /**
+   * The client's `peekedWrites` (default: the client's own; docs/protocol.md 4.10): read-write
+   * transactions peek their snapshot and their commit takes an identity of its own. Cases
+   * that follow a transaction's records by its start timestamp, or settle a lost reply by
+   * a re-read, need false.
+   */
+  readonly peekedWrites?: boolean;
 }
 
 export interface Client {
@@ -107,6 +114,7 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
     ...(options.onePhaseMaxRows !== undefined ? { onePhaseMaxRows: options.onePhaseMaxRows } : {}),
     ...(options.observed ? { observedColumns: options.observed } : {}),
     ...(options.gc ? { gc: options.gc } : {}),
+    ...(options.peekedWrites !== undefined ? { peekedWrites: options.peekedWrites } : {}),
   });
   ctx.defer(async () => {
     faulty?.clearFaults();

@@ -82,6 +82,10 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
       // Where the store commits several rows in one step, one client keeps to two phases,
       // so one-step commits meet the locks of two-phase ones on the same rows, and back.
       ...(i === 0 && !options.crashes ? { onePhaseMaxRows: 1 } : {}),
+      // Peeked snapshots for read-write transactions (docs/protocol.md 4.10) where the store
+      // can, beside drawn ones: the first client's commits then take two phases under an
+      // identity drawn at commit, the third's one step named by the store's draw.
+      peekedWrites: i !== 1,
       // Lock expiry and pruning judge by each client's own clock: a clock ahead may roll
       // back a live transaction (a liveness cost), never lose a committed one.
       ...(options.skew ? { clock: skewedClock(skews[i]!) } : {}),

@@ -143,7 +143,9 @@ async function recordsOf(store: RowStore, table: string, key: string, startTs: n
 /** Lost replies and lost requests of the one step. */
 async function lostReplies(ctx: CaseContext): Promise<void> {
   const store = await ctx.createStore();
-  const { db, faulty } = client(ctx, store, { wrap: true });
+  // Records followed by the start timestamp, a lost reply settled by a re-read: a drawn
+  // snapshot (a peeked one's commit is named by the store's draw, below).
+  const { db, faulty } = client(ctx, store, { wrap: true, peekedWrites: false });
   const reader = client(ctx, store).db;
   let steps = 0;
   faulty!.onCall((call) => {
@@ -184,6 +186,24 @@ async function lostReplies(ctx: CaseContext): Promise<void> {
   check(blind instanceof CommitUnknownError, () => `a blind write's lost reply: got ${errorText(blind)}`);
   checkEqual(steps, 6, 'one-step calls after a blind write with a lost reply (never sent twice)');
   checkEqual(await reader.transact(readPair), ['v3', 'v3'], 'after a blind write whose reply was lost');
+  if (store.capabilities.peekedRead !== true) return;
+  // A peeked snapshot's commit (docs/protocol.md 4.10): its rows carry only the value the
+  // store drew, so a lost reply is unknown, as a blind write's, and never sent again.
+  const peeked = client(ctx, store, { wrap: true, peekedWrites: true });
+  let peekedSteps = 0;
+  peeked.faulty!.onCall((call) => {
+    if (call.operation === 'checkAndSetStampedMany') peekedSteps++;
+  });
+  peeked.faulty!.failAfter(undefined, 'checkAndSetStampedMany');
+  const lost = await rejection(
+    () => peeked.db.transact((t) => writePair(t, 'v4')),
+    'a two-row write of a peeked snapshot whose reply was lost',
+  );
+  check(lost instanceof CommitUnknownError, () => `a peeked snapshot's lost reply: got ${errorText(lost)}`);
+  checkEqual(peekedSteps, 1, "one-step calls after a peeked snapshot's lost reply (never sent twice)");
+  checkEqual(await reader.transact(readPair), ['v4', 'v4'], "after a peeked snapshot's lost reply");
+  await peeked.db.transact((t) => writePair(t, 'v5'));
+  checkEqual(await reader.transact(readPair), ['v5', 'v5'], 'after a peeked snapshot commits');
 }
 
 /**
@@ -393,7 +413,8 @@ async function checkRecords(
  */
 async function sharedSteps(ctx: CaseContext): Promise<void> {
   const store = await ctx.createStore();
-  const { db, faulty } = client(ctx, store, { wrap: true });
+  // Each transaction's records followed by its start timestamp: drawn snapshots.
+  const { db, faulty } = client(ctx, store, { wrap: true, peekedWrites: false });
   const other = client(ctx, store).db;
   const reader = client(ctx, store).db;
   let steps = 0;

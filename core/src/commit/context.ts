@@ -18,7 +18,19 @@ export interface RowMutations {
 
 export interface CommitContext {
   readonly env: ProtocolEnv;
+  /**
+   * The transaction's identity in rows: its locks, its records and its values carry it.
+   * Unique to it (drawn from the oracle), or STAMP: the value the store draws in the
+   * one-step commit itself (a blind write, or a peeked snapshot's one-step commit).
+   */
   readonly startTs: number;
+  /**
+   * The snapshot its reads were taken at, where that is not `startTs`: a peeked snapshot
+   * (docs/protocol.md 4.10), which other transactions may share and so identifies nothing.
+   * The prewrite's conflict check is against it: a write committed at or after it was not
+   * seen. Always at or below `startTs`.
+   */
+  readonly snapshotTs?: number | undefined;
   readonly rows: readonly RowMutations[];
   readonly primary: CellRef;
   /** Rows as this transaction last saw them: the expected version for the first CAS. */

@@ -110,7 +110,9 @@ function landedOn(ctx: CommitContext, state: RowState | undefined, column: strin
   if (startTs === STAMP) {
     // Its records have no identity the client knows before the reply: never a second write.
     throw new CommitUnknownError(
-      'a one-phase blind write (start and commit timestamp drawn by the store) could not be verified',
+      ctx.snapshotTs === undefined
+        ? 'a one-phase blind write (start and commit timestamp drawn by the store) could not be verified'
+        : 'a one-phase commit of a peeked snapshot (its rows name it by the timestamp the store drew) could not be verified',
       undefined,
     );
   }
@@ -133,7 +135,9 @@ function landedOn(ctx: CommitContext, state: RowState | undefined, column: strin
  * value is both its start and its commit timestamp. It read nothing, so its snapshot
  * matters only for the write-write check, and at the instant of the atomic step no record
  * on the row can be newer. Such a record has no identity the client knows before the
- * reply, so a lost reply is CommitUnknownError (never a second write).
+ * reply, so a lost reply is CommitUnknownError (never a second write). A peeked
+ * snapshot's commit (docs/protocol.md 4.10) is the same, with its conflict check at the
+ * snapshot (`ctx.snapshotTs`).
  */
 export async function commitOnePhase(ctx: CommitContext): Promise<number> {
   const { env, startTs } = ctx;

@@ -44,6 +44,9 @@ export function applyPrewrite(
   lockAs: 'lock' | 'none',
 ): boolean {
   const { env, startTs } = ctx;
+  // What it read was seen at `snapshot`: a write there or later is a conflict. (At or
+  // below the identity, so a late prewrite of a pruned identity is refused as well.)
+  const snapshot = ctx.snapshotTs ?? startTs;
   let changed = false;
   const now = env.clock();
   const primaryRow = isPrimaryRow(ctx, m);
@@ -51,10 +54,10 @@ export function applyPrewrite(
     const cell = cellOf(state, column);
     if (cell.lock?.startTs === startTs) continue;
     if (cell.lock) throw new BlockedByLock(cell.lock);
-    if (startTs <= cell.prunedThrough) {
-      throw new SnapshotTooOldError(`history of ${m.table}/${column} was pruned past start ${startTs}`);
+    if (snapshot <= cell.prunedThrough) {
+      throw new SnapshotTooOldError(`history of ${m.table}/${column} was pruned past start ${snapshot}`);
     }
-    if (hasWriteAtOrAfter(cell, startTs)) {
+    if (hasWriteAtOrAfter(cell, snapshot)) {
       throw new ConflictError(`write conflict on ${m.table}/${JSON.stringify(m.row)}/${column}`);
     }
     if (value) cell.setValue(startTs, value);

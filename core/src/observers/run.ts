@@ -4,9 +4,12 @@ import type { Transaction } from '../transaction.js';
 import { ackColumn } from './reserved.js';
 import type { NotifiedCell, Observer, WorkerStats } from './types.js';
 
-/** What a run needs from the client: a way to start transactions. */
+/**
+ * What a run needs from the client: a way to start transactions with a drawn start
+ * timestamp (never a peeked one: the ack below is the run's start timestamp).
+ */
 export interface TransactionSource {
-  begin(): Promise<Transaction>;
+  beginDrawn(): Promise<Transaction>;
 }
 
 export type RunResult =
@@ -42,7 +45,7 @@ export async function runObserver(
   const { table, row, column } = cell;
   const ack = ackColumn(observer.name, column);
   for (let attempt = 1; ; attempt++) {
-    const tx = await db.begin();
+    const tx = await db.beginDrawn();
     try {
       if (!observer.weak) {
         const state = await tx.observedState(table, row, column, ack);

@@ -1,0 +1,277 @@
+import {
+  ClientCrash,
+  CommitUnknownError,
+  ConflictError,
+  InvalidArgumentError,
+  inspectHeadRow,
+  MemoryStore,
+  Percolator,
+  StoreError,
+  type Transaction,
+} from '@percolator/core';
+import { describe, expect, it } from 'vitest';
+import { fakeClock, InstrumentedStore } from './support.js';
+
+/**
+ * Peeked snapshots for read-write transactions (docs/protocol.md 4.10): the snapshot comes
+ * from the oracle counter's value with the first reads, drawing nothing; a shared snapshot
+ * identifies nothing, so the commit takes an identity of its own (the value the store
+ * draws in a one-step commit, or one drawn at commit), and its conflict check stays at the
+ * snapshot.
+ */
+
+const ONE_STEP = { stampedCheckAndSetMany: true } as const;
+
+async function recordsOf(store: MemoryStore, table: string, row: string) {
+  const stored = await store.read(table, row);
+  const cell = stored ? inspectHeadRow(stored.state).cells.find((c) => c.column === 'v') : undefined;
+  return { lock: cell?.lock, writes: cell?.writes ?? [] };
+}
+
+const transfer = async (tx: Transaction) => {
+  const a = Number(await tx.getString('t', 'a', 'v'));
+  const b = Number(await tx.getString('t', 'b', 'v'));
+  tx.set('t', 'a', 'v', String(a - 1));
+  tx.set('t', 'b', 'v', String(b + 1));
+};
+
+describe('peeked snapshots for read-write transactions', () => {
+  it('a transfer peeks its snapshot, draws nothing before its one-step commit, and its records carry the drawn value as start and commit', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '10');
+      tx.set('t', 'b', 'v', '10');
+    });
+    const before = { ...store.calls, many: store.stampedManyCalls };
+    const tx = await db.begin();
+    await transfer(tx);
+    const { commitTs } = await tx.commit();
+    expect(store.calls.readPeeked - before.readPeeked).toBe(1);
+    expect(store.calls.readStamped - before.readStamped).toBe(0);
+    expect(store.calls.incrementCounter - before.incrementCounter).toBe(0);
+    expect(store.stampedManyCalls - before.many).toBe(1);
+    // The snapshot is at or below the commit; the rows name the commit by the drawn value.
+    expect(tx.startTs).toBeLessThanOrEqual(commitTs);
+    for (const row of ['a', 'b']) {
+      const { lock, writes } = await recordsOf(store.inner, 't', row);
+      expect(lock).toBeUndefined();
+      expect(writes[0]).toMatchObject({ startTs: commitTs, commitTs, kind: 'put' });
+    }
+    expect(
+      await db.transact((t) => Promise.all([t.getString('t', 'a', 'v'), t.getString('t', 'b', 'v')])),
+    ).toEqual(['9', '11']);
+    // The control: with peekedWrites false the snapshot is drawn with the first reads, and
+    // the records carry it.
+    const drawn = new Percolator({ store, peekedWrites: false });
+    const stamped = store.calls.readStamped;
+    let other!: Transaction;
+    await drawn.transact(async (t) => {
+      other = t;
+      await transfer(t);
+    });
+    expect(store.calls.readStamped - stamped).toBe(1);
+    expect((await recordsOf(store.inner, 't', 'a')).writes[0]).toMatchObject({ startTs: other.startTs });
+    await Promise.all([db.close(), drawn.close()]);
+  });
+
+  it('peeked transfers of one turn share one step and one commit timestamp, and conflict where they overlap', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      for (const row of ['a', 'b', 'c', 'd']) tx.set('t', row, 'v', '10');
+    });
+    const move = (from: string, to: string) => async (tx: Transaction) => {
+      const x = Number(await tx.getString('t', from, 'v'));
+      const y = Number(await tx.getString('t', to, 'v'));
+      tx.set('t', from, 'v', String(x - 1));
+      tx.set('t', to, 'v', String(y + 1));
+    };
+    const calls = store.stampedManyCalls;
+    const peeks = store.calls.readPeeked;
+    const [first, second] = await Promise.all([db.begin(), db.begin()]);
+    await Promise.all([move('a', 'b')(first), move('c', 'd')(second)]);
+    const [one, two] = await Promise.all([first.commit(), second.commit()]);
+    expect(one.commitTs).toBe(two.commitTs);
+    expect(store.stampedManyCalls - calls).toBe(1);
+    expect(store.calls.readPeeked - peeks).toBeLessThanOrEqual(4);
+    // Both read a at one snapshot and both write it: one commits, the other conflicts.
+    const [x, y] = await Promise.all([db.begin(), db.begin()]);
+    await Promise.all([move('a', 'c')(x), move('a', 'd')(y)]);
+    const outcomes = await Promise.allSettled([x.commit(), y.commit()]);
+    expect(outcomes.map((o) => o.status).sort()).toEqual(['fulfilled', 'rejected']);
+    const rejected = outcomes.find((o) => o.status === 'rejected') as PromiseRejectedResult;
+    expect(rejected.reason).toBeInstanceOf(ConflictError);
+    const values = await db.transact((t) =>
+      Promise.all(['a', 'b', 'c', 'd'].map((r) => t.getString('t', r, 'v'))),
+    );
+    expect(values.map(Number).reduce((n, v) => n + v, 0)).toBe(40);
+    expect(values[0]).toBe('8');
+    await db.close();
+  });
+
+  it('a write committed after the snapshot is a conflict, in one step and in two phases', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    const writer = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '0'));
+    for (const rows of [1, 2, 17]) {
+      const tx = await db.begin();
+      expect(await tx.getString('t', 'a', 'v')).toBe('0');
+      // Committed after the snapshot, with a commit timestamp above it.
+      await writer.transact(async (w) => w.set('t', 'a', 'v', '0'));
+      tx.set('t', 'a', 'v', 'lost');
+      for (let i = 1; i < rows; i++) tx.set('t', `other${rows}-${i}`, 'v', 'lost');
+      // 1 and 2 rows: one step, named by the drawn value; 17 rows (past onePhaseMaxRows):
+      // two phases under an identity drawn at commit. Either way the check is at the snapshot.
+      await expect(tx.commit(), `${rows} rows`).rejects.toBeInstanceOf(ConflictError);
+      expect(await db.transact((t) => t.getString('t', 'a', 'v'))).toBe('0');
+      for (let i = 1; i < rows; i++) {
+        const row = `other${rows}-${i}`;
+        expect(await db.transact((t) => t.getString('t', row, 'v')), `${rows} rows: ${row}`).toBeUndefined();
+        expect((await recordsOf(store, 't', row)).lock, `${rows} rows: ${row}`).toBeUndefined();
+      }
+      expect((await recordsOf(store, 't', 'a')).lock).toBeUndefined();
+    }
+    await Promise.all([db.close(), writer.close()]);
+  });
+
+  it('a commit too wide for one step takes an identity drawn at commit, above the snapshot', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    const tx = await db.begin();
+    expect(await tx.getString('t', 'r0', 'v')).toBeUndefined();
+    const draws = store.calls.incrementCounter;
+    for (let i = 0; i < 17; i++) tx.set('t', `r${i}`, 'v', 'x');
+    const { commitTs } = await tx.commit();
+    const identities = new Set<number>();
+    for (let i = 0; i < 17; i++) {
+      const { lock, writes } = await recordsOf(store.inner, 't', `r${i}`);
+      expect(lock).toBeUndefined();
+      identities.add(writes[0]!.startTs);
+      expect(writes[0]!.commitTs).toBe(commitTs);
+    }
+    expect(identities.size).toBe(1);
+    const [identity] = identities;
+    expect(identity).toBeGreaterThanOrEqual(tx.startTs);
+    expect(identity).toBeLessThan(commitTs);
+    // The identity, and the commit timestamp unless the store stamped the primary commit.
+    expect(store.calls.incrementCounter - draws).toBeGreaterThanOrEqual(1);
+    await db.close();
+  });
+
+  it("a lock drawn at exactly the snapshot is another transaction's, never taken for its own", async () => {
+    const store = new MemoryStore();
+    const clock = fakeClock();
+    const db = new Percolator({ store, clock, lockTtlMs: 1000 });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', 'a0'));
+    const tx = await db.begin();
+    expect(await tx.getString('t', 'a', 'v')).toBe('a0');
+    // Another client draws its start timestamp right after the peek: the peeked snapshot
+    // itself. It prewrites b and c and dies before its commit point.
+    const dies = new Percolator({
+      store,
+      clock,
+      lockTtlMs: 1000,
+      peekedWrites: false,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    const other = await dies.begin();
+    await other.ready();
+    expect(other.startTs).toBe(tx.startTs);
+    other.set('t', 'b', 'v', 'never');
+    other.set('t', 'c', 'v', 'never');
+    await expect(other.commit()).rejects.toBeInstanceOf(ClientCrash);
+    expect((await recordsOf(store, 't', 'b')).lock?.startTs).toBe(tx.startTs);
+    // Its lock has expired: the commit rolls it back. The rollback record, at the snapshot
+    // itself, is then a conflict like any record at or after it (a retry commits), and
+    // nothing of the dead transaction is ever taken for ours.
+    clock.advance(5000);
+    tx.set('t', 'b', 'v', 'mine');
+    await expect(tx.commit()).rejects.toBeInstanceOf(ConflictError);
+    const b = await recordsOf(store, 't', 'b');
+    expect(b.lock).toBeUndefined();
+    expect(b.writes.map((w) => [w.kind, w.startTs])).toEqual([['rollback', tx.startTs]]);
+    expect(
+      await db.transact((t) => Promise.all([t.getString('t', 'b', 'v'), t.getString('t', 'c', 'v')])),
+    ).toEqual([undefined, undefined]);
+    await db.transact(async (t) => {
+      await t.getString('t', 'a', 'v');
+      t.set('t', 'b', 'v', 'mine');
+    });
+    expect(await db.transact((t) => t.getString('t', 'b', 'v'))).toBe('mine');
+    await Promise.all([db.close(), dies.close()]);
+  });
+
+  it('a one-step commit whose reply is lost is CommitUnknownError and is never sent again; a request lost before the store is sent again', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '10');
+      tx.set('t', 'b', 'v', '10');
+    });
+    let fault: 'fail-before' | 'fail-after' | undefined = 'fail-after';
+    store.manyFault = () => {
+      const f = fault;
+      fault = undefined;
+      return f;
+    };
+    const calls = store.stampedManyCalls;
+    // db.transact does not run it again: it landed.
+    await expect(db.transact(transfer)).rejects.toBeInstanceOf(CommitUnknownError);
+    expect(store.stampedManyCalls - calls).toBe(1);
+    expect(
+      await db.transact((t) => Promise.all([t.getString('t', 'a', 'v'), t.getString('t', 'b', 'v')])),
+    ).toEqual(['9', '11']);
+    // Lost before it reached the store, but the client cannot tell: unknown too, and
+    // nothing was written (the price of a shared snapshot, docs/protocol.md 4.10).
+    fault = 'fail-before';
+    await expect(db.transact(transfer)).rejects.toBeInstanceOf(CommitUnknownError);
+    expect(
+      await db.transact((t) => Promise.all([t.getString('t', 'a', 'v'), t.getString('t', 'b', 'v')])),
+    ).toEqual(['9', '11']);
+    // Refused with certainty ('no'): sent again, committed once.
+    const send = store.checkAndSetStampedMany.bind(store);
+    let refuse = true;
+    store.checkAndSetStampedMany = async (requests, counter) => {
+      if (!refuse) return send(requests, counter);
+      refuse = false;
+      throw new StoreError('refused before it was applied', 'no');
+    };
+    const sent = store.stampedManyCalls;
+    await db.transact(transfer);
+    expect(store.stampedManyCalls - sent).toBe(1); // the refused call never reached `send`
+    expect(
+      await db.transact((t) => Promise.all([t.getString('t', 'a', 'v'), t.getString('t', 'b', 'v')])),
+    ).toEqual(['8', '12']);
+    await db.close();
+  });
+
+  it('the default follows the store: peeked where a draw costs more than a read, drawn where not; the option is checked', async () => {
+    const cheapDraws = new InstrumentedStore(new MemoryStore(), { ...ONE_STEP, stampedReadUnderLoad: true });
+    for (const [options, peeked] of [
+      [{}, false],
+      [{ peekedWrites: true }, true],
+    ] as const) {
+      const db = new Percolator({ store: cheapDraws, ...options });
+      const before = { ...cheapDraws.calls };
+      await db.transact(async (tx) => {
+        await tx.getString('t', 'a', 'v');
+        tx.set('t', 'a', 'v', 'x');
+      });
+      expect(cheapDraws.calls.readPeeked - before.readPeeked, JSON.stringify(options)).toBe(peeked ? 1 : 0);
+      expect(cheapDraws.calls.readStamped - before.readStamped, JSON.stringify(options)).toBe(peeked ? 0 : 1);
+      await db.close();
+    }
+    for (const bad of ['yes', 1, null]) {
+      expect(() => new Percolator({ store: new MemoryStore(), peekedWrites: bad as never })).toThrow(
+        InvalidArgumentError,
+      );
+    }
+  });
+});
