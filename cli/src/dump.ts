@@ -85,8 +85,8 @@ export async function* readCommitted(
     );
   // Reads settle the locks they meet; like resolve, the CLI prunes nothing as it does.
   const db = new Percolator({ store, gc: KEEP_EVERY_VERSION });
-  // begin() draws the start timestamp now: every commit below it has its locks or records
-  // in the head rows read after this point.
+  // begin() takes the snapshot now (drawn, or peeked where the store peeks: docs/protocol.md
+  // 4.1): every commit below it has its locks or records in the head rows read after this.
   const tx = await db.begin();
   try {
     if (row === undefined) {

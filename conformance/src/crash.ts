@@ -3,7 +3,7 @@
  * hook that throws ClientCrash. The client then makes no further store call for that
  * transaction; its locks stay until they expire and readers resolve them.
  */
-import { ClientCrash, type CommitStep, type CommitStepEvent } from '@percolator/core';
+import { ClientCrash, type CommitStep, type CommitStepEvent, type Transaction } from '@percolator/core';
 
 export interface StopPoint {
   readonly step: CommitStep;
@@ -39,9 +39,15 @@ export function stopOutcome(point: StopPoint): 'ok' | 'fail' {
   return point.step === 'afterCommitPrimary' || point.step === 'afterCommitSecondary' ? 'ok' : 'fail';
 }
 
-/** Stop points chosen per transaction, by start timestamp (for randomised workloads). */
+/**
+ * Stop points chosen per transaction (for randomised workloads), keyed by the transaction
+ * itself: not by its start timestamp, which a peeked snapshot shares with others and its
+ * commit does not carry (docs/protocol.md 4.10).
+ */
 export class CrashPlans {
-  private readonly plans = new Map<number, StopPoint>();
+  // Weak: a plan whose stop never comes (a one-step commit has no prewrite) goes with its
+  // transaction. Never dropped when commit() resolves: stops among the secondaries fire later.
+  private readonly plans = new WeakMap<Transaction, StopPoint>();
 
   /**
    * Called whenever a planned stop fires. A stop among the secondaries fires after
@@ -49,15 +55,15 @@ export class CrashPlans {
    */
   constructor(private readonly onStop?: (point: StopPoint) => void) {}
 
-  set(startTs: number, point: StopPoint): void {
-    this.plans.set(startTs, point);
+  set(transaction: Transaction, point: StopPoint): void {
+    this.plans.set(transaction, point);
   }
 
   /** The onCommitStep hook to build the client with. */
   readonly hook = (e: CommitStepEvent): void => {
-    const plan = this.plans.get(e.startTs);
+    const plan = this.plans.get(e.transaction);
     if (plan === undefined || !matches(plan, e)) return;
-    this.plans.delete(e.startTs);
+    this.plans.delete(e.transaction);
     this.onStop?.(plan);
     throw new ClientCrash(`planned stop at ${e.step}`);
   };

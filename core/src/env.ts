@@ -9,6 +9,7 @@ import type { RowCache } from './row-cache.js';
 import type { RowReader } from './row-reader.js';
 import type { RowState } from './row-state.js';
 import type { RowStore, StoredRow } from './store.js';
+import type { Transaction } from './transaction.js';
 
 export type CommitStep =
   | 'beforePrewrite'
@@ -19,7 +20,19 @@ export type CommitStep =
 
 export interface CommitStepEvent {
   readonly step: CommitStep;
+  /**
+   * The commit's identity: the `startTs` its locks and records carry. For a read-write
+   * transaction with a peeked snapshot, the one its commit took (docs/protocol.md 4.10), not
+   * `tx.startTs`; STAMP in a one-step commit named by the store's draw.
+   */
   readonly startTs: number;
+  /** The transaction's snapshot, `tx.startTs` (its `startTs` unless peeked). */
+  readonly snapshotTs: number;
+  /**
+   * The transaction committing, as `db.begin()` or `db.transact` gave it: what tells apart
+   * transactions of one client that share a peeked snapshot.
+   */
+  readonly transaction: Transaction;
   readonly table?: string;
   readonly row?: string;
   readonly isPrimary?: boolean;

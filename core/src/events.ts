@@ -84,6 +84,13 @@ export interface TransactionEndEvent extends Timed {
   readonly outcome: TransactionOutcome;
   readonly startTs: number | undefined;
   readonly commitTs?: number;
+  /**
+   * The start timestamp its locks and records carry, where that is not `startTs`: the
+   * identity of a peeked read-write snapshot's commit (docs/protocol.md 4.10), which is what
+   * a lock it leaves names. Absent where it is `startTs`, and for a one-step commit that
+   * failed (its identity was to be the store's draw).
+   */
+  readonly identityTs?: number | undefined;
   /** Rows and distinct tables written (0 for a read-only transaction). */
   readonly rows: number;
   readonly tables: number;
@@ -110,8 +117,11 @@ export interface CommitStepEndEvent extends Timed {
   readonly transaction: TransactionRef;
   readonly step: CommitStepName;
   /**
-   * Undefined only for a one-phase blind write that failed: the store draws its start
-   * timestamp with its commit timestamp (equal to it once committed).
+   * The commit's identity: the start timestamp its locks and records carry (for a peeked
+   * read-write snapshot, the one its commit took, not `tx.startTs`: docs/protocol.md 4.10).
+   * Undefined only for a one-step commit named by the store's draw that failed (a blind
+   * write's, or a peeked snapshot's): the store draws that identity with the commit
+   * timestamp (equal to it once committed).
    */
   readonly startTs: number | undefined;
   /** Known once the commit point is passed. */

@@ -333,7 +333,13 @@ export class Percolator {
       // A peeked snapshot (a read-only transaction's, or with `peekedWrites`): a peek of no
       // rows, which draws and writes nothing.
       const tx = new Transaction(this.env, undefined, undefined, 1, undefined, options.readOnly === true);
-      await tx.ready();
+      try {
+        await tx.ready();
+      } catch (error) {
+        // Its begin event has gone out: its end goes too (a span left open otherwise).
+        await tx.rollbackAfter(error);
+        throw error;
+      }
       return tx;
     }
     return new Transaction(this.env, await this.env.oracle.next());

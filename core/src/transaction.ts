@@ -166,6 +166,8 @@ export class Transaction {
    * gets an identity of its own (commitMutations).
    */
   private peeked = false;
+  /** The identity its commit took, where not `ts` (a peeked snapshot's; STAMP: the store's draw). */
+  private identity: number | undefined;
   /** The start timestamp being drawn: by the oracle (or a peek of its own), or with the first reads. */
   private starting: Promise<number> | FirstDraw | undefined;
   /** Reads issued before the start timestamp, sent together in one stamped read. */
@@ -225,12 +227,19 @@ export class Transaction {
       outcome,
       startTs: this.ts,
       commitTs,
+      identityTs: this.identityTs(commitTs),
       rows: this.mutations.size,
       tables,
       time: this.began,
       durationMs: performance.now() - this.began,
       error,
     });
+  }
+
+  /** Its commit's identity where that is not its `startTs` (TransactionEndEvent.identityTs). */
+  private identityTs(commitTs: number | undefined): number | undefined {
+    const identity = this.identity === STAMP ? commitTs : this.identity;
+    return identity === this.ts ? undefined : identity;
   }
 
   /**
@@ -846,6 +855,7 @@ export class Transaction {
   ): Promise<number> {
     // A peeked snapshot is not the identity: the conflict check is against it (4.10).
     const snapshotTs = this.peeked && startTs !== this.ts ? this.ts : undefined;
+    if (snapshotTs !== undefined) this.identity = startTs;
     // A deterministic primary: the first row in (table, key) order.
     rows.sort((a, b) => (a.table === b.table ? compareKeys(a.row, b.row) : a.table < b.table ? -1 : 1));
     const first = rows[0]!;
@@ -857,6 +867,7 @@ export class Transaction {
       primary: { table: first.table, row: first.row, column: first.cells.keys().next().value! },
       knownRows: this.knownRows,
       decodedRows: this.decodedRows,
+      transaction: this,
       crashed: undefined,
       signal,
       trace: this.ref,

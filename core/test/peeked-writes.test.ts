@@ -6,6 +6,7 @@ import {
   inspectHeadRow,
   MemoryStore,
   Percolator,
+  type PercolatorEvent,
   StoreError,
   type Transaction,
 } from '@percolator/core';
@@ -136,11 +137,14 @@ describe('peeked snapshots for read-write transactions', () => {
     await Promise.all([db.close(), writer.close()]);
   });
 
-  it('a commit too wide for one step takes an identity drawn at commit, above the snapshot', async () => {
+  it('a commit too wide for one step takes an identity drawn at commit, above the snapshot, and its end event names it', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
+    const ends: PercolatorEvent[] = [];
+    const db = new Percolator({ store, onEvent: (e) => void (e.type === 'transaction.end' && ends.push(e)) });
     const tx = await db.begin();
     expect(await tx.getString('t', 'r0', 'v')).toBeUndefined();
+    // Another commit draws after the peek, so the identity is above the snapshot.
+    await db.transact(async (t) => t.set('t', 'elsewhere', 'v', 'x'));
     const draws = store.calls.incrementCounter;
     for (let i = 0; i < 17; i++) tx.set('t', `r${i}`, 'v', 'x');
     const { commitTs } = await tx.commit();
@@ -153,8 +157,12 @@ describe('peeked snapshots for read-write transactions', () => {
     }
     expect(identities.size).toBe(1);
     const [identity] = identities;
-    expect(identity).toBeGreaterThanOrEqual(tx.startTs);
+    expect(identity).toBeGreaterThan(tx.startTs);
     expect(identity).toBeLessThan(commitTs);
+    // What an operator matches a lock it left against: the end event's identityTs.
+    const end = ends.at(-1);
+    expect(end).toMatchObject({ type: 'transaction.end', startTs: tx.startTs, commitTs });
+    expect(end?.type === 'transaction.end' ? end.identityTs : undefined).toBe(identity);
     // The identity, and the commit timestamp unless the store stamped the primary commit.
     expect(store.calls.incrementCounter - draws).toBeGreaterThanOrEqual(1);
     await db.close();

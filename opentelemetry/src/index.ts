@@ -656,5 +656,6 @@ function endAttributes(e: TransactionEndEvent): Attributes {
   };
   if (e.startTs !== undefined) attributes['percolator.start_ts'] = e.startTs;
   if (e.commitTs !== undefined) attributes['percolator.commit_ts'] = e.commitTs;
+  if (e.identityTs !== undefined) attributes['percolator.identity_ts'] = e.identityTs;
   return attributes;
 }

@@ -61,11 +61,14 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   const plans = new Map<Percolator, CrashPlans>();
   const faultyStores: FaultyStore[] = [];
   let oneStep = 0;
+  // Stops fired per client (below: the peeked clients' stops fire too).
+  const firedBy: number[] = [];
   const clients = Array.from({ length: options.skew ? skews.length : 3 }, (_, i) => {
     // A stop counts when it fires: a stop among the background secondaries fires after
     // commit() resolved. Locks of a stopped client expire for everyone at once.
     const crashPlans = new CrashPlans((point) => {
       fired.set(stopLabel(point), (fired.get(stopLabel(point)) ?? 0) + 1);
+      firedBy[i] = (firedBy[i] ?? 0) + 1;
       clock.advance(lockTtlMs + 1);
     });
     const { db, faulty } = client(ctx, store, {
@@ -229,6 +232,13 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     );
     const never = CRASH_STEPS.filter((p) => !fired.has(stopLabel(p))).map(stopLabel);
     check(never.length === 0, `no client stopped at ${never.join(', ')}: those steps went untested`);
+    // Two clients of three commit under an identity apart from tx.startTs where the store
+    // peeks (peekedWrites): their stops must fire too, or the plans lost their transactions.
+    const perClient = clients.map((_, i) => firedBy[i] ?? 0);
+    check(
+      perClient.some((n, i) => i !== 1 && n > 0),
+      `clients 0 and 2 never stopped (stops per client: ${perClient.join(', ')}): a stop plan that cannot find its transaction`,
+    );
   }
 }
 

@@ -132,7 +132,7 @@ export async function runListAppend(
       }
       const writtenRows = new Set(plan.filter((p) => p.append).map((p) => p.key)).size;
       const crash = writtenRows > 0 ? workload.crashAt?.(random, writtenRows) : undefined;
-      if (crash !== undefined) plansFor?.(db)?.set(tx.startTs, crash);
+      if (crash !== undefined) plansFor?.(db)?.set(tx, crash);
       await jitter(random);
       try {
         await tx.commit();

@@ -4,6 +4,7 @@ import { AbortedError } from '../errors.js';
 import type { CommitStepEndEvent, CommitStepName, TransactionRef } from '../events.js';
 import type { CellRef, Lock, RowKey, RowState } from '../row-state.js';
 import type { StoredRow } from '../store.js';
+import type { Transaction } from '../transaction.js';
 
 /** What every commit step shares (docs/protocol.md section 4). */
 
@@ -40,6 +41,8 @@ export interface CommitContext {
    * decision on such a row starts from them instead of decoding it again.
    */
   readonly decodedRows?: Map<string, { readonly stored: StoredRow; readonly state: RowState }> | undefined;
+  /** The transaction committing, for the commit-step hooks (`CommitStepEvent.transaction`). */
+  readonly transaction: Transaction;
   /** Set once a hook simulated a crash: the client makes no further store call. */
   crashed: unknown;
   /** The caller's signal: honoured up to the commit point, never after it. */
@@ -122,12 +125,20 @@ export class BlockedByLock extends Error {
 }
 
 /** A named commit step: runs the test hook, which may simulate a crash there. */
-export async function step(ctx: CommitContext, event: Omit<CommitStepEvent, 'startTs'>): Promise<void> {
+export async function step(
+  ctx: CommitContext,
+  event: Omit<CommitStepEvent, 'startTs' | 'snapshotTs' | 'transaction'>,
+): Promise<void> {
   if (ctx.crashed !== undefined) throw ctx.crashed;
   const hook = ctx.env.hooks.onCommitStep;
   if (!hook) return;
   try {
-    await hook({ ...event, startTs: ctx.startTs });
+    await hook({
+      ...event,
+      startTs: ctx.startTs,
+      snapshotTs: ctx.snapshotTs ?? ctx.startTs,
+      transaction: ctx.transaction,
+    });
   } catch (error) {
     ctx.crashed = error;
     throw error;
