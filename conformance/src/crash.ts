@@ -47,7 +47,7 @@ export function stopOutcome(point: StopPoint): 'ok' | 'fail' {
 export class CrashPlans {
   // Weak: a plan whose stop never comes (a one-step commit has no prewrite) goes with its
   // transaction. Never dropped when commit() resolves: stops among the secondaries fire later.
-  private readonly plans = new WeakMap<Transaction, StopPoint>();
+  private readonly plans = new WeakMap<object, StopPoint>();
 
   /**
    * Called whenever a planned stop fires. A stop among the secondaries fires after

@@ -9,7 +9,6 @@ import type { RowCache } from './row-cache.js';
 import type { RowReader } from './row-reader.js';
 import type { RowState } from './row-state.js';
 import type { RowStore, StoredRow } from './store.js';
-import type { Transaction } from './transaction.js';
 
 export type CommitStep =
   | 'beforePrewrite'
@@ -29,10 +28,11 @@ export interface CommitStepEvent {
   /** The transaction's snapshot, `tx.startTs` (its `startTs` unless peeked). */
   readonly snapshotTs: number;
   /**
-   * The transaction committing, as `db.begin()` or `db.transact` gave it: what tells apart
-   * transactions of one client that share a peeked snapshot.
+   * The transaction committing: the `Transaction` object `db.begin()` or `db.transact`
+   * gave (typed `object` here, compare it by identity). What tells apart transactions of
+   * one client that share a peeked snapshot.
    */
-  readonly transaction: Transaction;
+  readonly transaction: object;
   readonly table?: string;
   readonly row?: string;
   readonly isPrimary?: boolean;

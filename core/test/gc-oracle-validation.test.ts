@@ -66,7 +66,7 @@ describe('old versions (docs/protocol.md section 7)', () => {
   });
 
   it('a snapshot exactly retentionMs old still reads; one a millisecond older gets SnapshotTooOldError', async () => {
-    const { clock, store, db } = agedClient();
+    const { clock, db } = agedClient();
     await db.transact(async (tx) => tx.set('t', 'r', 'v', 'old'));
     // Two snapshots taken at `now`, each read once only (a transaction keeps what it read).
     const atBoundary = await db.begin();

@@ -4,7 +4,6 @@ import { AbortedError } from '../errors.js';
 import type { CommitStepEndEvent, CommitStepName, TransactionRef } from '../events.js';
 import type { CellRef, Lock, RowKey, RowState } from '../row-state.js';
 import type { StoredRow } from '../store.js';
-import type { Transaction } from '../transaction.js';
 
 /** What every commit step shares (docs/protocol.md section 4). */
 
@@ -42,7 +41,7 @@ export interface CommitContext {
    */
   readonly decodedRows?: Map<string, { readonly stored: StoredRow; readonly state: RowState }> | undefined;
   /** The transaction committing, for the commit-step hooks (`CommitStepEvent.transaction`). */
-  readonly transaction: Transaction;
+  readonly transaction: object;
   /** Set once a hook simulated a crash: the client makes no further store call. */
   crashed: unknown;
   /** The caller's signal: honoured up to the commit point, never after it. */
