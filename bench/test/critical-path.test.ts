@@ -51,7 +51,8 @@ describe('sequential round trips (critical path)', () => {
 
   test('a read-only transaction of two rows read with Promise.all waits twice: begin + one batched read', async () => {
     const store = new CountingStore(new UnstampedMemoryStore());
-    const db = new Percolator({ store });
+    // The oracle's way (no peeked snapshot for a transaction not declared read-only).
+    const db = new Percolator({ store, peekedWrites: false });
     await db.transact(async (tx) => {
       tx.set('t', 'a', 'c', '1');
       tx.set('t', 'b', 'c', '2');
@@ -66,7 +67,7 @@ describe('sequential round trips (critical path)', () => {
     await db.close();
   });
 
-  test('the bench reports both counts; a memory-store transfer waits no more often than it calls', async () => {
+  test('the bench reports both counts; a memory-store transfer waits twice, where raw calls wait four times', async () => {
     const memory = new MemoryStore();
     const shape = { records: 16, accounts: 16, valueBytes: 32 };
     const workload = workloadByName('transfer')!;
@@ -90,12 +91,15 @@ describe('sequential round trips (critical path)', () => {
       const path = result.criticalPath!;
       expect(path.transactions).toBeGreaterThan(0);
       expect(path.roundTrips).toBeGreaterThan(0);
-      expect(path.roundTrips).toBeLessThanOrEqual(result.roundTrips);
       expect(path.roundTrips).toBeLessThanOrEqual(path.criticalCalls);
+      // (Under load Percolator's calls per transaction may be fewer than its waits: the
+      // first reads of transactions that start together share one peek, docs/protocol.md 4.10.)
       // raw: two legs of read + CAS, nothing overlapping, nothing in the background.
-      if (engine.mode === 'raw')
+      if (engine.mode === 'raw') {
         expect(path).toMatchObject({ roundTrips: 4, criticalCalls: 4, backgroundCalls: 0 });
-      // Percolator on the memory store: the stamped read, then the one-step commit of both
+        expect(path.roundTrips).toBeLessThanOrEqual(result.roundTrips);
+      }
+      // Percolator on the memory store: the peek with the reads, then the one-step commit of both
       // rows (no secondaries left for the background).
       else expect(path).toMatchObject({ roundTrips: 2, criticalCalls: 2 });
       await engine.close();
