@@ -119,9 +119,10 @@ export interface CommitStepEndEvent extends Timed {
   /**
    * The commit's identity: the start timestamp its locks and records carry (for a peeked
    * read-write snapshot, the one its commit took, not `tx.startTs`: docs/protocol.md 4.10).
-   * Undefined only for a one-step commit named by the store's draw that failed (a blind
-   * write's, or a peeked snapshot's): the store draws that identity with the commit
-   * timestamp (equal to it once committed).
+   * Undefined only for a one-step commit named by the store's draw that failed, or that
+   * the store refused as too large (then a two-phase commit under a drawn identity
+   * follows): a blind write's, or a peeked snapshot's. The store draws that identity with
+   * the commit timestamp (equal to it once committed).
    */
   readonly startTs: number | undefined;
   /** Known once the commit point is passed. */

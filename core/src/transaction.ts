@@ -855,7 +855,9 @@ export class Transaction {
   ): Promise<number> {
     // A peeked snapshot is not the identity: the conflict check is against it (4.10).
     const snapshotTs = this.peeked && startTs !== this.ts ? this.ts : undefined;
-    if (snapshotTs !== undefined) this.identity = startTs;
+    // Set on every attempt: a one-step try (STAMP) may fall back to a drawn identity equal
+    // to the snapshot, which is then no identity apart from it.
+    this.identity = snapshotTs !== undefined ? startTs : undefined;
     // A deterministic primary: the first row in (table, key) order.
     rows.sort((a, b) => (a.table === b.table ? compareKeys(a.row, b.row) : a.table < b.table ? -1 : 1));
     const first = rows[0]!;

@@ -7,6 +7,7 @@ import {
   MemoryStore,
   Percolator,
   type PercolatorEvent,
+  RowTooLargeError,
   StoreError,
   type Transaction,
 } from '@percolator/core';
@@ -165,6 +166,34 @@ describe('peeked snapshots for read-write transactions', () => {
     expect(end?.type === 'transaction.end' ? end.identityTs : undefined).toBe(identity);
     // The identity, and the commit timestamp unless the store stamped the primary commit.
     expect(store.calls.incrementCounter - draws).toBeGreaterThanOrEqual(1);
+    await db.close();
+  });
+
+  it('a one-step commit refused as too large falls back to two phases under a drawn identity, and its end event says which', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    // The store refuses every one-step commit as too large (nothing sent).
+    store.checkAndSetStampedMany = async () => {
+      throw new RowTooLargeError('one step of these rows is too large for this store');
+    };
+    const ends: PercolatorEvent[] = [];
+    const db = new Percolator({ store, onEvent: (e) => void (e.type === 'transaction.end' && ends.push(e)) });
+    for (const drawBetween of [false, true]) {
+      const tx = await db.begin();
+      await tx.getString('t', 'a', 'v');
+      // With a draw after the peek, the identity lands above the snapshot; without, on it.
+      if (drawBetween) await db.transact(async (t) => t.set('t', 'elsewhere', 'v', 'x'));
+      tx.set('t', 'a', 'v', String(drawBetween));
+      tx.set('t', 'b', 'v', String(drawBetween));
+      const { commitTs } = await tx.commit();
+      const identity = (await recordsOf(store.inner, 't', 'a')).writes[0]!.startTs;
+      expect(identity, `draw between: ${drawBetween}`).toBeLessThan(commitTs);
+      expect(identity === tx.startTs, `draw between: ${drawBetween}`).toBe(!drawBetween);
+      const end = ends.at(-1);
+      // Absent where the identity is tx.startTs; never the commit timestamp.
+      expect(end?.type === 'transaction.end' ? end.identityTs : null, `draw between: ${drawBetween}`).toBe(
+        drawBetween ? identity : undefined,
+      );
+    }
     await db.close();
   });
 
