@@ -342,7 +342,7 @@ export class Percolator {
       }
       return tx;
     }
-    return new Transaction(this.env, await this.env.oracle.next());
+    return this.beginDrawn();
   }
 
   /**

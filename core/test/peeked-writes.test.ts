@@ -37,14 +37,24 @@ const transfer = async (tx: Transaction) => {
   tx.set('t', 'b', 'v', String(b + 1));
 };
 
+/** A one-step store with rows a and b at 10, and a client on it. */
+async function seededPair() {
+  const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+  const db = new Percolator({ store });
+  await db.transact(async (tx) => {
+    tx.set('t', 'a', 'v', '10');
+    tx.set('t', 'b', 'v', '10');
+  });
+  return { store, db };
+}
+
+/** Rows a and b, as one snapshot reads them. */
+const balances = (db: Percolator) =>
+  db.transact((t) => Promise.all([t.getString('t', 'a', 'v'), t.getString('t', 'b', 'v')]));
+
 describe('peeked snapshots for read-write transactions', () => {
   it('a transfer peeks its snapshot, draws nothing before its one-step commit, and its records carry the drawn value as start and commit', async () => {
-    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
-    await db.transact(async (tx) => {
-      tx.set('t', 'a', 'v', '10');
-      tx.set('t', 'b', 'v', '10');
-    });
+    const { store, db } = await seededPair();
     const before = { ...store.calls, many: store.stampedManyCalls };
     const tx = await db.begin();
     await transfer(tx);
@@ -60,9 +70,7 @@ describe('peeked snapshots for read-write transactions', () => {
       expect(lock).toBeUndefined();
       expect(writes[0]).toMatchObject({ startTs: commitTs, commitTs, kind: 'put' });
     }
-    expect(
-      await db.transact((t) => Promise.all([t.getString('t', 'a', 'v'), t.getString('t', 'b', 'v')])),
-    ).toEqual(['9', '11']);
+    expect(await balances(db)).toEqual(['9', '11']);
     // The control: with peekedWrites false the snapshot is drawn with the first reads, and
     // the records carry it.
     const drawn = new Percolator({ store, peekedWrites: false });
@@ -246,12 +254,7 @@ describe('peeked snapshots for read-write transactions', () => {
   });
 
   it('a one-step commit whose reply is lost is CommitUnknownError and is never sent again; a request lost before the store is sent again', async () => {
-    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-    const db = new Percolator({ store });
-    await db.transact(async (tx) => {
-      tx.set('t', 'a', 'v', '10');
-      tx.set('t', 'b', 'v', '10');
-    });
+    const { store, db } = await seededPair();
     let fault: 'fail-before' | 'fail-after' | undefined = 'fail-after';
     store.manyFault = () => {
       const f = fault;
@@ -262,16 +265,12 @@ describe('peeked snapshots for read-write transactions', () => {
     // db.transact does not run it again: it landed.
     await expect(db.transact(transfer)).rejects.toBeInstanceOf(CommitUnknownError);
     expect(store.stampedManyCalls - calls).toBe(1);
-    expect(
-      await db.transact((t) => Promise.all([t.getString('t', 'a', 'v'), t.getString('t', 'b', 'v')])),
-    ).toEqual(['9', '11']);
+    expect(await balances(db)).toEqual(['9', '11']);
     // Lost before it reached the store, but the client cannot tell: unknown too, and
     // nothing was written (the price of a shared snapshot, docs/protocol.md 4.10).
     fault = 'fail-before';
     await expect(db.transact(transfer)).rejects.toBeInstanceOf(CommitUnknownError);
-    expect(
-      await db.transact((t) => Promise.all([t.getString('t', 'a', 'v'), t.getString('t', 'b', 'v')])),
-    ).toEqual(['9', '11']);
+    expect(await balances(db)).toEqual(['9', '11']);
     // Refused with certainty ('no'): sent again, committed once.
     const send = store.checkAndSetStampedMany.bind(store);
     let refuse = true;
@@ -283,9 +282,7 @@ describe('peeked snapshots for read-write transactions', () => {
     const sent = store.stampedManyCalls;
     await db.transact(transfer);
     expect(store.stampedManyCalls - sent).toBe(1); // the refused call never reached `send`
-    expect(
-      await db.transact((t) => Promise.all([t.getString('t', 'a', 'v'), t.getString('t', 'b', 'v')])),
-    ).toEqual(['8', '12']);
+    expect(await balances(db)).toEqual(['8', '12']);
     await db.close();
   });
 
