@@ -69,7 +69,13 @@ export function touches(call: StoreCall, table: string, key: string): boolean {
   return call.table === table && call.key === key;
 }
 
-export type FaultKind = 'before' | 'after' | 'delay';
+/**
+ * 'before': the call never reaches the store, and the caller is told so ('no'). 'after':
+ * it is applied, then reported failed ('unknown'). 'delay': it is slow. 'late': it is
+ * reported failed at once ('unknown', as after a timeout), while it is still on its way:
+ * it reaches the store `delayMs` later and is applied then, or refused, like any call.
+ */
+export type FaultKind = 'before' | 'after' | 'delay' | 'late';
 
 export interface RandomFaults {
   /** Probability that a call fails before it reaches the store. */
@@ -79,6 +85,9 @@ export interface RandomFaults {
   /** Probability that a call is delayed, by 0..maxDelayMs. */
   readonly delay?: number;
   readonly maxDelayMs?: number;
+  /** Probability that a call is reported failed ('unknown') and reaches the store 0..maxLateMs later. */
+  readonly late?: number;
+  readonly maxLateMs?: number;
   /** Operations eligible for random faults (default: all). */
   readonly operations?: readonly StoreOperation[];
 }
@@ -90,7 +99,7 @@ export interface FaultRule {
   readonly match?: (call: StoreCall) => boolean;
   /** How many matching calls to affect (default 1). */
   readonly times?: number;
-  /** For `delay`. */
+  /** For `delay` and `late`. */
   readonly delayMs?: number;
 }
 
@@ -149,7 +158,18 @@ export class FaultyStore implements RowStore {
    * incrementCounter, whose lost reply loses only a timestamp, and only where the store
    * applied something: a refused CAS wrote nothing): the ambiguous writes.
    */
-  readonly stats = { calls: 0, failedBefore: 0, failedAfter: 0, writesFailedAfter: 0, delayed: 0 };
+  readonly stats = {
+    calls: 0,
+    failedBefore: 0,
+    failedAfter: 0,
+    writesFailedAfter: 0,
+    delayed: 0,
+    /** Calls reported failed while still on their way ('late'), and those of them that then wrote. */
+    late: 0,
+    writesLate: 0,
+  };
+  /** The 'late' calls still on their way (see `settle`). */
+  private readonly inFlight = new Set<Promise<unknown>>();
   private randomFaults: RandomFaults | undefined;
   private readonly random: Random;
   private readonly rules: ActiveRule[] = [];
@@ -382,9 +402,18 @@ export class FaultyStore implements RowStore {
     );
   }
 
-  /** Closes the wrapped store. */
-  close(): Promise<void> {
+  /**
+   * Waits until every 'late' call has reached the store and been applied or refused, so a
+   * final check sees everything that will ever land.
+   */
+  async settle(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.all([...this.inFlight]);
+  }
+
+  /** Closes the wrapped store, once the 'late' calls have landed. */
+  async close(): Promise<void> {
     this.clearFaults();
+    await this.settle();
     return this.inner.close();
   }
 
@@ -417,6 +446,24 @@ export class FaultyStore implements RowStore {
       this.record({ call, kind: 'delay', delayMs: fault.delayMs });
       await sleep(fault.delayMs ?? 0);
       return run();
+    }
+    if (fault?.kind === 'late') {
+      this.stats.late++;
+      this.record({ call, kind: 'late', delayMs: fault.delayMs });
+      const landing = sleep(fault.delayMs ?? 0)
+        .then(run)
+        .then(
+          (result) => {
+            if (WRITE_OPERATIONS.includes(call.operation) && wroteSomething(result)) this.stats.writesLate++;
+          },
+          () => undefined, // refused or failed on arrival: nobody is waiting for it
+        )
+        .finally(() => this.inFlight.delete(landing));
+      this.inFlight.add(landing);
+      throw new StoreError(
+        this.message(call, 'is still on its way (reported failed, it lands later)'),
+        'unknown',
+      );
     }
     if (fault?.kind === 'before') {
       this.stats.failedBefore++;
@@ -455,10 +502,14 @@ export class FaultyStore implements RowStore {
     const before = faults.failBefore ?? 0;
     const after = faults.failAfter ?? 0;
     const delay = faults.delay ?? 0;
+    const late = faults.late ?? 0;
     if (roll < before) return { kind: 'before' };
     if (roll < before + after) return { kind: 'after' };
     if (roll < before + after + delay) {
       return { kind: 'delay', delayMs: Math.floor(delayRoll * ((faults.maxDelayMs ?? 5) + 1)) };
+    }
+    if (roll < before + after + delay + late) {
+      return { kind: 'late', delayMs: Math.floor(delayRoll * ((faults.maxLateMs ?? 5) + 1)) };
     }
     return undefined;
   }

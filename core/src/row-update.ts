@@ -1,5 +1,6 @@
 import { backoffMs, sleep } from './backoff.js';
 import { decodeRow, encodeRow } from './codec.js';
+import { fence } from './commit/fence.js';
 import type { ProtocolEnv } from './env.js';
 import { RowTooLargeError, StoreError } from './errors.js';
 import { isCellEmpty, type RowState, rowHasNotification } from './row-state.js';
@@ -84,6 +85,12 @@ export async function updateRow<T>(
    * decision's records with commitTs STAMP get the drawn value. Only where `env.steps` is.
    */
   stamped = false,
+  /**
+   * The decision's records carry no identity the client knows (a one-step commit named by
+   * the store's draw): after a write whose outcome is unknown, a row still at the version
+   * it expected is fenced (commit/fence.ts), which makes the outcome certain.
+   */
+  fenceLost = false,
 ): Promise<RowUpdateResult<T>> {
   const cache = env.rowCache;
   // A guess only before anything may have landed: after an ambiguous CAS, the row as read.
@@ -92,6 +99,8 @@ export async function updateRow<T>(
   let ambiguous = startAmbiguous;
   let lastError: unknown;
   let failures = 0;
+  /** The version the last write whose outcome is unknown expected (fenceLost). */
+  let lostExpected: string | null = null;
   for (let attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++) {
     if (current === undefined) {
       try {
@@ -101,6 +110,15 @@ export async function updateRow<T>(
         throw error;
       }
       cache?.set(table, key, current);
+      if (ambiguous && lostExpected !== null && current?.version === lostExpected) {
+        const fenced = await fence(env, table, key, current, lostExpected);
+        if (fenced) {
+          // The lost write can no longer land, and had not: decide as if it was never sent.
+          current = fenced;
+          ambiguous = false;
+          lostExpected = null;
+        }
+      }
     }
     let decision: RowDecision<T>;
     if (guessed) {
@@ -155,7 +173,10 @@ export async function updateRow<T>(
       // "not written" would roll back a commit that landed).
       if (error instanceof RowTooLargeError) throw ambiguous ? new AmbiguousOutcome(error) : error;
       lastError = error;
-      if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
+      if (!(error instanceof StoreError && error.applied === 'no')) {
+        ambiguous = true;
+        if (fenceLost) lostExpected = request.expected;
+      }
       current = undefined;
       cache?.delete(table, key);
       if (++failures >= MAX_STORE_FAILURES) break;

@@ -253,7 +253,7 @@ describe('peeked snapshots for read-write transactions', () => {
     await Promise.all([db.close(), dies.close()]);
   });
 
-  it('a one-step commit whose reply is lost is CommitUnknownError and is never sent again; a request lost before the store is sent again', async () => {
+  it('a one-step commit whose reply is lost is CommitUnknownError and is never sent again; a request lost before the store is fenced and sent again', async () => {
     const { store, db } = await seededPair();
     let fault: 'fail-before' | 'fail-after' | undefined = 'fail-after';
     store.manyFault = () => {
@@ -262,16 +262,19 @@ describe('peeked snapshots for read-write transactions', () => {
       return f;
     };
     const calls = store.stampedManyCalls;
-    // db.transact does not run it again: it landed.
+    // Applied, reply lost: its rows moved on, so no fence, and db.transact does not run it again.
     await expect(db.transact(transfer)).rejects.toBeInstanceOf(CommitUnknownError);
     expect(store.stampedManyCalls - calls).toBe(1);
     expect(await balances(db)).toEqual(['9', '11']);
-    // Lost before it reached the store, but the client cannot tell: unknown too, and
-    // nothing was written (the price of a shared snapshot, docs/protocol.md 4.10).
+    // Lost before it reached the store: the re-read finds the rows as the step expected them,
+    // the fence (one plain CAS) makes sure it never lands, and the commit goes again, once.
     fault = 'fail-before';
-    await expect(db.transact(transfer)).rejects.toBeInstanceOf(CommitUnknownError);
-    expect(await balances(db)).toEqual(['9', '11']);
-    // Refused with certainty ('no'): sent again, committed once.
+    const [many, cas] = [store.stampedManyCalls, store.calls.checkAndSet];
+    await db.transact(transfer);
+    expect(store.stampedManyCalls - many).toBe(2);
+    expect(store.calls.checkAndSet - cas).toBe(1);
+    expect(await balances(db)).toEqual(['8', '12']);
+    // Refused with certainty ('no'): sent again without a fence, committed once.
     const send = store.checkAndSetStampedMany.bind(store);
     let refuse = true;
     store.checkAndSetStampedMany = async (requests, counter) => {
@@ -279,10 +282,105 @@ describe('peeked snapshots for read-write transactions', () => {
       refuse = false;
       throw new StoreError('refused before it was applied', 'no');
     };
-    const sent = store.stampedManyCalls;
+    const sent = [store.stampedManyCalls, store.calls.checkAndSet];
     await db.transact(transfer);
-    expect(store.stampedManyCalls - sent).toBe(1); // the refused call never reached `send`
+    expect(store.stampedManyCalls - sent[0]!).toBe(1); // the refused call never reached `send`
+    expect(store.calls.checkAndSet - sent[1]!).toBe(0);
+    expect(await balances(db)).toEqual(['7', '13']);
+    await db.close();
+  });
+
+  it('the fence: a delayed one-step commit that arrives after the fence never lands; one that lands before it leaves the outcome unknown, never a second commit', async () => {
+    const { store, db } = await seededPair();
+    let late = true;
+    store.manyFault = () => {
+      const f = late ? 'late' : undefined;
+      late = false;
+      return f;
+    };
+    // The first step is delayed: the client fences row a and commits again.
+    await db.transact(transfer);
+    expect(store.late).toHaveLength(1);
+    expect(await balances(db)).toEqual(['9', '11']);
+    // The delayed step arrives: refused (row a moved under the fence), nothing written twice.
+    expect((await store.late.shift()!()).ok).toBe(false);
+    expect(await balances(db)).toEqual(['9', '11']);
+    // The delayed step lands after the client's re-read, before its next write (the fence):
+    // the fence is refused, and the client, which cannot tell its step from another
+    // writer's, reports unknown (a second send would have lost a race and conflicted).
+    late = true;
+    store.beforeWrite = async () => {
+      if (store.late.length === 0) return; // the delayed step's own call
+      store.beforeWrite = undefined;
+      expect((await store.late.shift()!()).ok).toBe(true);
+    };
+    let runs = 0;
+    await expect(
+      db.transact(async (tx) => {
+        runs++;
+        await transfer(tx);
+      }),
+    ).rejects.toBeInstanceOf(CommitUnknownError);
+    expect(runs).toBe(1);
     expect(await balances(db)).toEqual(['8', '12']);
+    await db.close();
+  });
+
+  it('the fence keeps the row as it was: the same bytes under a new version, its pending notification included', async () => {
+    const { store, db } = await seededPair();
+    await db.transact(async (tx) => {
+      await tx.getString('t', 'a', 'v');
+      tx.set('t', 'a', 'v', '10');
+      tx.notify('t', 'a', 'v');
+    });
+    const before = (await store.inner.read('t', 'a'))!;
+    let fenced: { state: Uint8Array | null; notified?: boolean } | undefined;
+    store.beforeCas = async (request) => {
+      fenced = request;
+    };
+    let late = true;
+    store.manyFault = () => {
+      const f = late ? 'late' : undefined;
+      late = false;
+      return f;
+    };
+    await db.transact(transfer);
+    expect(fenced?.state).toEqual(before.state);
+    expect(fenced?.notified).toBe(true);
+    expect(await balances(db)).toEqual(['9', '11']);
+    await db.close();
+  });
+
+  it('blind writes and one-row commits are fenced too', async () => {
+    const { store, db } = await seededPair();
+    // A blind write of two rows (no read, no start timestamp of its own): its step delayed.
+    let late = true;
+    store.manyFault = () => {
+      const f = late ? 'late' : undefined;
+      late = false;
+      return f;
+    };
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', 'blind-a');
+      tx.set('t', 'b', 'v', 'blind-b');
+    });
+    expect((await store.late.shift()!()).ok).toBe(false);
+    expect(await balances(db)).toEqual(['blind-a', 'blind-b']);
+    // A one-row read-modify-write of a peeked snapshot (the single-row stamped CAS).
+    let lateOne = true;
+    store.casFault = () => {
+      const f = lateOne ? 'late' : undefined;
+      lateOne = false;
+      return f;
+    };
+    const stamped = store.calls.checkAndSetStamped;
+    await db.transact(async (tx) => {
+      const a = await tx.getString('t', 'a', 'v');
+      tx.set('t', 'a', 'v', `${a}!`);
+    });
+    expect(store.calls.checkAndSetStamped - stamped).toBe(2);
+    expect((await store.late.shift()!()).ok).toBe(false);
+    expect(await balances(db)).toEqual(['blind-a!', 'blind-b']);
     await db.close();
   });
 

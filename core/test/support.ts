@@ -13,7 +13,12 @@ import {
   StoreError,
 } from '@percolator/core';
 
-export type Fault = 'fail-before' | 'fail-after' | undefined;
+/**
+ * 'fail-before': lost before the store, reported unknown. 'fail-after': applied, its reply
+ * lost. 'late': reported unknown at once, and applied only when the test runs it from
+ * `late` (a request delayed in the network, not lost).
+ */
+export type Fault = 'fail-before' | 'fail-after' | 'late' | undefined;
 
 /**
  * A MemoryStore wrapper for core tests: counts calls, injects failures before or after a
@@ -46,6 +51,12 @@ export class InstrumentedStore implements RowStore {
   manyFault: (requests: readonly CasRequest[]) => Fault = () => undefined;
   /** While set, an applied checkAndSetStampedMany waits for it before replying. */
   manyReplyHold: Promise<void> | undefined;
+  /** Requests that failed with 'late', each applying its call when run (oldest first). */
+  readonly late: (() => Promise<{ readonly ok: boolean }>)[] = [];
+  /** Awaited before every plain checkAndSet reaches the store (after its gate). */
+  beforeCas: ((request: CasRequest) => Promise<void>) | undefined;
+  /** Awaited first in every write call, plain or stamped (so a test can land a delayed step first). */
+  beforeWrite: (() => Promise<void>) | undefined;
   /** Held CAS calls, keyed by `${table}/${key}`. */
   private gates = new Map<string, Promise<void>>();
 
@@ -79,11 +90,13 @@ export class InstrumentedStore implements RowStore {
 
   async checkAndSet(request: CasRequest): Promise<CasResult> {
     this.calls.checkAndSet++;
+    if (this.beforeWrite) await this.beforeWrite();
     const gate = this.gates.get(`${request.table}/${request.key}`);
     if (gate) {
       this.gates.delete(`${request.table}/${request.key}`);
       await gate;
     }
+    if (this.beforeCas) await this.beforeCas(request);
     const fault = this.casFault(request);
     if (fault === 'fail-before')
       throw new StoreError('injected: connection lost before the write', 'unknown');
@@ -97,6 +110,7 @@ export class InstrumentedStore implements RowStore {
     counter: string,
   ): Promise<CasResult & { timestamp?: number }> {
     this.calls.checkAndSetStamped++;
+    if (this.beforeWrite) await this.beforeWrite();
     const gate = this.gates.get(`${request.table}/${request.key}`);
     if (gate) {
       this.gates.delete(`${request.table}/${request.key}`);
@@ -105,6 +119,11 @@ export class InstrumentedStore implements RowStore {
     const fault = this.casFault(request);
     if (fault === 'fail-before')
       throw new StoreError('injected: connection lost before the write', 'unknown');
+    if (fault === 'late') {
+      const copy = { ...request, state: request.state.slice() };
+      this.late.push(() => this.inner.checkAndSetStamped(copy, counter));
+      throw new StoreError('injected: no reply yet (the request is delayed)', 'unknown');
+    }
     const result = await this.inner.checkAndSetStamped(request, counter);
     if (fault === 'fail-after') throw new StoreError('injected: reply lost after the write', 'unknown');
     return result;
@@ -115,9 +134,15 @@ export class InstrumentedStore implements RowStore {
     counter: string,
   ) {
     this.stampedManyCalls++;
+    if (this.beforeWrite) await this.beforeWrite();
     const fault = this.manyFault(requests);
     if (fault === 'fail-before')
       throw new StoreError('injected: connection lost before the write', 'unknown');
+    if (fault === 'late') {
+      const copy = requests.map((r) => ({ ...r, state: r.state.slice() }));
+      this.late.push(() => this.inner.checkAndSetStampedMany(copy, counter));
+      throw new StoreError('injected: no reply yet (the request is delayed)', 'unknown');
+    }
     const result = await this.inner.checkAndSetStampedMany(requests, counter);
     if (this.manyReplyHold) await this.manyReplyHold;
     if (fault === 'fail-after') throw new StoreError('injected: reply lost after the write', 'unknown');

@@ -36,6 +36,14 @@ export const DEFAULT_RANDOM_FAULTS: RandomFaults = {
   maxDelayMs: 3,
 };
 
+/**
+ * The history's faults: the default ones, and calls reported failed while still on their
+ * way, which land later (FaultyStore 'late'): the checker then sees what a write that
+ * arrives after its client gave up on it can do to a history. Only where the run waits for
+ * them (FaultyStore.settle) before its final read.
+ */
+export const HISTORY_RANDOM_FAULTS: RandomFaults = { ...DEFAULT_RANDOM_FAULTS, late: 0.02, maxLateMs: 5 };
+
 export type FaultMode = 'clean' | 'faulty';
 
 /** Lock TTL of the protocol cases: long enough for a loaded machine, short enough to wait out. */

@@ -19,7 +19,7 @@ import {
 import type { Random } from '../random.js';
 import type { CaseContext, ConformanceCase } from '../types.js';
 import { check, sleep } from '../util.js';
-import { client, FakeClock, faultsFor, outcomeOf, settled } from './harness.js';
+import { client, FakeClock, HISTORY_RANDOM_FAULTS, outcomeOf, settled } from './harness.js';
 
 interface HistoryCaseOptions {
   readonly faults: boolean;
@@ -57,7 +57,7 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   const lockTtlMs = options.crashes || options.faults || options.skew ? 250 : 2000;
   // The whole range a deployment may have: a full TTL behind, half, none, half, a full TTL ahead.
   const skews = [-lockTtlMs, -lockTtlMs / 2, 0, lockTtlMs / 2, lockTtlMs];
-  const faults = faultsFor(options.faults ? 'faulty' : 'clean');
+  const faults = options.faults ? HISTORY_RANDOM_FAULTS : undefined;
   const plans = new Map<Percolator, CrashPlans>();
   const faultyStores: FaultyStore[] = [];
   let oneStep = 0;
@@ -173,6 +173,8 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     attempts += 10 * CRASH_STEPS.length;
     ctx.note('contention kept some stops from being reached: ran a one-worker top-up');
   }
+  // Every call still on its way lands (or is refused) before the final read; then every lock expires.
+  await Promise.all(faultyStores.map((s) => s.settle()));
   clock.advance(lockTtlMs + 1);
   const finalReader = client(ctx, store, { lockTtlMs, ...(options.crashes ? { clock } : {}) }).db;
   const finalInvoke = performance.now();
@@ -211,6 +213,21 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
       'no write failed after the store applied it: the faulty run injected no ambiguous fault',
     );
     check(sum((s) => s.stats.failedBefore) > 0, 'no call failed before reaching the store');
+    const lateSteps = faultyStores.reduce(
+      (n, s) =>
+        n +
+        s.log.filter(
+          (e) =>
+            e.kind === 'late' &&
+            (e.call.operation === 'checkAndSetStamped' || e.call.operation === 'checkAndSetStampedMany'),
+        ).length,
+      0,
+    );
+    ctx.note(
+      `${sum((s) => s.stats.late)} calls reported failed while on their way (${lateSteps} of them one-step commits), ` +
+        `${sum((s) => s.stats.writesLate)} wrote when they landed`,
+    );
+    check(sum((s) => s.stats.late) > 0, 'no call was reported failed while still on its way');
     // An ambiguous commit point either stays unknown (info) or is settled by the re-read; a
     // stamped commit (one CAS that also draws commitTs) is usually settled that way.
     const settledStamps = faultyStores.reduce(

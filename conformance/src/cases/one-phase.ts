@@ -204,7 +204,45 @@ async function lostReplies(ctx: CaseContext): Promise<void> {
   checkEqual(await reader.transact(readPair), ['v4', 'v4'], "after a peeked snapshot's lost reply");
   await peeked.db.transact((t) => writePair(t, 'v5'));
   checkEqual(await reader.transact(readPair), ['v5', 'v5'], 'after a peeked snapshot commits');
+  // Still on its way when the client gave up on it ('late', it lands well after): the re-read
+  // finds the rows as the step expected them, the fence (one plain CAS of a row to itself)
+  // makes sure it never lands, and the commit goes again (docs/protocol.md 4.11). A blind
+  // write (a drawn client's) is fenced the same way.
+  let fences = 0;
+  for (const c of [peeked.faulty!, faulty!]) {
+    c.onCall((call) => {
+      if (call.operation === 'checkAndSet') fences++;
+    });
+  }
+  const lateSteps = [peekedSteps, steps];
+  peeked.faulty!.inject({ kind: 'late', operation: 'checkAndSetStampedMany', delayMs: LATE_MS });
+  await peeked.db.transact((t) => writePair(t, 'v6'));
+  checkEqual(await reader.transact(readPair), ['v6', 'v6'], 'after a peeked step that is still on its way');
+  // The blind write's expected versions are the client's last sight of its rows: fresh.
+  checkEqual(await db.transact(readPair), ['v6', 'v6'], 'the blind writer reads the rows');
+  faulty!.inject({ kind: 'late', operation: 'checkAndSetStampedMany', delayMs: LATE_MS });
+  await db.transact(async (t) => {
+    t.set(TABLE, 'a', 'v', 'v7');
+    t.set(OTHER, 'b', 'v', 'v7');
+  });
+  checkEqual(await reader.transact(readPair), ['v7', 'v7'], 'after a blind step that is still on its way');
+  checkEqual(
+    [peekedSteps - lateSteps[0]!, steps - lateSteps[1]!, fences],
+    [2, 2, 2],
+    'one-step calls (the late one and the one sent again) and fences, peeked and blind',
+  );
+  // The late steps land now: refused, as their rows moved under the fences.
+  await Promise.all([peeked.faulty!.settle(), faulty!.settle()]);
+  checkEqual(
+    peeked.faulty!.stats.writesLate + faulty!.stats.writesLate,
+    0,
+    'late steps that wrote when they landed',
+  );
+  checkEqual(await reader.transact(readPair), ['v7', 'v7'], 'after the late steps landed');
 }
+
+/** How long a 'late' step takes to land: long after its client fenced and committed again. */
+const LATE_MS = 300;
 
 /**
  * A view of `inner` whose next `checkAndSetStampedMany` reaches the store and is applied,
@@ -535,7 +573,7 @@ export const onePhaseCases: ConformanceCase[] = [
   },
   {
     part: 'faults',
-    name: "a transaction of several rows commits in one step: a lost reply is settled by a re-read, a lost request is sent again, a blind write's lost reply is CommitUnknownError",
+    name: "a transaction of several rows commits in one step: a lost reply is settled by a re-read, a lost request is sent again, a blind write's lost reply is CommitUnknownError, a step still on its way is fenced and sent again",
     requires: 'stampedCheckAndSetMany',
     run: lostReplies,
   },

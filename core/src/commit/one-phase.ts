@@ -25,6 +25,7 @@ import {
   type RowMutations,
   rowId,
 } from './context.js';
+import { fence } from './fence.js';
 import {
   applyPrewrite,
   relievePressure,
@@ -161,7 +162,9 @@ export async function commitOnePhase(ctx: CommitContext): Promise<number> {
     return { write: state, result: STAMP };
   };
   const send = async (known: Known) => {
-    const { result, timestamp } = await updateRow(env, m.table, m.row, known, decide, false, true);
+    // Fenced after a lost reply where its records carry no identity we know (fence.ts).
+    const fenceLost = startTs === STAMP;
+    const { result, timestamp } = await updateRow(env, m.table, m.row, known, decide, false, true, fenceLost);
     return timestamp ?? result;
   };
   const unknown = (error: AmbiguousOutcome) =>
@@ -246,6 +249,8 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
   let carry = true;
   const present = new Set<string>();
   let lastError: unknown;
+  /** What the last step whose outcome is unknown expected of each row (for the fence). */
+  let lost: readonly (string | null)[] | undefined;
   // After an unknown outcome, only an error that says it landed or did not is certain.
   const unknown = (cause: unknown) =>
     cause instanceof CommitUnknownError
@@ -270,6 +275,23 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
     const states: (RowState | undefined)[] = [];
     for (let i = 0; i < rows.length; i++) {
       states.push(known[i] ? decodeKnown(ctx, ids[i]!, known[i]!) : undefined);
+    }
+    const sentBefore = lost;
+    if (ambiguous && sentBefore) {
+      // Named by the store's draw: no record of it can be recognised, but a row still as the
+      // lost step expected it can be fenced, and then it never lands (fence.ts).
+      for (let i = 0; i < rows.length && ambiguous; i++) {
+        const expected = sentBefore[i];
+        const row = known[i];
+        if (expected === null || expected === undefined || !row || row.version !== expected) continue;
+        const fenced = await fence(env, rows[i]!.table, rows[i]!.row, row, expected);
+        if (fenced) {
+          known[i] = fenced;
+          states[i] = decodeKnown(ctx, ids[i]!, fenced);
+          ambiguous = false;
+          lost = undefined;
+        }
+      }
     }
     if (ambiguous) {
       // It landed on every row or on none: any row that carries our record tells.
@@ -373,7 +395,10 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
         continue;
       }
       lastError = error;
-      if (!(error instanceof StoreError && error.applied === 'no')) ambiguous = true;
+      if (!(error instanceof StoreError && error.applied === 'no')) {
+        ambiguous = true;
+        if (startTs === STAMP) lost = requests.map((r) => r.expected);
+      }
       for (const [i, m] of rows.entries()) {
         known[i] = undefined;
         cache?.delete(m.table, m.row);

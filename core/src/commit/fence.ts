@@ -1,0 +1,53 @@
+import { decodeRow } from '../codec.js';
+import type { ProtocolEnv } from '../env.js';
+import { rowHasNotification } from '../row-state.js';
+import type { StoredRow, Version } from '../store.js';
+
+/**
+ * The fence (docs/protocol.md 4.11). A one-step commit named by the store's draw (a blind
+ * write, 4.5, or a peeked snapshot's commit, 4.10) carries no identity the client knows
+ * before the reply, so after a lost reply its re-read cannot find its records. What the
+ * re-read can still tell: a row of the step that is still at the version the step expected
+ * has not been written by it, and, the step being atomic, neither has any other row of it.
+ * But the step may still be on its way (a request delayed, not lost), and land later.
+ *
+ * The fence closes that door: a CAS of that row from the expected version to the same
+ * state (the same bytes, the same notification flag) under a new version. Once it applies,
+ * the lost step, which expects the old version of that row, can never apply, and nothing
+ * of it was ever there: the outcome is certain (not written) and the commit may be sent
+ * again, decided afresh on the rows as they are. Readers see the same row; a writer that
+ * read the old version loses one CAS and re-reads, as after any write.
+ *
+ * Returns the row as the fence left it, or undefined where the fence did not apply: the
+ * row changed since the re-read (the step may have landed: the outcome stays unknown), or
+ * the fence's own outcome is unknown or it failed. A fence that landed without its reply
+ * is harmless (the same state under another version); the caller then reports unknown.
+ */
+export async function fence(
+  env: ProtocolEnv,
+  table: string,
+  key: string,
+  row: StoredRow,
+  expected: Version,
+): Promise<StoredRow | undefined> {
+  if (row.version !== expected) return undefined;
+  let notified: boolean;
+  try {
+    notified = rowHasNotification(decodeRow(row.state));
+  } catch {
+    return undefined; // a row we cannot decode is not rewritten
+  }
+  try {
+    const outcome = await env.store.checkAndSet({ table, key, expected, state: row.state, notified });
+    if (!outcome.ok) {
+      if (outcome.current !== undefined) env.rowCache?.set(table, key, outcome.current);
+      return undefined;
+    }
+    const fenced = { version: outcome.version, state: row.state };
+    env.rowCache?.set(table, key, fenced);
+    return fenced;
+  } catch {
+    env.rowCache?.delete(table, key);
+    return undefined;
+  }
+}
