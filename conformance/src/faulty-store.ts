@@ -6,6 +6,9 @@
  * - `after`: the store applies the call, then the caller gets StoreError 'unknown' (the
  *   ambiguous case: a timeout after the write landed);
  * - `delay`: the call waits before it reaches the store;
+ * - `late`: the caller gets StoreError 'unknown' at once (its timeout), while the call is
+ *   still on its way: it reaches the store later (after `delayMs`, or when the rule's
+ *   `until` settles) and is applied or refused then; `settle()` waits for such calls;
  * - `hold`: the call waits until the test releases it (to order events exactly).
  *
  * Every injected failure's message names the seed and call number, so a failing random run
@@ -101,6 +104,8 @@ export interface FaultRule {
   readonly times?: number;
   /** For `delay` and `late`. */
   readonly delayMs?: number;
+  /** For `late`: the call lands when this settles (instead of after `delayMs`). */
+  readonly until?: Promise<unknown>;
 }
 
 export interface FaultEvent {
@@ -262,8 +267,13 @@ export class FaultyStore implements RowStore {
   }
 
   checkAndSet(request: CasRequest): Promise<CasResult> {
-    return this.call({ operation: 'checkAndSet', table: request.table, key: request.key, request }, () =>
-      this.inner.checkAndSet(request),
+    return this.call(
+      { operation: 'checkAndSet', table: request.table, key: request.key, request },
+      () => this.inner.checkAndSet(request),
+      () => {
+        const copy = copied(request);
+        return () => this.inner.checkAndSet(copy);
+      },
     );
   }
 
@@ -313,6 +323,10 @@ export class FaultyStore implements RowStore {
     return this.call(
       { operation: 'checkAndSetMany', table: requests[0]?.table, key: requests[0]?.key, rows },
       () => inner.checkAndSetMany!(requests),
+      () => {
+        const copy = requests.map(copied);
+        return () => inner.checkAndSetMany!(copy);
+      },
     );
   }
 
@@ -381,6 +395,10 @@ export class FaultyStore implements RowStore {
     return this.call(
       { operation: 'checkAndSetStamped', table: request.table, key: request.key, request },
       () => inner.checkAndSetStamped!(request, counter),
+      () => {
+        const copy = copied(request);
+        return () => inner.checkAndSetStamped!(copy, counter);
+      },
     );
   }
 
@@ -399,6 +417,10 @@ export class FaultyStore implements RowStore {
     return this.call(
       { operation: 'checkAndSetStampedMany', table: requests[0]?.table, key: requests[0]?.key, rows },
       () => inner.checkAndSetStampedMany!(requests, counter),
+      () => {
+        const copy = requests.map(copied);
+        return () => inner.checkAndSetStampedMany!(copy, counter);
+      },
     );
   }
 
@@ -417,10 +439,19 @@ export class FaultyStore implements RowStore {
     return this.inner.close();
   }
 
-  private async call<T>(partial: Omit<StoreCall, 'number'>, run: () => Promise<T>): Promise<T> {
+  /**
+   * `later`, for calls that carry bytes: makes the call on copies of them, taken now, for a
+   * call that lands later ('late'): the caller may reuse its buffers once the call failed,
+   * while a real network has sent the bytes already.
+   */
+  private async call<T>(
+    partial: Omit<StoreCall, 'number'>,
+    run: () => Promise<T>,
+    later?: () => () => Promise<T>,
+  ): Promise<T> {
     const call: StoreCall = { ...partial, number: ++this.stats.calls };
     try {
-      const result = await this.faulted(call, run);
+      const result = await this.faulted(call, run, later);
       this.notify(call, { ok: true, result });
       return result;
     } catch (error) {
@@ -429,7 +460,11 @@ export class FaultyStore implements RowStore {
     }
   }
 
-  private async faulted<T>(call: StoreCall, run: () => Promise<T>): Promise<T> {
+  private async faulted<T>(
+    call: StoreCall,
+    run: () => Promise<T>,
+    later?: () => () => Promise<T>,
+  ): Promise<T> {
     for (const hold of [...this.holds]) {
       if (hold.released || !hold.match(call)) continue;
       hold.reached(call);
@@ -450,8 +485,9 @@ export class FaultyStore implements RowStore {
     if (fault?.kind === 'late') {
       this.stats.late++;
       this.record({ call, kind: 'late', delayMs: fault.delayMs });
-      const landing = sleep(fault.delayMs ?? 0)
-        .then(run)
+      const land = later ? later() : run;
+      const landing = (fault.until ?? sleep(fault.delayMs ?? 0))
+        .then(land)
         .then(
           (result) => {
             if (WRITE_OPERATIONS.includes(call.operation) && wroteSomething(result)) this.stats.writesLate++;
@@ -485,12 +521,14 @@ export class FaultyStore implements RowStore {
     return result;
   }
 
-  private chooseFault(call: StoreCall): { kind: FaultKind; delayMs?: number } | undefined {
+  private chooseFault(
+    call: StoreCall,
+  ): { kind: FaultKind; delayMs?: number; until?: Promise<unknown> } | undefined {
     const index = this.rules.findIndex(({ rule }) => matches(rule, call));
     if (index >= 0) {
       const active = this.rules[index]!;
       if (--active.left <= 0) this.rules.splice(index, 1);
-      return { kind: active.rule.kind, delayMs: active.rule.delayMs };
+      return { kind: active.rule.kind, delayMs: active.rule.delayMs, until: active.rule.until };
     }
     const faults = this.randomFaults;
     if (faults === undefined) return undefined;
@@ -542,6 +580,11 @@ function unsupported(operation: string): UnsupportedOperationError {
 }
 
 /** Whether a write's result says the store applied it (a CAS, or any CAS of a batch, `ok`). */
+/** A request with a copy of its state, for a call made later. */
+function copied<R extends CasRequest>(request: R): R {
+  return { ...request, state: request.state ? request.state.slice() : request.state };
+}
+
 function wroteSomething(result: unknown): boolean {
   if (Array.isArray(result)) return result.some((r) => (r as { ok?: unknown }).ok === true);
   return (result as { ok?: unknown } | undefined)?.ok === true;

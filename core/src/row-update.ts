@@ -117,6 +117,7 @@ export async function updateRow<T>(
           current = fenced;
           ambiguous = false;
           lostExpected = null;
+          lastError = undefined;
         }
       }
     }
@@ -175,7 +176,9 @@ export async function updateRow<T>(
       lastError = error;
       if (!(error instanceof StoreError && error.applied === 'no')) {
         ambiguous = true;
-        if (fenceLost) lostExpected = request.expected;
+        // Only the store's own 'unknown' is fenced: an error that may repeat on every send
+        // (a bug, a refusal of this request) ends the loop unknown, as before.
+        lostExpected = fenceLost && error instanceof StoreError ? request.expected : null;
       }
       current = undefined;
       cache?.delete(table, key);

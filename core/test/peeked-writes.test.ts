@@ -384,6 +384,127 @@ describe('peeked snapshots for read-write transactions', () => {
     await db.close();
   });
 
+  it('the fence on one row (updateRow): a late step landing between the re-read and the fence leaves CommitUnknownError, committed once', async () => {
+    const { store, db } = await seededPair();
+    let lateOne = true;
+    store.casFault = () => {
+      const f = lateOne ? 'late' : undefined;
+      lateOne = false;
+      return f;
+    };
+    store.beforeWrite = async () => {
+      if (store.late.length === 0) return; // the late step's own call
+      store.beforeWrite = undefined;
+      expect((await store.late.shift()!()).ok).toBe(true);
+    };
+    let runs = 0;
+    await expect(
+      db.transact(async (tx) => {
+        runs++;
+        const a = await tx.getString('t', 'a', 'v');
+        tx.set('t', 'a', 'v', `${a}!`);
+      }),
+    ).rejects.toBeInstanceOf(CommitUnknownError);
+    expect(runs).toBe(1);
+    expect(await balances(db)).toEqual(['10!', '10']);
+    await db.close();
+  });
+
+  it("after a fence the outcome is certain: losing every later race is a retryable failure, not the fenced step's unknown", async () => {
+    const { store, db } = await seededPair();
+    let late = true;
+    store.manyFault = () => {
+      const f = late ? 'late' : undefined;
+      late = false;
+      return f;
+    };
+    let runs = 0;
+    let fenced = false;
+    // After the fence, another writer moves row a (to the same state) before every step of
+    // the first run: its loop runs out of attempts.
+    store.beforeWrite = async () => {
+      if (store.late.length === 0 || runs > 1) return; // the late step itself; the second run
+      if (!fenced) {
+        fenced = true; // this call is the fence
+        return;
+      }
+      const row = (await store.inner.read('t', 'a'))!;
+      await store.inner.checkAndSet({ table: 't', key: 'a', expected: row.version, state: row.state });
+    };
+    await db.transact(async (tx) => {
+      runs++;
+      await transfer(tx);
+    });
+    expect(fenced).toBe(true);
+    expect(runs).toBe(2);
+    expect((await store.late.shift()!()).ok).toBe(false);
+    expect(await balances(db)).toEqual(['9', '11']);
+    await db.close();
+  });
+
+  it("an error that is not the store's own unknown (it may repeat on every send) is not fenced: CommitUnknownError after one send", async () => {
+    const { store, db } = await seededPair();
+    const [cas, reads] = [store.calls.checkAndSet, store.calls.read];
+    let sends = 0;
+    store.checkAndSetStampedMany = async () => {
+      sends++;
+      throw new Error('a bug that fails every send');
+    };
+    await expect(db.transact(transfer)).rejects.toBeInstanceOf(CommitUnknownError);
+    expect(sends).toBe(1);
+    expect(store.calls.checkAndSet - cas).toBe(0);
+    expect(store.calls.read - reads).toBeGreaterThan(0); // it did re-read
+    await db.close();
+  });
+
+  it('two transfers in one late shared step each fence their own rows and commit once', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      for (const k of ['a', 'b', 'c', 'd']) tx.set('t', k, 'v', '10');
+    });
+    let late = true;
+    const sizes: number[] = [];
+    store.manyFault = (requests) => {
+      sizes.push(requests.length);
+      const f = late ? 'late' : undefined;
+      late = false;
+      return f;
+    };
+    const move = (from: string, to: string) => async (tx: Transaction) => {
+      const x = Number(await tx.getString('t', from, 'v'));
+      const y = Number(await tx.getString('t', to, 'v'));
+      tx.set('t', from, 'v', String(x - 1));
+      tx.set('t', to, 'v', String(y + 1));
+    };
+    const cas = store.calls.checkAndSet;
+    await Promise.all([db.transact(move('a', 'b')), db.transact(move('c', 'd'))]);
+    expect(sizes[0]).toBe(4); // one shared step of both
+    expect(store.calls.checkAndSet - cas).toBe(2); // a fence each
+    expect((await store.late.shift()!()).ok).toBe(false);
+    const all = await db.transact((t) =>
+      Promise.all(['a', 'b', 'c', 'd'].map((k) => t.getString('t', k, 'v'))),
+    );
+    expect(all).toEqual(['9', '11', '9', '11']);
+    await db.close();
+  });
+
+  it('a fence refused with certainty (nothing applied) is sent again', async () => {
+    const { store, db } = await seededPair();
+    const faults: ('late' | 'refuse' | undefined)[] = ['late', 'refuse'];
+    store.casFault = () => faults.shift();
+    const cas = store.calls.checkAndSet;
+    await db.transact(async (tx) => {
+      const a = await tx.getString('t', 'a', 'v');
+      tx.set('t', 'a', 'v', `${a}!`);
+    });
+    expect(faults).toEqual([]);
+    expect(store.calls.checkAndSet - cas).toBe(2); // the fence, refused, then applied
+    expect((await store.late.shift()!()).ok).toBe(false);
+    expect(await balances(db)).toEqual(['10!', '10']);
+    await db.close();
+  });
+
   it('the default follows the store: peeked where a draw costs more than a read, drawn where not; the option is checked', async () => {
     const cheapDraws = new InstrumentedStore(new MemoryStore(), { ...ONE_STEP, stampedReadUnderLoad: true });
     for (const [options, peeked] of [

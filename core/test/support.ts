@@ -16,9 +16,10 @@ import {
 /**
  * 'fail-before': lost before the store, reported unknown. 'fail-after': applied, its reply
  * lost. 'late': reported unknown at once, and applied only when the test runs it from
- * `late` (a request delayed in the network, not lost).
+ * `late` (a request delayed in the network, not lost). 'refuse' (plain checkAndSet only):
+ * refused before it was applied (StoreError 'no').
  */
-export type Fault = 'fail-before' | 'fail-after' | 'late' | undefined;
+export type Fault = 'fail-before' | 'fail-after' | 'late' | 'refuse' | undefined;
 
 /**
  * A MemoryStore wrapper for core tests: counts calls, injects failures before or after a
@@ -100,6 +101,7 @@ export class InstrumentedStore implements RowStore {
     const fault = this.casFault(request);
     if (fault === 'fail-before')
       throw new StoreError('injected: connection lost before the write', 'unknown');
+    if (fault === 'refuse') throw new StoreError('injected: refused before it was applied', 'no');
     const result = await this.inner.checkAndSet(request);
     if (fault === 'fail-after') throw new StoreError('injected: reply lost after the write', 'unknown');
     return result;

@@ -173,7 +173,10 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     attempts += 10 * CRASH_STEPS.length;
     ctx.note('contention kept some stops from being reached: ran a one-worker top-up');
   }
-  // Every call still on its way lands (or is refused) before the final read; then every lock expires.
+  // No more faults; the clients' background work done; every call still on its way landed
+  // (or refused): all before the final read. Then every lock expires.
+  for (const s of faultyStores) s.setRandom(undefined);
+  await Promise.all(clients.map((db) => db.flush()));
   await Promise.all(faultyStores.map((s) => s.settle()));
   clock.advance(lockTtlMs + 1);
   const finalReader = client(ctx, store, { lockTtlMs, ...(options.crashes ? { clock } : {}) }).db;

@@ -204,7 +204,7 @@ async function lostReplies(ctx: CaseContext): Promise<void> {
   checkEqual(await reader.transact(readPair), ['v4', 'v4'], "after a peeked snapshot's lost reply");
   await peeked.db.transact((t) => writePair(t, 'v5'));
   checkEqual(await reader.transact(readPair), ['v5', 'v5'], 'after a peeked snapshot commits');
-  // Still on its way when the client gave up on it ('late', it lands well after): the re-read
+  // Still on its way when the client gave up on it ('late', it lands when let): the re-read
   // finds the rows as the step expected them, the fence (one plain CAS of a row to itself)
   // makes sure it never lands, and the commit goes again (docs/protocol.md 4.11). A blind
   // write (a drawn client's) is fenced the same way.
@@ -215,12 +215,16 @@ async function lostReplies(ctx: CaseContext): Promise<void> {
     });
   }
   const lateSteps = [peekedSteps, steps];
-  peeked.faulty!.inject({ kind: 'late', operation: 'checkAndSetStampedMany', delayMs: LATE_MS });
+  let land!: () => void;
+  const landing = new Promise<void>((resolve) => {
+    land = resolve;
+  });
+  peeked.faulty!.inject({ kind: 'late', operation: 'checkAndSetStampedMany', until: landing });
   await peeked.db.transact((t) => writePair(t, 'v6'));
   checkEqual(await reader.transact(readPair), ['v6', 'v6'], 'after a peeked step that is still on its way');
   // The blind write's expected versions are the client's last sight of its rows: fresh.
   checkEqual(await db.transact(readPair), ['v6', 'v6'], 'the blind writer reads the rows');
-  faulty!.inject({ kind: 'late', operation: 'checkAndSetStampedMany', delayMs: LATE_MS });
+  faulty!.inject({ kind: 'late', operation: 'checkAndSetStampedMany', until: landing });
   await db.transact(async (t) => {
     t.set(TABLE, 'a', 'v', 'v7');
     t.set(OTHER, 'b', 'v', 'v7');
@@ -232,6 +236,7 @@ async function lostReplies(ctx: CaseContext): Promise<void> {
     'one-step calls (the late one and the one sent again) and fences, peeked and blind',
   );
   // The late steps land now: refused, as their rows moved under the fences.
+  land();
   await Promise.all([peeked.faulty!.settle(), faulty!.settle()]);
   checkEqual(
     peeked.faulty!.stats.writesLate + faulty!.stats.writesLate,
@@ -240,9 +245,6 @@ async function lostReplies(ctx: CaseContext): Promise<void> {
   );
   checkEqual(await reader.transact(readPair), ['v7', 'v7'], 'after the late steps landed');
 }
-
-/** How long a 'late' step takes to land: long after its client fenced and committed again. */
-const LATE_MS = 300;
 
 /**
  * A view of `inner` whose next `checkAndSetStampedMany` reaches the store and is applied,

@@ -1,5 +1,7 @@
+import { backoffMs, sleep } from '../backoff.js';
 import { decodeRow } from '../codec.js';
 import type { ProtocolEnv } from '../env.js';
+import { StoreError } from '../errors.js';
 import { rowHasNotification } from '../row-state.js';
 import type { StoredRow, Version } from '../store.js';
 
@@ -20,8 +22,9 @@ import type { StoredRow, Version } from '../store.js';
  *
  * Returns the row as the fence left it, or undefined where the fence did not apply: the
  * row changed since the re-read (the step may have landed: the outcome stays unknown), or
- * the fence's own outcome is unknown or it failed. A fence that landed without its reply
- * is harmless (the same state under another version); the caller then reports unknown.
+ * the fence's own outcome is unknown, or it was refused with certainty ('no') on each of
+ * its FENCE_ATTEMPTS sends. A fence that landed without its reply is harmless (the same
+ * state under another version); the caller then reports unknown.
  */
 export async function fence(
   env: ProtocolEnv,
@@ -37,17 +40,25 @@ export async function fence(
   } catch {
     return undefined; // a row we cannot decode is not rewritten
   }
-  try {
-    const outcome = await env.store.checkAndSet({ table, key, expected, state: row.state, notified });
-    if (!outcome.ok) {
-      if (outcome.current !== undefined) env.rowCache?.set(table, key, outcome.current);
-      return undefined;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const outcome = await env.store.checkAndSet({ table, key, expected, state: row.state, notified });
+      if (!outcome.ok) {
+        if (outcome.current !== undefined) env.rowCache?.set(table, key, outcome.current);
+        return undefined;
+      }
+      const fenced = { version: outcome.version, state: row.state };
+      env.rowCache?.set(table, key, fenced);
+      return fenced;
+    } catch (error) {
+      env.rowCache?.delete(table, key);
+      // Certainly not applied: the row may still be as it was, so the fence may go again.
+      if (!(error instanceof StoreError && error.applied === 'no') || attempt >= FENCE_ATTEMPTS)
+        return undefined;
+      await sleep(backoffMs(attempt, 5, 100));
     }
-    const fenced = { version: outcome.version, state: row.state };
-    env.rowCache?.set(table, key, fenced);
-    return fenced;
-  } catch {
-    env.rowCache?.delete(table, key);
-    return undefined;
   }
 }
+
+/** Sends of one fence at most, while the store refuses it with certainty ('no'). */
+const FENCE_ATTEMPTS = 3;

@@ -109,7 +109,8 @@ function carryMoves(
 function landedOn(ctx: CommitContext, state: RowState | undefined, column: string): number | undefined {
   const { startTs } = ctx;
   if (startTs === STAMP) {
-    // Its records have no identity the client knows before the reply: never a second write.
+    // Its records have no identity the client knows before the reply: never a second write
+    // (the callers fence a row still as the write expected it first, fence.ts).
     throw new CommitUnknownError(
       ctx.snapshotTs === undefined
         ? 'a one-phase blind write (start and commit timestamp drawn by the store) could not be verified'
@@ -136,7 +137,8 @@ function landedOn(ctx: CommitContext, state: RowState | undefined, column: strin
  * value is both its start and its commit timestamp. It read nothing, so its snapshot
  * matters only for the write-write check, and at the instant of the atomic step no record
  * on the row can be newer. Such a record has no identity the client knows before the
- * reply, so a lost reply is CommitUnknownError (never a second write). A peeked
+ * reply, so a lost reply is CommitUnknownError (never a second write), unless the row is
+ * still at the version the write expected: then it is fenced (fence.ts) and sent again. A peeked
  * snapshot's commit (docs/protocol.md 4.10) is the same, with its conflict check at the
  * snapshot (`ctx.snapshotTs`).
  */
@@ -290,6 +292,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
           states[i] = decodeKnown(ctx, ids[i]!, fenced);
           ambiguous = false;
           lost = undefined;
+          lastError = undefined;
         }
       }
     }
@@ -397,7 +400,8 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
       lastError = error;
       if (!(error instanceof StoreError && error.applied === 'no')) {
         ambiguous = true;
-        if (startTs === STAMP) lost = requests.map((r) => r.expected);
+        // Only the store's own 'unknown' is fenced (as in updateRow).
+        lost = startTs === STAMP && error instanceof StoreError ? requests.map((r) => r.expected) : undefined;
       }
       for (const [i, m] of rows.entries()) {
         known[i] = undefined;
