@@ -20,8 +20,9 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
 export function encodeJson(value: unknown): Uint8Array {
-  check(value, '$', new Set(), 0);
-  return encoder.encode(JSON.stringify(value));
+  // The copy, not the value, is serialised: every property (a getter, a Proxy's trap) is
+  // read once, so what was checked is what is written.
+  return encoder.encode(JSON.stringify(checked(value, '$', new Set(), 0)));
 }
 
 export function decodeJson(bytes: Uint8Array, where: string): JsonValue {
@@ -34,20 +35,25 @@ export function decodeJson(bytes: Uint8Array, where: string): JsonValue {
   }
 }
 
-function check(value: unknown, path: string, seen: Set<object>, depth: number): void {
+/**
+ * `value` checked, as a plain copy made of what was checked (arrays and plain objects
+ * copied, each property read exactly once; primitives as they are).
+ */
+function checked(value: unknown, path: string, seen: Set<object>, depth: number): unknown {
   switch (typeof value) {
     case 'boolean':
-      return;
+      return value;
     case 'string':
       if (!value.isWellFormed()) throw new InvalidArgumentError(`${path} is a string with a lone surrogate`);
-      return;
+      return value;
     case 'number':
       if (!Number.isFinite(value))
         throw new InvalidArgumentError(`${path} is ${value}, which JSON cannot hold`);
       if (Object.is(value, -0)) throw new InvalidArgumentError(`${path} is -0, which JSON reads back as 0`);
-      return;
+      return value;
     case 'object': {
-      if (value === null) return;
+      if (value === null) return null;
+      let copy: unknown;
       if (seen.has(value)) throw new InvalidArgumentError(`${path} refers back to itself (a cycle)`);
       if (depth >= MAX_JSON_DEPTH) {
         throw new InvalidArgumentError(
@@ -59,11 +65,13 @@ function check(value: unknown, path: string, seen: Set<object>, depth: number): 
         throw new InvalidArgumentError(`${path} has symbol keys, which JSON drops`);
       }
       if (Array.isArray(value)) {
+        const items: unknown[] = [];
         for (let i = 0; i < value.length; i++) {
           if (!(i in value))
             throw new InvalidArgumentError(`${path}[${i}] is a hole, which JSON reads back as null`);
-          check(value[i], `${path}[${i}]`, seen, depth + 1);
+          items.push(checked(value[i], `${path}[${i}]`, seen, depth + 1));
         }
+        copy = items;
         // Its indexes (no hole, checked above) and `length`: anything else JSON drops.
         const names = Object.getOwnPropertyNames(value);
         if (names.length !== value.length + 1) {
@@ -79,15 +87,18 @@ function check(value: unknown, path: string, seen: Set<object>, depth: number): 
             `${path} is a ${proto?.constructor?.name ?? 'class instance'}, not a plain object: convert it first`,
           );
         }
+        // No prototype: a key named __proto__ is then an own property like any other.
+        const fields: Record<string, unknown> = Object.create(null);
         for (const key of Object.getOwnPropertyNames(value)) {
           if (!Object.prototype.propertyIsEnumerable.call(value, key))
             throw new InvalidArgumentError(`${path}.${key} is not enumerable, which JSON drops`);
           if (!key.isWellFormed()) throw new InvalidArgumentError(`${path} has a key with a lone surrogate`);
-          check((value as Record<string, unknown>)[key], `${path}.${key}`, seen, depth + 1);
+          fields[key] = checked((value as Record<string, unknown>)[key], `${path}.${key}`, seen, depth + 1);
         }
+        copy = fields;
       }
       seen.delete(value);
-      return;
+      return copy;
     }
     default:
       throw new InvalidArgumentError(`${path} is ${typeof value}, which JSON cannot hold`);

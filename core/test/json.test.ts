@@ -111,6 +111,29 @@ describe('typed values: tx.setJson / tx.getJson', () => {
     await db.close();
   });
 
+  it('reads each property once, so what is checked is what is written; a key named __proto__ is kept', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    let reads = 0;
+    // A getter that answers a JSON value when checked and NaN (written as null) after.
+    const shifty = {
+      get x() {
+        return reads++ === 0 ? 1 : Number.NaN;
+      },
+    };
+    const proto = JSON.parse('{"__proto__": {"a": 1}, "b": [2]}') as JsonValue;
+    await db.transact(async (tx) => {
+      tx.setJson('j', 'shifty', 'v', shifty as unknown as JsonValue);
+      tx.setJson('j', 'proto', 'v', proto);
+    });
+    expect(reads).toBe(1);
+    const [back, protoBack] = await db.transact((tx) =>
+      Promise.all([tx.getJson('j', 'shifty', 'v'), tx.getJson('j', 'proto', 'v')]),
+    );
+    expect(back).toEqual({ x: 1 });
+    expect(JSON.stringify(protoBack)).toBe('{"__proto__":{"a":1},"b":[2]}');
+    await db.close();
+  });
+
   it('getJson of a value that is not JSON is an InvalidArgumentError', async () => {
     const db = new Percolator({ store: new MemoryStore() });
     await db.transact(async (tx) => tx.set('j', 'raw', 'v', 'not json {'));
