@@ -133,6 +133,22 @@ export interface CommitStepEndEvent extends Timed {
 }
 
 /**
+ * A one-step commit named by the store's draw (a blind write, a peeked snapshot's commit)
+ * lost its reply, and one of its rows, still at the version the step expected, was fenced
+ * (docs/protocol.md 4.11): `fenced`, the lost step can never land and the commit is sent
+ * again; `refused`, the row changed since the re-read (the step may have landed: unless
+ * another row can be fenced, the commit ends CommitUnknownError); `failed`, the fence's
+ * own outcome is unknown, or the store refused it with certainty on every send.
+ */
+export interface CommitFenceEvent extends Timed {
+  readonly type: 'commit.fence';
+  readonly transaction: TransactionRef | undefined;
+  readonly table: string;
+  readonly row: string;
+  readonly outcome: 'fenced' | 'refused' | 'failed';
+}
+
+/**
  * A read met a lock at or below its snapshot and waited for it to be resolved: from the
  * first meeting until the read went on (`resolved`), gave up (`timedOut`:
  * LockNotResolvedError) or was stopped (`aborted`, or `failed` on any other error).
@@ -211,6 +227,7 @@ export type PercolatorEvent =
   | TransactionEndEvent
   | TransactionRetryEvent
   | CommitStepEndEvent
+  | CommitFenceEvent
   | LockWaitEvent
   | LockResolveEvent
   | TidyEvent

@@ -3,6 +3,7 @@ import { decodeRow, encodeRow } from './codec.js';
 import { fence } from './commit/fence.js';
 import type { ProtocolEnv } from './env.js';
 import { RowTooLargeError, StoreError } from './errors.js';
+import type { TransactionRef } from './events.js';
 import { isCellEmpty, type RowState, rowHasNotification } from './row-state.js';
 import { type CasRequest, type CasResult, type StoredRow, writeStampInPlace } from './store.js';
 
@@ -88,9 +89,10 @@ export async function updateRow<T>(
   /**
    * The decision's records carry no identity the client knows (a one-step commit named by
    * the store's draw): after a write whose outcome is unknown, a row still at the version
-   * it expected is fenced (commit/fence.ts), which makes the outcome certain.
+   * it expected is fenced (commit/fence.ts), which makes the outcome certain. Holds the
+   * transaction the write commits, for the fence's event.
    */
-  fenceLost = false,
+  fenceLost?: { readonly transaction: TransactionRef | undefined },
 ): Promise<RowUpdateResult<T>> {
   const cache = env.rowCache;
   // A guess only before anything may have landed: after an ambiguous CAS, the row as read.
@@ -111,7 +113,7 @@ export async function updateRow<T>(
       }
       cache?.set(table, key, current);
       if (ambiguous && lostExpected !== null && current?.version === lostExpected) {
-        const fenced = await fence(env, table, key, current, lostExpected);
+        const fenced = await fence(env, table, key, current, lostExpected, fenceLost?.transaction);
         if (fenced) {
           // The lost write can no longer land, and had not: decide as if it was never sent.
           current = fenced;
@@ -178,7 +180,7 @@ export async function updateRow<T>(
         ambiguous = true;
         // Only the store's own 'unknown' is fenced: an error that may repeat on every send
         // (a bug, a refusal of this request) ends the loop unknown, as before.
-        lostExpected = fenceLost && error instanceof StoreError ? request.expected : null;
+        lostExpected = fenceLost !== undefined && error instanceof StoreError ? request.expected : null;
       }
       current = undefined;
       cache?.delete(table, key);

@@ -38,9 +38,9 @@ const transfer = async (tx: Transaction) => {
 };
 
 /** A one-step store with rows a and b at 10, and a client on it. */
-async function seededPair() {
+async function seededPair(onEvent?: (e: PercolatorEvent) => void) {
   const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
-  const db = new Percolator({ store });
+  const db = new Percolator({ store, ...(onEvent ? { onEvent } : {}) });
   await db.transact(async (tx) => {
     tx.set('t', 'a', 'v', '10');
     tx.set('t', 'b', 'v', '10');
@@ -291,7 +291,10 @@ describe('peeked snapshots for read-write transactions', () => {
   });
 
   it('the fence: a delayed one-step commit that arrives after the fence never lands; one that lands before it leaves the outcome unknown, never a second commit', async () => {
-    const { store, db } = await seededPair();
+    const fences: [string, string, string, number | undefined][] = [];
+    const { store, db } = await seededPair((e) => {
+      if (e.type === 'commit.fence') fences.push([e.table, e.row, e.outcome, e.transaction?.attempt]);
+    });
     let late = true;
     store.manyFault = () => {
       const f = late ? 'late' : undefined;
@@ -323,6 +326,13 @@ describe('peeked snapshots for read-write transactions', () => {
     ).rejects.toBeInstanceOf(CommitUnknownError);
     expect(runs).toBe(1);
     expect(await balances(db)).toEqual(['8', '12']);
+    // Each fence is an event of its transaction (docs/operations.md, commit.fence). After a
+    // refusal the next row still as the step expected (by the re-read) is tried: refused too.
+    expect(fences).toEqual([
+      ['t', 'a', 'fenced', 1],
+      ['t', 'a', 'refused', 1],
+      ['t', 'b', 'refused', 1],
+    ]);
     await db.close();
   });
 

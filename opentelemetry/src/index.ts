@@ -194,6 +194,8 @@ const COUNTERS = {
   'percolator.transactions':
     'Transactions ended, by percolator.outcome (committed, conflict, commitUnknown, snapshotTooOld, ...)',
   'percolator.retries': 'Attempts of db.transact run again after a retryable failure',
+  'percolator.commit.fences':
+    'Rows fenced after a lost reply of a one-step commit (docs/protocol.md 4.11), by percolator.outcome (fenced, refused, failed)',
   'percolator.lock.resolutions':
     'Locks of other transactions settled, by percolator.outcome (rolledForward, rolledBack) and percolator.by',
   'percolator.tidy.versions_moved': 'Old values moved to version rows',
@@ -427,6 +429,19 @@ export class PercolatorTelemetry {
           'percolator.table': e.table,
           'percolator.row': e.row,
           'percolator.lock.start_ts': e.lockStartTs,
+          'percolator.outcome': e.outcome,
+        });
+        span.end(epochMs(e.time + e.durationMs));
+        return;
+      }
+      case 'commit.fence': {
+        this.counts?.add('percolator.commit.fences', e.outcome, this.attrs('percolator.outcome', e.outcome));
+        const parent = this.parentOf(e.transaction);
+        if (!parent) return;
+        const span = this.child(parent, 'percolator.fence', e.time, e.durationMs, undefined);
+        span.setAttributes({
+          'percolator.table': e.table,
+          'percolator.row': e.row,
           'percolator.outcome': e.outcome,
         });
         span.end(epochMs(e.time + e.durationMs));

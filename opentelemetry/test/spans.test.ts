@@ -11,7 +11,7 @@ import {
   type ReadableSpan,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import { MemoryStore, Percolator } from '@percolator/core';
+import { MemoryStore, Percolator, StoreError } from '@percolator/core';
 import { PercolatorTelemetry } from '@percolator/opentelemetry';
 import { describe, expect, it } from 'vitest';
 import { LOCK_TTL_MS, runTransfers } from '../../examples/opentelemetry-transfers.mjs';
@@ -331,6 +331,65 @@ describe('PercolatorTelemetry spans', () => {
     expect(attrs(root!.children[0])).toMatchObject({ 'percolator.rows': 3 });
     expect(attrs(root)).toMatchObject({ 'percolator.outcome': 'committed', 'percolator.rows': 3 });
     expect(commitTs.startTs).toBeGreaterThan(0);
+  });
+
+  it('traces a fence (a one-step commit whose request was lost, fenced and sent again) as a percolator.fence span and counts it', async () => {
+    const exporter = new InMemorySpanExporter();
+    const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+    const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({
+      exporter: metricExporter,
+      exportIntervalMillis: 3_600_000,
+    });
+    const meterProvider = new MeterProvider({ readers: [reader] });
+    const telemetry = new PercolatorTelemetry({ tracerProvider, meterProvider });
+    const memory = new MemoryStore();
+    await new Percolator({ store: memory }).transact(async (tx) => {
+      tx.set('accounts', 'alice', 'balance', '100');
+      tx.set('accounts', 'bob', 'balance', '100');
+    });
+    // The next one-step commit is lost before it reaches the store, its outcome unknown.
+    let lose = true;
+    const store = new Proxy(memory, {
+      get(target, property) {
+        const value = Reflect.get(target, property, target);
+        if (property !== 'checkAndSetStampedMany' || typeof value !== 'function') {
+          return typeof value === 'function' ? value.bind(target) : value;
+        }
+        return (...args: unknown[]) => {
+          if (!lose) return value.apply(target, args);
+          lose = false;
+          return Promise.reject(new StoreError('injected: no reply (the request was lost)', 'unknown'));
+        };
+      },
+    });
+    const db = new Percolator({ store, onEvent: telemetry.onEvent });
+    await db.transact(async (tx) => {
+      const alice = Number(await tx.getString('accounts', 'alice', 'balance'));
+      const bob = Number(await tx.getString('accounts', 'bob', 'balance'));
+      tx.set('accounts', 'alice', 'balance', String(alice - 10));
+      tx.set('accounts', 'bob', 'balance', String(bob + 10));
+    });
+    await db.close();
+    await tracerProvider.forceFlush();
+    await reader.forceFlush();
+    const [root] = tree(exporter.getFinishedSpans());
+    expect(attrs(root)).toMatchObject({ 'percolator.outcome': 'committed' });
+    expect(names(root!.children).sort()).toEqual(['percolator.fence', 'percolator.one_phase_commit']);
+    const fence = root!.children.find((c) => c.span.name === 'percolator.fence');
+    expect(attrs(fence)).toMatchObject({
+      'percolator.table': 'accounts',
+      'percolator.row': 'alice',
+      'percolator.outcome': 'fenced',
+    });
+    const fences = metricExporter
+      .getMetrics()
+      .flatMap((rm) => rm.scopeMetrics.flatMap((sm) => sm.metrics))
+      .filter((m) => m.descriptor.name === 'percolator.commit.fences')
+      .flatMap((m) => m.dataPoints);
+    expect(fences.map((p) => [p.attributes['percolator.outcome'], p.value])).toEqual([['fenced', 1]]);
+    await meterProvider.shutdown();
+    await tracerProvider.shutdown();
   });
 
   it('records tidy passes as metrics, and as spans only when they fail or with tidySpans', async () => {

@@ -2,6 +2,7 @@ import { backoffMs, sleep } from '../backoff.js';
 import { decodeRow } from '../codec.js';
 import type { ProtocolEnv } from '../env.js';
 import { StoreError } from '../errors.js';
+import type { CommitFenceEvent, TransactionRef } from '../events.js';
 import { rowHasNotification } from '../row-state.js';
 import type { StoredRow, Version } from '../store.js';
 
@@ -32,6 +33,8 @@ export async function fence(
   key: string,
   row: StoredRow,
   expected: Version,
+  /** The transaction whose step it fences, for its `commit.fence` event. */
+  transaction: TransactionRef | undefined,
 ): Promise<StoredRow | undefined> {
   if (row.version !== expected) return undefined;
   let notified: boolean;
@@ -40,21 +43,37 @@ export async function fence(
   } catch {
     return undefined; // a row we cannot decode is not rewritten
   }
+  const events = env.events;
+  const time = events ? performance.now() : 0;
+  const done = (outcome: CommitFenceEvent['outcome']) =>
+    events?.emit({
+      type: 'commit.fence',
+      transaction,
+      table,
+      row: key,
+      outcome,
+      time,
+      durationMs: performance.now() - time,
+    });
   for (let attempt = 1; ; attempt++) {
     try {
       const outcome = await env.store.checkAndSet({ table, key, expected, state: row.state, notified });
       if (!outcome.ok) {
         if (outcome.current !== undefined) env.rowCache?.set(table, key, outcome.current);
+        done('refused');
         return undefined;
       }
       const fenced = { version: outcome.version, state: row.state };
       env.rowCache?.set(table, key, fenced);
+      done('fenced');
       return fenced;
     } catch (error) {
       env.rowCache?.delete(table, key);
       // Certainly not applied: the row may still be as it was, so the fence may go again.
-      if (!(error instanceof StoreError && error.applied === 'no') || attempt >= FENCE_ATTEMPTS)
+      if (!(error instanceof StoreError && error.applied === 'no') || attempt >= FENCE_ATTEMPTS) {
+        done('failed');
         return undefined;
+      }
       await sleep(backoffMs(attempt, 5, 100));
     }
   }

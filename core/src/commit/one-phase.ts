@@ -165,7 +165,7 @@ export async function commitOnePhase(ctx: CommitContext): Promise<number> {
   };
   const send = async (known: Known) => {
     // Fenced after a lost reply where its records carry no identity we know (fence.ts).
-    const fenceLost = startTs === STAMP;
+    const fenceLost = startTs === STAMP ? { transaction: ctx.trace } : undefined;
     const { result, timestamp } = await updateRow(env, m.table, m.row, known, decide, false, true, fenceLost);
     return timestamp ?? result;
   };
@@ -286,7 +286,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
         const expected = sentBefore[i];
         const row = known[i];
         if (expected === null || expected === undefined || !row || row.version !== expected) continue;
-        const fenced = await fence(env, rows[i]!.table, rows[i]!.row, row, expected);
+        const fenced = await fence(env, rows[i]!.table, rows[i]!.row, row, expected, ctx.trace);
         if (fenced) {
           known[i] = fenced;
           states[i] = decodeKnown(ctx, ids[i]!, fenced);
