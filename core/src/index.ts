@@ -11,6 +11,7 @@ export {
 export type { CommitStep, CommitStepEvent, PercolatorHooks } from './env.js';
 export * from './errors.js';
 export type {
+  CommitFenceEvent,
   CommitStepEndEvent,
   CommitStepName,
   GcEvent,

@@ -5,7 +5,10 @@ import { InvalidArgumentError } from './errors.js';
  * JSON unchanged. Anything else (undefined, NaN, Infinity, -0, bigint, functions, symbols,
  * class instances such as Date or Map, cycles, lone surrogates, an array's named properties,
  * non-enumerable properties) is refused with InvalidArgumentError before anything is
- * buffered, rather than silently changed; so is nesting deeper than MAX_JSON_DEPTH.
+ * buffered, rather than silently changed; so is nesting deeper than MAX_JSON_DEPTH. What
+ * is written is a copy made of what was checked, each property read once, so a getter,
+ * a Proxy or a `toJSON` method (a function: refused on a plain object; never called on
+ * an array or its items) cannot change it after the check.
  */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
@@ -87,13 +90,22 @@ function checked(value: unknown, path: string, seen: Set<object>, depth: number)
             `${path} is a ${proto?.constructor?.name ?? 'class instance'}, not a plain object: convert it first`,
           );
         }
-        // No prototype: a key named __proto__ is then an own property like any other.
-        const fields: Record<string, unknown> = Object.create(null);
+        const fields: Record<string, unknown> = {};
         for (const key of Object.getOwnPropertyNames(value)) {
           if (!Object.prototype.propertyIsEnumerable.call(value, key))
             throw new InvalidArgumentError(`${path}.${key} is not enumerable, which JSON drops`);
           if (!key.isWellFormed()) throw new InvalidArgumentError(`${path} has a key with a lone surrogate`);
-          fields[key] = checked((value as Record<string, unknown>)[key], `${path}.${key}`, seen, depth + 1);
+          const field = checked((value as Record<string, unknown>)[key], `${path}.${key}`, seen, depth + 1);
+          // An own key named __proto__ (JSON.parse makes one) stays an own key: an assignment
+          // would set the copy's prototype instead.
+          if (key === '__proto__')
+            Object.defineProperty(fields, key, {
+              value: field,
+              enumerable: true,
+              writable: true,
+              configurable: true,
+            });
+          else fields[key] = field;
         }
         copy = fields;
       }

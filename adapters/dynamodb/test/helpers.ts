@@ -6,7 +6,8 @@ import { createDynamoDbStore, type DynamoDbRowStore, type DynamoDbStoreOptions }
 /**
  * One DynamoDB per test file: DynamoDB Local started in beforeAll (a free port,
  * in-memory) and stopped in afterAll, or PERCOLATOR_DYNAMODB_ENDPOINT if set. Stores
- * get unique namespaces and are dropped and closed afterwards.
+ * get unique namespaces and are closed afterwards; on an endpoint of the environment's,
+ * each namespace is dropped too (a private DynamoDB Local goes away whole).
  */
 export function useDynamoDb() {
   let target: DynamoDbTarget | undefined;
@@ -17,29 +18,30 @@ export function useDynamoDb() {
   });
 
   afterAll(async () => {
-    for (const store of stores) await store.close();
-    // A DynamoDB Local of our own goes away whole with its process (in memory): dropping
-    // each namespace first would only scan its shared table once per store (a file's
-    // stores took over two minutes that way on a slow machine).
-    if (target === undefined || target.local) {
+    try {
+      for (const store of stores) await store.close();
+      // A DynamoDB Local of our own goes away whole with its process (in memory): dropping
+      // each namespace first would only scan its shared table once per store (a file's
+      // stores took over two minutes that way on a slow machine).
+      if (target === undefined || target.local) return;
+      // Drop through a fresh store (a test may have closed its own), each namespace once.
+      const dropped = new Set<string>();
+      for (const store of stores) {
+        const id = `${store.tableName}\u0000${store.namespace}`;
+        if (dropped.has(id)) continue;
+        dropped.add(id);
+        const cleaner = await createDynamoDbStore({
+          ...target.storeOptions(store.namespace),
+          tableName: store.tableName,
+          createTable: false,
+        }).catch(() => undefined);
+        await cleaner?.dropNamespace();
+        await cleaner?.close();
+      }
+    } finally {
+      // Never leave the JVM running, whatever failed above.
       await target?.stop();
-      return;
     }
-    // Drop through a fresh store (a test may have closed its own), each namespace once.
-    const dropped = new Set<string>();
-    for (const store of stores) {
-      const id = `${store.tableName}\u0000${store.namespace}`;
-      if (dropped.has(id)) continue;
-      dropped.add(id);
-      const cleaner = await createDynamoDbStore({
-        ...target.storeOptions(store.namespace),
-        tableName: store.tableName,
-        createTable: false,
-      }).catch(() => undefined);
-      await cleaner?.dropNamespace();
-      await cleaner?.close();
-    }
-    await target?.stop();
   });
 
   const env = () => {
