@@ -12,7 +12,7 @@ import {
   type Transaction,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
-import { fakeClock, InstrumentedStore } from './support.js';
+import { type Fault, fakeClock, InstrumentedStore } from './support.js';
 
 /**
  * Peeked snapshots for read-write transactions (docs/protocol.md 4.10): the snapshot comes
@@ -46,6 +46,16 @@ async function seededPair(onEvent?: (e: PercolatorEvent) => void) {
     tx.set('t', 'b', 'v', '10');
   });
   return { store, db };
+}
+
+/** A fault for the next call only: 'late' (it fails at once and lands when the test runs it). */
+function lateOnce(): () => Fault {
+  let late = true;
+  return () => {
+    const f: Fault = late ? 'late' : undefined;
+    late = false;
+    return f;
+  };
 }
 
 /** Rows a and b, as one snapshot reads them. */
@@ -295,12 +305,7 @@ describe('peeked snapshots for read-write transactions', () => {
     const { store, db } = await seededPair((e) => {
       if (e.type === 'commit.fence') fences.push([e.table, e.row, e.outcome, e.transaction?.attempt]);
     });
-    let late = true;
-    store.manyFault = () => {
-      const f = late ? 'late' : undefined;
-      late = false;
-      return f;
-    };
+    store.manyFault = lateOnce();
     // The first step is delayed: the client fences row a and commits again.
     await db.transact(transfer);
     expect(store.late).toHaveLength(1);
@@ -311,7 +316,7 @@ describe('peeked snapshots for read-write transactions', () => {
     // The delayed step lands after the client's re-read, before its next write (the fence):
     // the fence is refused, and the client, which cannot tell its step from another
     // writer's, reports unknown (a second send would have lost a race and conflicted).
-    late = true;
+    store.manyFault = lateOnce();
     store.beforeWrite = async () => {
       if (store.late.length === 0) return; // the delayed step's own call
       store.beforeWrite = undefined;
@@ -348,12 +353,7 @@ describe('peeked snapshots for read-write transactions', () => {
     store.beforeCas = async (request) => {
       fenced = request;
     };
-    let late = true;
-    store.manyFault = () => {
-      const f = late ? 'late' : undefined;
-      late = false;
-      return f;
-    };
+    store.manyFault = lateOnce();
     await db.transact(transfer);
     expect(fenced?.state).toEqual(before.state);
     expect(fenced?.notified).toBe(true);
@@ -364,12 +364,7 @@ describe('peeked snapshots for read-write transactions', () => {
   it('blind writes and one-row commits are fenced too', async () => {
     const { store, db } = await seededPair();
     // A blind write of two rows (no read, no start timestamp of its own): its step delayed.
-    let late = true;
-    store.manyFault = () => {
-      const f = late ? 'late' : undefined;
-      late = false;
-      return f;
-    };
+    store.manyFault = lateOnce();
     await db.transact(async (tx) => {
       tx.set('t', 'a', 'v', 'blind-a');
       tx.set('t', 'b', 'v', 'blind-b');
@@ -377,12 +372,7 @@ describe('peeked snapshots for read-write transactions', () => {
     expect((await store.late.shift()!()).ok).toBe(false);
     expect(await balances(db)).toEqual(['blind-a', 'blind-b']);
     // A one-row read-modify-write of a peeked snapshot (the single-row stamped CAS).
-    let lateOne = true;
-    store.casFault = () => {
-      const f = lateOne ? 'late' : undefined;
-      lateOne = false;
-      return f;
-    };
+    store.casFault = lateOnce();
     const stamped = store.calls.checkAndSetStamped;
     await db.transact(async (tx) => {
       const a = await tx.getString('t', 'a', 'v');
@@ -396,12 +386,7 @@ describe('peeked snapshots for read-write transactions', () => {
 
   it('the fence on one row (updateRow): a late step landing between the re-read and the fence leaves CommitUnknownError, committed once', async () => {
     const { store, db } = await seededPair();
-    let lateOne = true;
-    store.casFault = () => {
-      const f = lateOne ? 'late' : undefined;
-      lateOne = false;
-      return f;
-    };
+    store.casFault = lateOnce();
     store.beforeWrite = async () => {
       if (store.late.length === 0) return; // the late step's own call
       store.beforeWrite = undefined;
@@ -422,12 +407,7 @@ describe('peeked snapshots for read-write transactions', () => {
 
   it("after a fence the outcome is certain: losing every later race is a retryable failure, not the fenced step's unknown", async () => {
     const { store, db } = await seededPair();
-    let late = true;
-    store.manyFault = () => {
-      const f = late ? 'late' : undefined;
-      late = false;
-      return f;
-    };
+    store.manyFault = lateOnce();
     let runs = 0;
     let fenced = false;
     // After the fence, another writer moves row a (to the same state) before every step of
@@ -473,13 +453,11 @@ describe('peeked snapshots for read-write transactions', () => {
     await db.transact(async (tx) => {
       for (const k of ['a', 'b', 'c', 'd']) tx.set('t', k, 'v', '10');
     });
-    let late = true;
     const sizes: number[] = [];
+    const once = lateOnce();
     store.manyFault = (requests) => {
       sizes.push(requests.length);
-      const f = late ? 'late' : undefined;
-      late = false;
-      return f;
+      return once();
     };
     const move = (from: string, to: string) => async (tx: Transaction) => {
       const x = Number(await tx.getString('t', from, 'v'));

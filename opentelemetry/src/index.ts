@@ -422,29 +422,21 @@ export class PercolatorTelemetry {
             e.durationMs,
             this.attrs('percolator.outcome', e.outcome),
           );
-        const parent = this.parentOf(e.transaction);
-        if (!parent) return;
-        const span = this.child(parent, 'percolator.lock_wait', e.time, e.durationMs, undefined);
-        span.setAttributes({
+        this.eventSpan(e, 'percolator.lock_wait', () => ({
           'percolator.table': e.table,
           'percolator.row': e.row,
           'percolator.lock.start_ts': e.lockStartTs,
           'percolator.outcome': e.outcome,
-        });
-        span.end(epochMs(e.time + e.durationMs));
+        }));
         return;
       }
       case 'commit.fence': {
         this.counts?.add('percolator.commit.fences', e.outcome, this.attrs('percolator.outcome', e.outcome));
-        const parent = this.parentOf(e.transaction);
-        if (!parent) return;
-        const span = this.child(parent, 'percolator.fence', e.time, e.durationMs, undefined);
-        span.setAttributes({
+        this.eventSpan(e, 'percolator.fence', () => ({
           'percolator.table': e.table,
           'percolator.row': e.row,
           'percolator.outcome': e.outcome,
-        });
-        span.end(epochMs(e.time + e.durationMs));
+        }));
         return;
       }
       case 'lock.resolve': {
@@ -453,18 +445,14 @@ export class PercolatorTelemetry {
           `${e.outcome}/${e.by}`,
           this.attrs('percolator.outcome', e.outcome, 'percolator.by', e.by),
         );
-        const parent = this.parentOf(e.transaction);
-        if (!parent) return;
-        const span = this.child(parent, 'percolator.resolve_lock', e.time, e.durationMs, undefined);
-        span.setAttributes({
+        this.eventSpan(e, 'percolator.resolve_lock', () => ({
           'percolator.table': e.table,
           'percolator.row': e.row,
           'percolator.lock.start_ts': e.lockStartTs,
           'percolator.outcome': e.outcome,
           'percolator.by': e.by,
           ...(e.commitTs !== undefined ? { 'percolator.lock.commit_ts': e.commitTs } : {}),
-        });
-        span.end(epochMs(e.time + e.durationMs));
+        }));
         return;
       }
       case 'tidy':
@@ -557,6 +545,26 @@ export class PercolatorTelemetry {
    * when there is nothing to record: tracing off, or the transaction's span was not sampled
    * (its children would not be either, so they are not even created).
    */
+  /**
+   * A child span of the event's transaction over the event's time, with its attributes
+   * (built only when the span is made); none where the transaction is not traced.
+   */
+  private eventSpan(
+    e: {
+      readonly transaction: TransactionRef | undefined;
+      readonly time: number;
+      readonly durationMs: number;
+    },
+    name: string,
+    attributes: () => Attributes,
+  ): void {
+    const parent = this.parentOf(e.transaction);
+    if (!parent) return;
+    const span = this.child(parent, name, e.time, e.durationMs, undefined);
+    span.setAttributes(attributes());
+    span.end(epochMs(e.time + e.durationMs));
+  }
+
   private parentOf(tx: TransactionRef | undefined): Context | undefined {
     if (!this.tracer) return undefined;
     if (!tx) return this.api.context.active();

@@ -41,7 +41,8 @@ function tree(spans: readonly ReadableSpan[]): Node[] {
 const names = (nodes: readonly Node[]) => nodes.map((n) => n.span.name);
 const attrs = (node: Node | undefined) => node!.span.attributes;
 
-async function traceTransfers(commitSteps?: 'spans' | 'events' | 'attributes') {
+/** SDK providers that keep what they get: spans as they end, metrics when flushed. */
+function providers() {
   const exporter = new InMemorySpanExporter();
   const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
   const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
@@ -50,6 +51,11 @@ async function traceTransfers(commitSteps?: 'spans' | 'events' | 'attributes') {
     exportIntervalMillis: 3_600_000,
   });
   const meterProvider = new MeterProvider({ readers: [reader] });
+  return { exporter, tracerProvider, metricExporter, reader, meterProvider };
+}
+
+async function traceTransfers(commitSteps?: 'spans' | 'events' | 'attributes') {
+  const { exporter, tracerProvider, metricExporter, reader, meterProvider } = providers();
   const telemetry = new PercolatorTelemetry({
     tracerProvider,
     meterProvider,
@@ -334,14 +340,7 @@ describe('PercolatorTelemetry spans', () => {
   });
 
   it('traces a fence (a one-step commit whose request was lost, fenced and sent again) as a percolator.fence span and counts it', async () => {
-    const exporter = new InMemorySpanExporter();
-    const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-    const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
-    const reader = new PeriodicExportingMetricReader({
-      exporter: metricExporter,
-      exportIntervalMillis: 3_600_000,
-    });
-    const meterProvider = new MeterProvider({ readers: [reader] });
+    const { exporter, tracerProvider, metricExporter, reader, meterProvider } = providers();
     const telemetry = new PercolatorTelemetry({ tracerProvider, meterProvider });
     const memory = new MemoryStore();
     await new Percolator({ store: memory }).transact(async (tx) => {

@@ -6,7 +6,7 @@
  */
 import type { CommitStepEvent, Percolator, PrunePolicy, RowStore } from '@percolator/core';
 import { CrashPlans, type StopPoint } from '../crash.js';
-import { type FaultyStore, type Hold, type StoreCall, touches } from '../faulty-store.js';
+import { type FaultKind, type FaultyStore, type Hold, type StoreCall, touches } from '../faulty-store.js';
 import { checkListAppend, describeCheck, type ListAppendMop, type ListAppendOp } from '../history/checker.js';
 import {
   LIST_COLUMN,
@@ -210,22 +210,23 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   // A run "with faults" must really have had them, or it proves nothing.
   if (options.faults) {
     const sum = (f: (s: FaultyStore) => number) => faultyStores.reduce((n, s) => n + f(s), 0);
+    // One-step commits (stamped CASes) that met a fault of this kind, as the logs recorded them.
+    const stampedSteps = (kind: FaultKind) =>
+      sum(
+        (s) =>
+          s.log.filter(
+            (e) =>
+              e.kind === kind &&
+              (e.call.operation === 'checkAndSetStamped' || e.call.operation === 'checkAndSetStampedMany'),
+          ).length,
+      );
     // A read failed after it ran is no ambiguity: only a write's can leave an unknown outcome.
     check(
       sum((s) => s.stats.writesFailedAfter) > 0,
       'no write failed after the store applied it: the faulty run injected no ambiguous fault',
     );
     check(sum((s) => s.stats.failedBefore) > 0, 'no call failed before reaching the store');
-    const lateSteps = faultyStores.reduce(
-      (n, s) =>
-        n +
-        s.log.filter(
-          (e) =>
-            e.kind === 'late' &&
-            (e.call.operation === 'checkAndSetStamped' || e.call.operation === 'checkAndSetStampedMany'),
-        ).length,
-      0,
-    );
+    const lateSteps = stampedSteps('late');
     ctx.note(
       `${sum((s) => s.stats.late)} calls reported failed while on their way (${lateSteps} of them one-step commits), ` +
         `${sum((s) => s.stats.writesLate)} wrote when they landed`,
@@ -233,16 +234,7 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     check(sum((s) => s.stats.late) > 0, 'no call was reported failed while still on its way');
     // An ambiguous commit point either stays unknown (info) or is settled by the re-read; a
     // stamped commit (one CAS that also draws commitTs) is usually settled that way.
-    const settledStamps = faultyStores.reduce(
-      (n, s) =>
-        n +
-        s.log.filter(
-          (e) =>
-            e.kind === 'after' &&
-            (e.call.operation === 'checkAndSetStamped' || e.call.operation === 'checkAndSetStampedMany'),
-        ).length,
-      0,
-    );
+    const settledStamps = stampedSteps('after');
     if (store.capabilities.stampedCheckAndSetMany) {
       ctx.note(`${oneStep} one-step commits of several rows (checkAndSetStampedMany calls)`);
       check(oneStep > 0, 'the store commits several rows in one step, but no client did');
