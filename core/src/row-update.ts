@@ -101,8 +101,8 @@ export async function updateRow<T>(
   let ambiguous = startAmbiguous;
   let lastError: unknown;
   let failures = 0;
-  /** The version the last write whose outcome is unknown expected (fenceLost). */
-  let lostExpected: string | null = null;
+  /** What the last write whose outcome is unknown expected (fenceLost; null: absent). */
+  let lost: { readonly expected: string | null } | undefined;
   for (let attempt = 0; attempt < MAX_CAS_ATTEMPTS; attempt++) {
     if (current === undefined) {
       try {
@@ -112,13 +112,13 @@ export async function updateRow<T>(
         throw error;
       }
       cache?.set(table, key, current);
-      if (ambiguous && lostExpected !== null && current?.version === lostExpected) {
-        const fenced = await fence(env, table, key, current, lostExpected, fenceLost?.transaction);
+      if (ambiguous && lost !== undefined && (current?.version ?? null) === lost.expected) {
+        const fenced = await fence(env, table, key, current, lost.expected, fenceLost?.transaction);
         if (fenced) {
           // The lost write can no longer land, and had not: decide as if it was never sent.
           current = fenced;
           ambiguous = false;
-          lostExpected = null;
+          lost = undefined;
           lastError = undefined;
         }
       }
@@ -180,7 +180,8 @@ export async function updateRow<T>(
         ambiguous = true;
         // Only the store's own 'unknown' is fenced: an error that may repeat on every send
         // (a bug, a refusal of this request) ends the loop unknown, as before.
-        lostExpected = fenceLost !== undefined && error instanceof StoreError ? request.expected : null;
+        lost =
+          fenceLost !== undefined && error instanceof StoreError ? { expected: request.expected } : undefined;
       }
       current = undefined;
       cache?.delete(table, key);

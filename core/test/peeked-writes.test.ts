@@ -1,4 +1,5 @@
 import {
+  AbortedError,
   ClientCrash,
   CommitUnknownError,
   ConflictError,
@@ -381,6 +382,119 @@ describe('peeked snapshots for read-write transactions', () => {
     expect(store.calls.checkAndSetStamped - stamped).toBe(2);
     expect((await store.late.shift()!()).ok).toBe(false);
     expect(await balances(db)).toEqual(['blind-a!', 'blind-b']);
+    await db.close();
+  });
+
+  it('a step that only creates rows is fenced by creating a row with no values: the late step is refused, the commit lands once', async () => {
+    const { store, db } = await seededPair();
+    const cas = store.calls.checkAndSet;
+    // A blind write of two new rows, its step delayed: the fence creates row c (expected
+    // absent by the step) with no cells, and the commit goes again against it.
+    store.manyFault = lateOnce();
+    await db.transact(async (tx) => {
+      tx.set('t', 'c', 'v', 'new-c');
+      tx.set('t', 'd', 'v', 'new-d');
+    });
+    expect(store.calls.checkAndSet - cas).toBe(1);
+    expect((await store.late.shift()!()).ok).toBe(false);
+    // A read-write transaction of a peeked snapshot whose step only creates (row e).
+    store.manyFault = lateOnce();
+    await db.transact(async (tx) => {
+      const a = await tx.getString('t', 'a', 'v');
+      tx.set('t', 'e', 'v', `from-${a}`);
+      tx.set('t', 'f', 'v', 'new-f');
+    });
+    expect((await store.late.shift()!()).ok).toBe(false);
+    // A one-row create (the single-row stamped CAS, updateRow).
+    store.casFault = lateOnce();
+    const stamped = store.calls.checkAndSetStamped;
+    await db.transact(async (tx) => {
+      tx.set('t', 'g', 'v', 'new-g');
+    });
+    expect(store.calls.checkAndSetStamped - stamped).toBe(2);
+    expect((await store.late.shift()!()).ok).toBe(false);
+    const values = await db.transact((tx) =>
+      Promise.all(['c', 'd', 'e', 'f', 'g'].map((row) => tx.getString('t', row, 'v'))),
+    );
+    expect(values).toEqual(['new-c', 'new-d', 'from-10', 'new-f', 'new-g']);
+    // Each value was written once: one record per cell.
+    for (const row of ['c', 'd', 'e', 'f', 'g'])
+      expect((await recordsOf(store.inner, 't', row)).writes).toHaveLength(1);
+    await db.close();
+  });
+
+  it('a late create landing between the re-read and the fence leaves CommitUnknownError, committed once, on one row and on several', async () => {
+    const { store, db } = await seededPair();
+    const landBeforeFence = () => {
+      store.beforeWrite = async () => {
+        if (store.late.length === 0) return; // the late step's own call
+        store.beforeWrite = undefined;
+        expect((await store.late.shift()!()).ok).toBe(true);
+      };
+    };
+    let runs = 0;
+    store.manyFault = lateOnce();
+    landBeforeFence();
+    await expect(
+      db.transact(async (tx) => {
+        runs++;
+        tx.set('t', 'c', 'v', 'new-c');
+        tx.set('t', 'd', 'v', 'new-d');
+      }),
+    ).rejects.toBeInstanceOf(CommitUnknownError);
+    store.casFault = lateOnce();
+    landBeforeFence();
+    await expect(
+      db.transact(async (tx) => {
+        runs++;
+        tx.set('t', 'g', 'v', 'new-g');
+      }),
+    ).rejects.toBeInstanceOf(CommitUnknownError);
+    expect(runs).toBe(2);
+    const values = await db.transact((tx) =>
+      Promise.all(['c', 'd', 'g'].map((row) => tx.getString('t', row, 'v'))),
+    );
+    expect(values).toEqual(['new-c', 'new-d', 'new-g']);
+    for (const row of ['c', 'd', 'g'])
+      expect((await recordsOf(store.inner, 't', row)).writes).toHaveLength(1);
+    await db.close();
+  });
+
+  it('a row the fence created and nothing then wrote reads as absent: no value, left out of scans', async () => {
+    const { store, db } = await seededPair();
+    // The transaction is aborted after the fence, before its second send: nothing of it lands.
+    const abort = new AbortController();
+    store.beforeCas = async () => {
+      abort.abort();
+    };
+    store.manyFault = lateOnce();
+    await expect(
+      db.transact(
+        async (tx) => {
+          tx.set('t', 'c', 'v', 'new-c');
+          tx.set('t', 'd', 'v', 'new-d');
+        },
+        { signal: abort.signal },
+      ),
+    ).rejects.toBeInstanceOf(AbortedError);
+    store.beforeCas = undefined;
+    expect((await store.late.shift()!()).ok).toBe(false);
+    // The fence's row is there, with no cells.
+    const fenced = await store.inner.read('t', 'c');
+    expect(fenced).not.toBeNull();
+    expect(inspectHeadRow(fenced!.state).cells).toEqual([]);
+    expect(await store.inner.read('t', 'd')).toBeNull();
+    const seen = await db.transact(async (tx) => {
+      const rows: string[] = [];
+      for await (const { row } of tx.scan('t')) rows.push(row);
+      return { c: await tx.getString('t', 'c', 'v'), rows };
+    });
+    expect(seen).toEqual({ c: undefined, rows: ['a', 'b'] });
+    // A later create of the row writes over it as over an absent row.
+    await db.transact(async (tx) => {
+      tx.set('t', 'c', 'v', 'later');
+    });
+    expect(await db.transact((tx) => tx.getString('t', 'c', 'v'))).toBe('later');
     await db.close();
   });
 

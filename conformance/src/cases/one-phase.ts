@@ -235,7 +235,24 @@ async function lostReplies(ctx: CaseContext): Promise<void> {
     [2, 2, 2],
     'one-step calls (the late one and the one sent again) and fences, peeked and blind',
   );
-  // The late steps land now: refused, as their rows moved under the fences.
+  // A step that only creates rows (both keys new): the fence creates one of them with no
+  // values (a head row that reads as absent), so the late create can never land either.
+  const createsBefore = [steps, fences];
+  faulty!.inject({ kind: 'late', operation: 'checkAndSetStampedMany', until: landing });
+  await db.transact(async (t) => {
+    t.set(TABLE, 'created-a', 'v', 'c1');
+    t.set(OTHER, 'created-b', 'v', 'c1');
+  });
+  const readCreated = (t: Transaction) =>
+    Promise.all([t.getString(TABLE, 'created-a', 'v'), t.getString(OTHER, 'created-b', 'v')]);
+  checkEqual(await reader.transact(readCreated), ['c1', 'c1'], 'after a create-only step still on its way');
+  checkEqual(
+    [steps - createsBefore[0]!, fences - createsBefore[1]!],
+    [2, 1],
+    'one-step calls (the late one and the one sent again) and fences of a create-only step',
+  );
+  // The late steps land now: refused, as their rows moved under the fences (or, for the
+  // creates, came to be).
   land();
   await Promise.all([peeked.faulty!.settle(), faulty!.settle()]);
   checkEqual(
@@ -244,6 +261,11 @@ async function lostReplies(ctx: CaseContext): Promise<void> {
     'late steps that wrote when they landed',
   );
   checkEqual(await reader.transact(readPair), ['v7', 'v7'], 'after the late steps landed');
+  checkEqual(
+    await reader.transact(readCreated),
+    ['c1', 'c1'],
+    'the created rows after the late steps landed',
+  );
 }
 
 /**
@@ -575,7 +597,7 @@ export const onePhaseCases: ConformanceCase[] = [
   },
   {
     part: 'faults',
-    name: "a transaction of several rows commits in one step: a lost reply is settled by a re-read, a lost request is sent again, a blind write's lost reply is CommitUnknownError, a step still on its way is fenced and sent again",
+    name: "a transaction of several rows commits in one step: a lost reply is settled by a re-read, a lost request is sent again, a blind write's lost reply is CommitUnknownError, a step still on its way (a create-only one too) is fenced and sent again",
     requires: 'stampedCheckAndSetMany',
     run: lostReplies,
   },

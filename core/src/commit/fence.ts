@@ -1,9 +1,9 @@
 import { backoffMs, sleep } from '../backoff.js';
-import { decodeRow } from '../codec.js';
+import { decodeRow, encodeRow } from '../codec.js';
 import type { ProtocolEnv } from '../env.js';
 import { StoreError } from '../errors.js';
 import type { CommitFenceEvent, TransactionRef } from '../events.js';
-import { rowHasNotification } from '../row-state.js';
+import { emptyRow, rowHasNotification } from '../row-state.js';
 import type { StoredRow, Version } from '../store.js';
 
 /**
@@ -21,6 +21,14 @@ import type { StoredRow, Version } from '../store.js';
  * again, decided afresh on the rows as they are. Readers see the same row; a writer that
  * read the old version loses one CAS and re-reads, as after any write.
  *
+ * A row the step would have created (expected absent) and that is still absent is fenced
+ * the same way: a create of the head row with no cells, so the lost step, which expects the
+ * row absent, can never apply. A head row with no cells reads as an absent one at every
+ * snapshot (no value; scans leave out rows without values, as they leave out a row whose
+ * only create was rolled back), and head rows are never deleted, so the row can never be
+ * absent again for the step to land on. Only head rows: a version row holds its block's
+ * values from its create on (docs/protocol.md 2.2), so the callers never fence one.
+ *
  * Returns the row as the fence left it, or undefined where the fence did not apply: the
  * row changed since the re-read (the step may have landed: the outcome stays unknown), or
  * the fence's own outcome is unknown, or it was refused with certainty ('no') on each of
@@ -31,17 +39,26 @@ export async function fence(
   env: ProtocolEnv,
   table: string,
   key: string,
-  row: StoredRow,
-  expected: Version,
+  /** The head row as the re-read found it; null: absent. */
+  row: StoredRow | null,
+  /** What the lost step expected of it; null: absent (a create). */
+  expected: Version | null,
   /** The transaction whose step it fences, for its `commit.fence` event. */
   transaction: TransactionRef | undefined,
 ): Promise<StoredRow | undefined> {
-  if (row.version !== expected) return undefined;
+  if ((row?.version ?? null) !== expected) return undefined;
+  let state: Uint8Array;
   let notified: boolean;
-  try {
-    notified = rowHasNotification(decodeRow(row.state));
-  } catch {
-    return undefined; // a row we cannot decode is not rewritten
+  if (row === null) {
+    state = encodeRow(emptyRow());
+    notified = false;
+  } else {
+    state = row.state;
+    try {
+      notified = rowHasNotification(decodeRow(row.state));
+    } catch {
+      return undefined; // a row we cannot decode is not rewritten
+    }
   }
   const events = env.events;
   const time = events ? performance.now() : 0;
@@ -57,13 +74,13 @@ export async function fence(
     });
   for (let attempt = 1; ; attempt++) {
     try {
-      const outcome = await env.store.checkAndSet({ table, key, expected, state: row.state, notified });
+      const outcome = await env.store.checkAndSet({ table, key, expected, state, notified });
       if (!outcome.ok) {
         if (outcome.current !== undefined) env.rowCache?.set(table, key, outcome.current);
         done('refused');
         return undefined;
       }
-      const fenced = { version: outcome.version, state: row.state };
+      const fenced = { version: outcome.version, state };
       env.rowCache?.set(table, key, fenced);
       done('fenced');
       return fenced;

@@ -285,7 +285,8 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
       for (let i = 0; i < rows.length && ambiguous; i++) {
         const expected = sentBefore[i];
         const row = known[i];
-        if (expected === null || expected === undefined || !row || row.version !== expected) continue;
+        // A row still as the step expected it: at that version, or absent for a create.
+        if (expected === undefined || row === undefined || (row?.version ?? null) !== expected) continue;
         const fenced = await fence(env, rows[i]!.table, rows[i]!.row, row, expected, ctx.trace);
         if (fenced) {
           known[i] = fenced;
