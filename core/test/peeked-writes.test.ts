@@ -24,6 +24,12 @@ import { type Fault, fakeClock, InstrumentedStore } from './support.js';
  */
 
 const ONE_STEP = { stampedCheckAndSetMany: true } as const;
+/**
+ * A one-row commit as PostgreSQL and MariaDB send it: the single-row stamped CAS (the
+ * one-row loop, `updateRow`), not a step of the many-row kind (the memory store declares
+ * `stampedManyForOneRow`).
+ */
+const ONE_ROW_CAS = { stampedCheckAndSetMany: true, stampedManyForOneRow: false } as const;
 
 async function recordsOf(store: MemoryStore, table: string, row: string) {
   const stored = await store.read(table, row);
@@ -39,8 +45,11 @@ const transfer = async (tx: Transaction) => {
 };
 
 /** A one-step store with rows a and b at 10, and a client on it. */
-async function seededPair(onEvent?: (e: PercolatorEvent) => void) {
-  const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+async function seededPair(
+  onEvent?: (e: PercolatorEvent) => void,
+  capabilities: { readonly stampedManyForOneRow?: boolean } = ONE_STEP,
+) {
+  const store = new InstrumentedStore(new MemoryStore(), { ...ONE_STEP, ...capabilities });
   const db = new Percolator({ store, ...(onEvent ? { onEvent } : {}) });
   await db.transact(async (tx) => {
     tx.set('t', 'a', 'v', '10');
@@ -363,7 +372,7 @@ describe('peeked snapshots for read-write transactions', () => {
   });
 
   it('blind writes and one-row commits are fenced too', async () => {
-    const { store, db } = await seededPair();
+    const { store, db } = await seededPair(undefined, ONE_ROW_CAS);
     // A blind write of two rows (no read, no start timestamp of its own): its step delayed.
     store.manyFault = lateOnce();
     await db.transact(async (tx) => {
@@ -386,7 +395,7 @@ describe('peeked snapshots for read-write transactions', () => {
   });
 
   it('a step that only creates rows is fenced by creating a row with no values: the late step is refused, the commit lands once', async () => {
-    const { store, db } = await seededPair();
+    const { store, db } = await seededPair(undefined, ONE_ROW_CAS);
     const cas = store.calls.checkAndSet;
     // A blind write of two new rows, its step delayed: the fence creates row c (expected
     // absent by the step) with no cells, and the commit goes again against it.
@@ -424,7 +433,7 @@ describe('peeked snapshots for read-write transactions', () => {
   });
 
   it('a late create landing between the re-read and the fence leaves CommitUnknownError, committed once, on one row and on several', async () => {
-    const { store, db } = await seededPair();
+    const { store, db } = await seededPair(undefined, ONE_ROW_CAS);
     const landBeforeFence = () => {
       store.beforeWrite = async () => {
         if (store.late.length === 0) return; // the late step's own call
@@ -460,7 +469,7 @@ describe('peeked snapshots for read-write transactions', () => {
     await db.close();
   });
 
-  it('a row the fence created and nothing then wrote reads as absent: no value, left out of scans', async () => {
+  it('a row the fence created and nothing then wrote reads as absent, and stays (a cleared notification keeps it): the late step never lands', async () => {
     const { store, db } = await seededPair();
     // The transaction is aborted after the fence, before its second send: nothing of it lands.
     const abort = new AbortController();
@@ -478,12 +487,22 @@ describe('peeked snapshots for read-write transactions', () => {
       ),
     ).rejects.toBeInstanceOf(AbortedError);
     store.beforeCas = undefined;
-    expect((await store.late.shift()!()).ok).toBe(false);
     // The fence's row is there, with no cells.
     const fenced = await store.inner.read('t', 'c');
     expect(fenced).not.toBeNull();
     expect(inspectHeadRow(fenced!.state).cells).toEqual([]);
     expect(await store.inner.read('t', 'd')).toBeNull();
+    // A weak notification on it, cleared by a weak observer: the row is left empty, never
+    // deleted (a deleted row would be absent again, and the late step would land on it).
+    const worker = db.worker({
+      observers: [{ name: 'w', table: 't', column: 'dirty', weak: true, handler: async () => {} }],
+    });
+    await db.transact(async (tx) => tx.notify('t', 'c', 'dirty'));
+    await worker.runUntilIdle({ timeoutMs: 10_000 });
+    const cleared = await store.inner.read('t', 'c');
+    expect(cleared).not.toBeNull();
+    expect(cleared!.version).not.toBe(fenced!.version); // the notification came and went
+    expect((await store.late.shift()!()).ok).toBe(false);
     const seen = await db.transact(async (tx) => {
       const rows: string[] = [];
       for await (const { row } of tx.scan('t')) rows.push(row);
@@ -499,7 +518,7 @@ describe('peeked snapshots for read-write transactions', () => {
   });
 
   it('the fence on one row (updateRow): a late step landing between the re-read and the fence leaves CommitUnknownError, committed once', async () => {
-    const { store, db } = await seededPair();
+    const { store, db } = await seededPair(undefined, ONE_ROW_CAS);
     store.casFault = lateOnce();
     store.beforeWrite = async () => {
       if (store.late.length === 0) return; // the late step's own call

@@ -1,6 +1,6 @@
 import { backoffMs, sleep } from '../backoff.js';
 import { keepInBackground, type ProtocolEnv } from '../env.js';
-import { cellOf, isCellEmpty, type RowState } from '../row-state.js';
+import { cellOf, type RowState } from '../row-state.js';
 import { updateRow } from '../row-update.js';
 
 /**
@@ -85,9 +85,11 @@ export async function clearNotification(
     const newest = cell.recent.find((rec) => rec.kind !== 'rollback');
     if (newest && newest.commitTs >= coveredBelow) return { done: false };
     cell.notifyTs = 0;
-    // A row that held nothing but this notification (a weak one) goes away entirely.
-    const empty = [...state.cells.values()].every(isCellEmpty);
-    return { write: empty ? null : state, result: true };
+    // A row left with nothing in it (it held only this notification, or is a row the fence
+    // created, docs/protocol.md 4.11) stays, empty: it reads as absent, and a head row is
+    // never deleted, so that a one-step commit still on its way that expects it absent can
+    // never land on it after its client was told it did not.
+    return { write: state, result: true };
   });
   return result;
 }
