@@ -45,7 +45,7 @@ const TABLE_COLUMNS: Record<TableKind, readonly string[]> = {
   version_blocks: ['id', 'allocated_at'],
 };
 const TABLE_KINDS = Object.keys(TABLE_COLUMNS) as TableKind[];
-const PROCEDURE = /^(.+)_(?:stamped_cas|stamped_read|cas_stamped_many)_v[0-9]{1,4}$/;
+const PROCEDURE = /^(.+)_(?:stamped_cas|stamped_read|cas_stamped_many|cas_slots[0-9]{1,2})_v[0-9]{1,4}$/;
 
 // Two cheap catalog reads (a correlated subquery over information_schema is slow on MariaDB).
 const TABLES_SQL = `SELECT TABLE_NAME AS name FROM information_schema.TABLES
@@ -57,7 +57,8 @@ const TABLES_PATTERN = '^[a-z][a-z0-9_]*_(rows|counters|version_blocks)$';
 const ROUTINES_SQL = `SELECT ROUTINE_NAME AS name FROM information_schema.ROUTINES
 WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME REGEXP ?
   AND ROUTINE_COMMENT LIKE 'percolator %'`;
-const ROUTINES_PATTERN = '^[a-z][a-z0-9_]*_(stamped_cas|stamped_read|cas_stamped_many)_v[0-9]+$';
+const ROUTINES_PATTERN =
+  '^[a-z][a-z0-9_]*_(stamped_cas|stamped_read|cas_stamped_many|cas_slots[0-9]{1,2})_v[0-9]+$';
 
 type Row = Record<string, unknown>;
 type Queryable = Connection | PoolConnection;

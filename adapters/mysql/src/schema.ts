@@ -11,6 +11,8 @@ import { validateNamespace } from '@percolator/core/kit';
  *   <ns>_stamped_cas_v1  stored procedure: the stamped check-and-set (see below).
  *   <ns>_stamped_read_v1 stored procedure: the stamped read (see below).
  *   <ns>_cas_stamped_many_v6  stored procedure: the stamped check-and-set of many rows.
+ *   <ns>_cas_slots<S>_v1 stored procedures (S = 2, 4, 8, 16): the same for up to S rows,
+ *                        with a fixed argument list and one statement for all rows.
  * Identifiers are built only from the validated namespace and fixed suffixes.
  */
 export interface MySqlNames {
@@ -30,6 +32,15 @@ export interface MySqlNames {
   readonly stampedCasMany: string;
   /** Its bare name. */
   readonly stampedCasManyRoutine: string;
+  /**
+   * The stamped check-and-set of a few rows, one procedure per number of slots
+   * (STAMPED_SLOTS, ascending): quoted name and bare name of each.
+   */
+  readonly stampedSlots: readonly {
+    readonly slots: number;
+    readonly name: string;
+    readonly routine: string;
+  }[];
 }
 
 /**
@@ -39,6 +50,9 @@ export interface MySqlNames {
 const STAMPED_CAS_SUFFIX = 'stamped_cas_v1';
 const STAMPED_READ_SUFFIX = 'stamped_read_v1';
 const STAMPED_CAS_MANY_SUFFIX = 'cas_stamped_many_v6';
+/** The slot counts of the fixed-slot procedures (see stampedSlotsProcedure). */
+export const STAMPED_SLOTS = [2, 4, 8, 16] as const;
+const stampedSlotsSuffix = (slots: number) => `cas_slots${slots}_v1`;
 
 export function mysqlNames(namespace?: string): MySqlNames {
   const ns = validateNamespace(namespace);
@@ -53,6 +67,11 @@ export function mysqlNames(namespace?: string): MySqlNames {
     stampedReadRoutine: `${ns}_${STAMPED_READ_SUFFIX}`,
     stampedCasMany: `\`${ns}_${STAMPED_CAS_MANY_SUFFIX}\``,
     stampedCasManyRoutine: `${ns}_${STAMPED_CAS_MANY_SUFFIX}`,
+    stampedSlots: STAMPED_SLOTS.map((slots) => ({
+      slots,
+      name: `\`${ns}_${stampedSlotsSuffix(slots)}\``,
+      routine: `${ns}_${stampedSlotsSuffix(slots)}`,
+    })),
   };
 }
 
@@ -97,6 +116,7 @@ WHERE NOT EXISTS (SELECT 1 FROM ${n.versionBlocks})`,
     stampedCasProcedure(n),
     stampedReadProcedure(n),
     stampedCasManyProcedure(n),
+    ...n.stampedSlots.map(({ slots, name }) => stampedSlotsProcedure(n, name, slots)),
   ];
 }
 
@@ -520,6 +540,142 @@ ${nextRow('      ')}
 END`;
 }
 
+/*
+ * The stamped check-and-set of a few rows (`_cas_slots<S>_v1`, S in STAMPED_SLOTS): the
+ * many-row procedure's step, all or nothing, one drawn value for all, for up to S rows,
+ * with a fixed argument list instead of a JSON array, and with one statement for all the
+ * rows where the many-row procedure runs one per row. The store sends a step of k rows to
+ * the smallest S >= k (up to 16; larger steps go to the many-row procedure).
+ *
+ * Why. In a `perf` profile of `mariadbd` under the many-row procedure, 75% of the server's
+ * CPU went to executing the procedure's instructions (each SQL statement in a procedure is
+ * set up again on every run: `reinit_stmt_before_use`, `fix_fields`), and only a few percent
+ * to InnoDB's row work. The many-row procedure runs, per row, 2 statements and about 6
+ * SET or IF instructions (its JSON parsing included); this one runs, for the whole step, 1
+ * statement to lock the rows it updates, 1 per row it creates, and 1 to write every row.
+ * Measured outside the bench (8 concurrent callers, 500-byte states, each caller on rows of
+ * its own, one call after another): the server's CPU per call of 2 updated rows 0.70 ms
+ * against 1.13 ms; calls a second, 2 rows 1,521 against 1,171, 4 rows 1,095 against 768, 8
+ * rows 757 against 522. A procedure of 16 slots called with 2 rows was slower than the
+ * many-row one (821 against 1,123 a second): unused slots cost (their arguments, their IF
+ * and CASE arms), hence a procedure per size.
+ *
+ * Arguments, all bound values (never SQL text): the number of rows the step updates (its
+ * rows with an expected version), then per slot the table, the key, the expected version
+ * (NULL: create), the new version, the state and the notified flag, all NULL for an unused
+ * slot; the counter name; where the stamp goes. Slots are filled from the first, in
+ * ascending (tbl, row_key) byte order, each row once (the store checks both before it sends).
+ *
+ * Steps, in one InnoDB transaction:
+ *   1. Lock the rows it updates, all in one locking read on the primary key (InnoDB locks
+ *      them in key order, whatever the order of the OR): the latest committed version of
+ *      each, after waiting for whoever holds it; the step goes on only if every one is at
+ *      its expected version. A NULL slot matches nothing (a comparison with NULL is never
+ *      true).
+ *   2. Lock each row it creates, in slot order: INSERT it with its new version, an empty
+ *      state and its notified flag, ON DUPLICATE KEY UPDATE the version (XOR 1). One row
+ *      affected means inserted, two that the row was there: the step fails (its ROLLBACK
+ *      undoes that change). As in the many-row procedure, and for the same reason (a plain
+ *      INSERT took the duplicate check's lock shared, then asked for it exclusive over a
+ *      row deleted but not yet purged, and two calls deadlocked).
+ *   3. At the first check that fails: ROLLBACK (nothing written, nothing drawn), then answer
+ *      every requested row from a fresh snapshot, each with its slot number.
+ *   4. All rows locked and matched: draw from the counter with the very statement
+ *      `increment` uses (the counter row stays X-locked until COMMIT); write every row with
+ *      ONE UPDATE on the primary key (new version, notified, its state with the value, 8
+ *      bytes big endian, over bytes p_stamp_at+1 .. p_stamp_at+8), which must change
+ *      exactly the step's rows (else an error rolls everything back); COMMIT; answer
+ *      (applied, ts).
+ * The draw is the last statement before the write, and the write touches only rows the
+ * transaction holds already, so the counter is held for that one statement and the COMMIT.
+ *
+ * Why whoever draws a later value and then reads sees every row, and why it is atomic: as
+ * for the many-row procedure (one transaction, the counter locked from the draw to the
+ * COMMIT, InnoDB making the transaction visible before it releases its locks).
+ *
+ * Lock order. The rows are locked updates first (in key order), then creates (in key order),
+ * where the many-row procedure locks all of them in one key order. Whoever holds the
+ * counter still waits for no row (all its rows are locked before the draw), so the counter
+ * is never in a deadlock cycle, and a call waiting for a row holds no counter. Between two
+ * calls, a cycle needs one of them to create a row the other updates: one of the two then
+ * expected that row absent and the other present, so one of them is bound to fail anyway.
+ * InnoDB breaks such a cycle by rolling one call back whole, and the store sends it again,
+ * as it does for the many-row procedure (store.ts, STAMPED_MANY_ATTEMPTS).
+ *
+ * Errors after COMMIT was issued (in practice none) are resignalled as
+ * ER_ERROR_DURING_COMMIT (1180), which errors.ts reports as 'unknown'.
+ */
+function stampedSlotsProcedure(n: MySqlNames, name: string, slots: number): string {
+  const each = (f: (i: number) => string, separator: string) =>
+    Array.from({ length: slots }, (_, i) => f(i + 1)).join(separator);
+  const params = each(
+    (i) =>
+      `  IN p_t${i} VARBINARY(64), IN p_k${i} VARBINARY(1024), IN p_e${i} BIGINT UNSIGNED, ` +
+      `IN p_v${i} BIGINT UNSIGNED, IN p_s${i} LONGBLOB, IN p_n${i} BOOLEAN`,
+    ',\n',
+  );
+  const row = (i: number) => `(tbl = p_t${i} AND row_key = p_k${i})`;
+  const anyRow = each(row, '\n      OR ');
+  const byRow = (value: (i: number) => string) =>
+    `CASE ${each((i) => `WHEN ${row(i)} THEN ${value(i)}`, ' ')} END`;
+  const creates = each(
+    (i) => `  IF v_ok AND p_t${i} IS NOT NULL AND p_e${i} IS NULL THEN
+    INSERT INTO ${n.rows} (tbl, row_key, version, state, notified) VALUES (p_t${i}, p_k${i}, p_v${i}, '', p_n${i})
+    ON DUPLICATE KEY UPDATE version = version ^ 1;
+    SET v_ok = ROW_COUNT() = 1, v_rows = v_rows + 1;
+  END IF;`,
+    '\n',
+  );
+  return `CREATE PROCEDURE IF NOT EXISTS ${name}(
+  IN p_updates INT UNSIGNED,
+${params},
+  IN p_counter VARBINARY(1024),
+  IN p_stamp_at INT UNSIGNED
+)
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'percolator stamped check-and-set of up to ${slots} rows, see @percolator/mysql README'
+BEGIN
+  DECLARE v_ok BOOLEAN DEFAULT TRUE;
+  DECLARE v_rows INT UNSIGNED DEFAULT p_updates;
+  DECLARE v_ts BIGINT UNSIGNED;
+  DECLARE v_stamp VARBINARY(8);
+  DECLARE v_committing BOOLEAN DEFAULT FALSE;
+${WRITE_EXIT_HANDLER}
+  START TRANSACTION;
+  IF p_updates > 0 THEN
+    SELECT COUNT(*) = p_updates INTO v_ok FROM ${n.rows} FORCE INDEX (PRIMARY)
+    WHERE ${each((i) => `(tbl = p_t${i} AND row_key = p_k${i} AND version = p_e${i})`, '\n      OR ')}
+    FOR UPDATE;
+  END IF;
+${creates}
+  IF v_ok THEN
+${drawCounter(n, '    ')}
+    SET v_stamp = UNHEX(LPAD(HEX(v_ts), 16, '0'));
+    UPDATE ${n.rows} FORCE INDEX (PRIMARY)
+    SET version = ${byRow((i) => `p_v${i}`)},
+      state = INSERT(${byRow((i) => `p_s${i}`)}, p_stamp_at + 1, 8, v_stamp),
+      notified = ${byRow((i) => `p_n${i}`)}
+    WHERE ${anyRow};
+    IF ROW_COUNT() <> v_rows THEN
+      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'percolator: the write of a stamped step changed another number of rows than it locked';
+    END IF;
+    SET v_committing = TRUE;
+    COMMIT;
+    SELECT 0 AS i, 1 AS applied, CAST(v_ts AS CHAR) AS ts, NULL AS version, NULL AS state;
+  ELSE
+    ROLLBACK;
+    START TRANSACTION READ ONLY;
+    SELECT 0 AS i, 0 AS applied, NULL AS ts, NULL AS version, NULL AS state
+    UNION ALL
+    SELECT ${byRow((i) => String(i))}, 0, NULL, CAST(version AS CHAR), state
+    FROM ${n.rows} FORCE INDEX (PRIMARY)
+    WHERE ${anyRow};
+    COMMIT;
+  END IF;
+END`;
+}
+
 /** The schema as one SQL script, for users who manage schemas themselves. */
 export function mysqlSchemaSql(namespace?: string): string {
   return `${mysqlSchemaStatements(namespace).join(';\n\n')};\n`;
@@ -531,6 +687,7 @@ export function mysqlDropStatements(namespace?: string): string[] {
     `DROP PROCEDURE IF EXISTS ${n.stampedCas}`,
     `DROP PROCEDURE IF EXISTS ${n.stampedRead}`,
     `DROP PROCEDURE IF EXISTS ${n.stampedCasMany}`,
+    ...n.stampedSlots.map(({ name }) => `DROP PROCEDURE IF EXISTS ${name}`),
     // Its previous bodies, which a namespace created before version 6 may still hold.
     `DROP PROCEDURE IF EXISTS \`${n.namespace}_cas_stamped_many_v1\``,
     `DROP PROCEDURE IF EXISTS \`${n.namespace}_cas_stamped_many_v2\``,

@@ -84,16 +84,32 @@ ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + ?)`,
     // in that array, version, state) per requested row that exists.
     stampedCasMany: `CALL ${n.stampedCasMany}(?, ?, ?, ?)`,
 
+    // The stamped CAS of a few rows: one CALL of a fixed-slot procedure in schema.ts (the
+    // many-row step with one statement for all rows; see there). By slot count: the number
+    // of rows updated, then per slot tbl, key, expected (NULL = create), new version, state,
+    // notified (all NULL for an unused slot), counter name, stamp offset. Answers as the
+    // many-row CALL does, positions being slot numbers.
+    stampedSlots: new Map(
+      n.stampedSlots.map(({ slots, name }) => [
+        slots,
+        `CALL ${name}(?, ${Array.from({ length: slots }, () => '?, ?, CAST(? AS UNSIGNED), CAST(? AS UNSIGNED), ?, ?').join(', ')}, ?, ?)`,
+      ]),
+    ),
+
     // At startup: the packet limit, and whether the stamped CAS, stamped read and stamped
     // CAS-of-many procedures exist (they do unless the schema was made by hand from an older
-    // script): stampedCheckAndSet, stampedRead, stampedCheckAndSetMany.
+    // script): stampedCheckAndSet, stampedRead, stampedCheckAndSetMany; and how many of the
+    // fixed-slot procedures do (all of them, or the many-row procedure takes every step).
     settings: `SELECT @@max_allowed_packet AS p,
   (SELECT COUNT(*) FROM information_schema.ROUTINES
    WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped,
   (SELECT COUNT(*) FROM information_schema.ROUTINES
    WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped_read,
   (SELECT COUNT(*) FROM information_schema.ROUTINES
-   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped_many`,
+   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' AND ROUTINE_NAME = ?) AS stamped_many,
+  (SELECT COUNT(*) FROM information_schema.ROUTINES
+   WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE'
+   AND ROUTINE_NAME IN (${n.stampedSlots.map(() => '?').join(', ')})) AS stamped_slots`,
   };
 }
 

@@ -145,13 +145,28 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
       names.stampedCasRoutine,
       names.stampedReadRoutine,
       names.stampedCasManyRoutine,
-    ])) as { p: unknown; stamped: unknown; stamped_read: unknown; stamped_many: unknown }[];
+      ...names.stampedSlots.map((s) => s.routine),
+    ])) as {
+      p: unknown;
+      stamped: unknown;
+      stamped_read: unknown;
+      stamped_many: unknown;
+      stamped_slots: unknown;
+    }[];
     const maxAllowedPacket = Number(settings[0]!.p);
-    const store = new MySqlRowStore(connector, ownsPool, names, maxAllowedPacket, multipleStatements, {
-      stampedCheckAndSet: Number(settings[0]!.stamped) > 0,
-      stampedRead: Number(settings[0]!.stamped_read) > 0,
-      stampedCheckAndSetMany: Number(settings[0]!.stamped_many) > 0,
-    });
+    const store = new MySqlRowStore(
+      connector,
+      ownsPool,
+      names,
+      maxAllowedPacket,
+      multipleStatements,
+      {
+        stampedCheckAndSet: Number(settings[0]!.stamped) > 0,
+        stampedRead: Number(settings[0]!.stamped_read) > 0,
+        stampedCheckAndSetMany: Number(settings[0]!.stamped_many) > 0,
+      },
+      Number(settings[0]!.stamped_slots) === names.stampedSlots.length,
+    );
     await store.prepare();
     return checkedStore<MySqlStore>(store);
   } catch (error) {
@@ -334,6 +349,11 @@ class MySqlRowStore implements MySqlStore {
   private readonly versions: VersionAllocator;
   /** Largest SQL text of one round trip (max_allowed_packet minus headroom). */
   private readonly packetBudget: number;
+  /**
+   * The fixed-slot procedures' sizes, ascending, if the schema has all of them (else empty:
+   * the many-row procedure takes every step).
+   */
+  private readonly slotSizes: readonly number[];
 
   constructor(
     private readonly connector: Connector,
@@ -342,8 +362,12 @@ class MySqlRowStore implements MySqlStore {
     maxAllowedPacket: number,
     private readonly multipleStatements: boolean,
     procedures: Pick<StoreCapabilities, 'stampedCheckAndSet' | 'stampedRead' | 'stampedCheckAndSetMany'>,
+    /** Whether the schema has every fixed-slot procedure. */
+    slots: boolean,
   ) {
     this.namespace = names.namespace;
+    this.slotSizes =
+      slots && procedures.stampedCheckAndSetMany === true ? names.stampedSlots.map((s) => s.slots) : [];
     this.sql = mysqlStatements(names);
     this.packetBudget = maxAllowedPacket - PACKET_HEADROOM_BYTES;
     this.capabilities = fullCapabilities(maxStateBytesFor(maxAllowedPacket), procedures);
@@ -646,16 +670,36 @@ class MySqlRowStore implements MySqlStore {
           `statement of max_allowed_packet (${this.packetBudget + PACKET_HEADROOM_BYTES} bytes); nothing was sent`,
       );
     }
-    const values = [json, Buffer.concat(states), name, STAMP_OFFSET];
+    // A step of up to 16 rows goes to the smallest fixed-slot procedure it fits (schema.ts,
+    // stampedSlotsProcedure: one statement for all rows), the rows in the same order, each
+    // slot's number its position; a larger one to the many-row procedure.
+    const slots = this.slotSizes.find((size) => size >= sorted.length);
+    let sql: string;
+    let values: unknown[];
+    if (slots === undefined) {
+      sql = this.sql.stampedCasMany;
+      values = [json, Buffer.concat(states), name, STAMP_OFFSET];
+    } else {
+      sql = this.sql.stampedSlots.get(slots)!;
+      values = [writes.filter((plan) => plan.kind === 'update').length];
+      for (const i of sorted) {
+        const plan = writes[i]!;
+        values.push(
+          plan.tbl,
+          plan.key,
+          plan.kind === 'update' ? plan.expected : null,
+          versions[i],
+          plan.state,
+          plan.notified ? 1 : 0,
+        );
+      }
+      for (let j = sorted.length; j < slots; j++) values.push(null, null, null, null, null, null);
+      values.push(name, STAMP_OFFSET);
+    }
     let results: unknown[];
     for (let attempt = 1; ; attempt++) {
       try {
-        results = (await this.callProcedure(
-          'checkAndSetStampedMany',
-          'write',
-          this.sql.stampedCasMany,
-          values,
-        )) as unknown[];
+        results = (await this.callProcedure('checkAndSetStampedMany', 'write', sql, values)) as unknown[];
         break;
       } catch (error) {
         // A deadlock victim committed nothing (its versions were never seen): send it again.

@@ -46,6 +46,7 @@ describe('mysql namespaces: list and drop', () => {
     const listed = (await listMySqlNamespaces({ uri: url })).find((n) => n.namespace === ns);
     expect(listed?.complete).toBe(true);
     expect(listed?.objects).toEqual([
+      ...[16, 2, 4, 8].map((slots) => expect.stringMatching(new RegExp(`^${ns}_cas_slots${slots}_v\\d+$`))),
       expect.stringMatching(new RegExp(`^${ns}_cas_stamped_many_v\\d+$`)),
       `${ns}_counters`,
       `${ns}_rows`,
@@ -81,7 +82,7 @@ describe('mysql namespaces: list and drop', () => {
     await admin.query(`DROP TABLE \`${ns}_counters\`, \`${ns}_version_blocks\``);
     const listed = (await listMySqlNamespaces({ uri: url })).find((n) => n.namespace === ns);
     expect(listed?.complete).toBe(false);
-    expect(listed?.objects).toHaveLength(4); // rows and the three procedures
+    expect(listed?.objects).toHaveLength(8); // rows and the seven procedures
     expect((await dropMySqlNamespace(ns, { uri: url }))?.objects).toEqual(listed?.objects);
     for (const name of listed!.objects) expect(await exists(name)).toBe(false);
   });

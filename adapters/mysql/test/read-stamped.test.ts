@@ -236,6 +236,10 @@ describe('mysql readStamped: SQL text and schema', () => {
     const s = await openStore({ namespace });
     const listed = (await listMySqlNamespaces({ uri: url })).find((n) => n.namespace === namespace);
     expect(listed?.objects).toEqual([
+      `${namespace}_cas_slots16_v1`,
+      `${namespace}_cas_slots2_v1`,
+      `${namespace}_cas_slots4_v1`,
+      `${namespace}_cas_slots8_v1`,
       `${namespace}_cas_stamped_many_v6`,
       `${namespace}_counters`,
       `${namespace}_rows`,
