@@ -570,8 +570,12 @@ END`;
  *   1. Lock the rows it updates, all in one locking read on the primary key (InnoDB locks
  *      them in key order, whatever the order of the OR): the latest committed version of
  *      each, after waiting for whoever holds it; the step goes on only if every one is at
- *      its expected version. A NULL slot matches nothing (a comparison with NULL is never
- *      true).
+ *      its expected version. Each slot's match starts with `p_e<i> IS NOT NULL`, so the
+ *      read looks up only the keys it updates: without it a create's key (version = NULL
+ *      is never true, but the lookup happens) was locked too, or for an absent key the gap
+ *      where it would go, so two calls creating keys in one gap, each waiting for a row
+ *      it updates, deadlocked though they shared no row (found in review). An unused slot
+ *      (all NULL) matches nothing.
  *   2. Lock each row it creates, in slot order: INSERT it with its new version, an empty
  *      state and its notified flag, ON DUPLICATE KEY UPDATE the version (XOR 1). One row
  *      affected means inserted, two that the row was there: the step fails (its ROLLBACK
@@ -597,10 +601,14 @@ END`;
  * where the many-row procedure locks all of them in one key order. Whoever holds the
  * counter still waits for no row (all its rows are locked before the draw), so the counter
  * is never in a deadlock cycle, and a call waiting for a row holds no counter. Between two
- * calls, a cycle needs one of them to create a row the other updates: one of the two then
- * expected that row absent and the other present, so one of them is bound to fail anyway.
- * InnoDB breaks such a cycle by rolling one call back whole, and the store sends it again,
- * as it does for the many-row procedure (store.ts, STAMPED_MANY_ATTEMPTS).
+ * calls, a cycle needs one of them, while it waits in its locking read, to hold the key (or
+ * the gap, for a key that is absent) where the other creates: it holds it as a row it
+ * updates, so one of the two expected the row present and the other absent, or its update
+ * found the key absent; either way one of them is bound to fail. Beyond that, InnoDB's lock
+ * inheritance (a purged row's locks becoming gap locks on the next row, as for the many-row
+ * procedure) can still close a cycle. InnoDB breaks a cycle by rolling one call back whole,
+ * and the store sends it again, as for the many-row procedure (store.ts,
+ * STAMPED_MANY_ATTEMPTS).
  *
  * Errors after COMMIT was issued (in practice none) are resignalled as
  * ER_ERROR_DURING_COMMIT (1180), which errors.ts reports as 'unknown'.
@@ -645,7 +653,7 @@ ${WRITE_EXIT_HANDLER}
   START TRANSACTION;
   IF p_updates > 0 THEN
     SELECT COUNT(*) = p_updates INTO v_ok FROM ${n.rows} FORCE INDEX (PRIMARY)
-    WHERE ${each((i) => `(tbl = p_t${i} AND row_key = p_k${i} AND version = p_e${i})`, '\n      OR ')}
+    WHERE ${each((i) => `(p_e${i} IS NOT NULL AND tbl = p_t${i} AND row_key = p_k${i} AND version = p_e${i})`, '\n      OR ')}
     FOR UPDATE;
   END IF;
 ${creates}

@@ -507,6 +507,16 @@ for (const variant of VARIANTS) {
               [Buffer.from('slots.race'), Buffer.from('0')],
             );
             expect(Number(created[0]!.n)).toBe(0);
+            // Nor is the gap where '0' would go locked yet: another writer creates a key next
+            // to it at once (a locked gap made two calls creating keys in one gap, each
+            // waiting for a row it updates, deadlock though they shared no row).
+            const neighbour = store.checkAndSet({
+              table: 'slots.race',
+              key: '1',
+              expected: null,
+              state: template('1'),
+            });
+            expect(await settledWithin(neighbour, 5_000)).toMatchObject({ ok: true });
             await blocker.query(
               `UPDATE \`${store.namespace}_rows\` SET version = version + 1, state = ? WHERE tbl = ? AND row_key = ?`,
               [Buffer.from(template('theirs')), Buffer.from('slots.race'), Buffer.from('b')],
