@@ -218,6 +218,13 @@ export function formatInspected(r: InspectedRow): string {
   const lines = [
     `${cellRef(r)}: head row version ${r.version}, ${bytes(r.stateBytes)}, ${plural(r.cells.length, 'cell')}`,
   ];
+  if (r.cells.length === 0) {
+    // Head rows are never deleted: a fence after a lost reply or a cleared notification can
+    // leave one with nothing in it (docs/protocol.md 4.11 and 8).
+    lines.push(
+      '  no cells: the row reads as absent at every snapshot (a head row is never deleted; a fence after a lost reply, or a cleared notification, can leave one empty)',
+    );
+  }
   for (const c of r.cells) {
     const ack = c.reserved
       ? r.acks.find((a) => c.column.endsWith(`\u0000${a.observer}\u0000${a.column}`))
