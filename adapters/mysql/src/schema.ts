@@ -168,6 +168,26 @@ const WRITE_EXIT_HANDLER = `  DECLARE EXIT HANDLER FOR SQLEXCEPTION
     RESIGNAL;
   END;`;
 
+/**
+ * The end of a stamped step that writes rows, after its writes (`IF v_ok THEN` ...): commit
+ * and answer (applied, ts); or, refused (`ELSE`), roll back and answer every requested row
+ * that exists from a fresh snapshot. `rows`: the SELECT of (position, 0, NULL, version,
+ * state) that finds them.
+ */
+function commitOrAnswer(rows: string): string {
+  return `    SET v_committing = TRUE;
+    COMMIT;
+    SELECT 0 AS i, 1 AS applied, CAST(v_ts AS CHAR) AS ts, NULL AS version, NULL AS state;
+  ELSE
+    ROLLBACK;
+    START TRANSACTION READ ONLY;
+    SELECT 0 AS i, 0 AS applied, NULL AS ts, NULL AS version, NULL AS state
+    UNION ALL
+${rows};
+    COMMIT;
+  END IF;`;
+}
+
 /*
  * The stamped check-and-set (capability stampedCheckAndSet), one CALL = one statement = one
  * round trip. Everything arrives as a parameter (table, key, versions, state, counter name,
@@ -519,24 +539,14 @@ ${nextRow('      ')}
       WHERE tbl = v_tbl AND row_key = v_key;
       SET v_i = v_i + 1;
     END WHILE;
-    SET v_committing = TRUE;
-    COMMIT;
-    SELECT 0 AS i, 1 AS applied, CAST(v_ts AS CHAR) AS ts, NULL AS version, NULL AS state;
-  ELSE
-    ROLLBACK;
-    START TRANSACTION READ ONLY;
-    SELECT 0 AS i, 0 AS applied, NULL AS ts, NULL AS version, NULL AS state
-    UNION ALL
-    SELECT r.i, 0, NULL, CAST(t.version AS CHAR), t.state
+${commitOrAnswer(`    SELECT r.i, 0, NULL, CAST(t.version AS CHAR), t.state
     FROM JSON_TABLE(p_rows, '$[*]' COLUMNS (
       i FOR ORDINALITY,
       tbl_hex VARCHAR(128) PATH '$[0]',
       key_hex VARCHAR(2048) PATH '$[1]'
     )) AS r
     STRAIGHT_JOIN ${n.rows} AS t FORCE INDEX (PRIMARY)
-      ON t.tbl = UNHEX(r.tbl_hex) AND t.row_key = UNHEX(r.key_hex);
-    COMMIT;
-  END IF;
+      ON t.tbl = UNHEX(r.tbl_hex) AND t.row_key = UNHEX(r.key_hex)`)}
 END`;
 }
 
@@ -668,19 +678,9 @@ ${drawCounter(n, '    ')}
     IF ROW_COUNT() <> v_rows THEN
       SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'percolator: the write of a stamped step changed another number of rows than it locked';
     END IF;
-    SET v_committing = TRUE;
-    COMMIT;
-    SELECT 0 AS i, 1 AS applied, CAST(v_ts AS CHAR) AS ts, NULL AS version, NULL AS state;
-  ELSE
-    ROLLBACK;
-    START TRANSACTION READ ONLY;
-    SELECT 0 AS i, 0 AS applied, NULL AS ts, NULL AS version, NULL AS state
-    UNION ALL
-    SELECT ${byRow((i) => String(i))}, 0, NULL, CAST(version AS CHAR), state
+${commitOrAnswer(`    SELECT ${byRow((i) => String(i))}, 0, NULL, CAST(version AS CHAR), state
     FROM ${n.rows} FORCE INDEX (PRIMARY)
-    WHERE ${anyRow};
-    COMMIT;
-  END IF;
+    WHERE ${anyRow}`)}
 END`;
 }
 

@@ -37,6 +37,32 @@ export function userPool(options: Parameters<typeof createPool>[0] & object = {}
 }
 
 /**
+ * A user pool of one connection whose queries are reported to `seen` (SQL text and bound
+ * values) as they are sent: the store sends on the callback connection under the promise
+ * wrapper (store.ts, send), so that is where they are caught.
+ */
+export function recordingPool(seen: (query: { sql: string; values: unknown[] }) => void): Pool {
+  const pool = userPool({ connectionLimit: 1 });
+  const getConnection = pool.getConnection.bind(pool);
+  pool.getConnection = async () => {
+    const connection = await getConnection();
+    const core = (
+      connection as unknown as { connection: { query: (...args: unknown[]) => unknown; seen?: true } }
+    ).connection;
+    if (core.seen) return connection; // the pool hands out the same connection again
+    core.seen = true;
+    const original = core.query.bind(core);
+    core.query = (...args: unknown[]) => {
+      const o = args[0] as { sql?: string; values?: unknown[] };
+      seen({ sql: o.sql ?? String(args[0]), values: o.values ?? [] });
+      return original(...args);
+    };
+    return connection;
+  };
+  return pool;
+}
+
+/**
  * A session of the admin pool inside a REPEATABLE READ transaction that has run `sql` (a
  * locking read): it holds those locks until the caller's ROLLBACK, then must be released.
  */

@@ -34,6 +34,7 @@ import {
   admin,
   lockingSession,
   openStore,
+  recordingPool,
   store,
   uniqueNamespace,
   url,
@@ -168,24 +169,7 @@ describe('mysql readStamped: the step', () => {
 describe('mysql readStamped: SQL text and schema', () => {
   it('sends one fixed CALL: no table, key or counter text is spliced in', async () => {
     const texts: { sql: string; values: unknown[] }[] = [];
-    const pool = userPool({ connectionLimit: 1 });
-    const getConnection = pool.getConnection.bind(pool);
-    pool.getConnection = async () => {
-      const connection = await getConnection();
-      // The store sends on the callback connection under the promise wrapper (store.ts, send).
-      const core = (
-        connection as unknown as { connection: { query: (...args: unknown[]) => unknown; seen?: true } }
-      ).connection;
-      if (core.seen) return connection; // the pool hands out the same connection again
-      core.seen = true;
-      const original = core.query.bind(core);
-      core.query = (...args: unknown[]) => {
-        const o = args[0] as { sql?: string; values?: unknown[] };
-        texts.push({ sql: o.sql ?? String(args[0]), values: o.values ?? [] });
-        return original(...args);
-      };
-      return connection;
-    };
+    const pool = recordingPool((query) => texts.push(query));
     const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
     const hostile = [
       { table: 'x.y-z_1', key: `'); DROP TABLE x; --`, counter: `c'); SELECT 1; --` },

@@ -32,6 +32,7 @@ import {
   store as fileStore,
   lockingSession,
   openStore,
+  recordingPool,
   uniqueNamespace,
   url,
   useMySqlFixture,
@@ -572,24 +573,7 @@ for (const variant of VARIANTS) {
       if (MANY)
         it('sends one fixed CALL: tables, keys, versions and the counter are bound values', async () => {
           const texts: { sql: string; values: unknown[] }[] = [];
-          const pool = userPool({ connectionLimit: 1 });
-          const getConnection = pool.getConnection.bind(pool);
-          pool.getConnection = async () => {
-            const connection = await getConnection();
-            // The store sends on the callback connection under the promise wrapper (store.ts, send).
-            const core = (
-              connection as unknown as { connection: { query: (...args: unknown[]) => unknown; seen?: true } }
-            ).connection;
-            if (core.seen) return connection;
-            core.seen = true;
-            const original = core.query.bind(core);
-            core.query = (...args: unknown[]) => {
-              const o = args[0] as { sql?: string; values?: unknown[] };
-              texts.push({ sql: o.sql ?? String(args[0]), values: o.values ?? [] });
-              return original(...args);
-            };
-            return connection;
-          };
+          const pool = recordingPool((query) => texts.push(query));
           const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
           const nasty = [
             "'); DROP TABLE x; --",
@@ -655,23 +639,7 @@ for (const variant of VARIANTS) {
       if (SLOTS)
         it('fixed slots: one CALL of the smallest procedure the step fits (more than 16 rows: the many-row one); tables, keys, versions and the counter are bound values', async () => {
           const texts: { sql: string; values: unknown[] }[] = [];
-          const pool = userPool({ connectionLimit: 1 });
-          const getConnection = pool.getConnection.bind(pool);
-          pool.getConnection = async () => {
-            const connection = await getConnection();
-            const core = (
-              connection as unknown as { connection: { query: (...args: unknown[]) => unknown; seen?: true } }
-            ).connection;
-            if (core.seen) return connection;
-            core.seen = true;
-            const original = core.query.bind(core);
-            core.query = (...args: unknown[]) => {
-              const o = args[0] as { sql?: string; values?: unknown[] };
-              texts.push({ sql: o.sql ?? String(args[0]), values: o.values ?? [] });
-              return original(...args);
-            };
-            return connection;
-          };
+          const pool = recordingPool((query) => texts.push(query));
           const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
           const names = mysqlNames(store.namespace);
           const counter = `s'); SELECT 1; -- "\\ 😀`;
@@ -1000,23 +968,9 @@ for (const variant of VARIANTS) {
             Array.from({ length: 50 }, (_, i) => `h${i}`),
           );
           let calls = 0;
-          const pool = userPool({ connectionLimit: 1 });
-          const getConnection = pool.getConnection.bind(pool);
-          pool.getConnection = async () => {
-            const connection = await getConnection();
-            const core = (
-              connection as unknown as { connection: { query: (...args: unknown[]) => unknown; seen?: true } }
-            ).connection;
-            if (core.seen) return connection;
-            core.seen = true;
-            const original = core.query.bind(core);
-            core.query = (...args: unknown[]) => {
-              const o = args[0] as { sql?: string };
-              if ((o.sql ?? String(args[0])).startsWith('CALL ')) calls++;
-              return original(...args);
-            };
-            return connection;
-          };
+          const pool = recordingPool((query) => {
+            if (query.sql.startsWith('CALL ')) calls++;
+          });
           const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
           const blocker = await admin.getConnection();
           try {
