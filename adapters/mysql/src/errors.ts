@@ -26,6 +26,9 @@ export const ER_DUP_ENTRY = 1062;
 /** InnoDB chose this transaction as a deadlock victim and rolled ALL of it back. */
 export const ER_LOCK_DEADLOCK = 1213;
 
+/** A PREPARE refused: the server holds max_prepared_stmt_count statements (nothing ran). */
+export const ER_MAX_PREPARED_STMT_COUNT_REACHED = 1461;
+
 /**
  * Authentication and authorization failures: running the transaction again cannot fix
  * them, so they are not retryable.

@@ -45,6 +45,7 @@ import {
   connectError,
   ER_DUP_ENTRY,
   ER_LOCK_DEADLOCK,
+  ER_MAX_PREPARED_STMT_COUNT_REACHED,
   errnoOf,
   isConnectionBroken,
   readError,
@@ -280,19 +281,17 @@ async function query(
   values?: unknown[],
   statements = 1,
   timeout?: number,
+  prepared = false,
 ): Promise<unknown> {
   try {
     // Per-query options override pool settings a user may have changed: rows as objects,
     // BLOBs as Buffers. A `timeout` error leaves the statement running on the server; it
     // counts as a broken connection (errors.ts), so `withConnection` destroys it.
-    return await send(connection, {
-      sql,
-      values,
-      rowsAsArray: false,
-      nestTables: false,
-      typeCast: true,
-      timeout,
-    });
+    return await send(
+      connection,
+      { sql, values, rowsAsArray: false, nestTables: false, typeCast: true, timeout },
+      prepared,
+    );
   } catch (error) {
     throw mode === 'read' ? readError(what, error) : writeError(what, error, statements > 1);
   }
@@ -303,11 +302,16 @@ async function query(
  * captures a stack trace on every call (its `trace` option, on by default), which cost
  * about a third of a call's client CPU; a failure here is wrapped in a StoreError whose
  * `cause` is the driver's error, so that trace adds nothing.
+ *
+ * `prepared`: as a server-side prepared statement (binary protocol; mysql2 prepares it once
+ * per connection and keeps it), for the stamped procedures' CALLs only (see PREPARED).
  */
-function send(connection: PoolConnection, options: QueryOptions): Promise<unknown> {
+function send(connection: PoolConnection, options: QueryOptions, prepared = false): Promise<unknown> {
   const core = coreOf(connection);
   return new Promise((resolve, reject) => {
-    core.query(options, (error: unknown, result: unknown) => (error ? reject(error) : resolve(result)));
+    const done = (error: unknown, result: unknown) => (error ? reject(error) : resolve(result));
+    if (prepared) core.execute(options, done);
+    else core.query(options, done);
   });
 }
 
@@ -354,6 +358,12 @@ class MySqlRowStore implements MySqlStore {
    * the many-row procedure takes every step).
    */
   private readonly slotSizes: readonly number[];
+  /**
+   * Whether the CALLs go as prepared statements (callProcedure): until the server refuses
+   * a PREPARE for its cap on them (max_prepared_stmt_count, across all its connections),
+   * then plain queries for the rest of this store's life.
+   */
+  private prepareCalls = true;
 
   constructor(
     private readonly connector: Connector,
@@ -787,6 +797,16 @@ class MySqlRowStore implements MySqlStore {
    * connection is rolled back before it is reused, or destroyed (the server then rolls
    * back) if that fails. Either way the answer 'no' stays true: nothing was committed (by
    * a stamped read, at most its counter draw, which is a read's allowed gap).
+   *
+   * Sent as a prepared statement: a CALL's text is one fixed string per procedure, so each
+   * connection prepares at most one statement per procedure. In a profile of the server
+   * during the bench's transfers (`perf`), parsing the CALL text took 8.5% of its CPU, most
+   * of it the states as hex literals (which the client also had to write out); bound in
+   * the binary protocol they travel as bytes and nothing is parsed again. Reads with a
+   * varying number of rows stay plain queries: their text varies with that number, and the
+   * server caps prepared statements (max_prepared_stmt_count) across all connections.
+   * Should the server refuse a PREPARE for that cap, the CALL goes as a plain query, and
+   * every later one too (prepareCalls).
    */
   private async callProcedure(
     what: string,
@@ -798,7 +818,16 @@ class MySqlRowStore implements MySqlStore {
     const timeout = this.connector.queryTimeoutMs;
     let reusable = false;
     try {
-      const result = await query(connection, what, mode, sql, values, 1, timeout);
+      let result: unknown;
+      try {
+        result = await query(connection, what, mode, sql, values, 1, timeout, this.prepareCalls);
+      } catch (error) {
+        // The PREPARE was refused, so nothing ran: the same CALL as a plain query.
+        if (!(error instanceof StoreError && errnoOf(error.cause) === ER_MAX_PREPARED_STMT_COUNT_REACHED))
+          throw error;
+        this.prepareCalls = false;
+        result = await query(connection, what, mode, sql, values, 1, timeout);
+      }
       reusable = true;
       return result;
     } catch (error) {

@@ -41,22 +41,27 @@ export function userPool(options: Parameters<typeof createPool>[0] & object = {}
  * values) as they are sent: the store sends on the callback connection under the promise
  * wrapper (store.ts, send), so that is where they are caught.
  */
-export function recordingPool(seen: (query: { sql: string; values: unknown[] }) => void): Pool {
+export function recordingPool(
+  seen: (query: { sql: string; values: unknown[]; method: 'query' | 'execute' }) => void,
+): Pool {
   const pool = userPool({ connectionLimit: 1 });
   const getConnection = pool.getConnection.bind(pool);
   pool.getConnection = async () => {
     const connection = await getConnection();
-    const core = (
-      connection as unknown as { connection: { query: (...args: unknown[]) => unknown; seen?: true } }
-    ).connection;
+    type Send = (...args: unknown[]) => unknown;
+    const core = (connection as unknown as { connection: { query: Send; execute: Send; seen?: true } })
+      .connection;
     if (core.seen) return connection; // the pool hands out the same connection again
     core.seen = true;
-    const original = core.query.bind(core);
-    core.query = (...args: unknown[]) => {
-      const o = args[0] as { sql?: string; values?: unknown[] };
-      seen({ sql: o.sql ?? String(args[0]), values: o.values ?? [] });
-      return original(...args);
-    };
+    // Plain queries and prepared statements (the stamped procedures' CALLs) alike.
+    for (const method of ['query', 'execute'] as const) {
+      const original = core[method].bind(core);
+      core[method] = (...args: unknown[]) => {
+        const o = args[0] as { sql?: string; values?: unknown[] };
+        seen({ sql: o.sql ?? String(args[0]), values: o.values ?? [], method });
+        return original(...args);
+      };
+    }
     return connection;
   };
   return pool;

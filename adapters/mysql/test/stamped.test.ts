@@ -16,6 +16,7 @@ import {
   admin,
   lockingSession,
   openStore,
+  recordingPool,
   store,
   uniqueNamespace,
   useMySqlFixture,
@@ -459,5 +460,98 @@ describe('mysql stamped check-and-set: failures', () => {
     applied(
       await upgraded.checkAndSetStamped({ table: 't', key: 'k', expected: null, state: template('x') }, 'c'),
     );
+  });
+});
+
+describe('mysql stamped procedures: sent as prepared statements', () => {
+  /** The server's count of PREPAREs so far (nothing else in this file runs meanwhile). */
+  const prepares = async () => {
+    const [rows] = await admin.query<RowDataPacket[]>("SHOW GLOBAL STATUS LIKE 'Com_stmt_prepare'");
+    return Number(rows[0]!.Value);
+  };
+
+  it('every CALL is a prepared statement, prepared once per connection; reads stay plain queries', async () => {
+    const sent: { sql: string; method: string }[] = [];
+    const pool = recordingPool(({ sql, method }) => sent.push({ sql, method }));
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    const key = `prepared-${Date.now()}`;
+    const round = async (expected: [string | null, string | null, string | null]) => {
+      const one = applied(
+        await s.checkAndSetStamped(
+          { table: 't', key: `${key}-1`, expected: expected[0], state: template('1') },
+          'prepared',
+        ),
+      );
+      const many = await s.checkAndSetStampedMany(
+        [
+          { table: 't', key: `${key}-2`, expected: expected[1], state: template('2') },
+          { table: 't', key: `${key}-3`, expected: expected[2], state: template('3') },
+        ],
+        'prepared',
+      );
+      if (!many.ok) throw new Error('the stamped step of two rows was refused');
+      const read = await s.readStamped!([{ table: 't', key: `${key}-1` }], 'prepared');
+      expect(read.rows[0]?.version).toBe(one.version);
+      const peeked = await s.readPeeked!([{ table: 't', key: `${key}-2` }], 'prepared');
+      expect(peeked.rows[0]?.version).toBe(many.versions[0]);
+      return [one.version, many.versions[0]!, many.versions[1]!] as [string, string, string];
+    };
+    try {
+      const before = await prepares();
+      const versions = await round([null, null, null]);
+      const afterFirst = await prepares();
+      // Three procedures (the one-row CAS, the 2-slot step, the stamped read), once each.
+      expect(afterFirst - before).toBe(3);
+      sent.length = 0;
+      await round(versions);
+      expect(await prepares()).toBe(afterFirst);
+      const calls = sent.filter(({ sql }) => sql.startsWith('CALL '));
+      expect(calls).toHaveLength(3);
+      for (const call of calls) expect(call.method).toBe('execute');
+      const reads = sent.filter(({ sql }) => !sql.startsWith('CALL '));
+      expect(reads.length).toBeGreaterThan(0);
+      for (const read of reads) expect(read.method).toBe('query');
+    } finally {
+      await s.close(); // the fixture ends the pool
+    }
+  });
+
+  it('at the server cap on prepared statements, the CALL goes as a plain query, once, and every later one too', async () => {
+    const [rows] = await admin.query<RowDataPacket[]>('SELECT @@GLOBAL.max_prepared_stmt_count AS cap');
+    const cap = Number(rows[0]!.cap);
+    const sent: { sql: string; method: string }[] = [];
+    const pool = recordingPool(({ sql, method }) => sent.push({ sql, method }));
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    const key = `capped-${Date.now()}`;
+    const counter = `capped-${Date.now()}`;
+    try {
+      await admin.query('SET GLOBAL max_prepared_stmt_count = 0');
+      const first = applied(
+        await s.checkAndSetStamped({ table: 't', key, expected: null, state: template('1') }, counter),
+      );
+      expect(first.timestamp).toBe(1);
+      // The refused PREPARE ran nothing: the counter moved once, for the one write.
+      expect(sent.filter(({ sql }) => sql.startsWith('CALL ')).map(({ method }) => method)).toEqual([
+        'execute',
+        'query',
+      ]);
+      sent.length = 0;
+      const second = applied(
+        await s.checkAndSetStamped(
+          { table: 't', key, expected: first.version, state: template('2') },
+          counter,
+        ),
+      );
+      expect(second.timestamp).toBe(2);
+      expect(sent.filter(({ sql }) => sql.startsWith('CALL ')).map(({ method }) => method)).toEqual([
+        'query',
+      ]);
+      const row = await s.read('t', key);
+      expect(row?.version).toBe(second.version);
+      expect(stampOf(row!.state)).toBe(2);
+    } finally {
+      await admin.query(`SET GLOBAL max_prepared_stmt_count = ${cap}`);
+      await s.close(); // the fixture ends the pool
+    }
   });
 });
