@@ -112,6 +112,21 @@ function fateText(f: PrimaryFate, isPrimary: boolean): string {
   }
 }
 
+/**
+ * What a head row with no cells means, said the same way by every command that addresses
+ * one row (inspect, dump --row, resolve, gc --row), and in their --json as `emptyHeadRow`.
+ * Head rows are never deleted: a fence after a lost reply or a cleared notification can
+ * leave one with nothing in it (docs/protocol.md 4.11 and 8), and an operator who finds
+ * one stored must not take it for a row with data.
+ */
+export const EMPTY_HEAD_ROW =
+  'no cells: the row reads as absent at every snapshot (a head row is never deleted; a fence after a lost reply, or a cleared notification, can leave one empty)';
+
+/** EMPTY_HEAD_ROW when the encoded head row `state` holds no cells. */
+export function emptyHeadRow(state: Uint8Array): string | undefined {
+  return inspectHeadRow(state).cells.length === 0 ? EMPTY_HEAD_ROW : undefined;
+}
+
 type CellRef = { readonly table: string; readonly row: string; readonly column: string };
 
 /** Whether `cell` is the primary a lock names. */
@@ -151,6 +166,8 @@ export interface InspectedRow {
   readonly cells: readonly InspectedCell[];
   /** Observer acks kept in the row (reserved cells): which change of which column each observer handled last. */
   readonly acks: readonly ObserverAck[];
+  /** EMPTY_HEAD_ROW, when the head row has no cells. */
+  readonly emptyHeadRow?: string;
 }
 
 export type InspectedLock = LockView & {
@@ -211,20 +228,23 @@ export async function inspectRow(
     });
   }
   const acks = observerAcks(stored.state);
-  return { table, row, version: stored.version, stateBytes: stored.state.length, nowMs, cells, acks };
+  return {
+    table,
+    row,
+    version: stored.version,
+    stateBytes: stored.state.length,
+    nowMs,
+    cells,
+    acks,
+    ...(cells.length === 0 ? { emptyHeadRow: EMPTY_HEAD_ROW } : {}),
+  };
 }
 
 export function formatInspected(r: InspectedRow): string {
   const lines = [
     `${cellRef(r)}: head row version ${r.version}, ${bytes(r.stateBytes)}, ${plural(r.cells.length, 'cell')}`,
   ];
-  if (r.cells.length === 0) {
-    // Head rows are never deleted: a fence after a lost reply or a cleared notification can
-    // leave one with nothing in it (docs/protocol.md 4.11 and 8).
-    lines.push(
-      '  no cells: the row reads as absent at every snapshot (a head row is never deleted; a fence after a lost reply, or a cleared notification, can leave one empty)',
-    );
-  }
+  if (r.cells.length === 0) lines.push(`  ${EMPTY_HEAD_ROW}`);
   for (const c of r.cells) {
     const ack = c.reserved
       ? r.acks.find((a) => c.column.endsWith(`\u0000${a.observer}\u0000${a.column}`))
@@ -327,7 +347,8 @@ export async function resolveCommand(
   args: { table: string; row: string; waitMs?: number; now?: () => number },
 ): Promise<CommandResult<ResolvedLock[]>> {
   checkNames(args.table, args.row);
-  if ((await store.read(args.table, args.row)) === null)
+  const stored = await store.read(args.table, args.row);
+  if (stored === null)
     throw new NotFoundError(`row ${shown(args.row)} of ${shown(args.table)} is not stored`);
   const db = client(store, args.now);
   let results: ResolvedLock[];
@@ -337,7 +358,11 @@ export async function resolveCommand(
     await db.close();
   }
   const where = cellRef(args);
-  if (results.length === 0) return { code: EXIT.ok, data: results, text: `no locks in ${where}` };
+  if (results.length === 0) {
+    // Stored, so not exit 4: that is for a row that is not stored (as inspect exits 0 here).
+    const empty = emptyHeadRow(stored.state);
+    return { code: EXIT.ok, data: results, text: `no locks in ${where}${empty ? `\n  ${empty}` : ''}` };
+  }
   const lines = results.map((r) => {
     const what = `${shown(r.column)} (startTs ${r.startTs}, primary ${r.isPrimary ? 'this cell' : cellRef(r.primary)})`;
     const o = r.outcome;
@@ -403,11 +428,16 @@ export async function notificationsCommand(
 export async function gcCommand(
   store: RowStore,
   args: { table: string; row?: string; dryRun?: boolean; policy?: Partial<PrunePolicy>; now?: () => number },
-): Promise<CommandResult<GcReport & { dryRun: boolean }>> {
+): Promise<CommandResult<GcReport & { dryRun: boolean; emptyHeadRow?: string }>> {
   checkNames(args.table, args.row);
+  let empty: string | undefined;
   if (args.row === undefined) await assertTableHasRows(store, args.table);
-  else if ((await store.read(args.table, args.row)) === null)
-    throw new NotFoundError(`row ${shown(args.row)} of ${shown(args.table)} is not stored`);
+  else {
+    const stored = await store.read(args.table, args.row);
+    if (stored === null)
+      throw new NotFoundError(`row ${shown(args.row)} of ${shown(args.table)} is not stored`);
+    empty = emptyHeadRow(stored.state);
+  }
   const db = client(store, args.now, args.policy ?? {}); // the library's policy unless told
   let report: GcReport;
   try {
@@ -422,6 +452,7 @@ export async function gcCommand(
   const where = args.row === undefined ? shown(args.table) : cellRef({ table: args.table, row: args.row });
   const lines = [
     `gc ${where}${args.dryRun ? ' (dry run: nothing written)' : ''}: ${plural(report.rows, 'row')} examined`,
+    ...(empty ? [`  ${empty}`] : []),
     `  ${verb} ${plural(report.versions, 'version')} in head rows (${bytes(report.headBytes)})`,
     `  ${verb} ${plural(report.versionRows, 'version row')} (${bytes(report.versionRowBytes)})`,
     `  total ${bytes(report.headBytes + report.versionRowBytes)}`,
@@ -432,5 +463,9 @@ export async function gcCommand(
         ? `  ${plural(report.held, 'commit record')} kept for their secondaries: a real run settles them first and may free more`
         : `  ${plural(report.held, 'commit record')} still kept for their secondaries (a secondary row could not be settled; run again)`,
     );
-  return { code: EXIT.ok, data: { ...report, dryRun: args.dryRun === true }, text: lines.join('\n') };
+  return {
+    code: EXIT.ok,
+    data: { ...report, dryRun: args.dryRun === true, ...(empty ? { emptyHeadRow: empty } : {}) },
+    text: lines.join('\n'),
+  };
 }

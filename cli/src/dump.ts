@@ -20,7 +20,7 @@ import {
   validateRowKey,
   validateUserTable,
 } from '@percolator/core';
-import { type CommandResult, KEEP_EVERY_VERSION } from './commands.js';
+import { type CommandResult, emptyHeadRow, KEEP_EVERY_VERSION } from './commands.js';
 import { EXIT, NotFoundError } from './errors.js';
 import { plural, shown } from './format.js';
 
@@ -73,16 +73,18 @@ export async function* readCommitted(
       `store "${store.name}" cannot scan rows in key order: pass --row KEY to read one row`,
     );
   }
-  const exists =
-    row === undefined
-      ? (await store.scan!(table, { limit: 1 })).length > 0
-      : (await store.read(table, row)) !== null;
-  if (!exists)
-    throw new NotFoundError(
-      row === undefined
-        ? `table ${shown(table)} holds no rows`
-        : `row ${shown(row)} of ${shown(table)} is not stored`,
-    );
+  if (row === undefined) {
+    if ((await store.scan!(table, { limit: 1 })).length === 0)
+      throw new NotFoundError(`table ${shown(table)} holds no rows`);
+  } else {
+    const stored = await store.read(table, row);
+    if (stored === null) throw new NotFoundError(`row ${shown(row)} of ${shown(table)} is not stored`);
+    // It reads as absent, so exit 4 as for a row that is not stored (and no timestamp drawn),
+    // but saying why something is stored there.
+    const empty = emptyHeadRow(stored.state);
+    if (empty)
+      throw new NotFoundError(`row ${shown(row)} of ${shown(table)} has no committed values\n  ${empty}`);
+  }
   // Reads settle the locks they meet; like resolve, the CLI prunes nothing as it does.
   const db = new Percolator({ store, gc: KEEP_EVERY_VERSION });
   // begin() takes the snapshot now (drawn, or peeked where the store peeks: docs/protocol.md

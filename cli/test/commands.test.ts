@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ClientCrash, type CommitStep, type LockedCell, Percolator, type RowStore } from '@percolator/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../src/cli.js';
 import {
   gcCommand,
   inspectCommand,
@@ -35,6 +36,25 @@ async function percolator(...args: string[]): Promise<{ code: number; out: strin
     if (typeof e.code !== 'number') throw error;
     return { code: e.code, out: e.stdout ?? '', err: e.stderr ?? '' };
   }
+}
+
+/** The CLI as the bin runs it (argument parsing, text or --json printing), on an open store. */
+async function onStore(
+  store: RowStore,
+  ...argv: string[]
+): Promise<{ code: number; out: string; err: string }> {
+  let out = '';
+  let err = '';
+  const code = await runCli(argv, {
+    out: (t) => {
+      out += t;
+    },
+    err: (t) => {
+      err += t;
+    },
+    openStore: async () => ({ store, target: 'the test store', close: async () => {} }),
+  });
+  return { code, out, err };
 }
 
 const TTL = 2000;
@@ -214,6 +234,38 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       expect(empty.data.cells).toEqual([]);
       expect(empty.text).toContain('no cells: the row reads as absent');
       expect(await db.transact((tx) => tx.getString('pings', 'w1', 'ping'))).toBeUndefined();
+      // Every command on this one row says what inspect says, in text and in --json. They
+      // exit 0 as inspect does (the row is stored: nothing to settle or free), but dump exits
+      // 4, as for a row that is not stored: it reports what a reader reads.
+      const said = empty.text
+        .split('\n')
+        .find((l) => l.startsWith('  no cells: '))!
+        .trim();
+      for (const argv of [
+        ['resolve', 'pings', 'w1'],
+        ['gc', 'pings', '--row', 'w1', '--dry-run'],
+        ['gc', 'pings', '--row', 'w1'],
+        ['inspect', 'pings', 'w1'],
+      ]) {
+        const text = await onStore(store, ...argv);
+        expect(text.code, text.err).toBe(0);
+        expect(text.out, argv.join(' ')).toContain(`\n  ${said}\n`);
+        const json = await onStore(store, ...argv, '--json');
+        expect(json.code, json.err).toBe(0);
+        if (argv[0] === 'resolve')
+          expect(JSON.parse(json.out)).toEqual([]); // an array: no room for a field
+        else expect(JSON.parse(json.out), argv.join(' ')).toMatchObject({ emptyHeadRow: said });
+      }
+      for (const json of [[], ['--json']]) {
+        const dumped = await onStore(store, 'dump', 'pings', '--row', 'w1', ...json);
+        expect(dumped.code).toBe(4);
+        expect(dumped.out).toBe('');
+        expect(dumped.err).toContain(`row w1 of pings has no committed values\n  ${said}`);
+      }
+      // A row with cells says none of it.
+      const stored = await onStore(store, 'gc', 'docs', '--row', 'd1', '--dry-run', '--json');
+      expect(JSON.parse(stored.out)).not.toHaveProperty('emptyHeadRow');
+      expect((await onStore(store, 'resolve', 'docs', 'd1')).out).not.toContain('no cells');
       await db.transact(async (tx) => tx.set('docs', 'd2', 'body', 'edited'));
       expect(
         (await notificationsCommand(store, { tables: ['docs'], observer: 'indexer' })).data,
