@@ -53,9 +53,10 @@ export type TransactionOutcome =
 /**
  * The commit steps (docs/protocol.md section 4): `prewrite` (every row's lock and data),
  * `commitPrimary` (the commit timestamp and the primary's commit CAS: the commit point),
- * `secondaries` (in the background after the commit point), `onePhase` (a single-row
- * commit in one stamped CAS), `rollback` (removing our locks after a failure before the
- * commit point).
+ * `secondaries` (in the background after the commit point), `onePhase` (a commit in one
+ * stamped step with no locks: one row, or up to `onePhaseMaxRows` where the store writes
+ * several rows in one step; docs/protocol.md 4.5), `rollback` (removing our locks after a
+ * failure before the commit point).
  */
 export type CommitStepName = 'prewrite' | 'commitPrimary' | 'secondaries' | 'onePhase' | 'rollback';
 

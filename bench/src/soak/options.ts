@@ -23,7 +23,7 @@ export interface SoakOptions {
   readonly observedRows: number;
   /** gc.retentionMs of every client. */
   readonly retentionMs: number;
-  /** Ms between gc passes (db.tidy over every row the soak writes). */
+  /** Ms between gc passes (db.gc over every row the soak writes). */
   readonly gcIntervalMs: number;
   readonly seed: number;
   readonly json: boolean;
