@@ -178,8 +178,9 @@ Exit 0 (with or without a backlog), 4 if a TABLE holds no rows.`,
 read through a Percolator snapshot transaction that is rolled back, never committed. Values
 print as JSON strings when they are valid UTF-8, else as 0x and hex. An uncommitted value is
 never shown: a lock is handled exactly as any reader handles it (one whose owner is gone is
-rolled back or forward through its primary), and the start timestamp is drawn from the
-store's counter like any reader's.
+rolled back or forward through its primary), and the snapshot comes from the store's
+counter as a read-only transaction's does (peeked where the store can, writing nothing;
+else drawn).
   --row KEY   only this row
   --limit N   at most N rows
 Exit 0 done, 4 if the table or row holds no committed value.`,

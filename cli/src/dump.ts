@@ -5,10 +5,11 @@
  *
  * A lock is handled exactly as any reader handles it: an uncommitted value is never shown,
  * and a lock whose owner has gone is rolled back or forward through its primary
- * (docs/protocol.md section 5), the protocol's own cleanup, not a write of data. Like any
- * reader it draws its start timestamp from the store's counter; before that, one plain
- * read checks that the table (or row) is stored at all, so asking for something that is
- * not there changes nothing.
+ * (docs/protocol.md section 5), the protocol's own cleanup, not a write of data. Its
+ * snapshot is a read-only one: peeked from the store's counter where the store peeks
+ * (writing nothing), else drawn from it; before that, one plain read checks that the
+ * table (or row) is stored at all, so asking for something that is not there changes
+ * nothing.
  */
 import {
   compareKeys,
@@ -87,9 +88,10 @@ export async function* readCommitted(
   }
   // Reads settle the locks they meet; like resolve, the CLI prunes nothing as it does.
   const db = new Percolator({ store, gc: KEEP_EVERY_VERSION });
-  // begin() takes the snapshot now (drawn, or peeked where the store peeks: docs/protocol.md
-  // 4.1): every commit below it has its locks or records in the head rows read after this.
-  const tx = await db.begin();
+  // The snapshot is taken now: every commit below it has its locks or records in the head
+  // rows read after this. Read-only: peeked where the store peeks (docs/protocol.md 4.1),
+  // which writes nothing, not even the counter; drawn elsewhere. No identity is drawn.
+  const tx = await db.begin({ readOnly: true });
   try {
     if (row === undefined) {
       for await (const scanned of tx.scan(table, { limit })) {

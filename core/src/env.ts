@@ -94,10 +94,16 @@ export interface ProtocolEnv {
    */
   readonly peekCounter: string | undefined;
   /**
-   * With `peekCounter` and `stampsOne`: read-write transactions peek their snapshot too
-   * (the `peekedWrites` option; docs/protocol.md 4.10).
+   * With `peekCounter`: read-write transactions peek their snapshot too (the `peekedWrites`
+   * option; docs/protocol.md 4.10).
    */
   readonly peekedWrites: boolean;
+  /**
+   * With `peekedWrites` on a store with no stamped CAS (so every commit takes two phases
+   * under a drawn identity): the identity is drawn from the oracle beside the peek, not
+   * after it (docs/protocol.md 4.10, "Identity ahead").
+   */
+  readonly identityAhead: boolean;
   /** With `peekCounter`: the peeks of this client's transactions, shared per turn (peek-batcher.ts). */
   readonly peeks: PeekBatcher | undefined;
   /** How this client chooses between a stamped first read and the batched oracle. */

@@ -115,9 +115,12 @@ export interface PercolatorOptions {
    * for. The price: a one-step commit whose reply is lost ends CommitUnknownError (its
    * rows carry only the value the store drew, which the client never learnt), where a
    * transaction with a drawn start timestamp reads its rows and finds out.
-   * Needs the default oracle, `peekedRead` and `stampedCheckAndSet`. Default: true where a
-   * draw costs the store more than a read does (`stampedReadUnderLoad` false: PostgreSQL,
-   * MySQL/MariaDB, memory), false where it does not (standalone Redis).
+   * On a store with no stamped CAS (DynamoDB) every commit takes two phases under an
+   * identity drawn from the oracle beside the peek, so the snapshot and the identity cost
+   * one round trip, where a drawn start timestamp and the first reads cost two.
+   * Needs the default oracle and `peekedRead`. Default: true where a draw costs the store
+   * more than a read does (`stampedReadUnderLoad` false: PostgreSQL, MySQL/MariaDB,
+   * DynamoDB, memory), false where it does not (standalone Redis).
    */
   readonly peekedWrites?: boolean;
 }
@@ -146,8 +149,8 @@ export interface TransactOptions {
    * The function only reads: a write is an UnsupportedOperationError. On a store with
    * `peekedRead` (and the default oracle) the snapshot then costs no timestamp draw: its
    * first reads and the oracle counter's value come back in one round trip that writes
-   * nothing (docs/protocol.md section 3). Its start timestamp may be shared with other
-   * read-only transactions. Default false.
+   * nothing (docs/protocol.md 4.1, "Peeked snapshots"). Its start timestamp may be shared
+   * with other read-only transactions. Default false.
    */
   readonly readOnly?: boolean;
 }
@@ -270,6 +273,8 @@ export class Percolator {
     const stampsOne = !!defaultOracle && store.capabilities.stampedCheckAndSet && !!store.checkAndSetStamped;
     const storeStampsMany =
       !!defaultOracle && store.capabilities.stampedCheckAndSetMany === true && !!store.checkAndSetStampedMany;
+    const peekedWrites =
+      peekCounter !== undefined && (options.peekedWrites ?? store.capabilities.stampedReadUnderLoad !== true);
     const env: Omit<ProtocolEnv, 'tidier'> & { tidier?: Tidier } = {
       store,
       reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),
@@ -303,11 +308,10 @@ export class Percolator {
           : undefined,
       peekCounter,
       // A peeked snapshot identifies nothing: its one-step commit takes the value the store
-      // draws as the transaction's identity (transaction.ts, commitMutations).
-      peekedWrites:
-        peekCounter !== undefined &&
-        stampsOne &&
-        (options.peekedWrites ?? store.capabilities.stampedReadUnderLoad !== true),
+      // draws as the transaction's identity, any other commit one drawn from the oracle
+      // (transaction.ts, commitMutations); where no commit takes one step, drawn ahead.
+      peekedWrites,
+      identityAhead: peekedWrites && !stampsOne,
       peeks: peekCounter !== undefined ? new PeekBatcher(store, peekCounter) : undefined,
       observed,
       localCommits: new LocalCommits(),

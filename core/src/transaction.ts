@@ -166,6 +166,11 @@ export class Transaction {
    * gets an identity of its own (commitMutations).
    */
   private peeked = false;
+  /**
+   * With env.identityAhead: its commit's identity, drawn from the oracle beside its peek
+   * (drawIdentityAhead); taken at commit (commitMutations).
+   */
+  private identityDraw: Promise<number> | undefined;
   /** The identity its commit took, where not `ts` (a peeked snapshot's; STAMP: the store's draw). */
   private identity: number | undefined;
   /** The start timestamp being drawn: by the oracle (or a peek of its own), or with the first reads. */
@@ -295,8 +300,10 @@ export class Transaction {
     let drawing: Promise<number>;
     if (this.starting instanceof FirstDraw) drawing = this.starting.wait();
     else {
+      const peek = this.peeks();
+      if (peek && this.starting === undefined) this.drawIdentityAhead();
       this.starting ??= (
-        this.peeks()
+        peek
           ? this.peek([]).then(
               ({ timestamp }) => timestamp,
               // As after a failed first read (sendFirstReads): the oracle is the other way.
@@ -797,9 +804,9 @@ export class Transaction {
     // conflict check stays at the snapshot (ctx.snapshotTs).
     const identity = !this.peeked
       ? this.startTs
-      : notified.length === 0 && this.oneStep(rows.length)
+      : notified.length === 0 && this.env.stampsOne && this.oneStep(rows.length)
         ? STAMP
-        : await this.env.oracle.next();
+        : await this.drawnIdentity();
     if (notified.length === 0) return this.commitRows(rows, signal, identity);
     // Weak notifications on rows this transaction does not write are marked before the
     // commit point (a client crash after it loses none); rows it writes get theirs in the
@@ -1095,6 +1102,7 @@ export class Transaction {
         const settle = new FirstDraw();
         this.starting = settle;
         const measured = way === 'stamped' ? performance.now() : undefined;
+        if (peek) this.drawIdentityAhead();
         queueMicrotask(() => this.sendFirstReads(counter!, settle, peek, measured));
       }
       this.firstReads.push({ table, row, resolve, reject });
@@ -1118,6 +1126,36 @@ export class Transaction {
     const { timestamp, rows } = await this.env.peeks!.peek(refs);
     if (this.ts === undefined) this.peeked = true;
     return { timestamp: timestamp + 1, rows };
+  }
+
+  /**
+   * With env.identityAhead, for a read-write transaction whose snapshot is being peeked:
+   * draws its commit's identity now, beside the peek, so that both cost one round trip
+   * (docs/protocol.md 4.10, "Identity ahead"). The identity may come out below the
+   * snapshot; the commit checks both (prewrite.ts, applyPrewrite).
+   */
+  private drawIdentityAhead(): void {
+    if (!this.env.identityAhead || this.readOnly || this.identityDraw !== undefined) return;
+    const draw = this.env.oracle.next();
+    // A failed draw is not this transaction's failure yet: its commit draws again.
+    draw.catch(() => {});
+    this.identityDraw = draw;
+  }
+
+  /** Its commit's identity: the one drawn ahead (once), else one drawn now. */
+  private async drawnIdentity(): Promise<number> {
+    const ahead = this.identityDraw;
+    if (ahead !== undefined) {
+      // Each identity names one commit attempt only: a commit that fails and is tried again
+      // (a retryable prewrite failure) draws a new one.
+      this.identityDraw = undefined;
+      try {
+        return await ahead;
+      } catch {
+        // Drawn again below.
+      }
+    }
+    return this.env.oracle.next();
   }
 
   private sendFirstReads(

@@ -34,6 +34,9 @@ function pausingWriter(store: InstrumentedStore, clock: ReturnType<typeof fakeCl
     lockTtlMs: TTL,
     // The two-phase steps these hooks stop at (a one-step commit has none).
     onePhaseMaxRows: 1,
+    // Its locks carry its start timestamp (tx.startTs), as the tests compare: no identity
+    // apart from a peeked snapshot (docs/protocol.md 4.10).
+    peekedWrites: false,
     hooks: {
       onCommitStep: async (e) => {
         if (e.step === crashAt) throw new ClientCrash();

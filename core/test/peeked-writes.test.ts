@@ -9,10 +9,12 @@ import {
   Percolator,
   type PercolatorEvent,
   RowTooLargeError,
+  SnapshotTooOldError,
   StoreError,
   type Transaction,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
+import { decodeRow, encodeRow } from '../src/codec.js';
 import { type Fault, fakeClock, InstrumentedStore } from './support.js';
 
 /**
@@ -647,5 +649,167 @@ describe('peeked snapshots for read-write transactions', () => {
         InvalidArgumentError,
       );
     }
+  });
+});
+
+/**
+ * A store that peeks but has no stamped CAS (DynamoDB's capabilities): every commit takes
+ * two phases under a drawn identity, which is drawn beside the peek (docs/protocol.md 4.10,
+ * "Identity ahead").
+ */
+const NO_STAMPS = { stampedCheckAndSet: false, stampedCheckAndSetMany: false } as const;
+
+describe('identity ahead: peeked snapshots on a store with no stamped CAS', () => {
+  async function seeded(onEvent?: (e: PercolatorEvent) => void) {
+    const store = new InstrumentedStore(new MemoryStore(), NO_STAMPS);
+    const db = new Percolator({ store, ...(onEvent ? { onEvent } : {}) });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '10');
+      tx.set('t', 'b', 'v', '10');
+    });
+    return { store, db };
+  }
+
+  /** Holds every readPeeked of `store` until `release`; `asked` counts those sent. */
+  function holdPeeks(store: InstrumentedStore): { release: () => void; asked: () => number } {
+    const inner = store.readPeeked.bind(store);
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    let asked = 0;
+    store.readPeeked = async (refs, counter) => {
+      asked++;
+      await held;
+      return inner(refs, counter);
+    };
+    return { release, asked: () => asked };
+  }
+
+  it('the identity is drawn while the peek is in flight, and the transfer commits in two phases under it', async () => {
+    const events: PercolatorEvent[] = [];
+    const { store, db } = await seeded((e) => events.push(e));
+    const peeks = holdPeeks(store);
+    const draws = store.calls.incrementCounter;
+    const done = db.transact(transfer);
+    // The peek is held, and the identity's draw has gone out beside it.
+    await new Promise((r) => setTimeout(r, 20));
+    expect(peeks.asked()).toBe(1);
+    expect(store.calls.incrementCounter - draws).toBe(1);
+    peeks.release();
+    await done;
+    // Then one more draw, the commit timestamp: none after the peek for the identity.
+    expect(store.calls.incrementCounter - draws).toBe(2);
+    expect(store.calls.checkAndSetStamped).toBe(0);
+    const end = events.findLast((e) => e.type === 'transaction.end');
+    if (end?.type !== 'transaction.end') throw new Error('no end event');
+    expect(end.outcome).toBe('committed');
+    const { identityTs, startTs, commitTs } = end;
+    // Drawn before the peek read the counter: below the snapshot, and the commit above both.
+    expect(identityTs).toBeDefined();
+    expect(identityTs!).toBeLessThan(startTs!);
+    expect(commitTs!).toBeGreaterThanOrEqual(startTs!);
+    for (const row of ['a', 'b']) {
+      const { lock, writes } = await recordsOf(store.inner, 't', row);
+      expect(lock).toBeUndefined();
+      expect(writes.find((w) => w.startTs === identityTs)).toMatchObject({ kind: 'put', commitTs });
+    }
+    expect(await balances(db)).toEqual(['9', '11']);
+    await db.close();
+  });
+
+  it('a reader whose snapshot is above the identity waits on its lock, and sees its commit, drawn below that snapshot', async () => {
+    const { store, db } = await seeded();
+    // The writer prewrites under its identity, then stops before its commit point.
+    let stop!: () => void;
+    const stopped = new Promise<void>((r) => {
+      stop = r;
+    });
+    let go!: () => void;
+    const resume = new Promise<void>((r) => {
+      go = r;
+    });
+    const writer = new Percolator({
+      store,
+      hooks: {
+        onCommitStep: async (e) => {
+          if (e.step === 'beforeCommitPrimary') {
+            stop();
+            await resume;
+          }
+        },
+      },
+    });
+    const tx = await writer.begin();
+    await transfer(tx);
+    const committing = tx.commit();
+    await stopped;
+    const lock = (await recordsOf(store.inner, 't', 'a')).lock;
+    expect(lock).toBeDefined();
+    expect(lock!.startTs).toBeLessThan(tx.startTs);
+    // A reader peeks now: its snapshot is above the lock, so it must wait on it. The
+    // writer drew its commit timestamp before stopping, so below this snapshot: once the
+    // lock is settled the reader must see the transfer (had it read past the lock, it
+    // would have seen the old values: a snapshot missing a commit below it).
+    const reader = await db.begin({ readOnly: true });
+    expect(reader.startTs).toBeGreaterThan(lock!.startTs);
+    const read = Promise.all([reader.getString('t', 'a', 'v'), reader.getString('t', 'b', 'v')]);
+    let settled = false;
+    void read.then(() => {
+      settled = true;
+    });
+    await new Promise((r) => setTimeout(r, 30));
+    expect(settled).toBe(false);
+    go();
+    const { commitTs } = await committing;
+    expect(commitTs).toBeLessThan(reader.startTs);
+    expect(await read).toEqual(['9', '11']);
+    expect(await balances(db)).toEqual(['9', '11']);
+    await Promise.all([db.close(), writer.close()]);
+  });
+
+  it('the default peeks where the store peeks and draws cost more than reads; drawn with peekedWrites false', async () => {
+    for (const [options, ahead] of [
+      [{}, true],
+      [{ peekedWrites: false }, false],
+    ] as const) {
+      const store = new InstrumentedStore(new MemoryStore(), NO_STAMPS);
+      const ends: PercolatorEvent[] = [];
+      const db = new Percolator({ store, ...options, onEvent: (e) => ends.push(e) });
+      await db.transact(async (tx) => {
+        await tx.getString('t', 'a', 'v');
+        tx.set('t', 'a', 'v', 'x');
+      });
+      expect(store.calls.readPeeked, JSON.stringify(options)).toBe(ahead ? 1 : 0);
+      const end = ends.findLast((e) => e.type === 'transaction.end');
+      if (end?.type !== 'transaction.end') throw new Error('no end event');
+      // Peeked: an identity apart from the snapshot; drawn: the start timestamp is it.
+      expect(end.identityTs !== undefined, JSON.stringify(options)).toBe(ahead);
+      await db.close();
+    }
+  });
+
+  it('a prewrite under an identity at or below pruned history is refused, though its snapshot is above it', async () => {
+    const { store, db } = await seeded();
+    const tx = await db.begin();
+    await transfer(tx);
+    // The identity was drawn just before the peek read the counter: one below the snapshot.
+    // GC pruned row a through it (staged: the head row says so), so its rollback record could
+    // be gone: the prewrite must be refused (a check at the snapshot alone let it through).
+    const stored = (await store.inner.read('t', 'a'))!;
+    const row = decodeRow(stored.state);
+    row.cells.get('v')!.prunedThrough = tx.startTs - 1;
+    const staged = await store.inner.checkAndSet({
+      table: 't',
+      key: 'a',
+      expected: stored.version,
+      state: encodeRow(row),
+    });
+    expect(staged.ok).toBe(true);
+    await expect(tx.commit()).rejects.toBeInstanceOf(SnapshotTooOldError);
+    expect((await recordsOf(store.inner, 't', 'a')).lock).toBeUndefined();
+    expect((await recordsOf(store.inner, 't', 'b')).lock).toBeUndefined();
+    expect(await balances(db)).toEqual(['10', '10']);
+    await db.close();
   });
 });

@@ -8,6 +8,7 @@ import {
   Percolator,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
+import { decodeRow } from '../src/codec.js';
 import { fakeClock, InstrumentedStore } from './support.js';
 
 const ROWS = ['a', 'b', 'c', 'd'];
@@ -124,16 +125,26 @@ describe('a client that crashes during commit', () => {
 });
 
 describe('rollback records', () => {
-  it('make a late prewrite of a rolled-back transaction fail', async () => {
+  // Drawn: the identity is the start timestamp. Peeked on a store with no stamped CAS: an
+  // identity drawn beside the peek, below the snapshot (docs/protocol.md 4.10, "Identity
+  // ahead"), so its rollback record is below the snapshot too, and the prewrite's conflict
+  // check at the snapshot alone would not see it (it did not, before prewrite.ts looked).
+  it.each([
+    ['a drawn start timestamp', false],
+    ['an identity drawn ahead of a peeked snapshot', true],
+  ])('make a late prewrite of a rolled-back transaction fail (%s)', async (_, peekedWrites) => {
     const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
     const clock = fakeClock();
-    const db = new Percolator({ store, clock, lockTtlMs: TTL });
+    const db = new Percolator({ store, clock, lockTtlMs: TTL, peekedWrites });
     const slow = await db.begin();
     slow.set('t', 'a', 'v', 'slow'); // 'a' is the primary
     slow.set('t', 'b', 'v', 'slow');
     const release = store.gate('t', 'a'); // the primary prewrite is held in flight
     const committing = slow.commit();
     await new Promise((r) => setTimeout(r, 5));
+    const lock = decodeRow((await store.inner.read('t', 'b'))!.state).cells.get('v')!.lock!;
+    if (peekedWrites) expect(lock.startTs).toBeLessThan(slow.startTs);
+    else expect(lock.startTs).toBe(slow.startTs);
     // A reader meets the secondary lock on 'b'; the primary has neither lock nor record.
     clock.advance(TTL + 1);
     const reader = new Percolator({ store, clock, lockTtlMs: TTL });

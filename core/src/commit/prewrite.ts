@@ -1,5 +1,5 @@
 import { waitAtMost } from '../backoff.js';
-import { hasWriteAtOrAfter, inlineHistoryBytes } from '../cells.js';
+import { findRecord, hasWriteAtOrAfter, inlineHistoryBytes } from '../cells.js';
 import { decodeRow } from '../codec.js';
 import { observedKey } from '../env.js';
 import { ConflictError, RowTooLargeError, SnapshotTooOldError } from '../errors.js';
@@ -44,9 +44,12 @@ export function applyPrewrite(
   lockAs: 'lock' | 'none',
 ): boolean {
   const { env, startTs } = ctx;
-  // What it read was seen at `snapshot`: a write there or later is a conflict. (At or
-  // below the identity, so a late prewrite of a pruned identity is refused as well.)
+  // What it read was seen at `snapshot`: a write there or later is a conflict. History
+  // pruned through its snapshot or its identity refuses it: the identity drawn at commit is
+  // above the snapshot, but one drawn ahead (docs/protocol.md 4.10) may be below, and a
+  // late prewrite of a pruned identity must be refused (its rollback record may be gone).
   const snapshot = ctx.snapshotTs ?? startTs;
+  const oldest = Math.min(snapshot, startTs);
   let changed = false;
   const now = env.clock();
   const primaryRow = isPrimaryRow(ctx, m);
@@ -54,11 +57,17 @@ export function applyPrewrite(
     const cell = cellOf(state, column);
     if (cell.lock?.startTs === startTs) continue;
     if (cell.lock) throw new BlockedByLock(cell.lock);
-    if (snapshot <= cell.prunedThrough) {
-      throw new SnapshotTooOldError(`history of ${m.table}/${column} was pruned past start ${snapshot}`);
+    if (oldest <= cell.prunedThrough) {
+      throw new SnapshotTooOldError(`history of ${m.table}/${column} was pruned past start ${oldest}`);
     }
     if (hasWriteAtOrAfter(cell, snapshot)) {
       throw new ConflictError(`write conflict on ${m.table}/${JSON.stringify(m.row)}/${column}`);
+    }
+    // An identity at or above the snapshot meets its own rollback record (a reader rolled
+    // it back, and this prewrite came late) in the check above; one drawn ahead, below the
+    // snapshot, must look for it.
+    if (startTs < snapshot && findRecord(cell, startTs)) {
+      throw new ConflictError(`transaction ${startTs} was rolled back by another client`);
     }
     if (value) cell.setValue(startTs, value);
     if (lockAs === 'lock') {
