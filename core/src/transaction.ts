@@ -1135,7 +1135,10 @@ export class Transaction {
    * snapshot; the commit checks both (prewrite.ts, applyPrewrite).
    */
   private drawIdentityAhead(): void {
-    if (!this.env.identityAhead || this.readOnly || this.identityDraw !== undefined) return;
+    // Drawn anew with every peek: after a failed peek the next one is later, and an identity
+    // far below its snapshot would only widen the window where history pruned on the
+    // primary refuses the commit (prewrite.ts).
+    if (!this.env.identityAhead || this.readOnly) return;
     const draw = this.env.oracle.next();
     // A failed draw is not this transaction's failure yet: its commit draws again.
     draw.catch(() => {});

@@ -812,4 +812,54 @@ describe('identity ahead: peeked snapshots on a store with no stamped CAS', () =
     expect(await balances(db)).toEqual(['10', '10']);
     await db.close();
   });
+
+  it('a peek that fails and is sent again draws the identity again, next to the snapshot it gets', async () => {
+    const events: PercolatorEvent[] = [];
+    const { store, db } = await seeded((e) => events.push(e));
+    const inner = store.readPeeked.bind(store);
+    let failures = 1;
+    store.readPeeked = async (refs, counter) => {
+      if (failures-- > 0)
+        throw new StoreError('injected: a peek refused for good', 'no', { retryable: false });
+      return inner(refs, counter);
+    };
+    const other = new Percolator({ store, peekedWrites: false });
+    let startTs = 0;
+    await db.transact(async (tx) => {
+      // The first read's peek fails for good; another client commits (the counter moves
+      // on); the transaction reads again, in a new peek.
+      await expect(tx.getString('t', 'a', 'v')).rejects.toBeInstanceOf(StoreError);
+      await other.transact(async (o) => o.set('t', 'c', 'v', 'x'));
+      await transfer(tx);
+      startTs = tx.startTs;
+    });
+    const end = events.findLast((e) => e.type === 'transaction.end');
+    if (end?.type !== 'transaction.end') throw new Error('no end event');
+    expect(end.outcome).toBe('committed');
+    // Drawn just before the second peek read the counter (the one drawn beside the first
+    // peek is lower, below the other client's commit, and unused).
+    expect(end.identityTs).toBe(startTs - 1);
+    await Promise.all([db.close(), other.close()]);
+  });
+
+  it('history pruned between the identity and the snapshot on a secondary row is no reason to abort', async () => {
+    const { store, db } = await seeded();
+    const tx = await db.begin();
+    await transfer(tx);
+    // 'b' is a secondary: its pruned history below the snapshot hides nothing this
+    // transaction read, and a late lock there is settled through the primary.
+    const stored = (await store.inner.read('t', 'b'))!;
+    const row = decodeRow(stored.state);
+    row.cells.get('v')!.prunedThrough = tx.startTs - 1;
+    const staged = await store.inner.checkAndSet({
+      table: 't',
+      key: 'b',
+      expected: stored.version,
+      state: encodeRow(row),
+    });
+    expect(staged.ok).toBe(true);
+    await tx.commit();
+    expect(await balances(db)).toEqual(['9', '11']);
+    await db.close();
+  });
 });

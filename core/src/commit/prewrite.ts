@@ -44,12 +44,14 @@ export function applyPrewrite(
   lockAs: 'lock' | 'none',
 ): boolean {
   const { env, startTs } = ctx;
-  // What it read was seen at `snapshot`: a write there or later is a conflict. History
-  // pruned through its snapshot or its identity refuses it: the identity drawn at commit is
-  // above the snapshot, but one drawn ahead (docs/protocol.md 4.10) may be below, and a
-  // late prewrite of a pruned identity must be refused (its rollback record may be gone).
+  // What it read was seen at `snapshot`: a write there or later is a conflict, and history
+  // pruned through it refuses it. An identity drawn at commit is above the snapshot, so
+  // that also refuses a late prewrite of a pruned identity (its rollback record may be
+  // gone); one drawn ahead (docs/protocol.md 4.10) may be below, so the primary, where
+  // rollback records are written, is checked at the identity too. Only the primary: a
+  // commit between the two on another row is no reason to abort, and a late secondary
+  // lock is settled through the primary anyway.
   const snapshot = ctx.snapshotTs ?? startTs;
-  const oldest = Math.min(snapshot, startTs);
   let changed = false;
   const now = env.clock();
   const primaryRow = isPrimaryRow(ctx, m);
@@ -57,6 +59,7 @@ export function applyPrewrite(
     const cell = cellOf(state, column);
     if (cell.lock?.startTs === startTs) continue;
     if (cell.lock) throw new BlockedByLock(cell.lock);
+    const oldest = startTs < snapshot && primaryRow && column === ctx.primary.column ? startTs : snapshot;
     if (oldest <= cell.prunedThrough) {
       throw new SnapshotTooOldError(`history of ${m.table}/${column} was pruned past start ${oldest}`);
     }
