@@ -1149,8 +1149,7 @@ export class Transaction {
   private async drawnIdentity(): Promise<number> {
     const ahead = this.identityDraw;
     if (ahead !== undefined) {
-      // Each identity names one commit attempt only: a commit that fails and is tried again
-      // (a retryable prewrite failure) draws a new one.
+      // Taken once: an identity names one commit.
       this.identityDraw = undefined;
       try {
         return await ahead;

@@ -670,6 +670,20 @@ describe('identity ahead: peeked snapshots on a store with no stamped CAS', () =
     return { store, db };
   }
 
+  /** Stages GC having pruned cell t/`key`/v through `through` (the head row says so). */
+  async function stagePruned(store: InstrumentedStore, key: string, through: number): Promise<void> {
+    const stored = (await store.inner.read('t', key))!;
+    const row = decodeRow(stored.state);
+    row.cells.get('v')!.prunedThrough = through;
+    const staged = await store.inner.checkAndSet({
+      table: 't',
+      key,
+      expected: stored.version,
+      state: encodeRow(row),
+    });
+    expect(staged.ok).toBe(true);
+  }
+
   /** Holds every readPeeked of `store` until `release`; `asked` counts those sent. */
   function holdPeeks(store: InstrumentedStore): { release: () => void; asked: () => number } {
     const inner = store.readPeeked.bind(store);
@@ -796,16 +810,7 @@ describe('identity ahead: peeked snapshots on a store with no stamped CAS', () =
     // The identity was drawn just before the peek read the counter: one below the snapshot.
     // GC pruned row a through it (staged: the head row says so), so its rollback record could
     // be gone: the prewrite must be refused (a check at the snapshot alone let it through).
-    const stored = (await store.inner.read('t', 'a'))!;
-    const row = decodeRow(stored.state);
-    row.cells.get('v')!.prunedThrough = tx.startTs - 1;
-    const staged = await store.inner.checkAndSet({
-      table: 't',
-      key: 'a',
-      expected: stored.version,
-      state: encodeRow(row),
-    });
-    expect(staged.ok).toBe(true);
+    await stagePruned(store, 'a', tx.startTs - 1);
     await expect(tx.commit()).rejects.toBeInstanceOf(SnapshotTooOldError);
     expect((await recordsOf(store.inner, 't', 'a')).lock).toBeUndefined();
     expect((await recordsOf(store.inner, 't', 'b')).lock).toBeUndefined();
@@ -848,16 +853,7 @@ describe('identity ahead: peeked snapshots on a store with no stamped CAS', () =
     await transfer(tx);
     // 'b' is a secondary: its pruned history below the snapshot hides nothing this
     // transaction read, and a late lock there is settled through the primary.
-    const stored = (await store.inner.read('t', 'b'))!;
-    const row = decodeRow(stored.state);
-    row.cells.get('v')!.prunedThrough = tx.startTs - 1;
-    const staged = await store.inner.checkAndSet({
-      table: 't',
-      key: 'b',
-      expected: stored.version,
-      state: encodeRow(row),
-    });
-    expect(staged.ok).toBe(true);
+    await stagePruned(store, 'b', tx.startTs - 1);
     await tx.commit();
     expect(await balances(db)).toEqual(['9', '11']);
     await db.close();

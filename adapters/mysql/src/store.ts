@@ -304,7 +304,7 @@ async function query(
  * `cause` is the driver's error, so that trace adds nothing.
  *
  * `prepared`: as a server-side prepared statement (binary protocol; mysql2 prepares it once
- * per connection and keeps it), for the stamped procedures' CALLs only (see PREPARED).
+ * per connection and keeps it), for the stamped procedures' CALLs only (see callProcedure).
  */
 function send(connection: PoolConnection, options: QueryOptions, prepared = false): Promise<unknown> {
   const core = coreOf(connection);

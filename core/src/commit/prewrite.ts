@@ -52,6 +52,7 @@ export function applyPrewrite(
   // commit between the two on another row is no reason to abort, and a late secondary
   // lock is settled through the primary anyway.
   const snapshot = ctx.snapshotTs ?? startTs;
+  const identityBelow = startTs < snapshot;
   let changed = false;
   const now = env.clock();
   const primaryRow = isPrimaryRow(ctx, m);
@@ -59,7 +60,7 @@ export function applyPrewrite(
     const cell = cellOf(state, column);
     if (cell.lock?.startTs === startTs) continue;
     if (cell.lock) throw new BlockedByLock(cell.lock);
-    const oldest = startTs < snapshot && primaryRow && column === ctx.primary.column ? startTs : snapshot;
+    const oldest = identityBelow && primaryRow && column === ctx.primary.column ? startTs : snapshot;
     if (oldest <= cell.prunedThrough) {
       throw new SnapshotTooOldError(`history of ${m.table}/${column} was pruned past start ${oldest}`);
     }
@@ -69,7 +70,7 @@ export function applyPrewrite(
     // An identity at or above the snapshot meets its own rollback record (a reader rolled
     // it back, and this prewrite came late) in the check above; one drawn ahead, below the
     // snapshot, must look for it.
-    if (startTs < snapshot && findRecord(cell, startTs)) {
+    if (identityBelow && findRecord(cell, startTs)) {
       throw new ConflictError(`transaction ${startTs} was rolled back by another client`);
     }
     if (value) cell.setValue(startTs, value);
