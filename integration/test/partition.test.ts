@@ -173,6 +173,7 @@ const TARGETS: readonly Target[] = [
           const nodes = await Promise.all(cluster.nodes.map((n) => clusterState(n.port)));
           return [
             ...clients,
+            ...proxies.flatMap((own, i) => own.map((p, j) => `client ${i} to master ${j}: ${p.describe()}`)),
             ...nodes.map((info, i) => `master ${i} (port ${cluster.nodes[i]!.port}): ${info}`),
           ].join('\n');
         },

@@ -63,6 +63,8 @@ const OPTION_KEYS: OptionKeys<RedisStoreOptions> = {
  * `autoResendUnfulfilledCommands`, Cluster `retryDelayOnFailover`), so such a client is
  * refused, as one with a `keyPrefix` is; `createRedisClient` and `createRedisClusterClient`
  * (or the options of `redisConnectionOptions` and `clusterOptions`) make one that is not.
+ * So is a Cluster client with `enableAutoPipelining`: under faults its node connections
+ * handed replies to the wrong commands (client.ts, clusterOptions).
  */
 function checkNoResend(client: RedisClient): void {
   const cluster = (client as { isCluster?: boolean }).isCluster === true;
@@ -70,6 +72,7 @@ function checkNoResend(client: RedisClient): void {
     autoResendUnfulfilledCommands?: boolean;
     retryDelayOnFailover?: number;
     scaleReads?: unknown;
+    enableAutoPipelining?: boolean;
     redisOptions?: { autoResendUnfulfilledCommands?: boolean };
   };
   const wrong: string[] = [];
@@ -80,9 +83,10 @@ function checkNoResend(client: RedisClient): void {
   if (cluster && options.retryDelayOnFailover !== 0) wrong.push('retryDelayOnFailover: 0');
   if (cluster && options.scaleReads !== undefined && options.scaleReads !== 'master')
     wrong.push("scaleReads: 'master'");
+  if (cluster && options.enableAutoPipelining === true) wrong.push('enableAutoPipelining: false');
   if (wrong.length > 0) {
     throw new InvalidArgumentError(
-      `the redis client passed in could send a write again after its reply was lost, or read from a replica: it needs ${wrong.join(', ')}${cluster ? ' (in redisOptions for the first)' : ''}; make it with ${cluster ? 'createRedisClusterClient() or clusterOptions()' : 'createRedisClient() or redisConnectionOptions()'}`,
+      `the redis client passed in could send a write again after its reply was lost, read from a replica, or hand a reply to the wrong command: it needs ${wrong.join(', ')}${cluster ? ' (in redisOptions for the first)' : ''}; make it with ${cluster ? 'createRedisClusterClient() or clusterOptions()' : 'createRedisClient() or redisConnectionOptions()'}`,
     );
   }
 }

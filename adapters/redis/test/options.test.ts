@@ -84,7 +84,7 @@ describe('createRedisStore options', () => {
     }
   });
 
-  it("refuses a client that would send a command again after its reply was lost, or read from replicas (ioredis's defaults)", async () => {
+  it("refuses a client that would send a command again after its reply was lost, read from replicas (ioredis's defaults), or auto-pipeline on a Cluster", async () => {
     const clients = [
       {
         client: new Redis('redis://127.0.0.1:1', { lazyConnect: true }),
@@ -97,6 +97,13 @@ describe('createRedisStore options', () => {
       {
         client: new Cluster([{ host: '127.0.0.1', port: 1 }], { ...clusterOptions(), scaleReads: 'slave' }),
         wants: "scaleReads: 'master'",
+      },
+      {
+        client: new Cluster([{ host: '127.0.0.1', port: 1 }], {
+          ...clusterOptions(),
+          enableAutoPipelining: true,
+        }),
+        wants: 'enableAutoPipelining: false',
       },
     ];
     for (const { client, wants } of clients) {

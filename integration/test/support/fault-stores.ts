@@ -126,8 +126,9 @@ export type { DynamoDbRowStore, MySqlStore, PostgresStore, RedisStore };
 
 /**
  * What a Redis Cluster client's connections are doing, for a failure message: each node
- * connection's address (as mapped), status and queued commands. A case that cannot reach
- * a master after a heal then says which connection is stuck, and how.
+ * connection's address (as mapped), status, and the commands it awaits replies for, oldest
+ * first. A case that cannot reach a master after a heal then says which connection is
+ * stuck, and how (one whose replies run one behind shows the command that never got its own).
  */
 export function describeClusterClient(store: RowStore): string {
   const client = (store as RedisStore).client as unknown as {
@@ -136,15 +137,13 @@ export function describeClusterClient(store: RowStore): string {
       status: string;
       options: { host?: string; port?: number };
       offlineQueue?: { length: number };
-      commandQueue?: { length: number };
+      commandQueue?: { length: number; toArray?: () => { command: { name: string } }[] };
     }[];
   };
   if (typeof client.nodes !== 'function') return 'not a cluster client';
-  const nodes = client
-    .nodes('all')
-    .map(
-      (n) =>
-        `${n.options.host}:${n.options.port} ${n.status} (offline queue ${n.offlineQueue?.length ?? '?'}, in flight ${n.commandQueue?.length ?? '?'})`,
-    );
+  const nodes = client.nodes('all').map((n) => {
+    const awaiting = n.commandQueue?.toArray?.().map((i) => i.command.name) ?? [];
+    return `${n.options.host}:${n.options.port} ${n.status} (offline queue ${n.offlineQueue?.length ?? '?'}, in flight ${n.commandQueue?.length ?? '?'}: ${awaiting.join(', ') || 'none'})`;
+  });
   return `cluster ${client.status}; nodes: ${nodes.join('; ') || 'none'}`;
 }

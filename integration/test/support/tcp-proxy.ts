@@ -16,6 +16,12 @@ export class TcpProxy {
   private server: Server | undefined;
   private readonly sockets = new Set<Socket>();
   private dropping = false;
+  /**
+   * Bytes through each connection, for a failure message: the open ones, and the closed
+   * ones that lost replies (a stuck client whose connection lost nothing here lost it
+   * elsewhere).
+   */
+  private readonly traffic = new Map<Socket, Traffic>();
 
   private constructor(
     private readonly targetHost: string,
@@ -31,6 +37,17 @@ export class TcpProxy {
     const proxy = new TcpProxy(targetHost, targetPort, port);
     await proxy.restore();
     return proxy;
+  }
+
+  /** Its state and its connections' traffic, on one line (test failure messages). */
+  describe(): string {
+    const at = (ms: number) => new Date(ms).toISOString().slice(11, 23);
+    const connections = [...this.traffic].map(
+      ([socket, t]) =>
+        `${socket.remotePort ?? '?'} ${t.closed === undefined ? 'open' : `closed ${at(t.closed)}`} since ${at(t.opened)}: ` +
+        `${t.up} B up, ${t.down} B down, ${t.dropped} B of replies dropped`,
+    );
+    return `proxy :${this.port} ${this.server ? 'listening' : 'cut'}${this.dropping ? ', dropping replies' : ''}; ${connections.join('; ') || 'no connections'}`;
   }
 
   /** Rewrites a URL's host and port to point at this proxy. */
@@ -86,10 +103,32 @@ export class TcpProxy {
     };
     client.on('error', close).on('close', close);
     upstream.on('error', close).on('close', close);
-    client.on('data', (chunk) => upstream.write(chunk));
+    const traffic: Traffic = { up: 0, down: 0, dropped: 0, opened: Date.now() };
+    this.traffic.set(client, traffic);
+    client.on('close', () => {
+      traffic.closed = Date.now();
+      if (traffic.dropped === 0) this.traffic.delete(client);
+    });
+    client.on('data', (chunk) => {
+      traffic.up += chunk.length;
+      upstream.write(chunk);
+    });
     upstream.on('data', (chunk) => {
-      if (!this.dropping) client.write(chunk);
+      if (this.dropping) {
+        traffic.dropped += chunk.length;
+        return;
+      }
+      traffic.down += chunk.length;
+      client.write(chunk);
     });
     upstream.connect(this.targetPort, this.targetHost);
   }
+}
+
+interface Traffic {
+  up: number;
+  down: number;
+  dropped: number;
+  readonly opened: number;
+  closed?: number;
 }
