@@ -63,10 +63,10 @@ export function parseNodes(
  *   sent. Concurrent commands (readMany, checkAndSetMany, scans) are still pipelined on
  *   the wire: none waits for another's reply. Auto-pipelining (commands gathered into one
  *   write per turn of the event loop) cost more client CPU than the writes it saved: in
- *   one bench run each way (concurrency 8), Percolator's transactions ran 12-32% faster
- *   without it (reads 34,000 to 40,000 a second, transfers 5,700 to 7,500), 8-65% faster
- *   with a 1 ms round trip; and on a Cluster it handed replies to the wrong commands
- *   (clusterOptions).
+ *   one bench run each way (concurrency 8; docs/cost-history.md, twentieth session),
+ *   Percolator's transactions ran 16-32% faster without it (reads 33,427 to 41,515 a
+ *   second, transfers 5,782 to 7,604), 8-65% faster with a 1 ms round trip; and on a
+ *   Cluster it handed replies to the wrong commands (clusterOptions).
  * - `lazyConnect`: the store connects and waits for "ready" itself.
  */
 export function redisConnectionOptions(commandTimeoutMs?: number): RedisOptions {
@@ -91,7 +91,8 @@ export function redisConnectionOptions(commandTimeoutMs?: number): RedisOptions 
  * sending those again (the default would resend them after 100 ms). MOVED, ASK, TRYAGAIN
  * and CLUSTERDOWN replies mean the command did not run, and are still followed.
  *
- * `enableAutoPipelining: false` on the Cluster as on its node connections. With it on,
+ * `enableAutoPipelining: false`, on the Cluster (whose setting routes every command; its
+ * node connections' is off too, for the calls made on a node directly). With it on,
  * the partition test (integration/test/partition.test.ts, a master cut off while the
  * others answer) failed in 3 of 51 runs (2 of the 23 with a second process loading a
  * core): twice with a node connection that answered every command with the reply of the

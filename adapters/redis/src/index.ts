@@ -79,14 +79,15 @@ function checkNoResend(client: RedisClient): void {
   const nodeOptions = cluster ? options.redisOptions : options;
   // ioredis's default for a missing setting is true.
   if (nodeOptions?.autoResendUnfulfilledCommands !== false)
-    wrong.push('autoResendUnfulfilledCommands: false');
+    wrong.push(`autoResendUnfulfilledCommands: false${cluster ? ' (in redisOptions)' : ''}`);
   if (cluster && options.retryDelayOnFailover !== 0) wrong.push('retryDelayOnFailover: 0');
   if (cluster && options.scaleReads !== undefined && options.scaleReads !== 'master')
     wrong.push("scaleReads: 'master'");
-  if (cluster && options.enableAutoPipelining === true) wrong.push('enableAutoPipelining: false');
+  // ioredis tests the setting for truth, so does this.
+  if (cluster && options.enableAutoPipelining) wrong.push('enableAutoPipelining: false');
   if (wrong.length > 0) {
     throw new InvalidArgumentError(
-      `the redis client passed in could send a write again after its reply was lost, read from a replica, or hand a reply to the wrong command: it needs ${wrong.join(', ')}${cluster ? ' (in redisOptions for the first)' : ''}; make it with ${cluster ? 'createRedisClusterClient() or clusterOptions()' : 'createRedisClient() or redisConnectionOptions()'}`,
+      `the redis client passed in could send a write again after its reply was lost, read from a replica, or hand a reply to the wrong command: it needs ${wrong.join(', ')}; make it with ${cluster ? 'createRedisClusterClient() or clusterOptions()' : 'createRedisClient() or redisConnectionOptions()'}`,
     );
   }
 }

@@ -284,8 +284,9 @@ export function runScript(
   args: readonly Arg[],
 ): Promise<unknown> {
   // evalshaBuffer/evalBuffer exist at runtime (ioredis makes a Buffer variant of every
-  // command) but are missing from its typings. Not callBuffer: with auto-pipelining,
-  // ioredis 5 drops the command name of call/callBuffer.
+  // command) but are missing from its typings. Not callBuffer: on a client that
+  // auto-pipelines (the store's own do not; a user's standalone client may), ioredis 5
+  // drops the command name of call/callBuffer.
   const scripting = client as unknown as ScriptingClient;
   // A handler on the command's own promise, no async frame: every read and commit runs here.
   try {

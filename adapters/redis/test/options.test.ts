@@ -92,7 +92,7 @@ describe('createRedisStore options', () => {
       },
       {
         client: new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true }),
-        wants: 'autoResendUnfulfilledCommands: false, retryDelayOnFailover: 0',
+        wants: 'autoResendUnfulfilledCommands: false (in redisOptions), retryDelayOnFailover: 0',
       },
       {
         client: new Cluster([{ host: '127.0.0.1', port: 1 }], { ...clusterOptions(), scaleReads: 'slave' }),
