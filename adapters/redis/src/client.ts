@@ -62,11 +62,9 @@ export function parseNodes(
  * - `enableAutoPipelining: false` (ioredis's default): each command is written as it is
  *   sent. Concurrent commands (readMany, checkAndSetMany, scans) are still pipelined on
  *   the wire: none waits for another's reply. Auto-pipelining (commands gathered into one
- *   write per turn of the event loop) cost more client CPU than the writes it saved: in
- *   one bench run each way (concurrency 8; docs/cost-history.md, twentieth session),
- *   Percolator's transactions ran 16-32% faster without it (reads 33,427 to 41,515 a
- *   second, transfers 5,782 to 7,604), 8-65% faster with a 1 ms round trip; and on a
- *   Cluster it handed replies to the wrong commands (clusterOptions).
+ *   write per turn of the event loop) cost more client CPU than the writes it saved:
+ *   every engine ran faster without it (docs/cost-history.md, twentieth session); and on
+ *   a Cluster it handed replies to the wrong commands (clusterOptions).
  * - `lazyConnect`: the store connects and waits for "ready" itself.
  */
 export function redisConnectionOptions(commandTimeoutMs?: number): RedisOptions {

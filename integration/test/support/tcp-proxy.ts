@@ -95,20 +95,18 @@ export class TcpProxy {
     const upstream = new Socket();
     this.sockets.add(client);
     this.sockets.add(upstream);
+    const traffic: Traffic = { up: 0, down: 0, dropped: 0, opened: Date.now() };
+    this.traffic.set(client, traffic);
     const close = () => {
       client.destroy();
       upstream.destroy();
       this.sockets.delete(client);
       this.sockets.delete(upstream);
+      traffic.closed ??= Date.now();
+      if (traffic.dropped === 0) this.traffic.delete(client);
     };
     client.on('error', close).on('close', close);
     upstream.on('error', close).on('close', close);
-    const traffic: Traffic = { up: 0, down: 0, dropped: 0, opened: Date.now() };
-    this.traffic.set(client, traffic);
-    client.on('close', () => {
-      traffic.closed = Date.now();
-      if (traffic.dropped === 0) this.traffic.delete(client);
-    });
     client.on('data', (chunk) => {
       traffic.up += chunk.length;
       upstream.write(chunk);
