@@ -7,11 +7,12 @@ export const PARTS: readonly Part[] = ['store', 'protocol', 'history', 'faults',
 
 /**
  * Optional capabilities a case may need: the boolean fields of StoreCapabilities that govern
- * a store method (`stampedReadUnderLoad` and `stampedManyForOneRow` are cost hints, not ones).
+ * a store method (`stampedReadUnderLoad`, `stampedManyForOneRow` and `sharedCallsInFlight`
+ * are cost hints, not ones).
  */
 export type Capability = Exclude<
   keyof StoreCapabilities,
-  'maxStateBytes' | 'stampedReadUnderLoad' | 'stampedManyForOneRow'
+  'maxStateBytes' | 'stampedReadUnderLoad' | 'stampedManyForOneRow' | 'sharedCallsInFlight'
 >;
 
 export interface ConformanceOptions {

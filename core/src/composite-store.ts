@@ -62,7 +62,7 @@ export class CompositeStore implements RowStore {
     this.counterStore = counterStore === null ? null : uncheckedStore(counterStore);
     this.name = this.config.name ?? `composite(${rowStores.map((s) => s.name).join('+')})`;
     // What the composite can promise is what every store it may route to can do.
-    const all = (flag: keyof Omit<StoreCapabilities, 'maxStateBytes'>) =>
+    const all = (flag: keyof Omit<StoreCapabilities, 'maxStateBytes' | 'sharedCallsInFlight'>) =>
       rowStores.every((s) => s.capabilities[flag]);
     this.capabilities = {
       batchRead: all('batchRead'),

@@ -3,6 +3,7 @@ import { RowTooLargeError } from './errors.js';
 import { fullCapabilities } from './kit/store-shape.js';
 import { compareKeys } from './names.js';
 import { checkInteger, checkOptionKeys } from './options.js';
+import { MAX_SHARED_ROWS } from './sharing.js';
 import type {
   CasRequest,
   CasResult,
@@ -144,6 +145,11 @@ function later<T>(apply: () => T): Promise<T> {
 export interface MemoryStoreOptions {
   /** Largest state per row; default 16 MiB. */
   maxStateBytes?: number;
+  /**
+   * The cost hint `sharedCallsInFlight` to declare (StoreCapabilities; default: none, so
+   * 1): lets tests run a client that splits its shared calls, as on Redis, on this store.
+   */
+  sharedCallsInFlight?: number;
 }
 
 /**
@@ -160,12 +166,20 @@ export class MemoryStore implements RowStore {
   private lastVersion = 0;
 
   constructor(options: MemoryStoreOptions = {}) {
-    checkOptionKeys<MemoryStoreOptions>('MemoryStore', options, { maxStateBytes: true });
+    checkOptionKeys<MemoryStoreOptions>('MemoryStore', options, {
+      maxStateBytes: true,
+      sharedCallsInFlight: true,
+    });
     if (options.maxStateBytes !== undefined)
       checkInteger('MemoryStore maxStateBytes', options.maxStateBytes, 1);
+    if (options.sharedCallsInFlight !== undefined)
+      checkInteger('MemoryStore sharedCallsInFlight', options.sharedCallsInFlight, 1, MAX_SHARED_ROWS);
     // A step of several rows is one synchronous step here too: as cheap as one row's.
     this.capabilities = fullCapabilities(options.maxStateBytes ?? 16 * 1024 * 1024, {
       stampedManyForOneRow: true,
+      ...(options.sharedCallsInFlight !== undefined
+        ? { sharedCallsInFlight: options.sharedCallsInFlight }
+        : {}),
     });
   }
 

@@ -2,10 +2,8 @@ import { nextTurn } from './backoff.js';
 import { MAX_TIMESTAMP } from './codec.js';
 import { StoreError } from './errors.js';
 import { pastMaxTimestamp } from './oracle.js';
+import { sharedCallRows } from './sharing.js';
 import type { RowRef, RowStore, StoredRow } from './store.js';
-
-/** Rows in one shared peek at most (a transaction's own first reads are never split). */
-const MAX_SHARED_ROWS = 64;
 
 interface Waiter {
   readonly refs: readonly RowRef[];
@@ -29,14 +27,21 @@ interface Waiter {
  *
  * Each transaction gets its own rows, in its own order, and the same failure if the peek
  * fails (each then falls back on its own, as after a failed peek of its own).
+ *
+ * A store that asks for more than one shared call in flight (`sharedCallsInFlight`) gets
+ * the rows asked for split among that many peeks: once the waiting rows reach their share
+ * (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
  */
 export class PeekBatcher {
   private waiting: Waiter[] = [];
   private rows = 0;
+  /** Rows of the shared peeks sent and not answered yet. */
+  private inFlightRows = 0;
 
   constructor(
     private readonly store: RowStore,
     private readonly counter: string,
+    private readonly callsInFlight = 1,
   ) {}
 
   peek(
@@ -52,7 +57,9 @@ export class PeekBatcher {
    * may throw (a promise's resolve and reject never do, and neither does the transaction's).
    */
   request(refs: readonly RowRef[], resolve: Waiter['resolve'], reject: Waiter['reject']): void {
-    if (this.waiting.length > 0 && this.rows + refs.length > MAX_SHARED_ROWS) this.flush();
+    const asked = this.rows + refs.length;
+    if (this.waiting.length > 0 && asked > sharedCallRows(this.inFlightRows + asked, this.callsInFlight))
+      this.flush();
     if (this.waiting.length === 0) nextTurn(() => this.flush());
     this.waiting.push({ refs, resolve, reject });
     this.rows += refs.length;
@@ -74,8 +81,10 @@ export class PeekBatcher {
       for (const w of batch) w.reject(error);
       return;
     }
+    this.inFlightRows += refs.length;
     call.then(
       ({ timestamp, rows }) => {
+        this.inFlightRows -= refs.length;
         // A reply of the wrong size is a broken store (the checked store, which the core
         // puts under this batcher, refuses one before it gets here): a failure for each, never
         // a waiter's rows cut from the wrong place, nor a missing row taken for an absent one.
@@ -105,6 +114,7 @@ export class PeekBatcher {
         }
       },
       (error: unknown) => {
+        this.inFlightRows -= refs.length;
         for (const w of batch) w.reject(error);
       },
     );

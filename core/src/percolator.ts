@@ -26,6 +26,7 @@ import { type ResolvedLock, type ResolveOptions, resolveRowLocks } from './resol
 import { RowCache } from './row-cache.js';
 import { RowReader } from './row-reader.js';
 import { readRow } from './row-update.js';
+import { MAX_SHARED_ROWS } from './sharing.js';
 import type { RowStore } from './store.js';
 import { Tidier, type TidyOptions, type TidyReport } from './tidy.js';
 import { Transaction } from './transaction.js';
@@ -275,6 +276,8 @@ export class Percolator {
       !!defaultOracle && store.capabilities.stampedCheckAndSetMany === true && !!store.checkAndSetStampedMany;
     const peekedWrites =
       peekCounter !== undefined && (options.peekedWrites ?? store.capabilities.stampedReadUnderLoad !== true);
+    const callsInFlight = store.capabilities.sharedCallsInFlight ?? 1;
+    checkInteger('store.capabilities.sharedCallsInFlight', callsInFlight, 1, MAX_SHARED_ROWS);
     const env: Omit<ProtocolEnv, 'tidier'> & { tidier?: Tidier } = {
       store,
       reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),
@@ -290,6 +293,7 @@ export class Percolator {
           ? new SharedSteps(store, defaultOracle.counterName, {
               one: stampsOne,
               share: storeStampsMany && options.groupCommit !== false,
+              callsInFlight,
             })
           : undefined,
       stampsOne,
@@ -312,7 +316,7 @@ export class Percolator {
       // (transaction.ts, commitMutations); where no commit takes one step, drawn ahead.
       peekedWrites,
       identityAhead: peekedWrites && !stampsOne,
-      peeks: peekCounter !== undefined ? new PeekBatcher(store, peekCounter) : undefined,
+      peeks: peekCounter !== undefined ? new PeekBatcher(store, peekCounter, callsInFlight) : undefined,
       observed,
       localCommits: new LocalCommits(),
       background: new Set(),

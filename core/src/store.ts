@@ -143,6 +143,17 @@ export interface StoreCapabilities {
    * snapshot without drawing a timestamp: no counter write, no lock, no wait on one.
    */
   readonly peekedRead?: boolean;
+  /**
+   * A cost hint for the calls a client's transactions share (absent means 1): the shared
+   * peeks of read-only transactions and the shared stamped steps of commits, how many of
+   * each the client splits what its transactions ask at once into, an integer from 1 to
+   * 64. 1 (PostgreSQL, MariaDB: each call costs the server a statement and a snapshot):
+   * one call for all a turn asks, the fewest calls. 3 (Redis: a call costs the server
+   * little next to the client's own work on a transaction): the client works on one call's
+   * replies while the store answers the next, instead of the two taking turns
+   * (core/src/sharing.ts; docs/protocol.md 4.1).
+   */
+  readonly sharedCallsInFlight?: number;
   /** Largest state (bytes) one row may hold. */
   readonly maxStateBytes: number;
 }

@@ -1,5 +1,6 @@
 import { InvalidArgumentError, MemoryStore, Percolator, type PercolatorOptions } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
+import { InstrumentedStore } from './support.js';
 
 /** Node's timers keep at most this many ms; a longer delay fires after 1 ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -111,5 +112,21 @@ describe('the options of calls: a misspelt key or a bad value is refused, nothin
         InvalidArgumentError,
       );
     expect(new MemoryStore({ maxStateBytes: 4096 }).capabilities.maxStateBytes).toBe(4096);
+    for (const sharedCallsInFlight of [0, 65, 1.5, Number.NaN, '3'])
+      expect(() => new MemoryStore({ sharedCallsInFlight } as never), String(sharedCallsInFlight)).toThrow(
+        /MemoryStore sharedCallsInFlight must be an integer from 1 to 64/,
+      );
+    expect(new MemoryStore({ sharedCallsInFlight: 3 }).capabilities.sharedCallsInFlight).toBe(3);
+    expect(new MemoryStore().capabilities.sharedCallsInFlight).toBeUndefined();
+  });
+
+  it("a store's sharedCallsInFlight out of range is a typed error at new Percolator, which sends nothing", () => {
+    for (const sharedCallsInFlight of [0, 65, 2.5, Number.NaN, '3']) {
+      const store = new InstrumentedStore(new MemoryStore(), { sharedCallsInFlight } as never);
+      expect(() => new Percolator({ store }), String(sharedCallsInFlight)).toThrow(
+        /store\.capabilities\.sharedCallsInFlight must be an integer from 1 to 64/,
+      );
+      expect(Object.values(store.calls).every((n) => n === 0)).toBe(true);
+    }
   });
 });

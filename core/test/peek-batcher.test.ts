@@ -61,3 +61,85 @@ describe('PeekBatcher', () => {
     expect(first.timestamp).toBe(second.timestamp);
   });
 });
+
+/**
+ * A store that declares `sharedCallsInFlight` (Redis): what a turn asks is split among
+ * shared peeks sent at once (sharing.ts), each waiter still getting its own rows.
+ */
+describe('PeekBatcher with calls in flight to spare', () => {
+  /** A batcher over a memory store holding rows k0..k9, recording each peek's size. */
+  async function recorded(callsInFlight: number) {
+    const store = new MemoryStore();
+    for (let i = 0; i < 10; i++)
+      await store.checkAndSet({ table: 't', key: `k${i}`, expected: null, state: new Uint8Array([i]) });
+    const sizes: number[] = [];
+    /** The call (0 the first) to fail, if any. */
+    let fail: number | undefined;
+    const batcher = new PeekBatcher(
+      {
+        ...store,
+        name: store.name,
+        capabilities: store.capabilities,
+        read: store.read.bind(store),
+        checkAndSet: store.checkAndSet.bind(store),
+        close: store.close.bind(store),
+        readPeeked: async (refs, counter) => {
+          sizes.push(refs.length);
+          if (sizes.length - 1 === fail) throw new StoreError('injected: connection lost', 'no');
+          return store.readPeeked(refs, counter);
+        },
+      },
+      'c',
+      callsInFlight,
+    );
+    const ask = (keys: readonly number[]) => keys.map((i) => batcher.peek([{ table: 't', key: `k${i}` }]));
+    return { sizes, ask, failing: (call: number | undefined) => (fail = call) };
+  }
+
+  it('one call in flight: the eight peeks of a turn are one call, sent when the turn ends', async () => {
+    const { sizes, ask } = await recorded(1);
+    const peeks = ask([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(sizes).toEqual([]);
+    const replies = await Promise.all(peeks);
+    expect(sizes).toEqual([8]);
+    expect(replies.map((r) => r.rows[0]?.state[0])).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+
+  it('three in flight: the peeks of a turn go in calls sized by what is outstanding, most of them before the turn ends', async () => {
+    const { sizes, ask } = await recorded(3);
+    const peeks = ask([0, 1, 2, 3, 4, 5, 6, 7]);
+    // Each call takes its share of the rows asked and not answered (sent ones included):
+    // 1 of 2, 1 of 3, 2 of 5, 3 of 8; the last row waits for the turn to end.
+    expect(sizes).toEqual([1, 1, 2, 3]);
+    const replies = await Promise.all(peeks);
+    expect(sizes).toEqual([1, 1, 2, 3, 1]);
+    // Each waiter its own row, whichever call carried it.
+    expect(replies.map((r) => r.rows[0]?.state[0])).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    // All answered: the next turn starts from nothing outstanding, as the first did.
+    sizes.length = 0;
+    await Promise.all(ask([0, 1, 2, 3, 4, 5, 6, 7]));
+    expect(sizes).toEqual([1, 1, 2, 3, 1]);
+  });
+
+  it('three in flight: a failed call fails only its own waiters, and its rows stop counting as outstanding', async () => {
+    const { sizes, ask, failing } = await recorded(3);
+    failing(2);
+    const outcomes = await Promise.allSettled(ask([0, 1, 2, 3, 4, 5, 6, 7]));
+    // The third call carried rows 2 and 3.
+    expect(outcomes.map((o) => o.status)).toEqual([
+      'fulfilled',
+      'fulfilled',
+      'rejected',
+      'rejected',
+      'fulfilled',
+      'fulfilled',
+      'fulfilled',
+      'fulfilled',
+    ]);
+    failing(undefined);
+    sizes.length = 0;
+    const replies = await Promise.all(ask([0, 1, 2, 3, 4, 5, 6, 7]));
+    expect(sizes).toEqual([1, 1, 2, 3, 1]);
+    expect(replies.map((r) => r.rows[0]?.state[0])).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+});

@@ -275,3 +275,134 @@ describe('shared stamped steps (group commit)', () => {
     );
   });
 });
+
+/**
+ * A store that declares `sharedCallsInFlight` (Redis): the steps a turn asks for go in
+ * several calls, sized by what is outstanding (sharing.ts), the first ones before the turn
+ * ends. Each call is a step like any other: alone (the single-row stamped CAS) or shared.
+ */
+describe('shared stamped steps, three calls in flight', () => {
+  async function fourReadyInFlight() {
+    const store = new RecordingStore(new MemoryStore(), { ...ONE_STEP, sharedCallsInFlight: 3 });
+    const db = new Percolator({ store, peekedWrites: false });
+    await seed(db, KEYS);
+    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+    store.steps.length = 0;
+    store.calls.checkAndSetStamped = 0;
+    return { store, db, txs };
+  }
+
+  it('the commits of one turn: a and b each alone, c and d shared; every row written once', async () => {
+    const { store, db, txs } = await fourReadyInFlight();
+    const results = await Promise.all(txs.map((tx) => tx.commit()));
+    // 1 of 2 outstanding rows, 1 of 3, then c and d (2 of 4) when the turn ends.
+    expect(store.calls.checkAndSetStamped).toBe(2);
+    expect(store.steps).toEqual([['t/c', 't/d']]);
+    const [a, b, c, d] = results.map((r) => r.commitTs);
+    expect(new Set([a, b, c]).size).toBe(3);
+    expect(d).toBe(c);
+    await expectRecords(store, txs);
+    expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
+    await db.close();
+  });
+
+  it('every reply lost: each transaction finds its records by a re-read, nothing is sent twice', async () => {
+    const { store, db, txs } = await fourReadyInFlight();
+    store.casFault = () => 'fail-after';
+    store.manyFault = () => 'fail-after';
+    const results = await Promise.all(txs.map((tx) => tx.commit()));
+    expect(store.calls.checkAndSetStamped + store.steps.length).toBe(3);
+    expect(results.every((r) => r.commitTs > 0)).toBe(true);
+    store.casFault = () => undefined;
+    store.manyFault = () => undefined;
+    await expectRecords(store, txs);
+    expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
+    await db.close();
+  });
+
+  it('every call lost before the store: each transaction sends its own again and commits once', async () => {
+    const { store, db, txs } = await fourReadyInFlight();
+    let left = 3;
+    store.casFault = () => (left-- > 0 ? 'fail-before' : undefined);
+    store.manyFault = () => (left-- > 0 ? 'fail-before' : undefined);
+    await Promise.all(txs.map((tx) => tx.commit()));
+    expect(left).toBeLessThan(0);
+    await expectRecords(store, txs);
+    expect(await valuesOf(db, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
+    await db.close();
+  });
+
+  it('a reader whose start lands between the shared step and its reply sees every transaction of the turn', async () => {
+    const { store, db, txs } = await fourReadyInFlight();
+    const reader = new Percolator({ store: store.inner });
+    let release!: () => void;
+    store.manyReplyHold = new Promise<void>((r) => {
+      release = r;
+    });
+    const committing = Promise.all(txs.map((tx) => tx.commit()));
+    while (store.steps.length === 0) await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    expect(await valuesOf(reader, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
+    release();
+    store.manyReplyHold = undefined;
+    await committing;
+    await db.close();
+    await reader.close();
+  });
+
+  it('concurrent transfers and snapshot readers under lost replies: every snapshot sums to the total', async () => {
+    const store = new RecordingStore(new MemoryStore(), { ...ONE_STEP, sharedCallsInFlight: 3 });
+    // Peeked snapshots (the default here): the peeks of each turn are split too.
+    const db = new Percolator({ store });
+    const accounts = Array.from({ length: 8 }, (_, i) => `acct${i}`);
+    await db.transact(async (tx) => {
+      for (const a of accounts) tx.set('t', a, 'v', '100');
+    });
+    let seed = 7;
+    const random = () => {
+      seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0;
+      return seed / 2 ** 32;
+    };
+    const fault = (): Fault => {
+      const r = random();
+      return r < 0.1 ? 'fail-after' : r < 0.2 ? 'fail-before' : undefined;
+    };
+    store.casFault = fault;
+    store.manyFault = fault;
+    const sums: number[] = [];
+    for (let round = 0; round < 6; round++) {
+      const work: Promise<unknown>[] = [];
+      for (let i = 0; i < 12; i++) {
+        const from = accounts[Math.floor(random() * accounts.length)]!;
+        const to = accounts[Math.floor(random() * accounts.length)]!;
+        if (from === to) continue;
+        work.push(
+          db.transact(async (tx) => {
+            const [f, t] = await Promise.all([tx.getString('t', from, 'v'), tx.getString('t', to, 'v')]);
+            tx.set('t', from, 'v', String(Number(f) - 1));
+            tx.set('t', to, 'v', String(Number(t) + 1));
+          }),
+        );
+        work.push(
+          db
+            .transact(async (tx) => Promise.all(accounts.map((a) => tx.getString('t', a, 'v'))), {
+              readOnly: true,
+            })
+            .then((values) => sums.push(values.reduce((s, v) => s + Number(v), 0))),
+        );
+      }
+      // A transfer whose reply was lost may fail with CommitUnknownError: whole or not at all.
+      const outcomes = await Promise.allSettled(work);
+      for (const o of outcomes)
+        if (o.status === 'rejected') expect(o.reason).toBeInstanceOf(CommitUnknownError);
+    }
+    store.casFault = () => undefined;
+    store.manyFault = () => undefined;
+    expect(store.steps.length).toBeGreaterThan(0);
+    expect(sums.length).toBeGreaterThan(30);
+    for (const s of sums) expect(s).toBe(800);
+    const final = await valuesOf(db, accounts);
+    expect(final.reduce((s, v) => s + Number(v), 0)).toBe(800);
+    await db.close();
+  });
+});

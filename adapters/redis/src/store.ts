@@ -147,6 +147,10 @@ export class RedisStore implements RowStore {
       // The many-row script costs about the single-row one: a one-row commit carries the
       // version rows of the values it moves out in it (docs/protocol.md 7.2).
       stampedManyForOneRow: stamped,
+      // A script call costs the server a few microseconds, less than the client spends on a
+      // transaction: three shared calls in flight keep both busy (core/src/sharing.ts;
+      // measured against 1 and 2 in docs/cost-history.md).
+      ...(stamped ? { sharedCallsInFlight: 3 } : {}),
     });
     if (stamped) {
       this.checkAndSetStamped = this.stampedCas.bind(this);

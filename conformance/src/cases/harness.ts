@@ -11,6 +11,7 @@ import {
   type PrunePolicy,
   type RowStore,
   SnapshotTooOldError,
+  type StoreCapabilities,
   StoreError,
   type TimestampOracle,
   type Transaction,
@@ -97,6 +98,11 @@ export interface ClientOptions {
    * a re-read, need false.
    */
   readonly peekedWrites?: boolean;
+  /**
+   * The store's cost hint `sharedCallsInFlight` as this client sees it (default: what the
+   * store declares). Cases that count the calls one turn's transactions share set 1.
+   */
+  readonly sharedCallsInFlight?: number;
 }
 
 export interface Client {
@@ -113,7 +119,10 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
       : undefined;
   const oracle = oracleFor(store);
   const db = new Percolator({
-    store: faulty ?? store,
+    store:
+      options.sharedCallsInFlight === undefined
+        ? (faulty ?? store)
+        : declaring(faulty ?? store, { sharedCallsInFlight: options.sharedCallsInFlight }),
     ...(oracle ? { oracle } : {}),
     ...(options.clock ? { clock: options.clock.now } : {}),
     ...(options.lockTtlMs !== undefined ? { lockTtlMs: options.lockTtlMs } : {}),
@@ -130,6 +139,17 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
   });
   if (faulty && options.faults) tally(ctx).push(faulty);
   return { db, faulty };
+}
+
+/** `store` with some of its capabilities declared otherwise; every call goes to it. */
+function declaring(store: RowStore, capabilities: Partial<StoreCapabilities>): RowStore {
+  return new Proxy(store, {
+    get(target, property) {
+      if (property === 'capabilities') return { ...target.capabilities, ...capabilities };
+      const value = Reflect.get(target, property, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
 }
 
 /**

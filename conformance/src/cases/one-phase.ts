@@ -322,7 +322,8 @@ async function commitHeld(ctx: CaseContext) {
   await setup.flush();
   const held = replyHeld(store);
   ctx.defer(() => held.release());
-  const { db: writer, faulty } = client(ctx, held.store, { wrap: true });
+  // One shared call per turn, whatever the store declares: the four commits share the held step.
+  const { db: writer, faulty } = client(ctx, held.store, { wrap: true, sharedCallsInFlight: 1 });
   const reader = client(ctx, store).db;
   const tx = await writer.begin();
   await writePair(tx, 'new');
@@ -475,8 +476,9 @@ async function checkRecords(
  */
 async function sharedSteps(ctx: CaseContext): Promise<void> {
   const store = await ctx.createStore();
-  // Each transaction's records followed by its start timestamp: drawn snapshots.
-  const { db, faulty } = client(ctx, store, { wrap: true, peekedWrites: false });
+  // Each transaction's records followed by its start timestamp: drawn snapshots. One shared
+  // call per turn, whatever the store declares: the case counts the steps of a turn.
+  const { db, faulty } = client(ctx, store, { wrap: true, peekedWrites: false, sharedCallsInFlight: 1 });
   const other = client(ctx, store).db;
   const reader = client(ctx, store).db;
   let steps = 0;
@@ -537,6 +539,32 @@ async function sharedSteps(ctx: CaseContext): Promise<void> {
     both(SHARED.map((k) => `three ${k}`)),
     'rows after a lost reply of a shared step',
   );
+
+  // A store that asks for more shared calls in flight (sharedCallsInFlight): the four
+  // commits of a turn go in more than one step, every row still written once.
+  const inFlight = store.capabilities.sharedCallsInFlight ?? 1;
+  if (inFlight > 1) {
+    const split = client(ctx, store, { wrap: true, peekedWrites: false });
+    let splitSteps = 0;
+    split.faulty!.onCall((call) => {
+      if (call.operation === 'checkAndSetStampedMany' || call.operation === 'checkAndSetStamped')
+        splitSteps++;
+    });
+    txs = await pairsReady(split.db, 'four');
+    splitSteps = 0;
+    await Promise.all(txs.map((tx) => tx.commit()));
+    check(
+      splitSteps > 1 && splitSteps <= txs.length,
+      () =>
+        `stamped steps of four one-step commits sent in one turn, ${inFlight} calls in flight: ${splitSteps}`,
+    );
+    await checkRecords(store, txs, [1, 1, 1, 1], `four commits of a turn, ${inFlight} calls in flight`);
+    checkEqual(
+      await readAll(),
+      both(SHARED.map((k) => `four ${k}`)),
+      `rows after four commits of a turn, ${inFlight} calls in flight`,
+    );
+  }
 }
 
 /**
@@ -548,7 +576,8 @@ async function sharedStepHeld(ctx: CaseContext): Promise<void> {
   const store = await ctx.createStore();
   const held = replyHeld(store);
   ctx.defer(() => held.release());
-  const { db: writer, faulty } = client(ctx, held.store, { wrap: true });
+  // One shared call per turn, whatever the store declares: the four commits share the held step.
+  const { db: writer, faulty } = client(ctx, held.store, { wrap: true, sharedCallsInFlight: 1 });
   const reader = client(ctx, store).db;
   const txs = await pairsReady(writer, 'held');
   const failed = Promise.all(

@@ -1,13 +1,11 @@
 import { nextTurn } from '../backoff.js';
 import { InvalidArgumentError, RowTooLargeError, StoreError } from '../errors.js';
 import { usableTimestamp } from '../oracle.js';
+import { MAX_SHARED_ROWS, sharedCallRows } from '../sharing.js';
 import type { CasRequest, RowStore, StampedManyResult, StoredRow } from '../store.js';
 
 /** A stamped CAS request: its state carries the stamp slot the store fills. */
 export type StampedRequest = CasRequest & { readonly state: Uint8Array };
-
-/** Rows in one shared step at most (a step's own rows are never split). */
-const MAX_SHARED_ROWS = 64;
 
 interface Waiter {
   readonly requests: readonly StampedRequest[];
@@ -48,12 +46,21 @@ interface Waiter {
  *   not, since the step landed whole or not at all);
  * - too large for one step of this store, or refused by its checks (nothing was sent):
  *   each goes on its own, so that only a transaction whose own request was wrong fails.
+ *
+ * A store that asks for more than one shared call in flight (`sharedCallsInFlight`) gets
+ * the rows asked for split among that many steps: once the waiting rows reach their share
+ * (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
  */
 export class SharedSteps {
   private waiting: Waiter[] = [];
+  /** Rows of the waiting steps. */
+  private waitingRows = 0;
+  /** Rows of the steps asked for and not answered yet (waiting, sent, or sent again). */
+  private outstandingRows = 0;
 
   private readonly one: boolean;
   private readonly share: boolean;
+  private readonly callsInFlight: number;
 
   constructor(
     private readonly store: RowStore,
@@ -63,25 +70,51 @@ export class SharedSteps {
       readonly one: boolean;
       /** The store has `checkAndSetStampedMany` and group commit is on: steps may share. */
       readonly share: boolean;
+      /** The store's `sharedCallsInFlight` (default 1). */
+      readonly callsInFlight?: number;
     },
   ) {
     this.one = options.one;
     this.share = options.share;
+    this.callsInFlight = options.callsInFlight ?? 1;
   }
 
   /** Sends one transaction's stamped step, shared with the others of this turn where it can be. */
   send(requests: readonly StampedRequest[]): Promise<StampedManyResult> {
     if (!this.share) return this.alone(requests);
+    const n = requests.length;
+    this.outstandingRows += n;
+    if (
+      this.waiting.length > 0 &&
+      this.waitingRows + n > sharedCallRows(this.outstandingRows, this.callsInFlight)
+    )
+      this.flush();
     return new Promise((resolve, reject) => {
       if (this.waiting.length === 0) nextTurn(() => this.flush());
       const ids = requests.map((r) => `${r.table}\u0000${r.key}`);
-      this.waiting.push({ requests, ids, resolve, reject });
+      // Answered, however it ends (shared, alone, again): its rows are no longer outstanding.
+      this.waiting.push({
+        requests,
+        ids,
+        resolve: (reply) => {
+          this.outstandingRows -= n;
+          resolve(reply);
+        },
+        reject: (error) => {
+          this.outstandingRows -= n;
+          reject(error);
+        },
+      });
+      this.waitingRows += n;
     });
   }
 
   private flush(): void {
     const waiting = this.waiting;
+    // Sent already, by a step that filled its share before the turn ended.
+    if (waiting.length === 0) return;
     this.waiting = [];
+    this.waitingRows = 0;
     // Pack in order of asking: a step joins the first shared step it fits, with no row in common.
     const steps: { waiters: Waiter[]; ids: Set<string>; rows: number }[] = [];
     for (const w of waiting) {
@@ -130,7 +163,15 @@ export class SharedSteps {
       return;
     }
     const requests = waiters.flatMap((w) => w.requests);
-    this.store.checkAndSetStampedMany!(requests, this.counter).then(
+    let call: Promise<StampedManyResult>;
+    try {
+      call = this.store.checkAndSetStampedMany!(requests, this.counter);
+    } catch (error) {
+      // A store that throws instead of rejecting: settled below as a rejection, never an
+      // exception out of whoever flushed (a timer, or another transaction's send).
+      call = Promise.reject(error);
+    }
+    call.then(
       (reply) => {
         let outcome: StampedManyResult;
         try {
