@@ -3,7 +3,7 @@ import { RowTooLargeError } from './errors.js';
 import { fullCapabilities } from './kit/store-shape.js';
 import { compareKeys } from './names.js';
 import { checkInteger, checkOptionKeys } from './options.js';
-import { MAX_SHARED_ROWS } from './sharing.js';
+import { MAX_SHARED_CALLS_IN_FLIGHT } from './sharing.js';
 import type {
   CasRequest,
   CasResult,
@@ -173,7 +173,12 @@ export class MemoryStore implements RowStore {
     if (options.maxStateBytes !== undefined)
       checkInteger('MemoryStore maxStateBytes', options.maxStateBytes, 1);
     if (options.sharedCallsInFlight !== undefined)
-      checkInteger('MemoryStore sharedCallsInFlight', options.sharedCallsInFlight, 1, MAX_SHARED_ROWS);
+      checkInteger(
+        'MemoryStore sharedCallsInFlight',
+        options.sharedCallsInFlight,
+        1,
+        MAX_SHARED_CALLS_IN_FLIGHT,
+      );
     // A step of several rows is one synchronous step here too: as cheap as one row's.
     this.capabilities = fullCapabilities(options.maxStateBytes ?? 16 * 1024 * 1024, {
       stampedManyForOneRow: true,

@@ -29,12 +29,13 @@ interface Waiter {
  * fails (each then falls back on its own, as after a failed peek of its own).
  *
  * A store that asks for more than one shared call in flight (`sharedCallsInFlight`) gets
- * the rows asked for split among that many peeks: once the waiting rows reach their share
- * (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
+ * the rows asked for split among that many peeks: once the waiting rows would pass their
+ * share (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
  */
 export class PeekBatcher {
   private waiting: Waiter[] = [];
-  private rows = 0;
+  /** Rows of the waiting peeks. */
+  private waitingRows = 0;
   /** Rows of the shared peeks sent and not answered yet. */
   private inFlightRows = 0;
 
@@ -57,19 +58,19 @@ export class PeekBatcher {
    * may throw (a promise's resolve and reject never do, and neither does the transaction's).
    */
   request(refs: readonly RowRef[], resolve: Waiter['resolve'], reject: Waiter['reject']): void {
-    const asked = this.rows + refs.length;
+    const asked = this.waitingRows + refs.length;
     if (this.waiting.length > 0 && asked > sharedCallRows(this.inFlightRows + asked, this.callsInFlight))
       this.flush();
     if (this.waiting.length === 0) nextTurn(() => this.flush());
     this.waiting.push({ refs, resolve, reject });
-    this.rows += refs.length;
+    this.waitingRows += refs.length;
   }
 
   private flush(): void {
     const batch = this.waiting;
     if (batch.length === 0) return;
     this.waiting = [];
-    this.rows = 0;
+    this.waitingRows = 0;
     const refs: RowRef[] = [];
     for (const w of batch) for (const r of w.refs) refs.push(r);
     let call: Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }>;
@@ -83,8 +84,9 @@ export class PeekBatcher {
     }
     this.inFlightRows += refs.length;
     call.then(
-      ({ timestamp, rows }) => {
+      (reply) => {
         this.inFlightRows -= refs.length;
+        const { timestamp, rows } = reply;
         // A reply of the wrong size is a broken store (the checked store, which the core
         // puts under this batcher, refuses one before it gets here): a failure for each, never
         // a waiter's rows cut from the wrong place, nor a missing row taken for an absent one.

@@ -26,7 +26,7 @@ import { type ResolvedLock, type ResolveOptions, resolveRowLocks } from './resol
 import { RowCache } from './row-cache.js';
 import { RowReader } from './row-reader.js';
 import { readRow } from './row-update.js';
-import { MAX_SHARED_ROWS } from './sharing.js';
+import { MAX_SHARED_CALLS_IN_FLIGHT } from './sharing.js';
 import type { RowStore } from './store.js';
 import { Tidier, type TidyOptions, type TidyReport } from './tidy.js';
 import { Transaction } from './transaction.js';
@@ -277,7 +277,7 @@ export class Percolator {
     const peekedWrites =
       peekCounter !== undefined && (options.peekedWrites ?? store.capabilities.stampedReadUnderLoad !== true);
     const callsInFlight = store.capabilities.sharedCallsInFlight ?? 1;
-    checkInteger('store.capabilities.sharedCallsInFlight', callsInFlight, 1, MAX_SHARED_ROWS);
+    checkInteger('store.capabilities.sharedCallsInFlight', callsInFlight, 1, MAX_SHARED_CALLS_IN_FLIGHT);
     const env: Omit<ProtocolEnv, 'tidier'> & { tidier?: Tidier } = {
       store,
       reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),

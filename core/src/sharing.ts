@@ -8,9 +8,18 @@
 export const MAX_SHARED_ROWS = 64;
 
 /**
+ * The largest `sharedCallsInFlight` a store may declare: more calls than rows in one call
+ * would split turns of up to 64 rows into calls of one row, no sharing at all.
+ */
+export const MAX_SHARED_CALLS_IN_FLIGHT = 64;
+
+/**
  * The most rows the call now being filled may take, when `outstanding` rows have been
  * asked for and not answered yet (in calls sent, in this one, and the one now asking) and
- * the store asks for `callsInFlight` shared calls at once (`sharedCallsInFlight`).
+ * the store asks for `callsInFlight` shared calls at once (`sharedCallsInFlight`): a share
+ * of what is outstanding. Under steady load that is about `callsInFlight` calls in flight;
+ * a burst from idle goes in more, smaller ones (8 one-row peeks with 3: calls of 1, 1, 2,
+ * 3 and 1 rows), as the first calls count towards what later ones may take.
  *
  * Why more than one: under load the replies of one shared call wake all its transactions
  * together, and they ask again together, so with one call per turn the client and the

@@ -148,8 +148,8 @@ export class RedisStore implements RowStore {
       // version rows of the values it moves out in it (docs/protocol.md 7.2).
       stampedManyForOneRow: stamped,
       // A script call costs the server a few microseconds, less than the client spends on a
-      // transaction: three shared calls in flight keep both busy (core/src/sharing.ts;
-      // measured against 1 and 2 in docs/cost-history.md).
+      // transaction: three shared calls in flight keep both busy (core/src/sharing.ts; the
+      // runs with 1, 2 and 3 are in docs/cost-history.md).
       ...(stamped ? { sharedCallsInFlight: 3 } : {}),
     });
     if (stamped) {

@@ -187,6 +187,8 @@ export function describeStoreBehaviour(label: string, setup: BehaviourSetup): vo
         expect(s.capabilities.stampedRead).toBe(false);
         expect((s as RowStore).readStamped).toBeUndefined();
         expect('readStamped' in s).toBe(false);
+        // No shared peeks or steps there, so nothing to split.
+        expect(s.capabilities.sharedCallsInFlight).toBeUndefined();
       } else {
         expect(s.capabilities.stampedCheckAndSet).toBe(true);
         expect(typeof (s as RowStore).checkAndSetStamped).toBe('function');
@@ -194,6 +196,8 @@ export function describeStoreBehaviour(label: string, setup: BehaviourSetup): vo
         expect(typeof (s as RowStore).checkAndSetStampedMany).toBe('function');
         expect(s.capabilities.stampedRead).toBe(true);
         expect(typeof (s as RowStore).readStamped).toBe('function');
+        // Three shared calls in flight (core/src/sharing.ts; docs/cost-history.md).
+        expect(s.capabilities.sharedCallsInFlight).toBe(3);
       }
       await s.close();
       await expect(s.read(T, 'k')).rejects.toBeInstanceOf(ClosedError);

@@ -540,8 +540,9 @@ async function sharedSteps(ctx: CaseContext): Promise<void> {
     'rows after a lost reply of a shared step',
   );
 
-  // A store that asks for more shared calls in flight (sharedCallsInFlight): the four
-  // commits of a turn go in more than one step, every row still written once.
+  // A store that asks for more shared calls in flight (sharedCallsInFlight): the eight
+  // one-row commits of a turn go in more than one step, some of them shared, every row
+  // still written once.
   const inFlight = store.capabilities.sharedCallsInFlight ?? 1;
   if (inFlight > 1) {
     const split = client(ctx, store, { wrap: true, peekedWrites: false });
@@ -550,19 +551,33 @@ async function sharedSteps(ctx: CaseContext): Promise<void> {
       if (call.operation === 'checkAndSetStampedMany' || call.operation === 'checkAndSetStamped')
         splitSteps++;
     });
-    txs = await pairsReady(split.db, 'four');
-    splitSteps = 0;
-    await Promise.all(txs.map((tx) => tx.commit()));
-    check(
-      splitSteps > 1 && splitSteps <= txs.length,
-      () =>
-        `stamped steps of four one-step commits sent in one turn, ${inFlight} calls in flight: ${splitSteps}`,
+    const rows = SHARED.flatMap((k) => [TABLE, OTHER].map((table) => ({ table, k })));
+    const singles = await Promise.all(
+      rows.map(async ({ table, k }) => {
+        const tx = await split.db.begin();
+        await tx.getString(table, k, 'v');
+        tx.set(table, k, 'v', `four ${k}`);
+        return tx;
+      }),
     );
-    await checkRecords(store, txs, [1, 1, 1, 1], `four commits of a turn, ${inFlight} calls in flight`);
+    splitSteps = 0;
+    const stamps = (await Promise.all(singles.map((tx) => tx.commit()))).map((r) => r.commitTs);
+    check(
+      splitSteps > 1 && new Set(stamps).size < stamps.length,
+      () =>
+        `eight one-row commits sent in one turn, ${inFlight} calls in flight: ${splitSteps} steps, ` +
+        `${new Set(stamps).size} commit timestamps (expected more than one step, some shared)`,
+    );
+    for (const [i, { table, k }] of rows.entries())
+      checkEqual(
+        await recordsOf(store, table, k, singles[i]!.startTs),
+        1,
+        `eight commits of a turn, ${inFlight} calls in flight: records on ${table}/${k}`,
+      );
     checkEqual(
       await readAll(),
       both(SHARED.map((k) => `four ${k}`)),
-      `rows after four commits of a turn, ${inFlight} calls in flight`,
+      `rows after eight commits of a turn, ${inFlight} calls in flight`,
     );
   }
 }

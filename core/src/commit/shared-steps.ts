@@ -48,8 +48,8 @@ interface Waiter {
  *   each goes on its own, so that only a transaction whose own request was wrong fails.
  *
  * A store that asks for more than one shared call in flight (`sharedCallsInFlight`) gets
- * the rows asked for split among that many steps: once the waiting rows reach their share
- * (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
+ * the rows asked for split among that many steps: once the waiting rows would pass their
+ * share (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
  */
 export class SharedSteps {
   private waiting: Waiter[] = [];
@@ -84,7 +84,10 @@ export class SharedSteps {
     if (!this.share) return this.alone(requests);
     const n = requests.length;
     this.outstandingRows += n;
+    // With one call in flight (PostgreSQL, MariaDB) the whole turn is packed when it ends,
+    // into steps of up to MAX_SHARED_ROWS rows, so that each step is as full as can be.
     if (
+      this.callsInFlight > 1 &&
       this.waiting.length > 0 &&
       this.waitingRows + n > sharedCallRows(this.outstandingRows, this.callsInFlight)
     )
