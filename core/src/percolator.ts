@@ -107,6 +107,17 @@ export interface PercolatorOptions {
    */
   readonly groupCommit?: boolean;
   /**
+   * How many calls this client splits its shared peeks and shared stamped steps into under
+   * load, an integer from 1 to 64 (docs/protocol.md 4.1, "Shared calls in flight").
+   * Default: the store's cost hint of that name (3 on standalone Redis, else 1). 1 sends one
+   * call for all that a turn of the event loop asks, the fewest calls; more lets the
+   * client work on one call's replies while the store answers the next. With a network
+   * round trip far above the client's work per transaction, the fewest calls can be a
+   * little faster (on Redis with a 1 ms round trip: reads 1.02 of a raw read with 1, 0.97
+   * with 3).
+   */
+  readonly sharedCallsInFlight?: number;
+  /**
    * Peeked snapshots for read-write transactions (docs/protocol.md 4.10): a transaction
    * takes its snapshot as a read-only one does, from the oracle counter's value with its
    * first reads (`peekedRead`: one round trip that draws and writes nothing), and its
@@ -169,6 +180,7 @@ const CLIENT_OPTIONS: OptionKeys<PercolatorOptions> = {
   rowCacheBytes: true,
   onePhaseMaxRows: true,
   groupCommit: true,
+  sharedCallsInFlight: true,
   peekedWrites: true,
 };
 const GC_OPTIONS: OptionKeys<PrunePolicy> = {
@@ -276,8 +288,12 @@ export class Percolator {
       !!defaultOracle && store.capabilities.stampedCheckAndSetMany === true && !!store.checkAndSetStampedMany;
     const peekedWrites =
       peekCounter !== undefined && (options.peekedWrites ?? store.capabilities.stampedReadUnderLoad !== true);
-    const callsInFlight = store.capabilities.sharedCallsInFlight ?? 1;
-    checkInteger('store.capabilities.sharedCallsInFlight', callsInFlight, 1, MAX_SHARED_CALLS_IN_FLIGHT);
+    if (options.sharedCallsInFlight !== undefined)
+      checkInteger('sharedCallsInFlight', options.sharedCallsInFlight, 1, MAX_SHARED_CALLS_IN_FLIGHT);
+    const declared = store.capabilities.sharedCallsInFlight;
+    if (declared !== undefined)
+      checkInteger('store.capabilities.sharedCallsInFlight', declared, 1, MAX_SHARED_CALLS_IN_FLIGHT);
+    const callsInFlight = options.sharedCallsInFlight ?? declared ?? 1;
     const env: Omit<ProtocolEnv, 'tidier'> & { tidier?: Tidier } = {
       store,
       reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),

@@ -264,6 +264,28 @@ describe('shared stamped steps (group commit)', () => {
     await db.close();
   });
 
+  it("the client's sharedCallsInFlight overrides the store's: 1 over a store declaring 3 shares one step, 3 over one declaring nothing splits", async () => {
+    for (const [declared, chosen, steps, alone] of [
+      [3, 1, [['t/a', 't/b', 't/c', 't/d']], 0],
+      [undefined, 3, [['t/c', 't/d']], 2],
+    ] as const) {
+      const store = new RecordingStore(new MemoryStore(), {
+        ...ONE_STEP,
+        ...(declared !== undefined ? { sharedCallsInFlight: declared } : {}),
+      });
+      const db = new Percolator({ store, peekedWrites: false, sharedCallsInFlight: chosen });
+      await seed(db, KEYS);
+      const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
+      store.steps.length = 0;
+      store.calls.checkAndSetStamped = 0;
+      await Promise.all(txs.map((tx) => tx.commit()));
+      expect(store.steps.map((s) => [...s].sort())).toEqual(steps);
+      expect(store.calls.checkAndSetStamped).toBe(alone);
+      await expectRecords(store, txs);
+      await db.close();
+    }
+  });
+
   it('groupCommit: false sends each step on its own; a bad value is a typed error', async () => {
     const { store, db, txs } = await fourReady({ groupCommit: false });
     const results = await Promise.all(txs.map((tx) => tx.commit()));
