@@ -28,8 +28,8 @@ interface Waiter {
  * Each transaction gets its own rows, in its own order, and the same failure if the peek
  * fails (each then falls back on its own, as after a failed peek of its own).
  *
- * A store that asks for more than one shared call in flight (`sharedCallsInFlight`) gets
- * the rows asked for split among that many peeks: once the waiting rows would pass their
+ * With more than one shared call in flight (`sharedCallsInFlight`: the store's cost hint,
+ * or the client's option) the rows asked for are split among about that many peeks: once the waiting rows would pass their
  * share (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
  */
 export class PeekBatcher {

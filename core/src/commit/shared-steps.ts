@@ -47,8 +47,8 @@ interface Waiter {
  * - too large for one step of this store, or refused by its checks (nothing was sent):
  *   each goes on its own, so that only a transaction whose own request was wrong fails.
  *
- * A store that asks for more than one shared call in flight (`sharedCallsInFlight`) gets
- * the rows asked for split among that many steps: once the waiting rows would pass their
+ * With more than one shared call in flight (`sharedCallsInFlight`: the store's cost hint,
+ * or the client's option) the rows asked for are split among about that many steps: once the waiting rows would pass their
  * share (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
  */
 export class SharedSteps {
@@ -70,7 +70,7 @@ export class SharedSteps {
       readonly one: boolean;
       /** The store has `checkAndSetStampedMany` and group commit is on: steps may share. */
       readonly share: boolean;
-      /** The store's `sharedCallsInFlight` (default 1). */
+      /** The client's `sharedCallsInFlight`: its option, else the store's hint, else 1. */
       readonly callsInFlight?: number;
     },
   ) {
