@@ -29,8 +29,9 @@ interface Waiter {
  * fails (each then falls back on its own, as after a failed peek of its own).
  *
  * With more than one shared call in flight (`sharedCallsInFlight`: the store's cost hint,
- * or the client's option) the rows asked for are split among about that many peeks: once the waiting rows would pass their
- * share (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
+ * or the client's option) the rows asked for are split among about that many peeks:
+ * once the waiting rows would pass their share (sharing.ts), they go at once, before the
+ * turn ends, and the rest wait for the next.
  */
 export class PeekBatcher {
   private waiting: Waiter[] = [];

@@ -48,8 +48,9 @@ interface Waiter {
  *   each goes on its own, so that only a transaction whose own request was wrong fails.
  *
  * With more than one shared call in flight (`sharedCallsInFlight`: the store's cost hint,
- * or the client's option) the rows asked for are split among about that many steps: once the waiting rows would pass their
- * share (sharing.ts), they go at once, before the turn ends, and the rest wait for the next.
+ * or the client's option) the rows asked for are split among about that many steps:
+ * once the waiting rows would pass their share (sharing.ts), they go at once, before the
+ * turn ends, and the rest wait for the next.
  */
 export class SharedSteps {
   private waiting: Waiter[] = [];
