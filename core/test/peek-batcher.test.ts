@@ -1,6 +1,20 @@
 import { describe, expect, it } from 'vitest';
 import { MemoryStore, type RowRef, StoreError } from '../src/index.js';
 import { PeekBatcher } from '../src/peek-batcher.js';
+import type { RowStore } from '../src/store.js';
+
+/** `store` with its `readPeeked` replaced: a store no checked store guards. */
+function withReadPeeked(store: MemoryStore, readPeeked: RowStore['readPeeked']): RowStore {
+  return {
+    ...store,
+    name: store.name,
+    capabilities: store.capabilities,
+    read: store.read.bind(store),
+    checkAndSet: store.checkAndSet.bind(store),
+    close: store.close.bind(store),
+    readPeeked,
+  };
+}
 
 /**
  * The batcher on its own, over a store no checked store guards (the client always puts one
@@ -18,18 +32,10 @@ describe('PeekBatcher', () => {
     ]) {
       const peeked = store.readPeeked.bind(store);
       const batcher = new PeekBatcher(
-        {
-          ...store,
-          name: store.name,
-          capabilities: store.capabilities,
-          read: store.read.bind(store),
-          checkAndSet: store.checkAndSet.bind(store),
-          close: store.close.bind(store),
-          readPeeked: async (r, c) => {
-            const reply = await peeked(r, c);
-            return { ...reply, rows: broken(reply.rows) as never };
-          },
-        },
+        withReadPeeked(store, async (r, c) => {
+          const reply = await peeked(r, c);
+          return { ...reply, rows: broken(reply.rows) as never };
+        }),
         counter,
       );
       const shared = await Promise.allSettled([batcher.peek(refs('a', 'b')), batcher.peek(refs('c'))]);
@@ -76,19 +82,11 @@ describe('PeekBatcher with calls in flight to spare', () => {
     /** The call (0 the first) to fail, if any. */
     let fail: number | undefined;
     const batcher = new PeekBatcher(
-      {
-        ...store,
-        name: store.name,
-        capabilities: store.capabilities,
-        read: store.read.bind(store),
-        checkAndSet: store.checkAndSet.bind(store),
-        close: store.close.bind(store),
-        readPeeked: async (refs, counter) => {
-          sizes.push(refs.length);
-          if (sizes.length - 1 === fail) throw new StoreError('injected: connection lost', 'no');
-          return store.readPeeked(refs, counter);
-        },
-      },
+      withReadPeeked(store, async (refs, counter) => {
+        sizes.push(refs.length);
+        if (sizes.length - 1 === fail) throw new StoreError('injected: connection lost', 'no');
+        return store.readPeeked(refs, counter);
+      }),
       'c',
       callsInFlight,
     );

@@ -9,7 +9,7 @@ import {
   type Transaction,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
-import type { CasRequest } from '../src/store.js';
+import type { CasRequest, StoreCapabilities } from '../src/store.js';
 import { type Fault, InstrumentedStore } from './support.js';
 
 /**
@@ -78,21 +78,45 @@ const KEYS = ['a', 'b', 'c', 'd'];
  * A client over a RecordingStore with KEYS seeded, and per key a transaction that read it
  * and writes `new <key>`, ready to commit; the store's counts start afresh.
  */
-async function fourReady(options: { groupCommit?: boolean } = {}) {
-  const { store, db } = await seeded(options);
+async function fourReady(options: ClientChoices = {}, capabilities: Partial<StoreCapabilities> = ONE_STEP) {
+  const { store, db } = await seeded(options, capabilities);
   const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
   store.steps.length = 0;
   store.calls.checkAndSetStamped = 0;
   return { store, db, txs };
 }
 
+/** The client options these tests vary. */
+type ClientChoices = { readonly groupCommit?: boolean; readonly sharedCallsInFlight?: number };
+
 /** A client over a RecordingStore with KEYS seeded; the store's step list starts afresh. */
-async function seeded(options: { groupCommit?: boolean } = {}) {
-  const store = new RecordingStore(new MemoryStore(), ONE_STEP);
+async function seeded(options: ClientChoices = {}, capabilities: Partial<StoreCapabilities> = ONE_STEP) {
+  const store = new RecordingStore(new MemoryStore(), capabilities);
   const db = new Percolator({ store, peekedWrites: false, ...options });
   await seed(db, KEYS);
   store.steps.length = 0;
   return { store, db };
+}
+
+/**
+ * Commits `txs` (one per key of KEYS, each writing `new <key>`) with the replies of the
+ * store's shared steps held, and checks that a reader starting once one is applied sees
+ * every transaction's write; then lets the replies go. The commits' results.
+ */
+async function commitWithReaderBetween(store: RecordingStore, txs: readonly Transaction[]) {
+  const reader = new Percolator({ store: store.inner });
+  let release!: () => void;
+  store.manyReplyHold = new Promise<void>((r) => {
+    release = r;
+  });
+  const committing = Promise.all(txs.map((tx) => tx.commit()));
+  while (store.steps.length === 0) await new Promise((r) => setImmediate(r));
+  await new Promise((r) => setImmediate(r));
+  expect(await valuesOf(reader, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
+  release();
+  store.manyReplyHold = undefined;
+  await reader.close();
+  return committing;
 }
 
 /** Each transaction of `txs` (one per key of KEYS) has `expected` records on its row. */
@@ -227,22 +251,9 @@ describe('shared stamped steps (group commit)', () => {
 
   it('a reader whose start lands between a shared step and its reply sees every transaction of it', async () => {
     const { store, db, txs } = await fourReady();
-    const reader = new Percolator({ store: store.inner });
-    let release!: () => void;
-    store.manyReplyHold = new Promise<void>((r) => {
-      release = r;
-    });
-    const sent = store.steps.length;
-    const committing = Promise.all(txs.map((tx) => tx.commit()));
-    while (store.steps.length === sent) await new Promise((r) => setImmediate(r));
-    await new Promise((r) => setImmediate(r));
-    expect(await valuesOf(reader, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
-    release();
-    store.manyReplyHold = undefined;
-    const results = await committing;
+    const results = await commitWithReaderBetween(store, txs);
     expect(new Set(results.map((r) => r.commitTs)).size).toBe(1);
     await db.close();
-    await reader.close();
   });
 
   it('two-phase primary commits share the step too; their secondaries get the shared timestamp', async () => {
@@ -269,15 +280,10 @@ describe('shared stamped steps (group commit)', () => {
       [3, 1, [['t/a', 't/b', 't/c', 't/d']], 0],
       [undefined, 3, [['t/c', 't/d']], 2],
     ] as const) {
-      const store = new RecordingStore(new MemoryStore(), {
-        ...ONE_STEP,
-        ...(declared !== undefined ? { sharedCallsInFlight: declared } : {}),
-      });
-      const db = new Percolator({ store, peekedWrites: false, sharedCallsInFlight: chosen });
-      await seed(db, KEYS);
-      const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
-      store.steps.length = 0;
-      store.calls.checkAndSetStamped = 0;
+      const { store, db, txs } = await fourReady(
+        { sharedCallsInFlight: chosen },
+        { ...ONE_STEP, ...(declared !== undefined ? { sharedCallsInFlight: declared } : {}) },
+      );
       await Promise.all(txs.map((tx) => tx.commit()));
       expect(store.steps.map((s) => [...s].sort())).toEqual(steps);
       expect(store.calls.checkAndSetStamped).toBe(alone);
@@ -304,15 +310,7 @@ describe('shared stamped steps (group commit)', () => {
  * ends. Each call is a step like any other: alone (the single-row stamped CAS) or shared.
  */
 describe('shared stamped steps, three calls in flight', () => {
-  async function fourReadyInFlight() {
-    const store = new RecordingStore(new MemoryStore(), { ...ONE_STEP, sharedCallsInFlight: 3 });
-    const db = new Percolator({ store, peekedWrites: false });
-    await seed(db, KEYS);
-    const txs = await Promise.all(KEYS.map((k) => readAndWrite(db, k, `new ${k}`)));
-    store.steps.length = 0;
-    store.calls.checkAndSetStamped = 0;
-    return { store, db, txs };
-  }
+  const fourReadyInFlight = () => fourReady({}, { ...ONE_STEP, sharedCallsInFlight: 3 });
 
   it('the commits of one turn: a and b each alone, c and d shared; every row written once', async () => {
     const { store, db, txs } = await fourReadyInFlight();
@@ -356,20 +354,8 @@ describe('shared stamped steps, three calls in flight', () => {
 
   it('a reader whose start lands between the shared step and its reply sees every transaction of the turn', async () => {
     const { store, db, txs } = await fourReadyInFlight();
-    const reader = new Percolator({ store: store.inner });
-    let release!: () => void;
-    store.manyReplyHold = new Promise<void>((r) => {
-      release = r;
-    });
-    const committing = Promise.all(txs.map((tx) => tx.commit()));
-    while (store.steps.length === 0) await new Promise((r) => setImmediate(r));
-    await new Promise((r) => setImmediate(r));
-    expect(await valuesOf(reader, KEYS)).toEqual(KEYS.map((k) => `new ${k}`));
-    release();
-    store.manyReplyHold = undefined;
-    await committing;
+    await commitWithReaderBetween(store, txs);
     await db.close();
-    await reader.close();
   });
 
   it('concurrent transfers and snapshot readers under lost replies: every snapshot sums to the total', async () => {

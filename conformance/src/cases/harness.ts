@@ -11,7 +11,6 @@ import {
   type PrunePolicy,
   type RowStore,
   SnapshotTooOldError,
-  type StoreCapabilities,
   StoreError,
   type TimestampOracle,
   type Transaction,
@@ -99,8 +98,8 @@ export interface ClientOptions {
    */
   readonly peekedWrites?: boolean;
   /**
-   * The store's cost hint `sharedCallsInFlight` as this client sees it (default: what the
-   * store declares). Cases that count the calls one turn's transactions share set 1.
+   * The client's `sharedCallsInFlight` (default: what the store declares). Cases that count
+   * the calls one turn's transactions share set 1.
    */
   readonly sharedCallsInFlight?: number;
 }
@@ -119,10 +118,7 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
       : undefined;
   const oracle = oracleFor(store);
   const db = new Percolator({
-    store:
-      options.sharedCallsInFlight === undefined
-        ? (faulty ?? store)
-        : declaring(faulty ?? store, { sharedCallsInFlight: options.sharedCallsInFlight }),
+    store: faulty ?? store,
     ...(oracle ? { oracle } : {}),
     ...(options.clock ? { clock: options.clock.now } : {}),
     ...(options.lockTtlMs !== undefined ? { lockTtlMs: options.lockTtlMs } : {}),
@@ -132,6 +128,9 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
     ...(options.observed ? { observedColumns: options.observed } : {}),
     ...(options.gc ? { gc: options.gc } : {}),
     ...(options.peekedWrites !== undefined ? { peekedWrites: options.peekedWrites } : {}),
+    ...(options.sharedCallsInFlight !== undefined
+      ? { sharedCallsInFlight: options.sharedCallsInFlight }
+      : {}),
   });
   ctx.defer(async () => {
     faulty?.clearFaults();
@@ -139,17 +138,6 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
   });
   if (faulty && options.faults) tally(ctx).push(faulty);
   return { db, faulty };
-}
-
-/** `store` with some of its capabilities declared otherwise; every call goes to it. */
-function declaring(store: RowStore, capabilities: Partial<StoreCapabilities>): RowStore {
-  return new Proxy(store, {
-    get(target, property) {
-      if (property === 'capabilities') return { ...target.capabilities, ...capabilities };
-      const value = Reflect.get(target, property, target);
-      return typeof value === 'function' ? value.bind(target) : value;
-    },
-  });
 }
 
 /**

@@ -322,8 +322,7 @@ async function commitHeld(ctx: CaseContext) {
   await setup.flush();
   const held = replyHeld(store);
   ctx.defer(() => held.release());
-  // One shared call per turn, whatever the store declares: the four commits share the held step.
-  const { db: writer, faulty } = client(ctx, held.store, { wrap: true, sharedCallsInFlight: 1 });
+  const { db: writer, faulty } = client(ctx, held.store, { wrap: true });
   const reader = client(ctx, store).db;
   const tx = await writer.begin();
   await writePair(tx, 'new');

@@ -56,7 +56,10 @@ export class SharedSteps {
   private waiting: Waiter[] = [];
   /** Rows of the waiting steps. */
   private waitingRows = 0;
-  /** Rows of the steps asked for and not answered yet (waiting, sent, or sent again). */
+  /**
+   * With more than one call in flight: rows of the steps asked for and not answered yet
+   * (waiting, sent, or sent again).
+   */
   private outstandingRows = 0;
 
   private readonly one: boolean;
@@ -83,32 +86,39 @@ export class SharedSteps {
   /** Sends one transaction's stamped step, shared with the others of this turn where it can be. */
   send(requests: readonly StampedRequest[]): Promise<StampedManyResult> {
     if (!this.share) return this.alone(requests);
-    const n = requests.length;
-    this.outstandingRows += n;
     // With one call in flight (PostgreSQL, MariaDB) the whole turn is packed when it ends,
-    // into steps of up to MAX_SHARED_ROWS rows, so that each step is as full as can be.
-    if (
-      this.callsInFlight > 1 &&
-      this.waiting.length > 0 &&
-      this.waitingRows + n > sharedCallRows(this.outstandingRows, this.callsInFlight)
-    )
-      this.flush();
+    // into steps of up to MAX_SHARED_ROWS rows, so that each step is as full as can be; no
+    // count of outstanding rows is needed, nor kept.
+    const split = this.callsInFlight > 1;
+    const n = requests.length;
+    if (split) {
+      this.outstandingRows += n;
+      if (
+        this.waiting.length > 0 &&
+        this.waitingRows + n > sharedCallRows(this.outstandingRows, this.callsInFlight)
+      )
+        this.flush();
+    }
     return new Promise((resolve, reject) => {
       if (this.waiting.length === 0) nextTurn(() => this.flush());
       const ids = requests.map((r) => `${r.table}\u0000${r.key}`);
-      // Answered, however it ends (shared, alone, again): its rows are no longer outstanding.
-      this.waiting.push({
-        requests,
-        ids,
-        resolve: (reply) => {
-          this.outstandingRows -= n;
-          resolve(reply);
-        },
-        reject: (error) => {
-          this.outstandingRows -= n;
-          reject(error);
-        },
-      });
+      this.waiting.push(
+        split
+          ? {
+              requests,
+              ids,
+              // Answered, however it ends (shared, alone, again): its rows are no longer outstanding.
+              resolve: (reply) => {
+                this.outstandingRows -= n;
+                resolve(reply);
+              },
+              reject: (error) => {
+                this.outstandingRows -= n;
+                reject(error);
+              },
+            }
+          : { requests, ids, resolve, reject },
+      );
       this.waitingRows += n;
     });
   }
