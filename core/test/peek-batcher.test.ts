@@ -66,6 +66,31 @@ describe('PeekBatcher', () => {
     expect(second.rows.map((r) => r?.state)).toEqual([state]);
     expect(first.timestamp).toBe(second.timestamp);
   });
+
+  it('a store that throws instead of rejecting: each waiter of that call gets the error, and the next call goes out', async () => {
+    const store = new MemoryStore();
+    await store.checkAndSet({ table: 't', key: 'a', expected: null, state: new Uint8Array([7]) });
+    let throwing = true;
+    const error = new StoreError('injected: thrown, not rejected', 'no');
+    const batcher = new PeekBatcher(
+      withReadPeeked(store, (refs, counter) => {
+        if (throwing) throw error;
+        return store.readPeeked(refs, counter);
+      }),
+      'c',
+    );
+    const outcomes = await Promise.allSettled([
+      batcher.peek([{ table: 't', key: 'a' }]),
+      batcher.peek([{ table: 't', key: 'b' }]),
+    ]);
+    expect(outcomes).toEqual([
+      { status: 'rejected', reason: error },
+      { status: 'rejected', reason: error },
+    ]);
+    throwing = false;
+    const reply = await batcher.peek([{ table: 't', key: 'a' }]);
+    expect(reply.rows[0]?.state).toEqual(new Uint8Array([7]));
+  });
 });
 
 /**

@@ -6,10 +6,12 @@ import {
   MemoryStore,
   Percolator,
   RowTooLargeError,
+  StoreError,
   type Transaction,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
-import type { CasRequest, StoreCapabilities } from '../src/store.js';
+import { SharedSteps, type StampedRequest } from '../src/commit/shared-steps.js';
+import type { CasRequest, RowStore, StoreCapabilities } from '../src/store.js';
 import { type Fault, InstrumentedStore } from './support.js';
 
 /**
@@ -412,5 +414,43 @@ describe('shared stamped steps, three calls in flight', () => {
     const final = await valuesOf(db, accounts);
     expect(final.reduce((s, v) => s + Number(v), 0)).toBe(800);
     await db.close();
+  });
+});
+
+/**
+ * SharedSteps on its own, over a store no checked store guards (the client always puts one
+ * under it, which turns a throw into a rejection first).
+ */
+describe('SharedSteps over a store that throws', () => {
+  it('a shared step the store throws for instead of rejecting: each transaction of it gets the error, and the next step goes out', async () => {
+    const memory = new MemoryStore();
+    const error = new StoreError('injected: thrown, not rejected', 'no');
+    let throwing = true;
+    const store: RowStore = {
+      name: memory.name,
+      capabilities: memory.capabilities,
+      read: memory.read.bind(memory),
+      checkAndSet: memory.checkAndSet.bind(memory),
+      close: memory.close.bind(memory),
+      checkAndSetStamped: memory.checkAndSetStamped.bind(memory),
+      checkAndSetStampedMany: (requests, counter) => {
+        if (throwing) throw error;
+        return memory.checkAndSetStampedMany(requests, counter);
+      },
+    };
+    const steps = new SharedSteps(store, 'c', { one: true, share: true });
+    const create = (key: string): StampedRequest[] => [
+      { table: 't', key, expected: null, state: new Uint8Array(16) },
+    ];
+    const outcomes = await Promise.allSettled([steps.send(create('a')), steps.send(create('b'))]);
+    expect(outcomes).toEqual([
+      { status: 'rejected', reason: error },
+      { status: 'rejected', reason: error },
+    ]);
+    expect(await memory.read('t', 'a')).toBeNull();
+    throwing = false;
+    const [a, b] = await Promise.all([steps.send(create('a')), steps.send(create('b'))]);
+    expect(a.ok && b.ok && a.timestamp === b.timestamp).toBe(true);
+    expect(await memory.read('t', 'b')).not.toBeNull();
   });
 });
