@@ -6,6 +6,7 @@ import {
   Percolator,
   type PercolatorEvent,
   RowTooLargeError,
+  StoreError,
   type Transaction,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
@@ -496,6 +497,56 @@ describe('one-phase commits of several rows', () => {
       await commitV1(db);
       expect(store.stampedManyCalls - calls).toBe(2);
       for (const row of ['a', 'b']) expect(await old.getString('t', row, 'v')).toBe('v0');
+      await db.close();
+    });
+
+    it('a refused step whose version rows cannot be read (a lost read reply): the commit stays certain nothing landed', async () => {
+      const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
+      const { db, seedTs } = await seeded(store);
+      const vt = versionTable('t');
+      await store.inner.checkAndSet({
+        table: vt,
+        key: versionKey('a', 'v', seedTs),
+        expected: null,
+        state: encodeVersionRow(text('v0')),
+      });
+      // The store refuses without the current rows, so the commit reads its version rows;
+      // the first such read loses its reply ('unknown', as a store may say of any lost
+      // reply); every later step is refused before it is applied ('no').
+      const inner = store.inner;
+      const original = inner.checkAndSetStampedMany.bind(inner);
+      let steps = 0;
+      inner.checkAndSetStampedMany = async (requests, counter) => {
+        if (steps++ > 0) throw new StoreError('injected: refused before it was applied', 'no');
+        const result = await original(requests, counter);
+        return result.ok ? result : { ok: false };
+      };
+      // Between the refusal and the next step, every read of a version row loses its reply.
+      let lostReads = 0;
+      const read = store.read.bind(store);
+      store.read = async (table, key) => {
+        if (table === vt && steps === 1) {
+          lostReads++;
+          throw new StoreError('injected: read reply lost', 'unknown');
+        }
+        return read(table, key);
+      };
+      // Nothing was applied, and the commit knows it: a failure, never CommitUnknownError.
+      const error = await commitV1(db).catch((e: unknown) => e);
+      expect(lostReads).toBeGreaterThan(0);
+      expect(steps).toBeGreaterThan(2);
+      expect(error).not.toBeInstanceOf(CommitUnknownError);
+      expect(error).toBeInstanceOf(StoreError);
+      expect((error as StoreError).applied).toBe('no');
+      for (const row of ['a', 'b']) {
+        const [cell] = await cellsOf(store.inner, 't', row);
+        expect(cell!.writes.map((w) => w.startTs)).toEqual([seedTs]);
+      }
+      const reader = await new Percolator({ store: store.inner }).begin();
+      expect([await reader.getString('t', 'a', 'v'), await reader.getString('t', 'b', 'v')]).toEqual([
+        'v0',
+        'v0',
+      ]);
       await db.close();
     });
 

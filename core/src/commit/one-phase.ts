@@ -1,7 +1,13 @@
 import { backoffMs, sleep } from '../backoff.js';
 import { addRecord, findRecord, movingBlocks, tidyCell } from '../cells.js';
 import { encodeVersionBlock, STAMP } from '../codec.js';
-import { CommitUnknownError, ConflictError, RowTooLargeError, StoreError } from '../errors.js';
+import {
+  CommitUnknownError,
+  ConflictError,
+  PercolatorError,
+  RowTooLargeError,
+  StoreError,
+} from '../errors.js';
 import { cellOf, emptyRow, type RowState, rowHasNotification } from '../row-state.js';
 import {
   AmbiguousOutcome,
@@ -209,6 +215,22 @@ async function notePresent(
   for (const [j, ref] of unread.entries()) if (rows[j]) present.add(rowId(ref.table, ref.key));
 }
 
+/**
+ * A failure after a refused step (reading its carried version rows): the step wrote
+ * nothing, whatever the read's error says, so it fails as nothing applied ('no'). A store
+ * that reports a lost read reply as 'unknown' would otherwise make the commit uncertain of
+ * a step it knows was refused: a fence or a CommitUnknownError for nothing, and the
+ * caller's abort signal ignored on the next attempt.
+ */
+function refusedThen(error: unknown): unknown {
+  if (error instanceof StoreError && error.applied === 'no') return error;
+  return new StoreError(
+    `reading version rows after a refused step failed: ${error instanceof Error ? error.message : String(error)}`,
+    'no',
+    { cause: error, retryable: error instanceof PercolatorError && error.retryable },
+  );
+}
+
 /** The retry budgets of the many-row loop, as `updateRow`'s. */
 const MAX_ATTEMPTS = 64;
 const MAX_STORE_FAILURES = 8;
@@ -385,7 +407,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
       if (carried.length > 0) {
         await notePresent(env, carried, outcome.current?.slice(rows.length), present).catch(
           (error: unknown) => {
-            throw ambiguous ? unknown(error) : error;
+            throw ambiguous ? unknown(error) : refusedThen(error);
           },
         );
       }
