@@ -129,6 +129,8 @@ export interface ProtocolEnv {
  * its secondaries to the background work it then waits for.
  */
 export class Lifecycle {
+  /** `close()` has begun: observer workers stop, and `runUntilIdle` ends with ClosedError. */
+  readonly closing = new AbortController();
   closed = false;
   private committing = 0;
   private waiters: (() => void)[] = [];

@@ -598,7 +598,10 @@ export class Percolator {
    * the store may be closed. Does not close the store: its creator owns it.
    */
   async close(): Promise<void> {
-    await Promise.all([...this.workers].map((w) => w.stop()));
+    // Workers first (their rows in progress still need the client), and every
+    // runUntilIdle in progress ends with ClosedError once its current batch is done.
+    this.env.lifecycle.closing.abort();
+    await Promise.all([...this.workers].map((w) => Promise.all([w.stop(), w.drained()])));
     this.closed = true;
     this.env.lifecycle.closed = true;
     await this.env.lifecycle.idle();

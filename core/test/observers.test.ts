@@ -1,6 +1,7 @@
 import {
   type CasRequest,
   ClientCrash,
+  ClosedError,
   CompositeStore,
   InvalidArgumentError,
   inspectHeadRow,
@@ -533,8 +534,9 @@ describe('observers: workers, leases and scanning', () => {
     const db = client(store, { clock, observedColumns: [{ table: 'docs', column: 'body' }] });
     await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
     const calls: string[] = [];
-    // The "crashed" worker never finishes its handler (and its lease is never renewed).
-    const crashed = db.worker({
+    // The "crashed" worker never finishes its handler (and its lease is never renewed). Its
+    // client, like a crashed process's, is never closed (close() would wait for the handler).
+    const crashed = new Percolator({ store, clock }).worker({
       observers: [{ ...copier([]), handler: () => new Promise(() => undefined) }],
       leaseMs: 60_000,
     });
@@ -702,6 +704,82 @@ describe('observers: runUntilIdle and a failing store', () => {
     expect(store.scanNotifiedCalls).toBeGreaterThan(2);
     expect(calls).toEqual([]);
   });
+
+  /** What a promise did within `ms`: settled (how) or still pending. */
+  async function within(promise: Promise<unknown>, ms: number) {
+    const timer = new Promise<'pending'>((resolve) => setTimeout(() => resolve('pending'), ms));
+    return Promise.race([
+      promise.then(
+        () => 'resolved' as const,
+        (error: unknown) => error,
+      ),
+      timer,
+    ]);
+  }
+
+  test('the backoff of runs that failed here is forgotten once stale, also for cells another worker settled', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const failing = db.worker({
+      observers: [copier([], { handler: async () => Promise.reject(new Error('injected: fails here')) })],
+      retry: { baseMs: 50, maxMs: 50 },
+      ...quiet,
+    });
+    const retries = () => (failing as unknown as { retries: Map<string, unknown> }).retries.size;
+    const rows = Array.from({ length: 20 }, (_, i) => `r${i}`);
+    await db.transact(async (tx) => {
+      for (const row of rows) tx.set('docs', row, 'body', 'x');
+    });
+    // One pass: every run fails here, and each cell gets a backoff.
+    await expect(failing.runUntilIdle({ timeoutMs: 1 })).rejects.toBeInstanceOf(ObserversNotIdleError);
+    expect(retries()).toBe(rows.length);
+    // Another worker settles them all: this one never sees those cells again.
+    await client(store)
+      .worker({ observers: [copier([])] })
+      .runUntilIdle();
+    expect(await notified(store, 'docs')).toEqual([]);
+    await new Promise((r) => setTimeout(r, 150));
+    // The next failure here sweeps the stale entries away; its own stays.
+    await db.transact(async (tx) => tx.set('docs', 'z', 'body', 'x'));
+    await expect(failing.runUntilIdle({ timeoutMs: 1 })).rejects.toBeInstanceOf(ObserversNotIdleError);
+    expect(retries()).toBe(1);
+  });
+
+  for (const [what, failing] of [
+    ['its observer keeps failing (the cell waits out backoffs)', 'observer'],
+    ['its index scans keep failing retryably (a long backoff between passes)', 'scan'],
+  ] as const) {
+    test(`a runUntilIdle in progress when the client closes, as ${what}: ClosedError, and no store call after close()`, async () => {
+      const store = new InstrumentedStore();
+      const db = new Percolator({ store });
+      const worker = db.worker({
+        observers: [
+          copier([], {
+            handler: async () => {
+              if (failing === 'observer') throw new Error('injected: the handler fails');
+            },
+          }),
+        ],
+        retry: { baseMs: failing === 'scan' ? 60_000 : 20, maxMs: 60_000 },
+        ...quiet,
+      });
+      await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+      if (failing === 'scan')
+        store.scanNotifiedFault = () => new StoreError('injected: connection dropped', 'no');
+      const drain = worker.runUntilIdle();
+      await new Promise((r) => setTimeout(r, 100));
+      expect(await within(db.close(), 5_000)).toBe('resolved');
+      // It ended with the client, at once, whatever it was waiting for.
+      expect(await within(drain, 1_000)).toBeInstanceOf(ClosedError);
+      const calls = { ...store.calls, scans: store.scanNotifiedCalls };
+      await new Promise((r) => setTimeout(r, 300));
+      expect({ ...store.calls, scans: store.scanNotifiedCalls }).toEqual(calls);
+      // And after close: runUntilIdle and start() are ClosedError, and send nothing.
+      await expect(worker.runUntilIdle()).rejects.toBeInstanceOf(ClosedError);
+      expect(() => worker.start()).toThrow(ClosedError);
+      expect({ ...store.calls, scans: store.scanNotifiedCalls }).toEqual(calls);
+    });
+  }
 });
 
 describe('observers: every worker of a column runs all of its observers', () => {

@@ -1,7 +1,13 @@
 import { backoffMs, sleep } from '../backoff.js';
 import { decodeRow } from '../codec.js';
 import { observedKey, type ProtocolEnv } from '../env.js';
-import { InvalidArgumentError, isRetryable, PercolatorError, UnsupportedOperationError } from '../errors.js';
+import {
+  ClosedError,
+  InvalidArgumentError,
+  isRetryable,
+  PercolatorError,
+  UnsupportedOperationError,
+} from '../errors.js';
 import { compareKeys, TABLE_NAME, validateColumn, validateUserTable } from '../names.js';
 import { readRow } from '../row-update.js';
 import { type Lease, Leases } from './lease.js';
@@ -121,6 +127,10 @@ export class ObserverWorker {
   private running = false;
   private loops: Promise<void>[] = [];
   private readonly sleepers = new Set<() => void>();
+  /** The runUntilIdle calls in progress: the client's close() waits for them (drained). */
+  private readonly drains = new Set<Promise<void>>();
+  /** When forgetOldRetries may sweep again. */
+  private nextRetrySweep = 0;
 
   constructor(
     private readonly db: TransactionSource,
@@ -155,6 +165,7 @@ export class ObserverWorker {
 
   /** Starts `concurrency` background loops; each scans from random positions until stop(). */
   start(): void {
+    this.notClosing();
     if (this.running) return;
     this.running = true;
     this.loops = Array.from({ length: this.concurrency }, () => this.loop());
@@ -176,12 +187,54 @@ export class ObserverWorker {
    * and tried again after a backoff, as the background loops do: a job draining
    * notifications should not fail on what the next attempt gets past. It rejects with a
    * non-retryable error at once, and, past `timeoutMs`, with ObserversNotIdleError (its
-   * cause the last error, if the last pass failed).
+   * cause the last error, if the last pass failed). The client's close() ends it with
+   * ClosedError once its current batch of rows is done (a backoff or poll it waits out ends
+   * at once), and waits for it: no store call follows close().
    */
-  async runUntilIdle(options: RunUntilIdleOptions = {}): Promise<void> {
+  runUntilIdle(options: RunUntilIdleOptions = {}): Promise<void> {
+    const drain = this.drain(options);
+    this.drains.add(drain);
+    const forget = () => this.drains.delete(drain);
+    drain.then(forget, forget);
+    return drain;
+  }
+
+  /**
+   * @internal Resolves once no runUntilIdle of this worker is in progress (the client's
+   * close() waits for them, after telling them to end).
+   */
+  async drained(): Promise<void> {
+    await Promise.allSettled([...this.drains]);
+  }
+
+  /**
+   * Drops the backoff of runs that failed long ago. An entry is forgotten when the same cell
+   * later runs here, but a cell another worker settled is never seen again: without this a
+   * long-lived worker would keep one entry per cell that ever failed on it. Past
+   * `retryMaxMs` after its retry time an entry says nothing a fresh start would not (its
+   * next backoff starts from the first). At most one sweep per `retryMaxMs`.
+   */
+  private forgetOldRetries(): void {
+    const now = performance.now();
+    if (now < this.nextRetrySweep) return;
+    this.nextRetrySweep = now + this.retryMaxMs;
+    for (const [key, entry] of this.retries)
+      if (entry.retryAt < now - this.retryMaxMs) this.retries.delete(key);
+  }
+
+  /** ClosedError once the client's close() has begun. */
+  private notClosing(): void {
+    if (this.env.lifecycle.closing.signal.aborted) {
+      throw new ClosedError('this Percolator client is closed: its observer workers have stopped');
+    }
+  }
+
+  private async drain(options: RunUntilIdleOptions): Promise<void> {
     const deadline = performance.now() + (options.timeoutMs ?? Number.POSITIVE_INFINITY);
+    const closing = this.env.lifecycle.closing.signal;
     let failures = 0;
     for (;;) {
+      this.notClosing();
       let pass: Awaited<ReturnType<ObserverWorker['fullPass']>>;
       try {
         pass = await this.fullPass();
@@ -195,7 +248,7 @@ export class ObserverWorker {
           );
         }
         const delay = backoffMs(failures++, this.retryBaseMs, this.retryMaxMs);
-        await sleep(Math.max(1, Math.min(delay, deadline - performance.now())));
+        await sleep(Math.max(1, Math.min(delay, deadline - performance.now())), closing);
         continue;
       }
       failures = 0;
@@ -211,6 +264,7 @@ export class ObserverWorker {
         const untilRetry = pass.retryAt - performance.now();
         await sleep(
           Math.max(MIN_POLL_MS, Math.min(this.idlePollMs, untilRetry, deadline - performance.now())),
+          closing,
         );
       }
     }
@@ -223,6 +277,8 @@ export class ObserverWorker {
     let retryAt = Number.POSITIVE_INFINITY;
     for (const table of this.tables) {
       for await (const keys of this.ring(table, this.positions.pick(table))) {
+        // Between batches: a client closing ends the pass (runUntilIdle: ClosedError).
+        this.notClosing();
         const outcomes = await mapLimit(keys, this.concurrency, (key) => this.processRow(table, key));
         outcomes.forEach((o, i) => {
           if (o.processed) processed = true;
@@ -440,6 +496,7 @@ export class ObserverWorker {
         const delay = Math.min(this.retryMaxMs, this.retryBaseMs * 2 ** Math.min(attempts - 1, 20));
         const at = performance.now() + delay;
         this.retries.set(retryKey(observer), { attempts, retryAt: at });
+        this.forgetOldRetries();
         retryAt = Math.min(retryAt ?? Infinity, at);
         this.reportError(error, { ...cell, observer: observer.name, attempt: attempts, retryInMs: delay });
       }
