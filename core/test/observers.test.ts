@@ -552,6 +552,47 @@ describe('observers: workers, leases and scanning', () => {
     expect(await notified(store, 'docs')).toEqual([]);
   });
 
+  test('start() while a stop() waits for its rows: that stop resolves, the new loops run, and the next stop stops them', async () => {
+    const store = new MemoryStore();
+    const db = client(store);
+    const seen: string[] = [];
+    let entered = false;
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const worker = db.worker({
+      observers: [
+        copier([], {
+          handler: async (_tx, { row }) => {
+            if (!entered) {
+              entered = true;
+              await held;
+            }
+            seen.push(row);
+          },
+        }),
+      ],
+      idlePollMs: 20,
+      ...quiet,
+    });
+    const settles = async (promise: Promise<unknown>, ms: number) =>
+      Promise.race([promise.then(() => true), new Promise((r) => setTimeout(() => r(false), ms))]);
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    worker.start();
+    while (!entered) await new Promise((r) => setTimeout(r, 5));
+    const stopping = worker.stop(); // waits for row a's run
+    worker.start();
+    release();
+    expect(await settles(stopping, 5_000)).toBe(true);
+    expect(worker.isRunning).toBe(true);
+    await db.transact(async (tx) => tx.set('docs', 'b', 'body', 'y'));
+    for (let i = 0; i < 500 && !seen.includes('b'); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(seen).toContain('b');
+    expect(await settles(worker.stop(), 5_000)).toBe(true);
+    expect(worker.isRunning).toBe(false);
+  });
+
   test('several workers share the work and never run the same row at once', async () => {
     const store = new MemoryStore();
     const writer = client(store, { observedColumns: [{ table: 'docs', column: 'body' }] });

@@ -81,9 +81,16 @@ export class Lease {
         state: encode(state),
       });
       if (result.ok) this.version = result.version;
-      else this.lost = true;
+      else {
+        // Refused: taken over, or an earlier renewal whose reply was lost landed (the row
+        // then holds our token at a version we never heard of: still ours).
+        const current =
+          result.current === undefined ? await this.leases.store.read(LEASE_TABLE, this.key) : result.current;
+        if (current && decode(current)?.token === this.state.token) this.version = current.version;
+        else this.lost = true;
+      }
     } catch {
-      // Unknown outcome: the next renewal (or the release) finds out.
+      // Unknown outcome (or the read after a refusal failed): the next renewal finds out.
     }
     return !this.lost;
   }
@@ -142,6 +149,12 @@ export class Leases {
         if (attempt >= 3 && error instanceof StoreError && error.applied === 'no') throw error;
         await sleep(backoffMs(attempt, 2, 50));
       }
+    }
+    // The last attempt's outcome unknown: it may have landed, and a lease of ours nobody
+    // knows of would keep every worker (this one too) off the row until it expires.
+    if (current === undefined) {
+      const row = await this.store.read(LEASE_TABLE, key).catch(() => undefined);
+      if (row && decode(row)?.token === state.token) return new Lease(this, key, row.version, state);
     }
     return undefined;
   }

@@ -125,6 +125,8 @@ export class ObserverWorker {
   private readonly retryMaxMs: number;
   private readonly maxRunAttempts: number;
   private running = false;
+  /** Counts stop()s: the loops of an earlier start() end even if start() runs again meanwhile. */
+  private generation = 0;
   private loops: Promise<void>[] = [];
   private readonly sleepers = new Set<() => void>();
   /** The runUntilIdle calls in progress: the client's close() waits for them (drained). */
@@ -168,15 +170,26 @@ export class ObserverWorker {
     this.notClosing();
     if (this.running) return;
     this.running = true;
-    this.loops = Array.from({ length: this.concurrency }, () => this.loop());
+    const generation = this.generation;
+    this.loops = Array.from({ length: this.concurrency }, () => this.loop(generation));
   }
 
-  /** Stops the loops; resolves once the rows they were processing are finished. */
+  /**
+   * Stops the loops; resolves once the rows they were processing are finished. A start()
+   * meanwhile starts loops of its own, which this stop leaves running.
+   */
   async stop(): Promise<void> {
     this.running = false;
+    this.generation++;
     for (const wake of this.sleepers) wake();
-    await Promise.all(this.loops);
+    const loops = this.loops;
     this.loops = [];
+    await Promise.all(loops);
+  }
+
+  /** Whether the loops of `generation` (one start()) are to go on. */
+  private live(generation: number): boolean {
+    return this.running && this.generation === generation;
   }
 
   /**
@@ -291,14 +304,14 @@ export class ObserverWorker {
   }
 
   /** A background loop: sweeps from random positions, backs off while there is nothing to do. */
-  private async loop(): Promise<void> {
+  private async loop(generation: number): Promise<void> {
     let idleMs = MIN_POLL_MS;
-    while (this.running) {
+    while (this.live(generation)) {
       let active = false;
       try {
         for (const table of shuffle(this.tables)) {
-          if (!this.running) break;
-          if (await this.sweep(table)) active = true;
+          if (!this.live(generation)) break;
+          if (await this.sweep(table, generation)) active = true;
         }
       } catch (error) {
         this.reportError(error, undefined);
@@ -317,13 +330,13 @@ export class ObserverWorker {
    * just ahead: jump to a new random position instead of trailing it (bus clumping).
    * Returns whether it processed anything.
    */
-  private async sweep(table: string): Promise<boolean> {
+  private async sweep(table: string, generation: number): Promise<boolean> {
     let active = false;
-    for (let jumps = 0; jumps <= MAX_JUMPS_PER_SWEEP && this.running; jumps++) {
+    for (let jumps = 0; jumps <= MAX_JUMPS_PER_SWEEP && this.live(generation); jumps++) {
       let jumped = false;
       scan: for await (const keys of this.ring(table, this.positions.pick(table))) {
         for (const key of keys) {
-          if (!this.running) return active;
+          if (!this.live(generation)) return active;
           const outcome = await this.processRow(table, key);
           if (outcome.processed) active = true;
           if (outcome.leased) {
