@@ -85,8 +85,14 @@ function durationOption(values: Values, name: string): number | undefined {
 function integerOption(values: Values, name: string, min: number): number | undefined {
   const v = values[name];
   if (v === undefined) return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer >= ${min}`);
+  // Digits only: Number() would take '' as 0, '0x10' as 16 and '1e1' as 10.
+  const text = String(v).trim();
+  const n = /^\d+$/.test(text) ? Number(text) : Number.NaN;
+  if (!Number.isSafeInteger(n) || n < min) {
+    throw new UsageError(
+      `--${name} must be an integer >= ${min} (digits only), got ${JSON.stringify(String(v))}`,
+    );
+  }
   return n;
 }
 
@@ -225,11 +231,14 @@ deletes the version rows that frees. Reports versions and bytes freed. Snapshots
 the policy's safe point then fail with SnapshotTooOldError, as they would after any commit.
   --dry-run                 report what would be freed; write nothing
   --row KEY                 only this row
-  --retention D             keep versions younger than D (default 60s: the library default)
-  --max-versions N          keep at most N versions per cell (default 32)
+  --retention D             keep versions younger than D (the library's default: 60s)
+  --max-versions N          keep at most N versions per cell (the library's default: 32)
   --inline-history-bytes N  (default 512)
-Use the same policy as your clients (their \`gc\` option): a shorter one makes their older
-snapshots fail sooner. Exit 0 done, 4 if TABLE holds no rows (or ROW is not stored).`,
+A run that writes needs --retention and --max-versions: pass your clients' values (their
+\`gc\` option). The CLI cannot know them, and a shorter policy makes their older snapshots
+fail sooner. A dry run defaults to the library's. Exit 0 done, 1 if commit records are
+still held for their secondaries (run again), 4 if TABLE holds no rows (or ROW is not
+stored).`,
     positionals: { min: 1, max: 1 },
     options: {
       'dry-run': { type: 'boolean' },
@@ -243,6 +252,13 @@ snapshots fail sooner. Exit 0 done, 4 if TABLE holds no rows (or ROW is not stor
       durationOption(values, 'retention');
       integerOption(values, 'max-versions', 1);
       integerOption(values, 'inline-history-bytes', 0);
+      // Pruning is for good: the policy it prunes by is the deployment's, so it is stated.
+      const missing = ['retention', 'max-versions'].filter((name) => values[name] === undefined);
+      if (values['dry-run'] !== true && missing.length > 0) {
+        throw new UsageError(
+          `gc without --dry-run needs ${missing.map((n) => `--${n}`).join(' and ')}: pass your clients' gc policy (the library's defaults are --retention 60s --max-versions 32); a shorter one deletes history their snapshots still read`,
+        );
+      }
     },
     run: (store, [table], values) => {
       const retentionMs = durationOption(values, 'retention');
@@ -319,10 +335,20 @@ function checkedBackend(values: Values): BackendName {
 
 async function openFromValues(values: Values): Promise<OpenedStore> {
   if (values.config !== undefined) {
-    if (values.backend !== undefined || values.url !== undefined)
-      throw new UsageError('--config names every store itself: leave out --backend and --url');
+    // The file alone says where each store is, as it does for the application
+    // (@percolator/connect's openComposite): an option here that filled in what a store
+    // entry leaves out (its namespace, say) would have the CLI read another place than
+    // the application writes.
+    const extra = ['backend', 'url', 'namespace', 'region', 'dynamodb-table'].filter(
+      (name) => values[name] !== undefined,
+    );
+    if (extra.length > 0) {
+      throw new UsageError(
+        `--config names every store itself: leave out ${extra.map((n) => `--${n}`).join(', ')} (set a store's namespace, region or dynamoTable in the file)`,
+      );
+    }
     const config = await loadCompositeConfig(String(values.config));
-    return openComposite(config, values.namespace as string | undefined);
+    return openComposite(config);
   }
   return openBackend({
     backend: checkedBackend(values),
@@ -470,8 +496,20 @@ export async function main(argv: readonly string[] = process.argv.slice(2)): Pro
     process.stderr.write(`percolator: ${(error as Error).stack ?? String(error)}\n`);
     code = EXIT.unreachable;
   }
+  // Output to a pipe is written asynchronously, and process.exit drops what is still
+  // queued: a long `locks --json | jq` was cut at 64 KiB. Exit once both streams are flushed.
+  await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
   // Adapters may hold sockets (pools, clients) open; the verdict is in the exit code.
   process.exit(code);
+}
+
+/** Resolves once everything written to `stream` so far has been handed to the OS (or it failed). */
+function flushed(stream: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => {
+    if (stream.destroyed || !stream.writable) resolve();
+    // Writes are ordered: the callback of this empty one runs after every earlier one's.
+    else stream.write('', () => resolve());
+  });
 }
 
 /** Whether `file` (process.argv[1]) is this module (both as real paths: bins are symlinks). */

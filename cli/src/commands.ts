@@ -464,7 +464,8 @@ export async function gcCommand(
         : `  ${plural(report.held, 'commit record')} still kept for their secondaries (a secondary row could not be settled; run again)`,
     );
   return {
-    code: EXIT.ok,
+    // Records still held after a real run: work left, as for a lock resolve left alone.
+    code: report.held > 0 && !args.dryRun ? EXIT.found : EXIT.ok,
     data: { ...report, dryRun: args.dryRun === true, ...(empty ? { emptyHeadRow: empty } : {}) },
     text: lines.join('\n'),
   };

@@ -32,9 +32,18 @@ const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, min: 60_000, 
 
 /** "30s", "1500ms", "2m", "1h", or a plain number of ms. Throws on anything else. */
 export function parseDuration(text: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|min|h|d)?$/.exec(text.trim());
-  if (!m) throw new Error(`not a duration: ${JSON.stringify(text)} (e.g. 30s, 500ms, 5m, 1h)`);
-  return Math.round(Number(m[1]) * UNITS[m[2] ?? 'ms']!);
+  // The unit is required: a bare `3600` meant as seconds would otherwise be 3.6 s of
+  // retention, and `gc` would prune history the deployment's snapshots still need.
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|min|h|d)$/.exec(text.trim());
+  if (!m) {
+    const bare = /^\d+(?:\.\d+)?$/.test(text.trim());
+    throw new Error(
+      bare
+        ? `${JSON.stringify(text)} has no unit: write it as ${text.trim()}ms, ${text.trim()}s, ${text.trim()}m, ... (units: ms, s, m, min, h, d)`
+        : `not a duration: ${JSON.stringify(text)} (e.g. 30s, 500ms, 5m, 1h)`,
+    );
+  }
+  return Math.round(Number(m[1]) * UNITS[m[2]!]!);
 }
 
 /** Aligned columns; the first row is the header. */

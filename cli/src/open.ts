@@ -135,24 +135,12 @@ export async function openNamespaceAdmin(t: Omit<StoreTarget, 'namespace'>): Pro
  * Opens every store of a composite deployment (each never creating anything) and the
  * composite over them. `defaultNamespace` (--namespace) applies to stores that name none.
  */
-export async function openComposite(
-  config: CompositeConfig,
-  defaultNamespace?: string,
-): Promise<OpenedStore> {
-  if (defaultNamespace !== undefined) checkNamespace(defaultNamespace);
+export async function openComposite(config: CompositeConfig): Promise<OpenedStore> {
+  // Exactly the stores the file names, as the application opens them, only never creating.
   const readOnly: CompositeConfig = {
     ...config,
     stores: Object.fromEntries(
-      Object.entries(config.stores).map(([name, s]) => [
-        name,
-        {
-          ...s,
-          ...(s.namespace === undefined && defaultNamespace !== undefined
-            ? { namespace: defaultNamespace }
-            : {}),
-          create: false,
-        },
-      ]),
+      Object.entries(config.stores).map(([name, s]) => [name, { ...s, create: false }]),
     ),
   };
   try {

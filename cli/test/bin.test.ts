@@ -91,6 +91,26 @@ describe('the percolator bin', () => {
       [['frobnicate'], 'unknown command "frobnicate"'],
       [['inspect', 'accounts'], 'wrong number of arguments for inspect'],
       [['locks', 'accounts', '--backend', 'redis', '--older-than', 'soon'], 'not a duration'],
+      // A bare number is not read as milliseconds: 3600 meant as an hour would prune almost everything.
+      [
+        ['gc', 'accounts', '--backend', 'redis', '--retention', '3600', '--max-versions', '32'],
+        'has no unit',
+      ],
+      [['locks', 'accounts', '--backend', 'redis', '--older-than', '60'], 'has no unit'],
+      [['gc', 'accounts', '--backend', 'redis', '--dry-run', '--max-versions', '0x10'], 'digits only'],
+      [['gc', 'accounts', '--backend', 'redis', '--dry-run', '--max-versions='], 'digits only'],
+      // A run that writes states the deployment's policy.
+      [['gc', 'accounts', '--backend', 'redis'], 'gc without --dry-run needs --retention and --max-versions'],
+      [['gc', 'accounts', '--backend', 'redis', '--retention', '1h'], 'needs --max-versions'],
+      // With --config the file alone says where each store is.
+      [
+        ['locks', 'accounts', '--config', '/nonexistent/deployment.json', '--namespace', 'app'],
+        'leave out --namespace',
+      ],
+      [
+        ['locks', 'accounts', '--config', '/nonexistent/deployment.json', '--region', 'eu-west-1'],
+        'leave out --region',
+      ],
       [['locks', 'accounts', '--backend', 'redis', '--bogus'], "Unknown option '--bogus'"],
       [['locks', 'accounts', '--backend', 'oracle'], '--backend must be one of'],
       [['locks', 'accounts'], '--backend (or --config) is required'],
@@ -112,6 +132,26 @@ describe('the percolator bin', () => {
       expect(err, args.join(' ')).toContain(message);
       expect(code, args.join(' ')).toBe(2);
     }
+  });
+
+  it('output to a slow pipe is written whole before the process exits (process.exit drops what is queued)', async () => {
+    const { spawn } = await import('node:child_process');
+    const cli = join(packageDir, 'dist', 'cli.js');
+    // A megabyte on stdout, then main() (--help: exit 0) exits the process.
+    const script = `const { main } = await import(${JSON.stringify(cli)}); process.stdout.write('x'.repeat(1 << 20)); await main(['--help']);`;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout.pause(); // a reader that is not ready yet
+    await new Promise((r) => setTimeout(r, 300));
+    let received = 0;
+    child.stdout.on('data', (chunk: Buffer) => {
+      received += chunk.length;
+    });
+    child.stdout.resume();
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(code).toBe(0);
+    expect(received).toBeGreaterThan(1 << 20);
   });
 
   it('an unreachable store exits 3, naming it', async () => {

@@ -244,7 +244,7 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       for (const argv of [
         ['resolve', 'pings', 'w1'],
         ['gc', 'pings', '--row', 'w1', '--dry-run'],
-        ['gc', 'pings', '--row', 'w1'],
+        ['gc', 'pings', '--row', 'w1', '--retention', '60s', '--max-versions', '32'],
         ['inspect', 'pings', 'w1'],
       ]) {
         const text = await onStore(store, ...argv);

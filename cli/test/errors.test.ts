@@ -35,7 +35,7 @@ describe('runCli exit codes from inside a command', () => {
     };
     for (const argv of [
       ['locks', 't'],
-      ['gc', 't'],
+      ['gc', 't', '--dry-run'],
       ['dump', 't'],
     ]) {
       const run = capture(noScan);
