@@ -2,7 +2,14 @@ import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { ClientCrash, type CommitStep, type LockedCell, Percolator, type RowStore } from '@percolator/core';
+import {
+  ClientCrash,
+  type CommitStep,
+  type LockedCell,
+  Percolator,
+  type RowStore,
+  StoreError,
+} from '@percolator/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '../src/cli.js';
 import {
@@ -475,6 +482,51 @@ describe('resolve prunes nothing (it does not know the deployment retention poli
     expect(resolved.data.map((r) => r.outcome.action)).toEqual(['rolled-forward']);
     // The rolled-forward record is added; none of the five older versions is pruned.
     expect(await records(lockedRow)).toBe(before + 1);
+  });
+});
+
+describe('gc and commit records held for their secondaries', () => {
+  it('a real run that cannot settle a secondary exits 1 and says to run again; once it can, 0', async () => {
+    const { MemoryStore } = await import('@percolator/core');
+    const inner = new MemoryStore();
+    // A committed two-phase transaction stopped after its commit point: its primary's
+    // record lists a secondary whose lock is still there.
+    const db = new Percolator({
+      store: inner,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'afterCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    const tx = await db.begin();
+    tx.set('t', 'a', 'v', 'one');
+    tx.set('t', 'b', 'v', 'one');
+    await tx.commit().catch(() => undefined);
+    await db.close();
+    // A newer value of a: the record would be pruned, but it still lists b.
+    const later = new Percolator({ store: inner });
+    await later.transact(async (t) => t.set('t', 'a', 'v', 'two'));
+    await later.close();
+    // Every write fails: b's lock cannot be rolled forward now.
+    let failing = true;
+    const refused = () => Promise.reject(new StoreError('injected: refused', 'no'));
+    const store: RowStore = Object.assign(Object.create(inner) as RowStore, {
+      checkAndSet: (request: Parameters<RowStore['checkAndSet']>[0]) =>
+        failing ? refused() : inner.checkAndSet(request),
+      checkAndSetMany: (requests: Parameters<NonNullable<RowStore['checkAndSetMany']>>[0]) =>
+        failing ? refused() : inner.checkAndSetMany(requests),
+    });
+    const policy = { retentionMs: 0, maxVersionsPerCell: 1 };
+    const held = await gcCommand(store, { table: 't', policy });
+    expect(held.data.held).toBeGreaterThan(0);
+    expect(held.code).toBe(1);
+    expect(held.text).toContain('run again');
+    failing = false;
+    const settled = await gcCommand(store, { table: 't', policy });
+    expect(settled.data.held).toBe(0);
+    expect(settled.code).toBe(0);
   });
 });
 
