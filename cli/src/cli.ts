@@ -489,6 +489,9 @@ function report(error: unknown, name: string, spec: CommandSpec, io: CliIo, wher
 
 /** Runs the CLI on this process's arguments and exits with its code. `bin.js` calls it. */
 export async function main(argv: readonly string[] = process.argv.slice(2)): Promise<never> {
+  // A reader that stops early (`| head`) closes the pipe: EPIPE is not the command failing,
+  // and its verdict stays the exit code (without a listener the error would crash the process).
+  for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
   let code: number;
   try {
     code = await runCli(argv);

@@ -154,6 +154,23 @@ describe('the percolator bin', () => {
     expect(received).toBeGreaterThan(1 << 20);
   });
 
+  it("a reader that stops early (| head) closes the pipe: the exit code is the command's, no EPIPE crash", async () => {
+    const { spawn } = await import('node:child_process');
+    const cli = join(packageDir, 'dist', 'cli.js');
+    const script = `const { main } = await import(${JSON.stringify(cli)}); process.stdout.write('y\\n'.repeat(1 << 20)); await main(['--help']);`;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let err = '';
+    child.stderr.on('data', (chunk: Buffer) => {
+      err += chunk.toString();
+    });
+    child.stdout.once('data', () => child.stdout.destroy());
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(err).not.toContain('EPIPE');
+    expect(code).toBe(0);
+  });
+
   it('an unreachable store exits 3, naming it', async () => {
     const { code, err } = await percolator(
       'locks',
