@@ -143,12 +143,18 @@ export const CAS_MANY_MISMATCH = 'PC409';
  * transaction visible before it releases its locks: whoever holds a later value and then
  * reads sees every one of these writes (see stampedUpdate in statements.ts).
  *
- * Deadlock-free: the counter row is taken first, while the call holds nothing; then rows
- * only in ascending (tbl, key) order. Every other statement of the store takes at most
- * the counter and then one row (stamped CAS), the counter alone (draws, stamped reads), or
- * rows in the same ascending order (casMany; a plain CAS takes one row), and none waits for
- * the counter while it holds a row. So a statement waiting for the counter holds nothing,
- * and one waiting for row k holds only rows below k: no cycle can form.
+ * Deadlock-free: the counter row is taken first, while the call holds nothing; then the
+ * rows it updates in ascending (tbl, key) order, then the rows it creates in that order.
+ * Every other statement of the store takes at most the counter and then one row (stamped
+ * CAS), the counter alone (draws, stamped reads), or rows in the same order (casMany: the
+ * rows that exist, then the creates; a plain CAS takes one row), and none waits for the
+ * counter while it holds a row. So a statement waiting for the counter holds nothing, one
+ * waiting for an existing row k holds only existing rows below k, and one waiting for a
+ * key k it creates (another's uncommitted insert) holds existing rows and creates below k:
+ * no cycle can form. Creates in one key order with the updates (as before) let a call hold
+ * a new key a while it waited for row b, and a mixed casMany, which locks b and creates a
+ * after, wait for a: a cycle PostgreSQL breaks only after deadlock_timeout (1 s), with the
+ * counter held all that time (found by a review).
  *
  * Only the validated namespace is spliced in; everything else is an argument.
  */
@@ -175,12 +181,13 @@ BEGIN
   -- 2. The draw: the same upsert as incrementCounter with delta 1; the counter row stays
   -- locked until this transaction commits, and it is the first lock taken.
 ${drawAndAnswer(n)}
-  -- 3. The writes, one row at a time in (tbl, key) byte order, each stamped with drawn.
+  -- 3. The writes, one row at a time, each stamped with drawn: the rows that exist (updates)
+  -- in (tbl, key) byte order, then the creates in that order, as casMany locks its rows.
   FOR r IN
     SELECT q.tbl, q.key, q.exp, q.state, q.flag, q.i
     FROM unnest(tbls, keys, expected, states, notified_flags) WITH ORDINALITY
       AS q(tbl, key, exp, state, flag, i)
-    ORDER BY q.tbl, q.key
+    ORDER BY q.exp IS NULL, q.tbl, q.key
   LOOP
     IF r.exp IS NULL THEN
       INSERT INTO ${n.rows} (tbl, key, version, state, notified)

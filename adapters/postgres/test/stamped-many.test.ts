@@ -363,6 +363,60 @@ describe('postgres checkAndSetStampedMany: all or nothing after the draw', () =>
 });
 
 describe('postgres checkAndSetStampedMany: lock order and concurrency', () => {
+  it('creates come after the rows it updates: waiting for an existing row, it holds no new key, so a mixed checkAndSetMany cannot close a cycle', async () => {
+    // Before, creates went in one key order with updates: [create a, update b] inserted a,
+    // then waited for b; a checkAndSetMany [create a, update b] (mixed kinds: it locks b
+    // first, creates a last) held b and waited for a. A cycle, broken after deadlock_timeout.
+    const s = await openStore({ namespace: uniqueNamespace() });
+    const rows = `"${s.namespace}_rows"`;
+    const counter = 'sm.creates-last';
+    const vb = await create(s, 'd', 'b', 'b0');
+    await s.incrementCounter(counter, 1);
+    const blocker = await admin.connect();
+    const probe = await admin.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
+        Buffer.from('d'),
+        Buffer.from('b'),
+      ]);
+      const call = many(
+        s,
+        [
+          { table: 'd', key: 'a', expected: null, state: template('a1') },
+          { table: 'd', key: 'b', expected: vb, state: template('b1') },
+        ],
+        counter,
+      );
+      await waitForLockWait(`percolator:${s.namespace}`);
+      // It waits for b and has not inserted a: another insert of a does not wait for it.
+      await probe.query('BEGIN');
+      await probe.query("SET LOCAL lock_timeout = '2s'");
+      const inserted = await probe
+        .query(`INSERT INTO ${rows} (tbl, key, version, state, notified) VALUES ($1, $2, 1, $3, false)`, [
+          Buffer.from('d'),
+          Buffer.from('a'),
+          Buffer.from('probe'),
+        ])
+        .then(
+          () => 'inserted',
+          (error: { code?: string }) => error.code,
+        );
+      await probe.query('ROLLBACK');
+      expect(inserted).toBe('inserted');
+      await blocker.query('ROLLBACK');
+      const { versions, timestamp } = applied(await call);
+      expect((await s.read('d', 'a'))?.version).toBe(versions[0]);
+      expect((await s.read('d', 'b'))?.version).toBe(versions[1]);
+      expect(stampOf((await s.read('d', 'a'))!.state)).toBe(timestamp);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      await probe.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      probe.release();
+    }
+  });
+
   it('takes the counter first, then rows in (table, key) order whatever the request order', async () => {
     const s = await openStore({ namespace: uniqueNamespace() });
     const rows = `"${s.namespace}_rows"`;
