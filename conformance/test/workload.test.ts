@@ -8,7 +8,7 @@ import {
   runListAppend,
   type StopPoint,
 } from '@percolator/conformance';
-import { ClientCrash, CommitUnknownError, MemoryStore, Percolator } from '@percolator/core';
+import { ClientCrash, CommitUnknownError, MemoryStore, Percolator, StoreError } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 
 // How runListAppend records attempts whose outcome the workload knows, or does not.
@@ -116,6 +116,52 @@ describe('runListAppend', () => {
     const unknown = history.filter((op) => op.type === 'info');
     expect(unknown.length).toBeGreaterThan(0);
     expect(unknown.every((op) => op.txn.every((m) => m.f !== 'r' || Array.isArray(m.value)))).toBe(true);
+    const result = await check(db, history);
+    expect(result.anomalies, describeCheck(result)).toEqual([]);
+    await db.close();
+  });
+
+  it('a transaction that fails before its commit with an unknown-outcome error is recorded failed: nothing of it was written', async () => {
+    const inner = new MemoryStore();
+    // Three bursts of lost replies on reads of list k1 (an unknown outcome, as some stores
+    // report any lost reply), each long enough to outlast the client's read retries.
+    let bursts = 3;
+    let burst = 0;
+    const store = Object.assign(Object.create(inner) as MemoryStore, {
+      read: (table: string, key: string) => {
+        if (key === 'k1' && (burst > 0 || bursts > 0)) {
+          if (burst === 0) {
+            bursts--;
+            burst = 12;
+          }
+          burst--;
+          return Promise.reject(new StoreError('read reply lost (test)', 'unknown'));
+        }
+        return inner.read(table, key);
+      },
+      readMany: undefined,
+    });
+    const db = new Percolator({ store, peekedWrites: false });
+    const { history, unknownBeforeCommit } = await runListAppend({
+      clients: [db],
+      workers: 2,
+      transactions: 40,
+      keys: KEYS,
+      maxOps: 4,
+      random: new Random(7),
+      outcomeOf: (error) => {
+        if (error instanceof StoreError) return error.applied === 'no' ? 'fail' : 'info';
+        if (error instanceof Error && 'retryable' in error && error.retryable) return 'fail';
+        throw error;
+      },
+    });
+    expect(unknownBeforeCommit).toBeGreaterThan(0);
+    // None of them is left unknown: commits here never are.
+    expect(history.filter((op) => op.type === 'info')).toEqual([]);
+    const failed = history.filter((op) => op.type === 'fail');
+    expect(failed.length).toBeGreaterThanOrEqual(unknownBeforeCommit);
+    // A failed transaction's reads carry nothing.
+    expect(failed.every((op) => op.txn.every((m) => m.f !== 'r' || m.value === null))).toBe(true);
     const result = await check(db, history);
     expect(result.anomalies, describeCheck(result)).toEqual([]);
     await db.close();

@@ -47,6 +47,12 @@ export interface ListAppendWorkload {
 export interface ListAppendRun {
   readonly history: ListAppendOp[];
   readonly crashes: number;
+  /**
+   * Transactions that failed before commit() with an error of unknown outcome (a lost read
+   * reply, say): recorded as failed, since nothing of a transaction is written before its
+   * commit, but counted here as the ambiguous faults they were.
+   */
+  readonly unknownBeforeCommit: number;
 }
 
 /** A stop point as text, e.g. "afterPrewrite (isPrimary false)". */
@@ -82,6 +88,7 @@ export async function runListAppend(
   let nextValue = workload.firstValue ?? 1;
   let started = 0;
   let crashes = 0;
+  let unknownBeforeCommit = 0;
 
   const worker = async (w: number) => {
     const random = workload.random.fork(`worker ${w}`);
@@ -127,7 +134,12 @@ export async function runListAppend(
         }
       } catch (error) {
         await tx.rollback();
-        record(workload.outcomeOf(error));
+        // commit() was never called, so nothing of it was written (writes are buffered
+        // until the commit), whatever the error says of the store call: it failed. Recorded
+        // unknown, a read that showed one of its appends would count as proof that it
+        // committed instead of as an aborted read (G1a).
+        if (workload.outcomeOf(error) === 'info') unknownBeforeCommit++;
+        record('fail');
         continue;
       }
       const writtenRows = new Set(plan.filter((p) => p.append).map((p) => p.key)).size;
@@ -151,7 +163,7 @@ export async function runListAppend(
     }
   };
   await Promise.all(Array.from({ length: workload.workers }, (_, w) => worker(w)));
-  return { history, crashes };
+  return { history, crashes, unknownBeforeCommit };
 }
 
 /**
