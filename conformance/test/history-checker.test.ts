@@ -147,6 +147,30 @@ describe('checkListAppend (Elle list-append, snapshot isolation)', () => {
     expect(result.anomalies[0]!.message).toMatch(/T1 -rw\("x"\)-> T0 -rt-> T1/);
   });
 
+  it('checks each committed read against the timestamps: commits below its snapshot in, the others out', () => {
+    const at = (op: ListAppendOp, startTs: number, commitTs?: number): ListAppendOp => ({
+      ...op,
+      startTs,
+      ...(commitTs === undefined ? {} : { commitTs }),
+    });
+    // T0 commits at 5. A snapshot at 6 must see it; one at 5 or below must not.
+    expect(types([at(ok('r x', 'a x 1'), 1, 5), at(ok('r x 1'), 6)])).toEqual([]);
+    expect(types([at(ok('r x', 'a x 1'), 1, 5), at(ok('r x'), 5)])).toEqual([]);
+    // Overlapping in every other respect (no real time, no dependency cycle): only the
+    // timestamps tell that the first read missed a commit and the second saw one too early.
+    const stale = checkListAppend([at(ok('r x', 'a x 1'), 1, 5), at(ok('r x'), 6)]);
+    expect(stale.anomalies.map((a) => a.type)).toEqual(['stale-read']);
+    expect(stale.anomalies[0]!.message).toMatch(
+      /T1 read "x" = \[\] at snapshot 6, without 1 appended by T0, committed at 5/,
+    );
+    expect(types([at(ok('r x', 'a x 1'), 1, 5), at(ok('r x 1'), 4)])).toEqual(['future-read']);
+    // Its own appends, and writers without a commit timestamp (unknown outcome, or stopped
+    // after their commit point), are not judged by timestamps.
+    expect(types([at(ok('r x', 'a x 1', 'r x 1'), 3, 5)])).toEqual([]);
+    expect(types([at(ok('r x', 'a x 1'), 1), at(ok('r x'), 6)])).toEqual([]);
+    expect(types([at(txn('info', 'r x', 'a x 1'), 1, 5), at(ok('r x'), 6)])).toEqual([]);
+  });
+
   it('finds non-monotonic reads through real-time order, in one key and across keys', () => {
     expect(types(sequential([ok('r x', 'a x 1'), ok('r x 1'), ok('r x'), ok('r x 1')]))).toEqual([
       'G-single-realtime',

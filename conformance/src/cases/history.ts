@@ -185,11 +185,26 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   clock.advance(lockTtlMs + 1);
   const finalReader = client(ctx, store, { lockTtlMs, ...(options.crashes ? { clock } : {}) }).db;
   const finalInvoke = performance.now();
-  const finalRead = await settled(finalReader, (tx) => readAllLists(tx, keys), 'the final read');
+  let finalStart: number | undefined;
+  const finalRead = await settled(
+    finalReader,
+    async (tx) => {
+      const lists = await readAllLists(tx, keys);
+      finalStart = tx.startTs;
+      return lists;
+    },
+    'the final read',
+  );
   const history: ListAppendOp[] = [
     ...run.history,
     ...unknownOps,
-    { type: 'ok' as const, txn: finalRead, invoke: finalInvoke, complete: performance.now() },
+    {
+      type: 'ok' as const,
+      txn: finalRead,
+      invoke: finalInvoke,
+      complete: performance.now(),
+      ...(finalStart === undefined ? {} : { startTs: finalStart }),
+    },
   ].map((op, id) => ({ ...op, id }));
   // The final read must keep every committed append and everything a committed read saw.
   const result = checkListAppend(history, { finalRead: true });

@@ -56,6 +56,14 @@ export interface ListAppendOp {
    */
   readonly type: 'ok' | 'fail' | 'info';
   readonly txn: readonly ListAppendMop[];
+  /**
+   * Optional timestamps: the snapshot its reads were taken at (`tx.startTs`), and for a
+   * committed transaction its commit timestamp. With them, each committed read is checked
+   * against snapshot isolation's visibility rule itself (stale-read, future-read), which
+   * real time only bounds.
+   */
+  readonly startTs?: number;
+  readonly commitTs?: number;
 }
 
 export type AnomalyType =
@@ -77,6 +85,8 @@ export type AnomalyType =
   | 'duplicate-append'
   | 'duplicate-elements'
   | 'garbage-read'
+  | 'stale-read'
+  | 'future-read'
   | 'internal';
 
 export interface Anomaly {
@@ -115,6 +125,45 @@ export interface CheckResult {
   readonly graph: { readonly nodes: number; readonly edges: number; readonly components: number };
 }
 
+/**
+ * Where the ops carry timestamps: a committed read at snapshot S (its transaction's
+ * startTs) must hold every append of a committed transaction whose commitTs is below S
+ * (stale-read if one is missing) and none whose commitTs is S or above (future-read): the
+ * visibility rule of snapshot isolation. Appends of the reader itself, and of transactions
+ * without a commit timestamp (unknown outcomes, clients stopped after their commit point),
+ * are not judged here.
+ */
+function checkTimestamps(
+  history: readonly ListAppendOp[],
+  ids: readonly number[],
+  committed: readonly boolean[],
+  writers: Map<string, Map<number, Writer>>,
+  report: (a: Anomaly) => void,
+): void {
+  history.forEach((op, i) => {
+    const snapshot = op.startTs;
+    if (!committed[i] || snapshot === undefined) return;
+    for (const m of op.txn) {
+      if (m.f !== 'r' || m.value === null) continue;
+      const list = new Set(m.value);
+      for (const [value, w] of writers.get(m.key) ?? []) {
+        if (w.op === i) continue;
+        const writer = history[w.op]!;
+        if (writer.type !== 'ok' || writer.commitTs === undefined) continue;
+        const visible = writer.commitTs < snapshot;
+        if (visible === list.has(value)) continue;
+        report({
+          type: visible ? 'stale-read' : 'future-read',
+          message: visible
+            ? `T${ids[i]} read ${JSON.stringify(m.key)} = [${m.value.join(',')}] at snapshot ${snapshot}, without ${value} appended by T${ids[w.op]}, committed at ${writer.commitTs}`
+            : `T${ids[i]} read ${JSON.stringify(m.key)} = [${m.value.join(',')}] at snapshot ${snapshot}, with ${value} appended by T${ids[w.op]}, committed at ${writer.commitTs}`,
+          ops: [ids[i]!, ids[w.op]!],
+        });
+      }
+    }
+  });
+}
+
 /** At most this many examples of one anomaly type are kept, so reports stay readable. */
 const MAX_EXAMPLES = 8;
 
@@ -141,6 +190,7 @@ export function checkListAppend(history: readonly ListAppendOp[], options: Check
   const committed = history.map((op, i) => op.type === 'ok' || (op.type === 'info' && seen.has(i)));
   checkReadsAgainstWriters(history, ids, committed, writers, report);
   checkInternal(history, ids, committed, report);
+  checkTimestamps(history, ids, committed, writers, report);
 
   const reads = externalReads(history, committed);
   const whole = allReads(history, committed);

@@ -103,12 +103,22 @@ export async function runListAppend(
       const mops: ListAppendMop[] = [];
       // Before begin() draws the start timestamp: a commit acknowledged earlier must be seen.
       const invoke = performance.now();
+      /** The snapshot of its reads, and (committed) its commit timestamp: the checker's visibility rule. */
+      const stamps: { startTs?: number; commitTs?: number } = {};
       const record = (type: ListAppendOp['type']) => {
         const complete = performance.now();
         // Reads of a failed transaction carry no information; an unknown one's count once a
         // committed read shows that it committed (the checker decides).
         const txn = type !== 'fail' ? mops : mops.map((m) => (m.f === 'r' ? { ...m, value: null } : m));
-        const op: ListAppendOp = { id: history.length, process: w, type, txn, invoke, complete };
+        const op: ListAppendOp = {
+          id: history.length,
+          process: w,
+          type,
+          txn,
+          invoke,
+          complete,
+          ...(type === 'fail' ? {} : stamps),
+        };
         history.push(op);
         workload.onRecord?.(op);
       };
@@ -142,12 +152,15 @@ export async function runListAppend(
         record('fail');
         continue;
       }
+      // Every op of a plan reads first, so the snapshot is drawn (or peeked) by now.
+      stamps.startTs = tx.startTs;
       const writtenRows = new Set(plan.filter((p) => p.append).map((p) => p.key)).size;
       const crash = writtenRows > 0 ? workload.crashAt?.(random, writtenRows) : undefined;
       if (crash !== undefined) plansFor?.(db)?.set(tx, crash);
       await jitter(random);
       try {
-        await tx.commit();
+        const { commitTs } = await tx.commit();
+        if (writtenRows > 0) stamps.commitTs = commitTs;
         record('ok');
       } catch (error) {
         if (error instanceof ClientCrash) {
