@@ -212,3 +212,25 @@ export class StalePeekStore extends MemoryStore {
     return { ...result, timestamp: result.timestamp - this.lag };
   }
 }
+
+/**
+ * The one-step commit of several rows (`checkAndSetStampedMany`) ignores the expected
+ * versions: last writer wins. Every other method is the memory store's own, so the broken
+ * path is the one the core takes for multi-row commits on stores that have it.
+ */
+export class IgnoresVersionStampedStore extends MemoryStore {
+  override readonly name = 'broken: the stamped step of several rows ignores the versions';
+  override async checkAndSetStampedMany(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ): ReturnType<MemoryStore['checkAndSetStampedMany']> {
+    for (;;) {
+      const current = await Promise.all(requests.map((r) => this.read(r.table, r.key)));
+      const result = await super.checkAndSetStampedMany(
+        requests.map((r, i) => ({ ...r, expected: current[i]?.version ?? null })),
+        counter,
+      );
+      if (result.ok) return result;
+    }
+  }
+}

@@ -10,6 +10,7 @@ import { MemoryStore, type RowStore, writeStamp } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import {
   CreateOnlyNotificationsStore,
+  IgnoresVersionStampedStore,
   IgnoresVersionStore,
   MinimalStore,
   ReusesVersionsStore,
@@ -65,6 +66,13 @@ describe('the conformance suite catches broken stores', () => {
     // The same bug is caught with faults on: the faulty variants are not vacuous.
     expect(errorOf(report, 'faults', 'list-append workload with random store faults')).toMatch(BROKEN_CAS);
     expect(errorOf(report, 'faults', 'list-append workload with clients stopping')).toMatch(BROKEN_CAS);
+  }, 120_000);
+
+  it('a stamped step of several rows that ignores the versions fails the history check (the path multi-row commits take)', async () => {
+    const store = new IgnoresVersionStampedStore();
+    expect(store.capabilities.stampedCheckAndSetMany).toBe(true);
+    const report = await run(() => new IgnoresVersionStampedStore(), ['history']);
+    expect(errorOf(report, 'history', 'a concurrent list-append workload')).toMatch(BROKEN_CAS);
   }, 120_000);
 
   it('a read that returns a stale state fails the store contract, the history check and the faults part', async () => {
