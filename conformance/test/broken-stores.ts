@@ -234,3 +234,40 @@ export class IgnoresVersionStampedStore extends MemoryStore {
     }
   }
 }
+
+/**
+ * The batch check-and-set (`checkAndSetMany`) ignores the expected versions: last writer
+ * wins. Without the stamped capabilities, the core prewrites and commits the rows of a
+ * multi-row transaction with it (two phases), so that is the path broken.
+ */
+export class IgnoresVersionBatchStore extends MemoryStore {
+  override readonly name = 'broken: the batch check-and-set ignores the versions';
+  constructor() {
+    super();
+    (this as { capabilities: StoreCapabilities }).capabilities = {
+      ...this.capabilities,
+      stampedCheckAndSet: false,
+      stampedCheckAndSetMany: false,
+      stampedRead: false,
+      stampedManyForOneRow: false,
+    };
+  }
+  override async checkAndSetMany(requests: readonly CasRequest[]): Promise<CasResult[]> {
+    const results: CasResult[] = [];
+    for (const request of requests) {
+      for (;;) {
+        const current = await this.read(request.table, request.key);
+        if (current === null && request.state === null) {
+          results.push(await super.checkAndSet(request));
+          break;
+        }
+        const result = await super.checkAndSet({ ...request, expected: current?.version ?? null });
+        if (result.ok) {
+          results.push(result);
+          break;
+        }
+      }
+    }
+    return results;
+  }
+}

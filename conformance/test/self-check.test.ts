@@ -10,6 +10,7 @@ import { MemoryStore, type RowStore, writeStamp } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import {
   CreateOnlyNotificationsStore,
+  IgnoresVersionBatchStore,
   IgnoresVersionStampedStore,
   IgnoresVersionStore,
   MinimalStore,
@@ -72,6 +73,13 @@ describe('the conformance suite catches broken stores', () => {
     const store = new IgnoresVersionStampedStore();
     expect(store.capabilities.stampedCheckAndSetMany).toBe(true);
     const report = await run(() => new IgnoresVersionStampedStore(), ['history']);
+    expect(errorOf(report, 'history', 'a concurrent list-append workload')).toMatch(BROKEN_CAS);
+  }, 120_000);
+
+  it('a batch check-and-set that ignores the versions fails the history check (the path two-phase commits take)', async () => {
+    const store = new IgnoresVersionBatchStore();
+    expect(store.capabilities).toMatchObject({ batchCheckAndSet: true, stampedCheckAndSetMany: false });
+    const report = await run(() => new IgnoresVersionBatchStore(), ['history']);
     expect(errorOf(report, 'history', 'a concurrent list-append workload')).toMatch(BROKEN_CAS);
   }, 120_000);
 
