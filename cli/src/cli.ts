@@ -54,8 +54,8 @@ const CONNECTION = `Connection (every command):
   -h, --help         this text, or a command's own with \`percolator <command> --help\``;
 
 const EXITS = `Exit codes: 0 done, nothing wrong; 1 a problem found or left (locks listed, a live lock
-not settled); 2 bad usage; 3 store unreachable or failing; 4 not there (no such row, a table
-with no rows, no such namespace).`;
+not settled, commit records gc could not settle); 2 bad usage; 3 store unreachable or failing;
+4 not there (no such row, a table with no rows, no such namespace).`;
 
 interface CommandSpec {
   readonly usage: string;

@@ -30,7 +30,7 @@ export function bytes(n: number): string {
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, min: 60_000, h: 3_600_000, d: 86_400_000 };
 
-/** "30s", "1500ms", "2m", "1h", or a plain number of ms. Throws on anything else. */
+/** "30s", "1500ms", "1.5s", "2m", "1h", "1d": a number and its unit. Throws on anything else, a bare number included. */
 export function parseDuration(text: string): number {
   // The unit is required: a bare `3600` meant as seconds would otherwise be 3.6 s of
   // retention, and `gc` would prune history the deployment's snapshots still need.

@@ -133,7 +133,8 @@ export async function openNamespaceAdmin(t: Omit<StoreTarget, 'namespace'>): Pro
 
 /**
  * Opens every store of a composite deployment (each never creating anything) and the
- * composite over them. `defaultNamespace` (--namespace) applies to stores that name none.
+ * composite over them, exactly as the file names them (a store without a namespace gets
+ * the adapters' default, as in the application).
  */
 export async function openComposite(config: CompositeConfig): Promise<OpenedStore> {
   // Exactly the stores the file names, as the application opens them, only never creating.

@@ -593,6 +593,44 @@ describe('observers: workers, leases and scanning', () => {
     expect(worker.isRunning).toBe(false);
   });
 
+  test('a stop() not awaited, then close(): close waits for the row in progress, which commits', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    let entered = false;
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const worker = db.worker({
+      observers: [
+        copier([], {
+          handler: async (tx, { table, row }) => {
+            entered = true;
+            await held;
+            tx.set(table, row, 'copy', 'done');
+          },
+        }),
+      ],
+      idlePollMs: 20,
+      ...quiet,
+    });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    worker.start();
+    while (!entered) await new Promise((r) => setTimeout(r, 5));
+    void worker.stop(); // a shutdown path that does not wait for it
+    let closed = false;
+    const closing = db.close().then(() => {
+      closed = true;
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(closed).toBe(false); // the row is still being processed
+    release();
+    await closing;
+    expect(worker.stats.runs).toBe(1);
+    expect(worker.stats.failures).toBe(0);
+    expect(await read(new Percolator({ store }), 'docs', 'a', 'copy')).toBe('done');
+  });
+
   test('several workers share the work and never run the same row at once', async () => {
     const store = new MemoryStore();
     const writer = client(store, { observedColumns: [{ table: 'docs', column: 'body' }] });

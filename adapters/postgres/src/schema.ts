@@ -126,8 +126,9 @@ export const CAS_MANY_MISMATCH = 'PC409';
  *    wait on the counter (as the single-row stamped statements do).
  * 2. Draw: the upsert of incrementCounter with delta 1. It locks the counter row until the
  *    transaction commits, and it is the first lock this call takes.
- * 3. Apply the CAS one row at a time in (tbl, key) byte order (bytea order: memcmp, then
- *    length, the order of Buffer.compare), each with the drawn value written over bytes
+ * 3. Apply the CAS one row at a time, the updates in (tbl, key) byte order (bytea order:
+ *    memcmp, then length, the order of Buffer.compare), then the creates in that order
+ *    (Deadlock-free, below), each with the drawn value written over bytes
  *    2..9 (int8send: big-endian), a new version from the sequence. A create is
  *    INSERT ... ON CONFLICT DO NOTHING (it waits for a concurrent inserter of the key and
  *    then inserts nothing if that one committed); an update is UPDATE ... WHERE version =
@@ -143,18 +144,23 @@ export const CAS_MANY_MISMATCH = 'PC409';
  * transaction visible before it releases its locks: whoever holds a later value and then
  * reads sees every one of these writes (see stampedUpdate in statements.ts).
  *
- * Deadlock-free: the counter row is taken first, while the call holds nothing; then the
- * rows it updates in ascending (tbl, key) order, then the rows it creates in that order.
- * Every other statement of the store takes at most the counter and then one row (stamped
- * CAS), the counter alone (draws, stamped reads), or rows in the same order (casMany: the
- * rows that exist, then the creates; a plain CAS takes one row), and none waits for the
- * counter while it holds a row. So a statement waiting for the counter holds nothing, one
- * waiting for an existing row k holds only existing rows below k, and one waiting for a
- * key k it creates (another's uncommitted insert) holds existing rows and creates below k:
- * no cycle can form. Creates in one key order with the updates (as before) let a call hold
- * a new key a while it waited for row b, and a mixed casMany, which locks b and creates a
- * after, wait for a: a cycle PostgreSQL breaks only after deadlock_timeout (1 s), with the
- * counter held all that time (found by a review).
+ * Lock order: the counter row is taken first, while the call holds nothing; then the rows
+ * it updates in ascending (tbl, key) order, then the rows it creates in that order. Every
+ * other statement of the store takes at most the counter and then one row (stamped CAS),
+ * the counter alone (draws, stamped reads), or rows in ascending order kind by kind
+ * (casMany; one of several kinds locks the rows that exist first, then creates; a plain CAS
+ * takes one row), and none waits for the counter while it holds a row. So a statement
+ * waiting for the counter holds nothing, and one waiting for an existing row k holds
+ * existing rows below k. A create waits for whoever holds its key: an uncommitted insert
+ * of it, which comes after that statement's existing rows as here, or a delete of it. Only
+ * the second can close a cycle: a create whose check went stale (the key was created since)
+ * while a casMany of deletes holds the key and waits for a row this call updated, a pair
+ * the core has no reason to send (its deletes are of version rows no head row names any
+ * more, which no commit creates); PostgreSQL would break it after deadlock_timeout (1 s). The key
+ * order for creates and updates together, before, let a call hold a new key a while it
+ * waited for row b, and a mixed casMany, which locks b and creates a after, wait for a: a
+ * cycle the protocol can produce (a one-step commit and a two-phase prewrite creating the
+ * same key), with the counter held all that time (found by a review).
  *
  * Only the validated namespace is spliced in; everything else is an argument.
  */

@@ -169,7 +169,7 @@ SELECT version::text AS version, value::text AS ts FROM w`,
     /*
      * Stamped multi-row check-and-set (capability stampedCheckAndSetMany): one statement
      * calling the function the schema defines (schema.ts, casStampedManyFunctionBody),
-     * which checks, draws, and writes every row in (tbl, key) order, all or nothing. Row
+     * which checks, draws, and writes every row (updates in (tbl, key) order, then creates), all or nothing. Row
      * (0, drawn value, NULL) means applied, then (ordinal, new version, NULL) per request;
      * no row 0 means a request did not match, and the rows are the present rows as they
      * are. A row that changed after the draw raises CAS_MANY_MISMATCH (all rolled back).

@@ -259,7 +259,7 @@ class PostgresRowStore implements PostgresStore {
    * One statement (statements.ts: casStampedMany) calls the namespace's PL/pgSQL function
    * (schema.ts: casStampedManyFunctionBody): it checks every row without locks (a visible
    * mismatch draws nothing and answers with the rows as they are), then draws counter + 1
-   * (the counter row first) and applies every CAS in (tbl, key) byte order with that value
+   * (the counter row first) and applies every CAS (updates in (tbl, key) byte order, then creates) with that value
    * at STAMP_OFFSET, in one transaction. A row that changed after the check raises
    * CAS_MANY_MISMATCH, which rolls the whole statement back (the draw too): `ok: false`,
    * with `current` from one more read (as checkAndSet does on failure). See the function's

@@ -127,7 +127,8 @@ export class ObserverWorker {
   private running = false;
   /** Counts stop()s: the loops of an earlier start() end even if start() runs again meanwhile. */
   private generation = 0;
-  private loops: Promise<void>[] = [];
+  /** The background loops still running, each with the generation (start()) it belongs to. */
+  private readonly loops = new Map<Promise<void>, number>();
   private readonly sleepers = new Set<() => void>();
   /** The runUntilIdle calls in progress: the client's close() waits for them (drained). */
   private readonly drains = new Set<Promise<void>>();
@@ -171,20 +172,27 @@ export class ObserverWorker {
     if (this.running) return;
     this.running = true;
     const generation = this.generation;
-    this.loops = Array.from({ length: this.concurrency }, () => this.loop(generation));
+    for (let i = 0; i < this.concurrency; i++) {
+      const loop = this.loop(generation);
+      this.loops.set(loop, generation);
+      const forget = () => this.loops.delete(loop);
+      loop.then(forget, forget);
+    }
   }
 
   /**
-   * Stops the loops; resolves once the rows they were processing are finished. A start()
-   * meanwhile starts loops of its own, which this stop leaves running.
+   * Stops the loops; resolves once the rows they were processing are finished, those of
+   * every earlier start() included (a stop() still waiting, or one not awaited, leaves
+   * nothing for the next stop() or close() to skip). A start() meanwhile starts loops of
+   * its own, which this stop leaves running.
    */
   async stop(): Promise<void> {
     this.running = false;
-    this.generation++;
+    const stopped = this.generation++;
     for (const wake of this.sleepers) wake();
-    const loops = this.loops;
-    this.loops = [];
-    await Promise.all(loops);
+    await Promise.all(
+      [...this.loops].filter(([, generation]) => generation <= stopped).map(([loop]) => loop),
+    );
   }
 
   /** Whether the loops of `generation` (one start()) are to go on. */
