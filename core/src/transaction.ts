@@ -10,7 +10,7 @@ import {
   type RowMutations,
   rowId,
 } from './commit/index.js';
-import type { ProtocolEnv } from './env.js';
+import { keepInBackground, type ProtocolEnv } from './env.js';
 import {
   AbortedError,
   ClosedError,
@@ -56,6 +56,7 @@ export interface CommitResult {
 type Status = 'active' | 'committing' | 'committed' | 'rolledBack' | 'failed';
 
 const decoder = new TextDecoder();
+const noop = (): void => {};
 const SCAN_PAGE = 256;
 /**
  * Rows a transaction keeps as its reads decoded them: more than a commit of one step takes
@@ -372,7 +373,7 @@ export class Transaction {
     try {
       for (let attempt = 0; ; attempt++) {
         this.checkSignal();
-        const stored = await this.readRow(table, row);
+        const stored = await this.untilAborted(this.readRow(table, row));
         const id = this.remember(table, row, stored);
         const state = stored ? decodeRow(stored.state) : undefined;
         // Index loops, no closures: this runs for every read. The first locked column stops
@@ -1024,7 +1025,8 @@ export class Transaction {
       this.checkSignal();
       return;
     }
-    const resolved = (await resolveLock(this.env, table, row, lock, this.ref, 'read')) !== 'alive';
+    const resolved =
+      (await this.untilAborted(resolveLock(this.env, table, row, lock, this.ref, 'read'))) !== 'alive';
     // Resolved once is the common case. Resolved again and again means our re-reads keep
     // seeing the lock (a lagging store, or a stream of new owners): back off all the same.
     if (resolved && attempt < 2) return;
@@ -1040,6 +1042,40 @@ export class Transaction {
   /** Reads and lock waits stop at once when the caller aborts. */
   private checkSignal(): void {
     if (this.signal?.aborted) throw abortedError(this.signal);
+  }
+
+  /**
+   * `work` (a read, settling a lock), or AbortedError as soon as the caller's signal aborts,
+   * whichever comes first: a store that keeps failing keeps its retries going for seconds,
+   * and the caller asked to stop now. The work itself goes on: a read, or a lock settled as
+   * any reader would settle it, is harmless done or not. It is kept with the client's
+   * background work (close() waits for it), its outcome dropped. Without a signal, `work`.
+   */
+  private untilAborted<T>(work: Promise<T>): Promise<T> {
+    const signal = this.signal;
+    if (!signal) return work;
+    const abandon = () => keepInBackground(this.env.background, work.then(noop, noop));
+    if (signal.aborted) {
+      abandon();
+      return Promise.reject(abortedError(signal));
+    }
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = () => {
+        abandon();
+        reject(abortedError(signal));
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      work.then(
+        (value) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(value);
+        },
+        (error: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(error);
+        },
+      );
+    });
   }
 
   /**

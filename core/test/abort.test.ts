@@ -115,6 +115,65 @@ describe('cancellation and deadlines', () => {
     await crashed.close();
   });
 
+  it('a read on a store that keeps failing stops at the abort with AbortedError, not after its retries; close() waits for them', async () => {
+    const store = new InstrumentedStore(new MemoryStore());
+    const db = new Percolator({ store, peekedWrites: false });
+    await db.transact(async (tx) => tx.set('t', 'x', 'v', '1'));
+    // Every read fails from now on: the client retries each a few times, with backoff.
+    store.readFault = () => true;
+    const controller = new AbortController();
+    const reading = db
+      // One attempt: the error is the read's own, not a retry's.
+      .transact((tx) => tx.getString('t', 'x', 'v'), { signal: controller.signal, maxAttempts: 1 })
+      .catch((e: unknown) => e);
+    while (store.rowReads < 2) await new Promise((r) => setTimeout(r, 1));
+    controller.abort();
+    const error = await reading;
+    // Stopped while the store was still failing: its own error would have come after the retries.
+    expect(error).toBeInstanceOf(AbortedError);
+    const closing = db.close();
+    store.readFault = () => false;
+    await closing;
+  });
+
+  it('a reader settling a lock on a store that keeps failing stops at the abort with AbortedError', async () => {
+    const store = new InstrumentedStore(new MemoryStore());
+    const crashed = new Percolator({
+      store,
+      lockTtlMs: 1,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    await expect(
+      crashed.transact(async (tx) => {
+        tx.set('t', 'x', 'v', '1');
+        tx.set('t', 'y', 'v', '1');
+      }),
+    ).rejects.toBeInstanceOf(ClientCrash);
+    await new Promise((r) => setTimeout(r, 5)); // the lock has expired: a reader rolls it back
+    // Every write fails: the reader's roll-back retries with backoff.
+    let failedWrites = 0;
+    store.casFault = () => {
+      failedWrites++;
+      return 'refuse';
+    };
+    const reader = new Percolator({ store, lockTtlMs: 1 });
+    const controller = new AbortController();
+    const reading = reader
+      .transact((tx) => tx.getString('t', 'y', 'v'), { signal: controller.signal, maxAttempts: 1 })
+      .catch((e: unknown) => e);
+    while (failedWrites < 2) await new Promise((r) => setTimeout(r, 1));
+    controller.abort();
+    expect(await reading).toBeInstanceOf(AbortedError);
+    store.casFault = () => undefined;
+    await reader.close();
+    await crashed.close();
+  });
+
   it('bad signal and timeout options are InvalidArgumentErrors', async () => {
     const db = new Percolator({ store: new MemoryStore() });
     await expect(db.transact(async () => 1, { timeoutMs: -1 })).rejects.toMatchObject({
