@@ -7,11 +7,36 @@ import {
   LockNotResolvedError,
   MemoryStore,
   Percolator,
+  type RowStore,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { InstrumentedStore } from './support.js';
 
 const ROWS = ['a', 'b', 'c'];
+
+/**
+ * A client stopped just before its commit point, its locks on t/x (primary) and t/y left
+ * behind with `lockTtlMs`. Two phases: the steps the hook stops at (a one-step commit has none).
+ */
+async function stoppedBeforeCommitPrimary(store: RowStore, lockTtlMs: number): Promise<Percolator> {
+  const crashed = new Percolator({
+    store,
+    lockTtlMs,
+    onePhaseMaxRows: 1,
+    hooks: {
+      onCommitStep: (e) => {
+        if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+      },
+    },
+  });
+  await expect(
+    crashed.transact(async (tx) => {
+      tx.set('t', 'x', 'v', '1');
+      tx.set('t', 'y', 'v', '1');
+    }),
+  ).rejects.toBeInstanceOf(ClientCrash);
+  return crashed;
+}
 const read = (db: Percolator) => db.transact((tx) => Promise.all(ROWS.map((r) => tx.getString('t', r, 'v'))));
 
 describe('cancellation and deadlines', () => {
@@ -88,23 +113,7 @@ describe('cancellation and deadlines', () => {
 
   it('a reader waiting on a live lock stops at the deadline with AbortedError, not after lockWaitMs', async () => {
     const store = new MemoryStore();
-    const crashed = new Percolator({
-      store,
-      lockTtlMs: 60_000,
-      // The two-phase steps these hooks stop at (a one-step commit has none).
-      onePhaseMaxRows: 1,
-      hooks: {
-        onCommitStep: (e) => {
-          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
-        },
-      },
-    });
-    await expect(
-      crashed.transact(async (tx) => {
-        tx.set('t', 'x', 'v', '1');
-        tx.set('t', 'y', 'v', '1');
-      }),
-    ).rejects.toBeInstanceOf(ClientCrash);
+    const crashed = await stoppedBeforeCommitPrimary(store, 60_000);
     const reader = new Percolator({ store, lockTtlMs: 60_000, lockWaitMs: 60_000 });
     const error = await reader
       .transact((tx) => tx.getString('t', 'x', 'v'), { timeoutMs: 50 })
@@ -138,22 +147,7 @@ describe('cancellation and deadlines', () => {
 
   it('a reader settling a lock on a store that keeps failing stops at the abort with AbortedError', async () => {
     const store = new InstrumentedStore(new MemoryStore());
-    const crashed = new Percolator({
-      store,
-      lockTtlMs: 1,
-      onePhaseMaxRows: 1,
-      hooks: {
-        onCommitStep: (e) => {
-          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
-        },
-      },
-    });
-    await expect(
-      crashed.transact(async (tx) => {
-        tx.set('t', 'x', 'v', '1');
-        tx.set('t', 'y', 'v', '1');
-      }),
-    ).rejects.toBeInstanceOf(ClientCrash);
+    const crashed = await stoppedBeforeCommitPrimary(store, 1);
     await new Promise((r) => setTimeout(r, 5)); // the lock has expired: a reader rolls it back
     // Every write fails: the reader's roll-back retries with backoff.
     let failedWrites = 0;

@@ -31,6 +31,28 @@ function client(store: RowStore, options: Partial<ConstructorParameters<typeof P
 
 const quiet = { onError: () => undefined };
 
+/** A gate the first observer run waits at until `open()`; later runs pass at once. */
+function firstRunGate() {
+  let reached = false;
+  let open!: () => void;
+  const opened = new Promise<void>((r) => {
+    open = r;
+  });
+  return {
+    /** In a handler. */
+    async pass(): Promise<void> {
+      if (reached) return;
+      reached = true;
+      await opened;
+    },
+    /** Resolves once a run waits at the gate. */
+    async reached(): Promise<void> {
+      while (!reached) await new Promise((r) => setTimeout(r, 5));
+    },
+    open,
+  };
+}
+
 /** All keys the notification index lists for `table`. */
 async function notified(store: RowStore, table: string): Promise<string[]> {
   return store.scanNotified!(table, { limit: 10_000 });
@@ -556,19 +578,12 @@ describe('observers: workers, leases and scanning', () => {
     const store = new MemoryStore();
     const db = client(store);
     const seen: string[] = [];
-    let entered = false;
-    let release!: () => void;
-    const held = new Promise<void>((r) => {
-      release = r;
-    });
+    const gate = firstRunGate();
     const worker = db.worker({
       observers: [
         copier([], {
           handler: async (_tx, { row }) => {
-            if (!entered) {
-              entered = true;
-              await held;
-            }
+            await gate.pass();
             seen.push(row);
           },
         }),
@@ -580,10 +595,10 @@ describe('observers: workers, leases and scanning', () => {
       Promise.race([promise.then(() => true), new Promise((r) => setTimeout(() => r(false), ms))]);
     await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
     worker.start();
-    while (!entered) await new Promise((r) => setTimeout(r, 5));
+    await gate.reached();
     const stopping = worker.stop(); // waits for row a's run
     worker.start();
-    release();
+    gate.open();
     expect(await settles(stopping, 5_000)).toBe(true);
     expect(worker.isRunning).toBe(true);
     await db.transact(async (tx) => tx.set('docs', 'b', 'body', 'y'));
@@ -596,17 +611,12 @@ describe('observers: workers, leases and scanning', () => {
   test('a stop() not awaited, then close(): close waits for the row in progress, which commits', async () => {
     const store = new MemoryStore();
     const db = new Percolator({ store });
-    let entered = false;
-    let release!: () => void;
-    const held = new Promise<void>((r) => {
-      release = r;
-    });
+    const gate = firstRunGate();
     const worker = db.worker({
       observers: [
         copier([], {
           handler: async (tx, { table, row }) => {
-            entered = true;
-            await held;
+            await gate.pass();
             tx.set(table, row, 'copy', 'done');
           },
         }),
@@ -616,7 +626,7 @@ describe('observers: workers, leases and scanning', () => {
     });
     await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
     worker.start();
-    while (!entered) await new Promise((r) => setTimeout(r, 5));
+    await gate.reached();
     void worker.stop(); // a shutdown path that does not wait for it
     let closed = false;
     const closing = db.close().then(() => {
@@ -624,7 +634,7 @@ describe('observers: workers, leases and scanning', () => {
     });
     await new Promise((r) => setTimeout(r, 100));
     expect(closed).toBe(false); // the row is still being processed
-    release();
+    gate.open();
     await closing;
     expect(worker.stats.runs).toBe(1);
     expect(worker.stats.failures).toBe(0);

@@ -407,6 +407,15 @@ describe('one-phase commits of several rows', () => {
       await db.flush();
       return { db, seedTs: first.startTs };
     }
+    /** The version row of a's value v0, there already (as a tidy pass that lost its head-row CAS leaves it). */
+    function versionRowThere(store: InstrumentedStore, seedTs: number) {
+      return store.inner.checkAndSet({
+        table: versionTable('t'),
+        key: versionKey('a', 'v', seedTs),
+        expected: null,
+        state: encodeVersionRow(text('v0')),
+      });
+    }
     async function commitV1(db: Percolator) {
       const tx = await db.begin();
       await tx.getString('t', 'a', 'v');
@@ -454,12 +463,7 @@ describe('one-phase commits of several rows', () => {
       const { db, seedTs } = await seeded(store);
       const old = await db.begin();
       const vt = versionTable('t');
-      const created = await store.inner.checkAndSet({
-        table: vt,
-        key: versionKey('a', 'v', seedTs),
-        expected: null,
-        state: encodeVersionRow(text('v0')),
-      });
+      const created = await versionRowThere(store, seedTs);
       expect(created.ok).toBe(true);
       const calls = store.stampedManyCalls;
       await commitV1(db);
@@ -480,13 +484,7 @@ describe('one-phase commits of several rows', () => {
       const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
       const { db, seedTs } = await seeded(store);
       const old = await db.begin();
-      const vt = versionTable('t');
-      await store.inner.checkAndSet({
-        table: vt,
-        key: versionKey('a', 'v', seedTs),
-        expected: null,
-        state: encodeVersionRow(text('v0')),
-      });
+      await versionRowThere(store, seedTs);
       const inner = store.inner;
       const original = inner.checkAndSetStampedMany.bind(inner);
       inner.checkAndSetStampedMany = async (requests, counter) => {
@@ -504,12 +502,7 @@ describe('one-phase commits of several rows', () => {
       const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
       const { db, seedTs } = await seeded(store);
       const vt = versionTable('t');
-      await store.inner.checkAndSet({
-        table: vt,
-        key: versionKey('a', 'v', seedTs),
-        expected: null,
-        state: encodeVersionRow(text('v0')),
-      });
+      await versionRowThere(store, seedTs);
       // The store refuses without the current rows, so the commit reads its version rows;
       // the first such read loses its reply ('unknown', as a store may say of any lost
       // reply); every later step is refused before it is applied ('no').

@@ -77,6 +77,15 @@ async function waitForLockWait(applicationName: string): Promise<void> {
   );
 }
 
+/** `client` begins a transaction and locks row (table, key) of `rows` until it ends. */
+async function holdRow(client: pg.PoolClient, rows: string, table: string, key: string): Promise<void> {
+  await client.query('BEGIN');
+  await client.query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
+    Buffer.from(table),
+    Buffer.from(key),
+  ]);
+}
+
 /** Takes a row lock without waiting, in its own statement: 'free' or the SQLSTATE (55P03: held). */
 function tryLock(sql: string, params: unknown[]): Promise<string | undefined> {
   return admin.query(sql, params).then(
@@ -375,11 +384,7 @@ describe('postgres checkAndSetStampedMany: lock order and concurrency', () => {
     const blocker = await admin.connect();
     const probe = await admin.connect();
     try {
-      await blocker.query('BEGIN');
-      await blocker.query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
-        Buffer.from('d'),
-        Buffer.from('b'),
-      ]);
+      await holdRow(blocker, rows, 'd', 'b');
       const call = many(
         s,
         [
@@ -426,11 +431,7 @@ describe('postgres checkAndSetStampedMany: lock order and concurrency', () => {
     await s.incrementCounter(counter, 1); // the counter row exists (an insert would not block)
     const blocker = await admin.connect();
     try {
-      await blocker.query('BEGIN');
-      await blocker.query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
-        Buffer.from('d'),
-        Buffer.from('b'),
-      ]);
+      await holdRow(blocker, rows, 'd', 'b');
       // Requests in the opposite order: b first.
       const call = many(
         s,

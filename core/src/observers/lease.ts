@@ -38,6 +38,11 @@ function decode(row: StoredRow): LeaseState | undefined {
   }
 }
 
+/** Whether `row` is the lease of acquisition `token` (ours, if the token is ours). */
+function holds(row: StoredRow | null | undefined, token: string): row is StoredRow {
+  return !!row && decode(row)?.token === token;
+}
+
 /** One lease row per (table, row); keys that would pass the 1024-byte limit are hashed. */
 export function leaseKey(table: string, row: string): string {
   const key = `${table}\u0000${row}`;
@@ -86,7 +91,7 @@ export class Lease {
         // then holds our token at a version we never heard of: still ours).
         const current =
           result.current === undefined ? await this.leases.store.read(LEASE_TABLE, this.key) : result.current;
-        if (current && decode(current)?.token === this.state.token) this.version = current.version;
+        if (holds(current, this.state.token)) this.version = current.version;
         else this.lost = true;
       }
     } catch {
@@ -154,7 +159,7 @@ export class Leases {
     // knows of would keep every worker (this one too) off the row until it expires.
     if (current === undefined) {
       const row = await this.store.read(LEASE_TABLE, key).catch(() => undefined);
-      if (row && decode(row)?.token === state.token) return new Lease(this, key, row.version, state);
+      if (holds(row, state.token)) return new Lease(this, key, row.version, state);
     }
     return undefined;
   }
