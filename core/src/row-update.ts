@@ -142,7 +142,16 @@ export async function updateRow<T>(
       decision = decide(current ? decodeRow(current.state) : undefined, { ambiguous });
       if (!('write' in decision)) return { result: decision.done, stored: current };
     }
-    const request = casRequest(env, table, key, current?.version ?? null, decision.write);
+    let request: CasRequest;
+    try {
+      request = casRequest(env, table, key, current?.version ?? null, decision.write);
+    } catch (error) {
+      // Nothing is sent, but after an attempt whose outcome is unknown the row may hold it:
+      // a row now too large for the store (grown by the row as re-read) must not read as
+      // "not written" (as in the catch below).
+      if (ambiguous) throw new AmbiguousOutcome(error);
+      throw error;
+    }
     try {
       if (stamped && request.state) {
         // A step of one row, shared with this turn's other stamped steps where the store can.

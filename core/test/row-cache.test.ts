@@ -1,7 +1,8 @@
 import { ClientCrash, InvalidArgumentError, MemoryStore, Percolator } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { RowCache } from '../src/row-cache.js';
-import { Guess, updateRow } from '../src/row-update.js';
+import { cellOf, emptyRow, type RowState } from '../src/row-state.js';
+import { AmbiguousOutcome, Guess, updateRow } from '../src/row-update.js';
 import { fakeClock, InstrumentedStore } from './support.js';
 
 /** Rows read and CAS sent (stamped or not); the start timestamp's draw is left out. */
@@ -226,6 +227,31 @@ describe('the row cache in transactions', () => {
     });
     expect(thrown.result).toBe('decided on the real row');
     expect(calls).toBe(2);
+    await db.close();
+  });
+});
+
+describe('updateRow after a write whose outcome is unknown', () => {
+  it('a decision too large for the store on the row as re-read leaves the outcome unknown', async () => {
+    const store = new InstrumentedStore(new MemoryStore({ maxStateBytes: 2000 }));
+    const db = new Percolator({ store });
+    const env = (db as unknown as { env: Parameters<typeof updateRow>[0] }).env;
+    let cas = 0;
+    // The first write lands, but its reply is lost.
+    store.casFault = () => (++cas === 1 ? 'fail-after' : undefined);
+    const rowOf = (bytes: number): RowState => {
+      const row = emptyRow();
+      cellOf(row, 'c').setValue(7, new Uint8Array(bytes).fill(1));
+      return row;
+    };
+    // Small on the empty row; on the row as re-read (holding the lost write) too large.
+    const update = updateRow(env, 't', 'k', null, (row) => ({
+      write: rowOf(row ? 5000 : 100),
+      result: 'written',
+    }));
+    // Before, the encoding's RowTooLargeError came out: "not written", for a write that landed.
+    await expect(update).rejects.toBeInstanceOf(AmbiguousOutcome);
+    expect((await store.inner.read('t', 'k')) !== null).toBe(true);
     await db.close();
   });
 });
