@@ -149,6 +149,13 @@ export class Transaction {
   /** Last version seen per row: the expected version of the first prewrite CAS. */
   private knownRows = new Map<string, StoredRow | null>();
   /**
+   * Set once a commit attempt has taken `knownRows` (and `decodedRows`), which it trusts: a
+   * read the caller left running across commit() (not awaited) may answer late with the row
+   * as it was before this transaction's prewrite, and must not replace what the commit
+   * knows (its secondaries' step would find no lock of ours to roll forward, and skip it).
+   */
+  private commitTookRows = false;
+  /**
    * Rows as its reads decoded them, for its commit to start from (commit/context.ts,
    * decodeKnown): at most `KEPT_DECODED` rows, none in a read-only transaction.
    */
@@ -861,6 +868,7 @@ export class Transaction {
     startTs: number = this.startTs,
     oneStep = true,
   ): Promise<number> {
+    this.commitTookRows = true;
     // A peeked snapshot is not the identity: the conflict check is against it (4.10).
     const snapshotTs = this.peeked && startTs !== this.ts ? this.ts : undefined;
     // Set on every attempt: a one-step try (STAMP) may fall back to a drawn identity equal
@@ -1085,7 +1093,7 @@ export class Transaction {
    * Returns the row's id where it noted it.
    */
   private remember(table: string, row: string, stored: StoredRow | null): string | undefined {
-    if (this.readOnly) return undefined;
+    if (this.readOnly || this.commitTookRows) return undefined;
     const id = rowId(table, row);
     this.knownRows.set(id, stored);
     this.env.rowCache?.set(table, row, stored);

@@ -262,3 +262,54 @@ describe('cancellation and deadlines', () => {
     await db.close();
   });
 });
+
+describe('the abort check before the commit point', () => {
+  it('comes after a heartbeat in flight is done: a signal that fires while it waits still rolls back', async () => {
+    const store = new InstrumentedStore();
+    let armed = false;
+    let beatHeld!: () => void;
+    const held = new Promise<void>((r) => {
+      beatHeld = r;
+    });
+    let releaseBeat!: () => void;
+    const release = new Promise<void>((r) => {
+      releaseBeat = r;
+    });
+    // Once armed, the next plain CAS of the primary (t/a) is the heartbeat's: held.
+    store.beforeCas = async (request) => {
+      if (!armed || request.key !== 'a') return;
+      armed = false;
+      beatHeld();
+      await release;
+    };
+    const db = new Percolator({
+      store,
+      lockTtlMs: 60,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: async (e) => {
+          if (e.step !== 'beforeCommitPrimary') return;
+          armed = true;
+          await held; // a beat (every lockTtlMs / 3) is now in flight
+        },
+      },
+    });
+    const controller = new AbortController();
+    const tx = await db.begin();
+    tx.set('t', 'a', 'v', '1');
+    tx.set('t', 'b', 'v', '1');
+    const commit = tx.commit({ signal: controller.signal }).then(
+      () => 'committed',
+      (error: unknown) => error,
+    );
+    await held;
+    // The commit is past its hook, waiting for the beat: the signal fires there.
+    await new Promise((r) => setTimeout(r, 20));
+    controller.abort();
+    releaseBeat();
+    // Before, the signal was looked at before that wait, and the commit went ahead.
+    expect(await commit).toBeInstanceOf(AbortedError);
+    expect(await read(db)).toEqual([undefined, undefined, undefined]);
+    await db.close();
+  });
+});

@@ -70,8 +70,10 @@ async function reachCommitPoint(ctx: CommitContext): Promise<number> {
         // Where the store can stamp the commit CAS, the commit timestamp is drawn inside it.
         const commitTs = ctx.env.stampsOne ? STAMP : await ctx.env.oracle.next();
         await step(ctx, { step: 'beforeCommitPrimary', ...(commitTs === STAMP ? {} : { commitTs }) });
-        notAborted(ctx); // the last moment a signal counts: after this CAS the transaction is committed
+        // A beat in flight may take a while (a store failing under it): the signal is looked
+        // at once it is done, just before the CAS.
         await heartbeat.stop();
+        notAborted(ctx); // the last moment a signal counts: after this CAS the transaction is committed
         return await commitPrimary(ctx, commitTs);
       },
       (commitTs) => commitTs,
