@@ -124,31 +124,57 @@ export interface ProtocolEnv {
 
 /**
  * A client's open or closed state, for its transactions: once closed, a transaction's calls
- * are ClosedError. Counts the commits in flight (a number, no promise per commit: every
- * commit passes here), so that `close()` can wait until the last one has ended and handed
- * its secondaries to the background work it then waits for.
+ * are ClosedError. Counts the commits and the reads in flight (a number, no promise per
+ * call: every commit and read passes here), so that `close()` can wait until the last one
+ * has ended (a commit having handed its secondaries to the background work it then waits
+ * for; a read stopping at its next step with ClosedError).
  */
 export class Lifecycle {
   /** `close()` has begun: observer workers stop, and `runUntilIdle` ends with ClosedError. */
   readonly closing = new AbortController();
-  closed = false;
-  private committing = 0;
+  /** Aborted by `close()` once the workers are stopped: a read's lock wait ends there. */
+  readonly shut = new AbortController();
+  private isClosed = false;
+  private busy = 0;
   private waiters: (() => void)[] = [];
 
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
+  /** Later calls of the client's transactions are ClosedError; reads waiting on a lock stop. */
+  close(): void {
+    this.isClosed = true;
+    this.shut.abort();
+  }
+
   commitStarted(): void {
-    this.committing++;
+    this.busy++;
   }
 
   commitEnded(): void {
-    if (--this.committing > 0 || this.waiters.length === 0) return;
+    this.ended();
+  }
+
+  /** A transaction's read (one row, or a page of a scan) is in flight: close() waits for it. */
+  readStarted(): void {
+    this.busy++;
+  }
+
+  readEnded(): void {
+    this.ended();
+  }
+
+  private ended(): void {
+    if (--this.busy > 0 || this.waiters.length === 0) return;
     const waiters = this.waiters;
     this.waiters = [];
     for (const resolve of waiters) resolve();
   }
 
-  /** Resolves once no commit is in flight. */
+  /** Resolves once no commit or read is in flight. */
   idle(): Promise<void> {
-    if (this.committing === 0) return Promise.resolve();
+    if (this.busy === 0) return Promise.resolve();
     return new Promise((resolve) => this.waiters.push(resolve));
   }
 }

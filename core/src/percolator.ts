@@ -594,8 +594,10 @@ export class Percolator {
    * Stops this client's observer workers, then closes it: every later call of its
    * transactions (begun or in `transact`, reads, writes, commits) is a ClosedError and
    * changes nothing. Waits for the commits in flight to end, and for their background work
-   * (secondaries, tidy steps): once it resolves the client makes no further store call, and
-   * the store may be closed. Does not close the store: its creator owns it.
+   * (secondaries, tidy steps), and for the reads in flight (a read, or a scan's page,
+   * stops at its next step with ClosedError; a lock wait ends at once): once it resolves
+   * the client makes no further store call, and the store may be closed. Does not close
+   * the store: its creator owns it.
    */
   async close(): Promise<void> {
     // Workers first (their rows in progress still need the client), and every
@@ -603,7 +605,8 @@ export class Percolator {
     this.env.lifecycle.closing.abort();
     await Promise.all([...this.workers].map((w) => Promise.all([w.stop(), w.drained()])));
     this.closed = true;
-    this.env.lifecycle.closed = true;
+    this.env.lifecycle.close();
+    // The commits in flight end; a read in flight stops at its next step (ClosedError).
     await this.env.lifecycle.idle();
     await this.flush();
   }

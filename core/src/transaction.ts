@@ -32,7 +32,7 @@ import { isReservedColumn } from './observers/reserved.js';
 import { checkInteger, checkOptionKeys, checkSignal } from './options.js';
 import { usableTimestamp } from './oracle.js';
 import { blockOf, type Cell, type Lock, type RowState } from './row-state.js';
-import type { StoredRow } from './store.js';
+import type { ScannedStoredRow, ScanOptions, StoredRow } from './store.js';
 import { versionKey, versionTable } from './versions.js';
 
 export interface ScanRange {
@@ -155,6 +155,8 @@ export class Transaction {
    * knows (its secondaries' step would find no lock of ours to roll forward, and skip it).
    */
   private commitTookRows = false;
+  /** The caller's signal or the client's close: see `waitSignal`. */
+  private stopSignal: AbortSignal | undefined;
   /**
    * Rows as its reads decoded them, for its commit to start from (commit/context.ts,
    * decodeKnown): at most `KEPT_DECODED` rows, none in a read-only transaction.
@@ -377,9 +379,11 @@ export class Transaction {
     let waitStart = 0;
     let gone: Set<string> | undefined;
     let met: Lock | undefined;
+    const { lifecycle } = this.env;
+    lifecycle.readStarted();
     try {
       for (let attempt = 0; ; attempt++) {
-        this.checkSignal();
+        this.checkStop();
         const stored = await this.untilAborted(this.readRow(table, row));
         const id = this.remember(table, row, stored);
         const state = stored ? decodeRow(stored.state) : undefined;
@@ -429,6 +433,8 @@ export class Transaction {
     } catch (error) {
       if (met) this.waited(table, row, met, waitStart, error);
       throw error;
+    } finally {
+      lifecycle.readEnded();
     }
   }
 
@@ -624,9 +630,10 @@ export class Transaction {
     while (yielded < limit) {
       const page = exhausted
         ? []
-        : await store.scan(table, { start: range.start, end: range.end, after, limit: SCAN_PAGE });
+        : await this.scanPage(table, { start: range.start, end: range.end, after, limit: SCAN_PAGE });
       if (page.length < SCAN_PAGE) exhausted = true;
       for (const { key, row } of page) {
+        this.scanGoesOn();
         while (ownIndex < own.length && compareKeys(own[ownIndex]!.row, key) < 0 && yielded < limit) {
           const result = this.overlay(own[ownIndex++]!.row, table, new Map());
           if (result) {
@@ -646,6 +653,7 @@ export class Transaction {
       }
       if (exhausted) {
         while (ownIndex < own.length && yielded < limit) {
+          this.scanGoesOn();
           const result = this.overlay(own[ownIndex++]!.row, table, new Map());
           if (result) {
             yield result;
@@ -767,8 +775,18 @@ export class Transaction {
     if (this.knownRows.size > 0) this.knownRows = new Map();
   }
 
-  /** Discards the buffered writes. Nothing was written before commit, so nothing needs undoing. */
+  /**
+   * Discards the buffered writes. Nothing was written before commit, so nothing needs
+   * undoing. After the transaction has ended (committed, failed, rolled back) it does
+   * nothing. While its commit is in flight it rejects with ClosedError: that commit, not
+   * this call, decides the outcome (its promise tells which).
+   */
   async rollback(): Promise<void> {
+    if (this.status === 'committing') {
+      throw new ClosedError(
+        `transaction ${this.ts ?? '(not started)'} is committing: its commit() decides the outcome, and this rollback() changes nothing`,
+      );
+    }
     return this.rollbackAfter(undefined);
   }
 
@@ -960,6 +978,8 @@ export class Transaction {
     let waitStart = 0; // when a lock was first met, as in readCells
     const gone = new Set<string>();
     let met: Lock | undefined;
+    const { lifecycle } = this.env;
+    lifecycle.readStarted();
     try {
       for (let attempt = 0; ; attempt++) {
         this.remember(table, key, stored);
@@ -995,12 +1015,38 @@ export class Transaction {
             return columns;
           }
         }
-        stored = await this.env.reader.read(table, key);
+        this.checkStop();
+        stored = await this.untilAborted(this.env.reader.read(table, key));
       }
     } catch (error) {
       if (met) this.waited(table, key, met, waitStart, error);
       throw error;
+    } finally {
+      lifecycle.readEnded();
     }
+  }
+
+  /**
+   * A scan's next page. Between pages and rows the caller runs its own code: the
+   * transaction may have been committed, the client closed or the signal fired since, and
+   * the scan stops there with ClosedError or AbortedError (it would read on after a commit
+   * without this transaction's own writes, which the commit let go).
+   */
+  private async scanPage(table: string, options: ScanOptions): Promise<ScannedStoredRow[]> {
+    this.scanGoesOn();
+    const { lifecycle } = this.env;
+    lifecycle.readStarted();
+    try {
+      return await this.untilAborted(this.env.store.scan!(table, options));
+    } finally {
+      lifecycle.readEnded();
+    }
+  }
+
+  /** A scan resumed by its caller goes on only while the transaction is active and not aborted. */
+  private scanGoesOn(): void {
+    this.assertActive();
+    this.checkStop();
   }
 
   private overlay(row: string, table: string, columns: Map<string, Uint8Array>): ScannedRow | undefined {
@@ -1029,8 +1075,8 @@ export class Transaction {
     const local = this.env.localCommits.finished(lock.startTs);
     const left = this.env.lockWaitMs - (performance.now() - waitStart);
     if (local && left > 0) {
-      await waitAtMost(local, left, this.signal);
-      this.checkSignal();
+      await waitAtMost(local, left, this.waitSignal());
+      this.checkStop();
       return;
     }
     const resolved =
@@ -1043,13 +1089,23 @@ export class Transaction {
         `${table}/${JSON.stringify(row)} stayed locked by live transaction ${lock.startTs}; retry later`,
       );
     }
-    await sleep(backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4)), this.signal);
-    this.checkSignal();
+    await sleep(backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4)), this.waitSignal());
+    this.checkStop();
   }
 
-  /** Reads and lock waits stop at once when the caller aborts. */
-  private checkSignal(): void {
+  /**
+   * Reads and lock waits stop at once when the caller aborts, and at their next step once
+   * the client is closed (close() waits for the reads in flight: lifecycle.readStarted).
+   */
+  private checkStop(): void {
     if (this.signal?.aborted) throw abortedError(this.signal);
+    if (this.env.lifecycle.closed) throw new ClosedError('this Percolator client is closed');
+  }
+
+  /** What ends a lock wait's sleep: the caller's signal or the client's close (made when first needed). */
+  private waitSignal(): AbortSignal {
+    const shut = this.env.lifecycle.shut.signal;
+    return (this.stopSignal ??= this.signal ? AbortSignal.any([this.signal, shut]) : shut);
   }
 
   /**
