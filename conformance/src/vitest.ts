@@ -56,7 +56,11 @@ export function conformanceSuite(options: ConformanceOptions): void {
                 error = e;
               }
               const cleanupError = await cleanupOnce();
-              for (const note of notes) await testContext.annotate(note);
+              for (const note of notes) {
+                // The CLI prints them; under vitest they are annotations, printed too on request.
+                if (process.env.PERCOLATOR_CONFORMANCE_NOTES) console.log(`${c.name}: ${note}`);
+                await testContext.annotate(note);
+              }
               error ??= cleanupError;
               if (error !== undefined) {
                 const failure = new Error(failureMessage(error, seed), { cause: error });
