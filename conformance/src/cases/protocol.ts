@@ -167,6 +167,14 @@ async function abortedAndIntermediate(ctx: CaseContext, mode: FaultMode): Promis
   const perWriter = ctx.scaled(15, 4);
   const readers = 3;
   const outcome = new Map<number, 'ok' | 'fail' | 'info' | 'aborted'>();
+  // Each attempt of a transaction writes values of its own (`final-<id>.<attempt>`): the
+  // one that may have committed is its last (transact runs again only an attempt that
+  // certainly did not commit), so a value of an earlier one is a leaked write.
+  const lastAttempt = new Map<number, number>();
+  // Values seen by the readers, judged once every writer is done (a writer's outcome is
+  // known only then: judged while it ran, a value of a transaction that failed later
+  // would pass).
+  const seenValues: string[] = [];
   const badReads: string[] = [];
   let snapshots = 0;
   let done = false;
@@ -181,8 +189,10 @@ async function abortedAndIntermediate(ctx: CaseContext, mode: FaultMode): Promis
         try {
           await db.transact(
             async (tx) => {
-              for (const [table, row] of cells) tx.set(table, row, 'v', `mid-${id}`);
-              for (const [table, row] of cells) tx.set(table, row, 'v', `final-${id}`);
+              const attempt = (lastAttempt.get(id) ?? 0) + 1;
+              lastAttempt.set(id, attempt);
+              for (const [table, row] of cells) tx.set(table, row, 'v', `mid-${id}.${attempt}`);
+              for (const [table, row] of cells) tx.set(table, row, 'v', `final-${id}.${attempt}`);
               if (abort) throw new UserAbort();
             },
             { maxAttempts: 20 },
@@ -216,27 +226,31 @@ async function abortedAndIntermediate(ctx: CaseContext, mode: FaultMode): Promis
         if (x !== y) badReads.push(`a snapshot saw x=${format(x)} but y=${format(y)} (not atomic)`);
         for (const value of [x, y]) {
           if (value?.startsWith('mid-')) badReads.push(`a snapshot saw intermediate value ${value}`);
-          const id = Number(value?.slice('final-'.length));
-          const o = outcome.get(id);
-          if (value?.startsWith('final-') && (o === 'aborted' || o === 'fail')) {
-            badReads.push(
-              `a snapshot saw ${value}, written by a transaction that ${o === 'fail' ? 'failed' : 'aborted'}`,
-            );
-          }
+          else if (value?.startsWith('final-')) seenValues.push(value);
         }
         await yieldToTimers();
       }
     }),
   );
   await Promise.all([writing, reading]);
+  /** Why a value a snapshot held cannot have committed, if it cannot. */
+  const notCommitted = (value: string): string | undefined => {
+    const [id, attempt] = value.slice('final-'.length).split('.').map(Number) as [number, number];
+    const o = outcome.get(id);
+    if (o === 'aborted' || o === 'fail') return `its transaction ${o === 'fail' ? 'failed' : 'aborted'}`;
+    if (attempt !== lastAttempt.get(id)) {
+      return `attempt ${attempt} of its transaction was retried (attempt ${lastAttempt.get(id)} was the last)`;
+    }
+    return undefined;
+  };
+  for (const value of new Set(seenValues)) {
+    const why = notCommitted(value);
+    if (why !== undefined) badReads.push(`a snapshot saw ${value}, but ${why}`);
+  }
   const final = await settled(setup, (tx) => readAll(tx, cells), 'final read');
-  const finalId = Number(final[0]?.slice('final-'.length));
   if (final[0]?.startsWith('final-')) {
-    const o = outcome.get(finalId);
-    check(
-      o === 'ok' || o === 'info',
-      `the final value ${final[0]} comes from a transaction that did not commit (${o})`,
-    );
+    const why = notCommitted(final[0]);
+    check(why === undefined, () => `the final value ${final[0]} did not commit: ${why}`);
   }
   checkEqual(final[0], final[1], 'the final values of x and y (written together)');
   check(
