@@ -218,12 +218,20 @@ async function lostReply(ctx: CaseContext, store: RowStore): Promise<void> {
     checkEqual(cell.writes.length, 2, `column ${cell.column}'s records (v0 and v1, once each)`);
   }
   // A lost request (never applied) is sent again, and commits once.
+  const failedBefore = faulty.stats.failedBefore;
+  const sentBefore = commitsSent;
   faulty.inject({
     kind: 'before',
     operation: CAS_OPERATIONS,
     match: (call) => isCommitOf(call.request, 'k'),
   });
   await blindWrite(db, 'k', 'v2');
+  checkEqual(faulty.stats.failedBefore - failedBefore, 1, 'commit CASes lost before reaching the store');
+  checkEqual(
+    commitsSent - sentBefore,
+    2,
+    'commit CASes sent for the write whose request was lost (it, then once more)',
+  );
   checkEqual(await reader.transact((tx) => readRow(tx, 'k')), ['v2', 'v2'], 'after a lost request');
   ctx.note(`lost reply: ${error === undefined ? 'settled by a re-read' : 'CommitUnknownError'}`);
 }

@@ -105,6 +105,43 @@ export const faultCases: ConformanceCase[] = [
   },
   {
     part: 'faults',
+    name: 'FaultyStore: a call reported failed while on its way lands later, with the bytes it was sent',
+    async run(ctx) {
+      const store = await ctx.createStore();
+      const faulty = new FaultyStore(store, { seed: ctx.seed });
+      let landed!: () => void;
+      const until = new Promise<void>((resolve) => {
+        landed = resolve;
+      });
+      faulty.inject({ kind: 'late', operation: 'checkAndSet', until });
+      const sent = bytes('late');
+      const error = await rejection(
+        () => faulty.checkAndSet({ table: T, key: 'd', expected: null, state: sent }),
+        'a CAS reported failed while on its way',
+      );
+      expectStoreError(error, 'unknown', 'a CAS reported failed while on its way');
+      // The caller may reuse its buffer once told the call failed: the call carries a copy.
+      sent.fill(0);
+      checkEqual(await state(store, 'd'), null, 'the row before the late call lands');
+      checkEqual(faulty.stats.late, 1, 'late calls counted');
+      landed();
+      await faulty.settle();
+      checkEqual(await state(store, 'd'), 'late', 'the row once the late call landed');
+      checkEqual(faulty.stats.writesLate, 1, 'late calls that wrote counted');
+      // A late CAS that the store refuses when it lands wrote nothing.
+      faulty.inject({ kind: 'late', operation: 'checkAndSet', delayMs: 1 });
+      await rejection(
+        () => faulty.checkAndSet({ table: T, key: 'd', expected: null, state: bytes('again') }),
+        'a late CAS that will be refused',
+      );
+      await faulty.settle();
+      checkEqual(faulty.stats.late, 2, 'late calls counted');
+      checkEqual(faulty.stats.writesLate, 1, 'late calls that wrote counted, the refused one not');
+      checkEqual(await state(store, 'd'), 'late', 'the row after the refused late CAS');
+    },
+  },
+  {
+    part: 'faults',
     name: 'FaultyStore: random faults repeat exactly from the seed',
     async run(ctx) {
       const random = { failBefore: 0.2, failAfter: 0.2, delay: 0.2, maxDelayMs: 1 };
