@@ -258,9 +258,9 @@ async function latePrewrite(ctx: CaseContext, mode: FaultMode): Promise<void> {
   // slow client's are held to order events exactly, so they get none.
   const readerClient = client(ctx, store, { clock, lockTtlMs: LOCK_TTL_MS, faults: faultsFor(mode) });
   const reader = readerClient.db;
-  // The fault that matters here: the reader's first write (its rollback) lands but is
-  // reported failed, so the reader must find out it landed.
-  if (mode === 'faulty') readerClient.faulty!.failAfter(undefined, 'checkAndSet');
+  // The fault that matters here: the reader's rollback of the primary (k0, whichever row it
+  // met first) lands but is reported failed, so the reader must find out it landed.
+  if (mode === 'faulty') readerClient.faulty!.failAfter((call) => call.key === 'k0', 'checkAndSet');
   const parallel = await waitFor(() => landed.has('k1'), 3000, 'the secondary prewrite').then(
     () => true,
     () => false,
@@ -320,8 +320,14 @@ async function latePrewrite(ctx: CaseContext, mode: FaultMode): Promise<void> {
     },
     'writing after the late prewrite',
   );
-  if (mode === 'faulty')
-    check(readerClient.faulty!.stats.failedAfter >= 1, 'the ambiguous rollback fault was never injected');
+  if (mode === 'faulty') {
+    check(
+      readerClient.faulty!.log.some(
+        (e) => e.kind === 'after' && e.call.operation === 'checkAndSet' && e.call.key === 'k0',
+      ),
+      "the reader's rollback of the primary never lost its reply",
+    );
+  }
 }
 
 // ---------------------------------------------------------------------------------------
