@@ -7,6 +7,7 @@ import {
   LocalOracle,
   LockNotResolvedError,
   Percolator,
+  type PercolatorEventListener,
   type PercolatorHooks,
   type PrunePolicy,
   type RowStore,
@@ -84,6 +85,8 @@ export interface ClientOptions {
   readonly onePhaseMaxRows?: number;
   /** Wrap the store in a FaultyStore with these random faults (seeded from ctx.random). */
   readonly faults?: RandomFaults;
+  /** The client's `onEvent` listener (to count what the client did). */
+  readonly onEvent?: PercolatorEventListener;
   /** Wrap the store in a FaultyStore even without random faults (to hold or fail calls). */
   readonly wrap?: boolean;
   /** Old-version pruning and moving (the client's `gc` option). */
@@ -121,6 +124,7 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
     store: faulty ?? store,
     ...(oracle ? { oracle } : {}),
     ...(options.clock ? { clock: options.clock.now } : {}),
+    ...(options.onEvent ? { onEvent: options.onEvent } : {}),
     ...(options.lockTtlMs !== undefined ? { lockTtlMs: options.lockTtlMs } : {}),
     ...(options.lockWaitMs !== undefined ? { lockWaitMs: options.lockWaitMs } : {}),
     ...(options.hooks ? { hooks: options.hooks, onePhaseMaxRows: 1 } : {}),

@@ -4,7 +4,7 @@
  * Also runs in the 'faults' part with random store faults and with clients that stop at
  * random commit steps.
  */
-import type { CommitStepEvent, Percolator, PrunePolicy, RowStore } from '@percolator/core';
+import type { CommitStepEvent, Percolator, PercolatorEvent, PrunePolicy, RowStore } from '@percolator/core';
 import { CrashPlans, type StopPoint } from '../crash.js';
 import { type FaultKind, type FaultyStore, type Hold, type StoreCall, touches } from '../faulty-store.js';
 import { checkListAppend, describeCheck, type ListAppendMop, type ListAppendOp } from '../history/checker.js';
@@ -63,6 +63,8 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
   let oneStep = 0;
   // Stops fired per client (below: the peeked clients' stops fire too).
   const firedBy: number[] = [];
+  // With skewed clocks: locks each client judged expired and rolled back (lock.resolve).
+  const rolledBackBy: number[] = [];
   const clients = Array.from({ length: options.skew ? skews.length : 3 }, (_, i) => {
     // A stop counts when it fires: a stop among the background secondaries fires after
     // commit() resolved. Locks of a stopped client expire for everyone at once.
@@ -94,7 +96,15 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
       ...(i === 1 ? { peekedWrites: false } : {}),
       // Lock expiry and pruning judge by each client's own clock: a clock ahead may roll
       // back a live transaction (a liveness cost), never lose a committed one.
-      ...(options.skew ? { clock: skewedClock(skews[i]!) } : {}),
+      ...(options.skew
+        ? {
+            clock: skewedClock(skews[i]!),
+            onEvent: (e: PercolatorEvent) => {
+              if (e.type === 'lock.resolve' && e.outcome === 'rolledBack')
+                rolledBackBy[i] = (rolledBackBy[i] ?? 0) + 1;
+            },
+          }
+        : {}),
     });
     if (faulty) {
       faultyStores.push(faulty);
@@ -293,6 +303,18 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     check(
       ambiguous.landed > 0,
       'no commit point landed with its reply lost: the ambiguous-commit client proved nothing',
+    );
+  }
+  if (options.skew) {
+    ctx.note(
+      `locks judged expired and rolled back, per client (clock ${skews.map((ms) => `${ms > 0 ? '+' : ''}${ms}`).join(', ')} ms): ${skews.map((_, i) => rolledBackBy[i] ?? 0).join(', ')}`,
+    );
+    // A lock whose wall time comes from a clock behind looks old to the others: with the
+    // clocks apart, live transactions get rolled back. None at all means the clocks were
+    // not used, and the case proved nothing about them.
+    check(
+      rolledBackBy.some((n) => n > 0),
+      'no client judged a lock expired and rolled it back: the skewed clocks changed nothing',
     );
   }
   if (options.crashes) {
