@@ -33,6 +33,17 @@ describe('observer leases and lost replies', () => {
     expect(await store.inner.read(LEASE_TABLE, KEY)).toBeNull();
   });
 
+  test('a renewal that landed though its reply was lost, then the release: the row is still deleted, no orphan', async () => {
+    const { store, leases } = leasesWith([undefined, 'fail-after']);
+    const lease = await leases.acquire('docs', 'a');
+    expect(await lease!.renew()).toBe(true);
+    // The row finished before any further renewal: the release expects the version before
+    // the lost renewal, is refused, and finds its token there. Before, it gave up, and the
+    // lease row kept every worker off the row until it expired.
+    await lease!.release();
+    expect(await store.inner.read(LEASE_TABLE, KEY)).toBeNull();
+  });
+
   test('a renewal refused because another worker took the lease over: lost, and the release leaves their row', async () => {
     const { store, leases } = leasesWith([]);
     const lease = await leases.acquire('docs', 'a');

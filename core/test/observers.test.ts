@@ -14,7 +14,7 @@ import {
   StoreError,
   type Transaction,
 } from '@percolator/core';
-import { afterEach, describe, expect, test } from 'vitest';
+import { afterEach, describe, expect, test, vi } from 'vitest';
 import { fakeClock, InstrumentedStore, text } from './support.js';
 
 /** Clients and workers made by a test are closed after it. */
@@ -1024,5 +1024,111 @@ describe('observers: a weak notification whose second mark fails', () => {
     await worker.runUntilIdle();
     expect(seen).toEqual([undefined, 'NEW']);
     await db.close();
+  });
+});
+
+describe('observers: a batch with a row that fails', () => {
+  test('runUntilIdle rejects only once the rows still running are done; then close() leaves no store call behind', async () => {
+    const store = new InstrumentedStore(new MemoryStore());
+    const db = client(store, { observedColumns: [{ table: 'docs', column: 'body' }] });
+    let releaseA!: () => void;
+    const gateA = new Promise<void>((r) => {
+      releaseA = r;
+    });
+    let aStarted = false;
+    let aFinished = false;
+    const worker = db.worker({
+      concurrency: 2,
+      ...quiet,
+      observers: [
+        copier([], {
+          handler: async (tx, { row }) => {
+            if (row !== 'a') return;
+            aStarted = true;
+            await gateA;
+            tx.set('docs', 'a', 'copy', 'x');
+            aFinished = true;
+          },
+        }),
+      ],
+    });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'one'));
+    // A notified row this version cannot decode (a newer format, say): its run throws.
+    const garbage = new Uint8Array([0xff, 0xfe, 0xfd, 0x01]);
+    expect(
+      (
+        await store.inner.checkAndSet({
+          table: 'docs',
+          key: 'b',
+          expected: null,
+          state: garbage,
+          notified: true,
+        })
+      ).ok,
+    ).toBe(true);
+    const drain = worker.runUntilIdle({ timeoutMs: 10_000 }).then(
+      () => undefined,
+      (error: unknown) => ({ error, aFinished }),
+    );
+    while (!aStarted) await new Promise((r) => setTimeout(r, 5));
+    setTimeout(releaseA, 50);
+    const outcome = await drain;
+    expect(outcome?.error).toBeInstanceOf(Error);
+    // Before, it rejected at once while row a was still running (and close() then returned
+    // with a's run still calling the store).
+    expect(outcome?.aFinished).toBe(true);
+    await db.close();
+    const calls = JSON.stringify(store.calls);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(JSON.stringify(store.calls)).toBe(calls);
+  });
+});
+
+describe('observers: stop() while a loop is in the middle of a sweep', () => {
+  test('the loop does not go to sleep for its idle poll first (fake timers: no wait at all)', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      class HeldScan extends InstrumentedStore {
+        hold: { reached: () => void; until: Promise<void> } | undefined;
+        override async scanNotified(table: string, options: { limit: number }) {
+          const hold = this.hold;
+          if (hold) {
+            this.hold = undefined;
+            hold.reached();
+            await hold.until;
+          }
+          return super.scanNotified(table, options);
+        }
+      }
+      const store = new HeldScan(new MemoryStore());
+      const db = new Percolator({ store });
+      const worker = db.worker({ concurrency: 1, idlePollMs: 60_000, observers: [copier([])], ...quiet });
+      worker.start();
+      // Nothing to do: the idle sleeps grow to idlePollMs.
+      await vi.advanceTimersByTimeAsync(300_000);
+      let release!: () => void;
+      const until = new Promise<void>((r) => {
+        release = r;
+      });
+      const reached = new Promise<void>((r) => {
+        store.hold = { reached: r, until };
+      });
+      await vi.advanceTimersByTimeAsync(100_000); // to the next sweep, held in its scan
+      await reached;
+      let stopped = false;
+      const stopping = worker.stop().then(() => {
+        stopped = true;
+      });
+      release();
+      // No timer runs from here: a loop that went to sleep would keep stop() waiting.
+      for (let i = 0; i < 50 && !stopped; i++) await Promise.resolve();
+      await new Promise((r) => setImmediate(r));
+      // Before, it slept up to 1.5 x idlePollMs first.
+      expect(stopped).toBe(true);
+      await stopping;
+      await db.close();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -64,7 +64,9 @@ const OPTION_KEYS: OptionKeys<RedisStoreOptions> = {
  * refused, as one with a `keyPrefix` is; `createRedisClient` and `createRedisClusterClient`
  * (or the options of `redisConnectionOptions` and `clusterOptions`) make one that is not.
  * So is a Cluster client with `enableAutoPipelining`: under faults its node connections
- * handed replies to the wrong commands (client.ts, clusterOptions).
+ * handed replies to the wrong commands (client.ts, clusterOptions). And one with neither
+ * `maxRetriesPerRequest: 0` nor a `commandTimeout`: a command in flight at a dropped
+ * connection would then never be answered.
  */
 function checkNoResend(client: RedisClient): void {
   const cluster = (client as { isCluster?: boolean }).isCluster === true;
@@ -73,13 +75,26 @@ function checkNoResend(client: RedisClient): void {
     retryDelayOnFailover?: number;
     scaleReads?: unknown;
     enableAutoPipelining?: boolean;
-    redisOptions?: { autoResendUnfulfilledCommands?: boolean };
+    maxRetriesPerRequest?: number | null;
+    commandTimeout?: number;
+    redisOptions?: {
+      autoResendUnfulfilledCommands?: boolean;
+      maxRetriesPerRequest?: number | null;
+      commandTimeout?: number;
+    };
   };
   const wrong: string[] = [];
   const nodeOptions = cluster ? options.redisOptions : options;
   // ioredis's default for a missing setting is true.
   if (nodeOptions?.autoResendUnfulfilledCommands !== false)
     wrong.push(`autoResendUnfulfilledCommands: false${cluster ? ' (in redisOptions)' : ''}`);
+  // Without resending, a command in flight when the connection dropped is set aside and
+  // then dropped at the reconnect without an answer: it fails only when the reconnects give
+  // up (maxRetriesPerRequest 0: at the first close) or its commandTimeout fires. With
+  // neither, the caller's promise never settles.
+  const timeout = nodeOptions?.commandTimeout;
+  if (nodeOptions?.maxRetriesPerRequest !== 0 && !(typeof timeout === 'number' && timeout > 0))
+    wrong.push(`maxRetriesPerRequest: 0 or a commandTimeout${cluster ? ' (in redisOptions)' : ''}`);
   if (cluster && options.retryDelayOnFailover !== 0) wrong.push('retryDelayOnFailover: 0');
   if (cluster && options.scaleReads !== undefined && options.scaleReads !== 'master')
     wrong.push("scaleReads: 'master'");
@@ -87,7 +102,7 @@ function checkNoResend(client: RedisClient): void {
   if (cluster && options.enableAutoPipelining) wrong.push('enableAutoPipelining: false');
   if (wrong.length > 0) {
     throw new InvalidArgumentError(
-      `the redis client passed in could send a write again after its reply was lost, read from a replica, or hand a reply to the wrong command: it needs ${wrong.join(', ')}; make it with ${cluster ? 'createRedisClusterClient() or clusterOptions()' : 'createRedisClient() or redisConnectionOptions()'}`,
+      `the redis client passed in could send a write again after its reply was lost, read from a replica, hand a reply to the wrong command, or leave a command unanswered after a reconnect: it needs ${wrong.join(', ')}; make it with ${cluster ? 'createRedisClusterClient() or clusterOptions()' : 'createRedisClient() or redisConnectionOptions()'}`,
     );
   }
 }

@@ -91,8 +91,22 @@ describe('createRedisStore options', () => {
         wants: 'autoResendUnfulfilledCommands: false',
       },
       {
+        // No resend, but ioredis's maxRetriesPerRequest (20) and no command timeout: a
+        // command in flight at a dropped connection is dropped unanswered at the reconnect.
+        client: new Redis('redis://127.0.0.1:1', { lazyConnect: true, autoResendUnfulfilledCommands: false }),
+        wants: 'maxRetriesPerRequest: 0 or a commandTimeout',
+      },
+      {
+        client: new Cluster([{ host: '127.0.0.1', port: 1 }], {
+          ...clusterOptions(),
+          redisOptions: { autoResendUnfulfilledCommands: false },
+        }),
+        wants: 'maxRetriesPerRequest: 0 or a commandTimeout (in redisOptions)',
+      },
+      {
         client: new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true }),
-        wants: 'autoResendUnfulfilledCommands: false (in redisOptions), retryDelayOnFailover: 0',
+        wants:
+          'autoResendUnfulfilledCommands: false (in redisOptions), maxRetriesPerRequest: 0 or a commandTimeout (in redisOptions), retryDelayOnFailover: 0',
       },
       {
         client: new Cluster([{ host: '127.0.0.1', port: 1 }], { ...clusterOptions(), scaleReads: 'slave' }),
@@ -112,6 +126,25 @@ describe('createRedisStore options', () => {
         expect(error).toBeInstanceOf(InvalidArgumentError);
         expect(error.message).toContain(wants);
         expect(error.message).toMatch(/createRedis(Cluster)?Client\(\)/);
+      } finally {
+        client.disconnect();
+      }
+    }
+  });
+
+  it('takes a client with resending off and either maxRetriesPerRequest 0 or a command timeout', async () => {
+    for (const extra of [{ maxRetriesPerRequest: 0 }, { commandTimeout: 5000 }]) {
+      const client = new Redis('redis://127.0.0.1:1', {
+        lazyConnect: true,
+        autoResendUnfulfilledCommands: false,
+        ...extra,
+      });
+      client.on('error', () => {});
+      try {
+        // It gets past the check, to the connection (nothing listens on port 1).
+        const error = await reject({ client, namespace: 'x' });
+        expect(error).not.toBeInstanceOf(InvalidArgumentError);
+        expect(error).toBeInstanceOf(StoreError);
       } finally {
         client.disconnect();
       }

@@ -103,9 +103,25 @@ export class Lease {
   private async releaseNow(): Promise<void> {
     if (this.lost) return;
     this.lost = true;
-    await this.leases.store
-      .checkAndSet({ table: LEASE_TABLE, key: this.key, expected: this.version, state: null })
-      .catch(() => undefined);
+    const { store } = this.leases;
+    try {
+      const result = await store.checkAndSet({
+        table: LEASE_TABLE,
+        key: this.key,
+        expected: this.version,
+        state: null,
+      });
+      if (result.ok) return;
+      // Refused: taken over, or a renewal whose reply was lost landed after all (the row
+      // holds our token at a version we never heard of). Ours still: delete it at that
+      // version, or every worker, this one too, keeps off the row until it expires.
+      const current = result.current === undefined ? await store.read(LEASE_TABLE, this.key) : result.current;
+      if (holds(current, this.state.token)) {
+        await store.checkAndSet({ table: LEASE_TABLE, key: this.key, expected: current.version, state: null });
+      }
+    } catch {
+      // Best effort: an orphan simply expires.
+    }
   }
 }
 

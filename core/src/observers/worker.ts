@@ -205,9 +205,11 @@ export class ObserverWorker {
    * resolves. Works whether or not start() was called. Rows leased by other workers and
    * runs waiting out a failure backoff count as pending: it waits for them. A pass that
    * fails retryably (a scan of the index over a dropped connection, a timeout) is reported
-   * and tried again after a backoff, as the background loops do: a job draining
-   * notifications should not fail on what the next attempt gets past. It rejects with a
-   * non-retryable error at once, and, past `timeoutMs`, with ObserversNotIdleError (its
+   * and tried again after a backoff (as a background loop tries its next sweep after its
+   * idle pause, which doubles up to `idlePollMs` while sweeps find nothing to do or fail): a
+   * job draining notifications should not fail on what the next attempt gets past. It
+   * rejects with a non-retryable error at once (once the rows of its batch still running
+   * are done), and, past `timeoutMs`, with ObserversNotIdleError (its
    * cause the last error, if the last pass failed). The client's close() ends it with
    * ClosedError once its current batch of rows is done (a backoff or poll it waits out ends
    * at once), and waits for it: no store call follows close().
@@ -326,6 +328,8 @@ export class ObserverWorker {
       }
       if (active) idleMs = MIN_POLL_MS;
       else {
+        // stop() wakes only loops already asleep: one stopped mid-sweep must not sleep now.
+        if (!this.live(generation)) break;
         await this.pause(idleMs * (0.5 + Math.random()));
         idleMs = Math.min(this.idlePollMs, idleMs * 2);
       }
@@ -607,16 +611,27 @@ function shuffle<T>(items: readonly T[]): T[] {
   return out;
 }
 
-/** `fn` over `items` with at most `limit` calls in flight; results in input order. */
+/**
+ * `fn` over `items` with at most `limit` calls in flight; results in input order. After a
+ * call fails no lane takes another item, and the first error is thrown once every call in
+ * flight has ended: a caller that stops on it (runUntilIdle, then close()) leaves no row
+ * still being processed behind it.
+ */
 async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
+  let failure: { error: unknown } | undefined;
   const lanes = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
+    while (failure === undefined && next < items.length) {
       const i = next++;
-      results[i] = await fn(items[i]!);
+      try {
+        results[i] = await fn(items[i]!);
+      } catch (error) {
+        failure ??= { error };
+      }
     }
   });
   await Promise.all(lanes);
+  if (failure !== undefined) throw failure.error;
   return results;
 }
