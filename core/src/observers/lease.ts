@@ -117,7 +117,12 @@ export class Lease {
       // version, or every worker, this one too, keeps off the row until it expires.
       const current = result.current === undefined ? await store.read(LEASE_TABLE, this.key) : result.current;
       if (holds(current, this.state.token)) {
-        await store.checkAndSet({ table: LEASE_TABLE, key: this.key, expected: current.version, state: null });
+        await store.checkAndSet({
+          table: LEASE_TABLE,
+          key: this.key,
+          expected: current.version,
+          state: null,
+        });
       }
     } catch {
       // Best effort: an orphan simply expires.
