@@ -28,6 +28,11 @@ try {
 } catch {
   failed = Math.max(failed, 1);
 }
-const code = run.status === 0 && failed === 0 && passed > 0 ? 0 : 1;
+// A skipped test is a defect here (a backend that cannot be reached must fail the run, not
+// skip): any skip or todo fails it, unless a name filter (-t) skipped the tests it left out.
+const args = process.argv.slice(2);
+const filtered = args.some((a) => a === '-t' || a.startsWith('-t=') || a.startsWith('--testNamePattern'));
+const code = run.status === 0 && failed === 0 && passed > 0 && (skipped === 0 || filtered) ? 0 : 1;
 console.log(`\n${passed} passed, ${failed} failed, ${skipped} skipped`);
+if (skipped > 0 && !filtered) console.log('FAILED: tests were skipped; a skipped test is not allowed');
 process.exit(code);

@@ -91,7 +91,8 @@ export async function openBackend(t: StoreTarget): Promise<OpenedStore> {
       ...connectOptions(t),
       namespace,
       create: false,
-      maxConnections: 4,
+      // A small pool for the SQL stores (the others have no pool to size).
+      ...(t.backend === 'postgres' || t.backend === 'mysql' ? { maxConnections: 4 } : {}),
     });
     return {
       store: opened.store,

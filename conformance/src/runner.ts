@@ -2,7 +2,7 @@
  * The plain runner: runs the suite's cases against a store factory and returns a report.
  * The CLI uses it; so does the suite's own self-test against broken stores.
  */
-import { checkedStore, type RowStore, type StoreCapabilities } from '@percolator/core';
+import { checkedStore, InvalidArgumentError, type RowStore, type StoreCapabilities } from '@percolator/core';
 import { allCases } from './cases/index.js';
 import { effectiveCase } from './cases/undeclared.js';
 import { defaultSeed, Random } from './random.js';
@@ -21,6 +21,19 @@ import { errorText } from './util.js';
 export const DEFAULT_CASE_TIMEOUT_MS = 30_000;
 
 /** The cases an options object selects, in run order. */
+/**
+ * The workload size multiplier, checked: a positive finite number. A scale of NaN (a
+ * misspelt PERCOLATOR_CONFORMANCE_SCALE, say) would run every scaled loop zero times, and
+ * the cases would pass without exercising the store.
+ */
+export function scaleOf(options: Pick<ConformanceOptions, 'scale'>): number {
+  const scale = options.scale ?? 1;
+  if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) {
+    throw new InvalidArgumentError(`conformance scale must be a positive number, got ${String(scale)}`);
+  }
+  return scale;
+}
+
 export function selectCases(options: Pick<ConformanceOptions, 'parts' | 'grep'>): ConformanceCase[] {
   const parts = new Set<Part>(options.parts ?? PARTS);
   for (const part of parts) {
@@ -88,7 +101,7 @@ export function caseContext(
   seed: number,
   notes: string[],
 ): { ctx: CaseContext; cleanup: () => Promise<unknown> } {
-  const scale = options.scale ?? 1;
+  const scale = scaleOf(options);
   const deferred: Array<() => unknown> = [];
   const stores: RowStore[] = [];
   const destroy = options.destroyStore ?? ((s: RowStore) => s.close());
@@ -149,7 +162,7 @@ export async function runConformance(
 ): Promise<Report> {
   const started = performance.now();
   const seed = options.seed ?? defaultSeed();
-  const scale = options.scale ?? 1;
+  const scale = scaleOf(options);
   const cases = selectCases(options);
   const capabilities = await probeCapabilities(options);
   const results: CaseResult[] = [];

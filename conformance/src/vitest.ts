@@ -5,7 +5,14 @@
 import type { StoreCapabilities } from '@percolator/core';
 import { CAPABILITY_METHODS, effectiveCase } from './cases/undeclared.js';
 import { defaultSeed } from './random.js';
-import { caseContext, caseTimeout, failureMessage, probeCapabilities, selectCases } from './runner.js';
+import {
+  caseContext,
+  caseTimeout,
+  failureMessage,
+  probeCapabilities,
+  scaleOf,
+  selectCases,
+} from './runner.js';
 import type { ConformanceOptions } from './types.js';
 import { PARTS } from './types.js';
 
@@ -19,7 +26,7 @@ export function conformanceSuite(options: ConformanceOptions): void {
   }
   const { beforeAll, describe, it } = vitest;
   const seed = options.seed ?? defaultSeed();
-  const scale = options.scale ?? 1;
+  const scale = scaleOf(options);
   const cases = selectCases(options);
   describe(`${options.name} conformance (seed ${seed}, scale ${scale})`, () => {
     let capabilities: StoreCapabilities | undefined;

@@ -22,7 +22,11 @@ export interface ConnectOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** postgres, mysql: pool size. Default: the adapter's (10). */
   readonly maxConnections?: number;
-  /** dynamodb: region. Default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1. */
+  /**
+   * dynamodb: region. Default AWS_REGION, AWS_DEFAULT_REGION; else, with an endpoint
+   * (DynamoDB Local), us-east-1, and without one the AWS SDK's own lookup (the region of
+   * your AWS profile), so a region set there is not overridden.
+   */
   readonly region?: string;
   /** dynamodb: the table holding every namespace. Default PERCOLATOR_DYNAMODB_TABLE, else "percolator_test". */
   readonly table?: string;
@@ -72,6 +76,60 @@ function checkOptions(backend: unknown, options: ConnectOptions): asserts backen
   if (options.url !== undefined && (typeof options.url !== 'string' || options.url.trim() === '')) {
     throw new InvalidArgumentError('url must be a non-empty string');
   }
+  // Settings of another backend would be ignored: refused, so a command line or a config
+  // file that names them for the wrong store says so.
+  if (options.maxConnections !== undefined) {
+    if (backend !== 'postgres' && backend !== 'mysql') {
+      throw new InvalidArgumentError(`maxConnections is for postgres and mysql, not ${backend}`);
+    }
+    if (!Number.isSafeInteger(options.maxConnections) || options.maxConnections < 1) {
+      throw new InvalidArgumentError(
+        `maxConnections must be a positive integer, got ${String(options.maxConnections)}`,
+      );
+    }
+  }
+  for (const key of ['region', 'table'] as const) {
+    if (options[key] !== undefined && backend !== 'dynamodb') {
+      throw new InvalidArgumentError(`${key} is for dynamodb, not ${backend}`);
+    }
+  }
+}
+
+/** The URL schemes each URL-configured backend takes. */
+const URL_SCHEMES: Record<'postgres' | 'mysql' | 'redis', readonly string[]> = {
+  postgres: ['postgres:', 'postgresql:'],
+  mysql: ['mysql:', 'mariadb:'],
+  redis: ['redis:', 'rediss:'],
+};
+
+/**
+ * A connection URL checked before any driver sees it: a driver's own parse error is an
+ * untyped TypeError that carries the whole URL, password included, in its `input`.
+ */
+function checkedUrl(backend: 'postgres' | 'mysql' | 'redis', url: string, source: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new InvalidArgumentError(`${source} is not a valid ${backend} URL: ${redactUrl(url)}`);
+  }
+  if (!URL_SCHEMES[backend].includes(parsed.protocol)) {
+    throw new InvalidArgumentError(
+      `${source} must start with ${URL_SCHEMES[backend].map((p) => `${p}//`).join(' or ')}, got ${redactUrl(url)}`,
+    );
+  }
+  // ioredis takes the path as the database number; anything else it ignores (db 0).
+  if (backend === 'redis' && !/^\/?\d*$/.test(parsed.pathname)) {
+    throw new InvalidArgumentError(
+      `${source}: the path of a redis URL is a database number, got ${JSON.stringify(parsed.pathname)}`,
+    );
+  }
+  return url;
+}
+
+/** Where a backend's URL came from, for messages. */
+function urlSource(backend: BackendName, options: ConnectOptions): string {
+  return options.url !== undefined ? 'url' : BACKEND_ENV[backend as Exclude<BackendName, 'memory'>];
 }
 
 /** `options.url`, else the backend's variable in the environment (trimmed; empty counts as unset). */
@@ -136,7 +194,10 @@ async function connection(backend: Exclude<BackendName, 'memory'>, options: Conn
   switch (backend) {
     case 'postgres': {
       const module = await loadAdapter<PostgresModule>(ADAPTER_PACKAGES.postgres);
-      const resolved = url ?? module.DEFAULT_POSTGRES_URL;
+      const resolved =
+        url === undefined
+          ? module.DEFAULT_POSTGRES_URL
+          : checkedUrl(backend, url, urlSource(backend, options));
       return {
         module,
         options: { connectionString: resolved },
@@ -146,12 +207,14 @@ async function connection(backend: Exclude<BackendName, 'memory'>, options: Conn
     }
     case 'mysql': {
       const module = await loadAdapter<MySqlModule>(ADAPTER_PACKAGES.mysql);
-      const resolved = url ?? module.DEFAULT_MYSQL_URL;
+      const resolved =
+        url === undefined ? module.DEFAULT_MYSQL_URL : checkedUrl(backend, url, urlSource(backend, options));
       return { module, options: { uri: resolved }, target: redactUrl(resolved), release: nothing };
     }
     case 'redis': {
       const module = await loadAdapter<RedisModule>(ADAPTER_PACKAGES.redis);
-      const resolved = url ?? module.DEFAULT_REDIS_URL;
+      const resolved =
+        url === undefined ? module.DEFAULT_REDIS_URL : checkedUrl(backend, url, urlSource(backend, options));
       return { module, options: { url: resolved }, target: redactUrl(resolved), release: nothing };
     }
     case 'redis-cluster': {
@@ -178,7 +241,7 @@ async function connection(backend: Exclude<BackendName, 'memory'>, options: Conn
         module,
         options: {
           ...(url === undefined ? {} : { endpoint: url }),
-          region,
+          ...(region === undefined ? {} : { region }),
           tableName,
           // The SDK annotates the credentials object it is given: a copy per use.
           ...(local ? { credentials: { ...LOCAL_DYNAMODB_CREDENTIALS } } : {}),
@@ -199,15 +262,25 @@ type AnyConnection =
 function clusterNodes(redis: RedisModule, url: string | undefined, options: ConnectOptions) {
   const source =
     options.url !== undefined ? 'url' : url !== undefined ? BACKEND_ENV['redis-cluster'] : 'default';
-  const nodes = redis.parseNodes((url ?? redis.DEFAULT_CLUSTER_NODES).replace(/^rediss?:\/\//, ''), source);
+  // TLS is not set up here: a rediss:// node list would connect in plain text.
+  if (url !== undefined && /^rediss:\/\//i.test(url)) {
+    throw new InvalidArgumentError(
+      `${source}: rediss:// (TLS) is not supported for a Redis Cluster node list here; make the Cluster client yourself with TLS (clusterOptions() plus redisOptions.tls) and pass it to createRedisStore({ client })`,
+    );
+  }
+  const nodes = redis.parseNodes((url ?? redis.DEFAULT_CLUSTER_NODES).replace(/^redis:\/\//i, ''), source);
   return { nodes, target: nodes.map((n) => `${n.host}:${n.port}`).join(',') };
 }
 
 function dynamoDbSettings(url: string | undefined, options: ConnectOptions) {
   const env = options.env ?? process.env;
-  const region = options.region ?? (env.AWS_REGION || env.AWS_DEFAULT_REGION || DEFAULT_DYNAMODB_REGION);
+  // Without an endpoint and a region of our own, the SDK's lookup (the AWS profile too).
+  const region =
+    options.region ??
+    (env.AWS_REGION || env.AWS_DEFAULT_REGION || (url === undefined ? undefined : DEFAULT_DYNAMODB_REGION));
   const tableName = options.table ?? (env.PERCOLATOR_DYNAMODB_TABLE || DEFAULT_DYNAMODB_TABLE);
-  const where = url === undefined ? `AWS DynamoDB (${region})` : redactUrl(url);
+  const where =
+    url === undefined ? `AWS DynamoDB (${region ?? 'the region of the AWS configuration'})` : redactUrl(url);
   return {
     region,
     tableName,

@@ -65,6 +65,63 @@ describe('openStore', () => {
     expect(BACKENDS).toEqual(['memory', 'postgres', 'mysql', 'redis', 'redis-cluster', 'dynamodb']);
   });
 
+  it('refuses a malformed URL, a wrong scheme, a redis path that is no database number, and rediss:// for a Cluster: typed, password hidden', async () => {
+    const refused = async (
+      backend: Parameters<typeof openStore>[0],
+      options: Parameters<typeof openStore>[1],
+    ) => {
+      const error = await openStore(backend, options).then(
+        () => undefined,
+        (e: unknown) => e as Error,
+      );
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error!.message).not.toContain('topsecret');
+      expect(JSON.stringify(error)).not.toContain('topsecret');
+      return error!.message;
+    };
+    // A port past 65535: the drivers threw a bare TypeError whose `input` held the password.
+    expect(await refused('mysql', { url: 'mysql://root:topsecret@127.0.0.1:99999/test' })).toMatch(
+      /url is not a valid mysql URL/,
+    );
+    expect(await refused('redis', { url: 'redis://:topsecret@127.0.0.1:99999' })).toMatch(
+      /not a valid redis URL/,
+    );
+    // A Cluster node list given to redis.
+    expect(await refused('redis', { url: '127.0.0.1:7000,127.0.0.1:7001' })).toMatch(
+      /not a valid redis URL|must start/,
+    );
+    expect(await refused('postgres', { url: 'mysql://u:topsecret@h/d' })).toMatch(
+      /must start with postgres:\/\//,
+    );
+    // ioredis took a name in the path as db 0, silently.
+    expect(await refused('redis', { url: 'redis://:topsecret@127.0.0.1:6379/cache' })).toMatch(
+      /database number/,
+    );
+    expect(await refused('redis-cluster', { url: 'rediss://127.0.0.1:7000' })).toMatch(/TLS/);
+    // From the environment: the message names the variable.
+    expect(
+      await refused('postgres', { env: { PERCOLATOR_POSTGRES_URL: 'postgres://u:topsecret@h:70000/d' } }),
+    ).toMatch(/PERCOLATOR_POSTGRES_URL/);
+  });
+
+  it("refuses settings of another backend, and a pool size that is no positive integer (they were ignored, or the driver's own default)", async () => {
+    await expect(openStore('redis', { maxConnections: 4 })).rejects.toThrow(/maxConnections is for postgres/);
+    await expect(openStore('postgres', { region: 'eu-west-1' })).rejects.toThrow(/region is for dynamodb/);
+    await expect(openStore('mysql', { table: 't' })).rejects.toThrow(/table is for dynamodb/);
+    for (const maxConnections of [0, -1, 1.5, Number.NaN]) {
+      await expect(openStore('postgres', { maxConnections })).rejects.toThrow(InvalidArgumentError);
+    }
+  });
+
+  it("leaves DynamoDB's region to the AWS SDK's lookup (the profile's) when none is set and no endpoint is given", async () => {
+    expect(await describeTarget('dynamodb', { env: {} })).toBe(
+      'AWS DynamoDB (the region of the AWS configuration) table percolator_test',
+    );
+    expect(await describeTarget('dynamodb', { env: { AWS_REGION: 'eu-west-1' } })).toBe(
+      'AWS DynamoDB (eu-west-1) table percolator_test',
+    );
+  });
+
   it('takes the URL from the option, else the backend variable', () => {
     const env = { PERCOLATOR_REDIS_URL: ' redis://envhost:6379 ' };
     expect(configuredUrl('redis', { env })).toBe('redis://envhost:6379');
