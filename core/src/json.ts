@@ -25,7 +25,15 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
 export function encodeJson(value: unknown): Uint8Array {
   // The copy, not the value, is serialised: every property (a getter, a Proxy's trap) is
   // read once, so what was checked is what is written.
-  return encoder.encode(JSON.stringify(checked(value, '$', new Set(), 0)));
+  const copy = checked(value, '$', new Set(), 0);
+  let text: string;
+  try {
+    text = JSON.stringify(copy);
+  } catch (error) {
+    // A text longer than a JavaScript string can be (about 512 MiB): V8's RangeError.
+    throw new InvalidArgumentError(`the value is too large to write as JSON (${String(error)})`);
+  }
+  return encoder.encode(text);
 }
 
 export function decodeJson(bytes: Uint8Array, where: string): JsonValue {

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, type JsonValue, MemoryStore, Percolator } from '@percolator/core';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 
 /** An array with a hole, which JSON would read back as null. */
 function holes(): unknown[] {
@@ -140,6 +140,24 @@ describe('typed values: tx.setJson / tx.getJson', () => {
     await expect(db.transact((tx) => tx.getJson('j', 'raw', 'v'))).rejects.toBeInstanceOf(
       InvalidArgumentError,
     );
+    await db.close();
+  });
+
+  it('a value whose JSON text is longer than a string can be: InvalidArgumentError, nothing buffered', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    const tx = await db.begin();
+    // What V8 throws past its string length limit (about 512 MiB), without building one.
+    const stringify = vi.spyOn(JSON, 'stringify').mockImplementationOnce(() => {
+      throw new RangeError('Invalid string length');
+    });
+    try {
+      expect(() => tx.setJson('j', 'big', 'v', { huge: 'x' })).toThrow(InvalidArgumentError);
+    } finally {
+      stringify.mockRestore();
+    }
+    await tx.commit();
+    expect(await store.read('j', 'big')).toBeNull();
     await db.close();
   });
 });
