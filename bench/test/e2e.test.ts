@@ -107,6 +107,13 @@ describe('a tiny end-to-end run on the memory store', () => {
     // no secondaries). Background work (the tidy step) may add calls, never sequential ones.
     expect(transfer.criticalPath!.roundTrips).toBe(2);
     expect(transfer.roundTrips).toBeGreaterThanOrEqual(2);
+    // Raw: two legs of read + check-and-set, sent at once (they are not atomic anyway):
+    // four calls, two of them on the critical path.
+    const rawTransfer = report.results.find(
+      (r) => r.workload === 'transfer' && r.mode === 'raw' && r.concurrency === 1,
+    )!;
+    expect(rawTransfer.roundTrips).toBeGreaterThanOrEqual(4);
+    expect(rawTransfer.criticalPath!.roundTrips).toBe(2);
     expect(rawRead.criticalPath).toMatchObject({ roundTrips: 1, criticalCalls: 1, backgroundCalls: 0 });
     // Counted store traffic: at least both rows read and written.
     expect(transfer.io!.rowsRead).toBeGreaterThanOrEqual(2);
