@@ -107,6 +107,16 @@ const URL_SCHEMES: Record<'postgres' | 'mysql' | 'redis', readonly string[]> = {
  * untyped TypeError that carries the whole URL, password included, in its `input`.
  */
 function checkedUrl(backend: 'postgres' | 'mysql' | 'redis', url: string, source: string): string {
+  if (backend === 'postgres') {
+    // pg parses its own strings, more than a URL: `postgres://user@/db?host=/run/pg` (a
+    // socket), `socket:/run/pg?db=x`, a bare socket path; its errors carry no password.
+    if (!/^(postgres(ql)?:\/\/|socket:|\/)/i.test(url)) {
+      throw new InvalidArgumentError(
+        `${source} must start with postgres://, postgresql:// or socket:, got ${redactUrl(url)}`,
+      );
+    }
+    return url;
+  }
   let parsed: URL;
   try {
     parsed = new URL(url);

@@ -100,8 +100,18 @@ describe('openStore', () => {
     expect(await refused('redis-cluster', { url: 'rediss://127.0.0.1:7000' })).toMatch(/TLS/);
     // From the environment: the message names the variable.
     expect(
-      await refused('postgres', { env: { PERCOLATOR_POSTGRES_URL: 'postgres://u:topsecret@h:70000/d' } }),
-    ).toMatch(/PERCOLATOR_POSTGRES_URL/);
+      await refused('mysql', { env: { PERCOLATOR_MYSQL_URL: 'mysql://u:topsecret@h:70000/d' } }),
+    ).toMatch(/PERCOLATOR_MYSQL_URL/);
+    expect(await refused('postgres', { env: { PERCOLATOR_POSTGRES_URL: 'redis://h' } })).toMatch(
+      /PERCOLATOR_POSTGRES_URL must start with postgres/,
+    );
+    // What pg takes beyond a URL (a socket) still goes to pg: no InvalidArgumentError here.
+    for (const url of [
+      'postgres://postgres@/test?host=/var/run/postgresql',
+      'socket:/var/run/postgresql?db=test',
+    ]) {
+      expect(await describeTarget('postgres', { url })).toContain('postgres');
+    }
   });
 
   it("refuses settings of another backend, and a pool size that is no positive integer (they were ignored, or the driver's own default)", async () => {

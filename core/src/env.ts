@@ -132,9 +132,14 @@ export interface ProtocolEnv {
 export class Lifecycle {
   /** `close()` has begun: observer workers stop, and `runUntilIdle` ends with ClosedError. */
   readonly closing = new AbortController();
-  /** Aborted by `close()` once the workers are stopped: a read's lock wait ends there. */
-  readonly shut = new AbortController();
   private isClosed = false;
+  /**
+   * Lock waits of reads in progress, woken by `close()`. A set of callbacks rather than an
+   * AbortSignal: a signal combined with each caller's (AbortSignal.any) stays referenced by
+   * this long-lived one on Node 20, and a listener per waiting read passes Node's
+   * listener warning under contention.
+   */
+  private readonly waits = new Set<() => void>();
   private busy = 0;
   private waiters: (() => void)[] = [];
 
@@ -145,7 +150,27 @@ export class Lifecycle {
   /** Later calls of the client's transactions are ClosedError; reads waiting on a lock stop. */
   close(): void {
     this.isClosed = true;
-    this.shut.abort();
+    for (const wake of [...this.waits]) wake();
+  }
+
+  /**
+   * Waits `ms`, or until `until` settles, `signal` aborts or the client closes, whichever
+   * comes first (a read's wait on a lock).
+   */
+  pause(ms: number, signal: AbortSignal | undefined, until?: Promise<unknown>): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.waits.delete(done);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      if (this.isClosed || signal?.aborted) return done();
+      this.waits.add(done);
+      signal?.addEventListener('abort', done, { once: true });
+      until?.then(done, done);
+    });
   }
 
   commitStarted(): void {

@@ -1,4 +1,4 @@
-import { backoffMs, sleep, waitAtMost } from './backoff.js';
+import { backoffMs } from './backoff.js';
 import { visibleWrite } from './cells.js';
 import { decodeRow, decodeVersionRow, STAMP } from './codec.js';
 import { abortedError, timed } from './commit/context.js';
@@ -155,8 +155,6 @@ export class Transaction {
    * knows (its secondaries' step would find no lock of ours to roll forward, and skip it).
    */
   private commitTookRows = false;
-  /** The caller's signal or the client's close: see `waitSignal`. */
-  private stopSignal: AbortSignal | undefined;
   /**
    * Rows as its reads decoded them, for its commit to start from (commit/context.ts,
    * decodeKnown): at most `KEPT_DECODED` rows, none in a read-only transaction.
@@ -330,11 +328,16 @@ export class Transaction {
       drawing = this.starting;
     }
     const mine = this.starting;
+    // A store call (the peek, the oracle) close() waits for, as for a read.
+    const { lifecycle } = this.env;
+    lifecycle.readStarted();
     try {
       return await drawing;
     } catch (error) {
       if (this.starting === mine) this.starting = undefined; // a later call may try again
       throw error;
+    } finally {
+      lifecycle.readEnded();
     }
   }
 
@@ -1075,7 +1078,7 @@ export class Transaction {
     const local = this.env.localCommits.finished(lock.startTs);
     const left = this.env.lockWaitMs - (performance.now() - waitStart);
     if (local && left > 0) {
-      await waitAtMost(local, left, this.waitSignal());
+      await this.env.lifecycle.pause(left, this.signal, local);
       this.checkStop();
       return;
     }
@@ -1089,7 +1092,7 @@ export class Transaction {
         `${table}/${JSON.stringify(row)} stayed locked by live transaction ${lock.startTs}; retry later`,
       );
     }
-    await sleep(backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4)), this.waitSignal());
+    await this.env.lifecycle.pause(backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4)), this.signal);
     this.checkStop();
   }
 
@@ -1100,12 +1103,6 @@ export class Transaction {
   private checkStop(): void {
     if (this.signal?.aborted) throw abortedError(this.signal);
     if (this.env.lifecycle.closed) throw new ClosedError('this Percolator client is closed');
-  }
-
-  /** What ends a lock wait's sleep: the caller's signal or the client's close (made when first needed). */
-  private waitSignal(): AbortSignal {
-    const shut = this.env.lifecycle.shut.signal;
-    return (this.stopSignal ??= this.signal ? AbortSignal.any([this.signal, shut]) : shut);
   }
 
   /**

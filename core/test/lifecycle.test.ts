@@ -130,3 +130,48 @@ describe('rollback() while the commit is in flight', () => {
     await db.close();
   });
 });
+
+describe('many reads waiting on one lock', () => {
+  it('no listener warning, and close() still ends them all', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+    process.on('warning', onWarning);
+    try {
+      const store = new InstrumentedStore(new MemoryStore());
+      const crashed = new Percolator({
+        store,
+        lockTtlMs: 60_000,
+        onePhaseMaxRows: 1,
+        hooks: {
+          onCommitStep: (e) => {
+            if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+          },
+        },
+      });
+      await expect(
+        crashed.transact(async (tx) => {
+          tx.set('t', 'x', 'v', '1');
+          tx.set('t', 'y', 'v', '1');
+        }),
+      ).rejects.toBeInstanceOf(ClientCrash);
+      const db = new Percolator({ store, lockTtlMs: 60_000, lockWaitMs: 60_000 });
+      // More than Node's default of 10 listeners per signal: each wait once added one to a
+      // signal of the client's, and Node warned of a possible leak.
+      const txs = await Promise.all(Array.from({ length: 16 }, () => db.begin()));
+      const reads = txs.map((tx) =>
+        tx.getString('t', 'x', 'v').then(
+          () => 'read',
+          (error: unknown) => error,
+        ),
+      );
+      await tick(50);
+      await db.close();
+      for (const read of reads) expect(await read).toBeInstanceOf(ClosedError);
+      await new Promise((r) => setImmediate(r));
+      expect(warnings.filter((w) => w.includes('MaxListeners'))).toEqual([]);
+      await crashed.close();
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});

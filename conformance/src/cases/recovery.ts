@@ -256,7 +256,13 @@ async function latePrewrite(ctx: CaseContext, mode: FaultMode): Promise<void> {
   await within(primaryHold.reached, 5000, 'the primary prewrite');
   // With faults, the reader's calls (its rollback record too) may fail or be ambiguous; the
   // slow client's are held to order events exactly, so they get none.
-  const readerClient = client(ctx, store, { clock, lockTtlMs: LOCK_TTL_MS, faults: faultsFor(mode) });
+  const readerClient = client(ctx, store, {
+    clock,
+    lockTtlMs: LOCK_TTL_MS,
+    faults: faultsFor(mode),
+    // Its own lost reply, on the primary's rollback, below.
+    forceLostReply: false,
+  });
   const reader = readerClient.db;
   // The fault that matters here: the reader's rollback of the primary (k0, whichever row it
   // met first) lands but is reported failed, so the reader must find out it landed.
