@@ -1,42 +1,17 @@
 import {
   AbortedError,
-  ClientCrash,
   type CommitStep,
   ConflictError,
   InvalidArgumentError,
   LockNotResolvedError,
   MemoryStore,
   Percolator,
-  type RowStore,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
-import { InstrumentedStore } from './support.js';
+import { InstrumentedStore, stoppedBeforeCommitPrimary } from './support.js';
 
 const ROWS = ['a', 'b', 'c'];
 
-/**
- * A client stopped just before its commit point, its locks on t/x (primary) and t/y left
- * behind with `lockTtlMs`. Two phases: the steps the hook stops at (a one-step commit has none).
- */
-async function stoppedBeforeCommitPrimary(store: RowStore, lockTtlMs: number): Promise<Percolator> {
-  const crashed = new Percolator({
-    store,
-    lockTtlMs,
-    onePhaseMaxRows: 1,
-    hooks: {
-      onCommitStep: (e) => {
-        if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
-      },
-    },
-  });
-  await expect(
-    crashed.transact(async (tx) => {
-      tx.set('t', 'x', 'v', '1');
-      tx.set('t', 'y', 'v', '1');
-    }),
-  ).rejects.toBeInstanceOf(ClientCrash);
-  return crashed;
-}
 const read = (db: Percolator) => db.transact((tx) => Promise.all(ROWS.map((r) => tx.getString('t', r, 'v'))));
 
 describe('cancellation and deadlines', () => {

@@ -1,6 +1,6 @@
-import { AbortedError, ClientCrash, ClosedError, MemoryStore, Percolator } from '@percolator/core';
+import { AbortedError, ClosedError, MemoryStore, Percolator } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
-import { InstrumentedStore } from './support.js';
+import { InstrumentedStore, stoppedBeforeCommitPrimary } from './support.js';
 
 /** Every call the store has had, of any kind. */
 const callsOf = (store: InstrumentedStore) =>
@@ -12,22 +12,7 @@ describe('close() and the reads in flight', () => {
   it('a read waiting on a live lock stops with ClosedError, and close() returns only after it did', async () => {
     const store = new InstrumentedStore(new MemoryStore());
     // A client stopped before its commit point leaves a live lock on t/x (lockTtlMs: 60 s).
-    const crashed = new Percolator({
-      store,
-      lockTtlMs: 60_000,
-      onePhaseMaxRows: 1,
-      hooks: {
-        onCommitStep: (e) => {
-          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
-        },
-      },
-    });
-    await expect(
-      crashed.transact(async (tx) => {
-        tx.set('t', 'x', 'v', '1');
-        tx.set('t', 'y', 'v', '1');
-      }),
-    ).rejects.toBeInstanceOf(ClientCrash);
+    const crashed = await stoppedBeforeCommitPrimary(store, 60_000);
     const db = new Percolator({ store, lockTtlMs: 60_000, lockWaitMs: 60_000 });
     const tx = await db.begin();
     const read = tx.getString('t', 'x', 'v').then(
@@ -138,22 +123,7 @@ describe('many reads waiting on one lock', () => {
     process.on('warning', onWarning);
     try {
       const store = new InstrumentedStore(new MemoryStore());
-      const crashed = new Percolator({
-        store,
-        lockTtlMs: 60_000,
-        onePhaseMaxRows: 1,
-        hooks: {
-          onCommitStep: (e) => {
-            if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
-          },
-        },
-      });
-      await expect(
-        crashed.transact(async (tx) => {
-          tx.set('t', 'x', 'v', '1');
-          tx.set('t', 'y', 'v', '1');
-        }),
-      ).rejects.toBeInstanceOf(ClientCrash);
+      const crashed = await stoppedBeforeCommitPrimary(store, 60_000);
       const db = new Percolator({ store, lockTtlMs: 60_000, lockWaitMs: 60_000 });
       // More than Node's default of 10 listeners per signal: each wait once added one to a
       // signal of the client's, and Node warned of a possible leak.

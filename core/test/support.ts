@@ -5,7 +5,9 @@ import { fileURLToPath } from 'node:url';
 import {
   type CasRequest,
   type CasResult,
+  ClientCrash,
   MemoryStore,
+  Percolator,
   type RowRef,
   type RowStore,
   type StoreCapabilities,
@@ -226,4 +228,33 @@ export function spawnTestScript(
     [viteNode, '--config', join(repoRoot, 'vitest.config.ts'), join(testDir, file), ...args],
     { cwd: repoRoot, stdio: [stdin, 'pipe', 'inherit'] },
   );
+}
+
+/**
+ * A client stopped just before its commit point, its locks on t/x (primary) and t/y left
+ * behind with `lockTtlMs`. Two phases: the steps the hook stops at (a one-step commit has none).
+ */
+export async function stoppedBeforeCommitPrimary(store: RowStore, lockTtlMs: number): Promise<Percolator> {
+  const crashed = new Percolator({
+    store,
+    lockTtlMs,
+    onePhaseMaxRows: 1,
+    hooks: {
+      onCommitStep: (e) => {
+        if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+      },
+    },
+  });
+  const error = await crashed
+    .transact(async (tx) => {
+      tx.set('t', 'x', 'v', '1');
+      tx.set('t', 'y', 'v', '1');
+    })
+    .then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+  if (!(error instanceof ClientCrash))
+    throw new Error(`the client did not stop at its commit point: ${String(error)}`);
+  return crashed;
 }

@@ -16,7 +16,13 @@ import {
   type TimestampOracle,
   type Transaction,
 } from '@percolator/core';
-import { type CallListener, FaultyStore, type RandomFaults, type StoreOperation } from '../faulty-store.js';
+import {
+  type CallListener,
+  FaultyStore,
+  type RandomFaults,
+  type StoreOperation,
+  WRITE_OPERATIONS,
+} from '../faulty-store.js';
 import type { CaseContext, Part } from '../types.js';
 import { ConformanceFailure, check, errorText } from '../util.js';
 
@@ -160,12 +166,7 @@ export function client(ctx: CaseContext, store: RowStore, options: ClientOptions
 }
 
 /** The calls that write rows (a counter draw's lost reply loses only a timestamp). */
-const ROW_WRITES: readonly StoreOperation[] = [
-  'checkAndSet',
-  'checkAndSetMany',
-  'checkAndSetStamped',
-  'checkAndSetStampedMany',
-];
+const ROW_WRITES: readonly StoreOperation[] = WRITE_OPERATIONS.filter((op) => op !== 'incrementCounter');
 
 /**
  * A completed single-row write call (`onCall`) whose check-and-set took effect. A call that
