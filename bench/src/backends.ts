@@ -15,7 +15,12 @@ import { DynamoNativeEngine } from './engines/dynamodb.js';
 import { type Engine, LOGICAL_TABLES, type LogicalTable } from './engines/engine.js';
 import { MySqlNativeData, MySqlNativeEngine } from './engines/mysql.js';
 import { PercolatorEngine } from './engines/percolator.js';
-import { PostgresNativeData, PostgresNativeEngine } from './engines/postgres.js';
+import {
+  PostgresNativeData,
+  PostgresNativeEngine,
+  SQL_ISOLATIONS,
+  type SqlIsolation,
+} from './engines/postgres.js';
 import { RawEngine } from './engines/raw.js';
 import { RedisNativeEngine } from './engines/redis.js';
 import { httpAnswers, redisAnswers, runClusterScript, type SharedServices } from './services.js';
@@ -243,7 +248,7 @@ interface SqlBackend<D extends { serverVersion(): Promise<string>; drop(): Promi
   /** The server's URL (the adapter's variable or default), once it answers. */
   reachable(): Promise<string>;
   data(url: string, name: string, poolSize: number): Promise<D>;
-  engine(data: D, isolation: 'repeatable-read' | 'serializable', maxAttempts: number): Engine;
+  engine(data: D, isolation: SqlIsolation, maxAttempts: number): Engine;
 }
 
 const SQL_BACKENDS = {
@@ -267,7 +272,7 @@ const SQL_BACKENDS = {
   } satisfies SqlBackend<MySqlNativeData>,
 };
 
-/** PostgreSQL or MySQL: Percolator and raw engines, and the native engine at two isolation levels. */
+/** PostgreSQL or MySQL: Percolator and raw engines, and the native engine at three isolation levels. */
 async function openSql(
   name: 'postgres' | 'mysql',
   settings: BackendSettings,
@@ -295,8 +300,7 @@ async function openSql(
   }
   const engines = [
     ...storeEngines(opened.store, settings),
-    sql.engine(data, 'repeatable-read', settings.maxAttempts),
-    sql.engine(data, 'serializable', settings.maxAttempts),
+    ...SQL_ISOLATIONS.map((level) => sql.engine(data, level, settings.maxAttempts)),
   ];
   return {
     name,

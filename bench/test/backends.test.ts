@@ -46,8 +46,8 @@ describe('native baselines and cleanup on the real stores', () => {
           report.results.filter((r) => r.backend === backend && r.mode === 'native').map((r) => r.variant),
         ),
       ].sort();
-    expect(natives('postgres')).toEqual(['repeatable-read', 'serializable']);
-    expect(natives('mysql')).toEqual(['repeatable-read', 'serializable']);
+    expect(natives('postgres')).toEqual(['read-committed', 'repeatable-read', 'serializable']);
+    expect(natives('mysql')).toEqual(['read-committed', 'repeatable-read', 'serializable']);
     expect(natives('redis')).toEqual(['watch-multi-exec']);
     expect(natives('redis-cluster')).toEqual([]);
     expect(natives('dynamodb')).toEqual(['transact-items']);

@@ -2,7 +2,12 @@ import { randomBytes } from 'node:crypto';
 import { resolvePostgresUrl } from '@percolator/postgres';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { encodeValue, initialRows } from '../src/dataset.js';
-import { PostgresNativeData, PostgresNativeEngine, type SqlIsolation } from '../src/engines/postgres.js';
+import {
+  PostgresNativeData,
+  PostgresNativeEngine,
+  SQL_ISOLATIONS,
+  type SqlIsolation,
+} from '../src/engines/postgres.js';
 
 /**
  * The PostgreSQL native baseline must not deadlock: a deadlock waits out deadlock_timeout
@@ -42,7 +47,7 @@ async function waitForLockWaiters(n: number): Promise<void> {
   }
 }
 
-test.each<SqlIsolation>(['repeatable-read', 'serializable'])(
+test.each<SqlIsolation>(SQL_ISOLATIONS)(
   '%s: two transfers between the same accounts in opposite directions never deadlock',
   async (variant) => {
     const engine = new PostgresNativeEngine(data, variant, 20);

@@ -69,7 +69,7 @@ export interface Counters {
 
 export interface Engine {
   readonly mode: Mode;
-  /** `si`, `cas`, `repeatable-read`, `serializable`, `watch-multi-exec`, `transact-items`. */
+  /** `si`, `cas`, `read-committed`, `repeatable-read`, `serializable`, `watch-multi-exec`, `transact-items`. */
   readonly variant: string;
   /** Engines with the same dataKey share physical data: it is loaded once. */
   readonly dataKey: string;

@@ -11,7 +11,7 @@ import {
   type TxHints,
   type TxOutcome,
 } from './engine.js';
-import type { SqlIsolation } from './postgres.js';
+import { isolationSql, type SqlIsolation } from './postgres.js';
 
 /** The part of mysql2/promise the bench uses. */
 interface MySqlConnection {
@@ -175,8 +175,7 @@ export class MySqlNativeEngine implements Engine {
   private async prepare(conn: MySqlConnection): Promise<void> {
     const id = conn.connection ?? conn;
     if (this.data.levels.get(id) === this.variant) return;
-    const level = this.variant === 'serializable' ? 'SERIALIZABLE' : 'REPEATABLE READ';
-    await conn.query(`SET SESSION TRANSACTION ISOLATION LEVEL ${level}`);
+    await conn.query(`SET SESSION TRANSACTION ISOLATION LEVEL ${isolationSql(this.variant)}`);
     await conn.query('SET SESSION innodb_lock_wait_timeout = 10');
     this.data.levels.set(id, this.variant);
   }

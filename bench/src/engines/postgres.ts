@@ -26,7 +26,25 @@ interface PgModule {
 const SCHEMA_NAME = /^[a-z][a-z0-9_]{0,62}$/;
 const LOAD_CHUNK = 1000;
 
-export type SqlIsolation = 'repeatable-read' | 'serializable';
+/**
+ * The isolation levels the SQL baselines run at: READ COMMITTED (PostgreSQL's default,
+ * and the cheapest that keeps a transfer correct once the rows it writes are locked as
+ * they are read), REPEATABLE READ (MariaDB's default) and SERIALIZABLE.
+ */
+export const SQL_ISOLATIONS = ['read-committed', 'repeatable-read', 'serializable'] as const;
+export type SqlIsolation = (typeof SQL_ISOLATIONS)[number];
+
+/** The SQL words of a level (a fixed string per level: nothing else reaches the statement). */
+export function isolationSql(level: SqlIsolation): string {
+  switch (level) {
+    case 'read-committed':
+      return 'READ COMMITTED';
+    case 'repeatable-read':
+      return 'REPEATABLE READ';
+    case 'serializable':
+      return 'SERIALIZABLE';
+  }
+}
 
 /**
  * The native baseline's data in PostgreSQL: a schema of its own holding one plain table
@@ -212,9 +230,7 @@ export class PostgresNativeEngine implements Engine {
       return await retryTransaction(this.maxAttempts, retry, async () => {
         const tx = new SqlTx(client, this.data.table, this.counter);
         this.counter.add(1);
-        await client.query(
-          `BEGIN ISOLATION LEVEL ${this.variant === 'serializable' ? 'SERIALIZABLE' : 'REPEATABLE READ'}`,
-        );
+        await client.query(`BEGIN ISOLATION LEVEL ${isolationSql(this.variant)}`);
         try {
           const value = await fn(tx);
           await tx.flush();

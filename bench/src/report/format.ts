@@ -4,6 +4,7 @@ import type { BenchResult, Ratio } from '../types.js';
 /** Short names for baselines in tables. */
 const SHORT: Record<string, string> = {
   raw: 'raw',
+  'native:read-committed': 'RC',
   'native:repeatable-read': 'RR',
   'native:serializable': 'SER',
   'native:watch-multi-exec': 'MULTI',

@@ -8,6 +8,7 @@ import { skippedLabel } from './text.js';
 const COLORS: Record<string, string> = {
   percolator: '#2563eb',
   'raw:cas': '#16a34a',
+  'native:read-committed': '#ca8a04',
   'native:repeatable-read': '#d97706',
   'native:serializable': '#dc2626',
   'native:watch-multi-exec': '#9333ea',
