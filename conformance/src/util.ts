@@ -2,7 +2,7 @@
 import { isDeepStrictEqual } from 'node:util';
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
+const decoder = new TextDecoder('utf-8', { ignoreBOM: true });
 
 export function bytes(text: string): Uint8Array {
   return encoder.encode(text);

@@ -92,7 +92,7 @@ const PLACES: ValuePlace[] = ['inline', 'moving', 'moved'];
 const KIND_BITS: Record<RecordKind, number> = { put: 0, delete: 1, rollback: 2 };
 const PLACE_BITS: Record<ValuePlace, number> = { inline: 0 << 2, moving: 1 << 2, moved: 2 << 2 };
 const encoder = new TextEncoder();
-const decoder = new TextDecoder('utf-8', { fatal: true });
+const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 /** Names up to this many bytes, all ASCII, are decoded byte by byte (Reader.string). */
 const SHORT_ASCII = 24;
 

@@ -375,7 +375,7 @@ function ackObserver(name: string, column: string): string | undefined {
   return ack?.column === column ? ack.observer : undefined;
 }
 
-const ackDecoder = new TextDecoder();
+const ackDecoder = new TextDecoder('utf-8', { ignoreBOM: true });
 
 /** The startTs an ack cell's newest committed value records (0 if none is readable in the head row). */
 function ackValue(cell: Cell): number {

@@ -20,7 +20,7 @@ export type JsonValue = null | boolean | number | string | JsonValue[] | { [key:
 export const MAX_JSON_DEPTH = 1000;
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder('utf-8', { fatal: true });
+const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 export function encodeJson(value: unknown): Uint8Array {
   // The copy, not the value, is serialised: every property (a getter, a Proxy's trap) is

@@ -55,7 +55,7 @@ export interface CommitResult {
 
 type Status = 'active' | 'committing' | 'committed' | 'rolledBack' | 'failed';
 
-const decoder = new TextDecoder();
+const decoder = new TextDecoder('utf-8', { ignoreBOM: true });
 const noop = (): void => {};
 const SCAN_PAGE = 256;
 /**

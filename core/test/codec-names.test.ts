@@ -21,6 +21,9 @@ describe('names in head rows', () => {
     '🙂 emoji',
     `${'a'.repeat(23)}é`,
     'ctl\u0001\u007f',
+    // A TextDecoder without ignoreBOM drops a leading U+FEFF: another name.
+    '\uFEFF',
+    '\uFEFFbom',
   ];
 
   it('round-trips short and long, ASCII and non-ASCII names in every place a row keeps one', () => {

@@ -29,7 +29,7 @@ export type Item = Record<string, AttributeValue>;
 export type ItemKey = { pk: AttributeValue; sk: AttributeValue };
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder('utf-8', { fatal: true });
+const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 export function rowPartition(namespace: string, table: string): string {
   return `${namespace}#r#${table}`;

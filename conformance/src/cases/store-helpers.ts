@@ -87,11 +87,17 @@ export function noise(size: number, random: Random): Uint8Array {
   return out;
 }
 
-/** Keys that break naive adapters: NUL, emoji, combining marks, quoting, wildcards. */
+/**
+ * Keys that break naive adapters: NUL, emoji, combining marks, quoting, wildcards, and a
+ * leading U+FEFF (a TextDecoder built without `ignoreBOM` drops it, and the key read back
+ * is another key). Near the front: the readMany and scanNotified cases take the first few.
+ */
 export const TRICKY_KEYS: readonly string[] = [
   'plain',
   'a',
   'a\u0000',
+  '\uFEFFbom',
+  '\uFEFF',
   'a\u0000b',
   'a\u0001',
   '\u0000',

@@ -23,7 +23,7 @@ interface LeaseState {
 }
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
+const decoder = new TextDecoder('utf-8', { ignoreBOM: true });
 
 function encode(state: LeaseState): Uint8Array {
   return encoder.encode(JSON.stringify(state));

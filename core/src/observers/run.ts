@@ -16,7 +16,7 @@ export type RunResult =
   | { readonly ran: true; readonly startTs: number; readonly commitTs: number }
   | { readonly ran: false; readonly startTs: number };
 
-const decoder = new TextDecoder();
+const decoder = new TextDecoder('utf-8', { ignoreBOM: true });
 
 function parseAck(bytes: Uint8Array | undefined): number {
   if (bytes === undefined) return 0;
