@@ -430,6 +430,16 @@ export async function gcCommand(
   args: { table: string; row?: string; dryRun?: boolean; policy?: Partial<PrunePolicy>; now?: () => number },
 ): Promise<CommandResult<GcReport & { dryRun: boolean; emptyHeadRow?: string }>> {
   checkNames(args.table, args.row);
+  // As the CLI requires (cli.ts): pruning is for good, so a run that writes prunes by the
+  // deployment's stated policy, never by the library's defaults.
+  const missing = (['retentionMs', 'maxVersionsPerCell'] as const).filter(
+    (k) => args.policy?.[k] === undefined,
+  );
+  if (args.dryRun !== true && missing.length > 0) {
+    throw new UsageError(
+      `gcCommand without dryRun needs policy.${missing.join(' and policy.')}: your clients' gc policy (the library's defaults are 60 s and 32 versions); a shorter one deletes history their snapshots still read`,
+    );
+  }
   let empty: string | undefined;
   if (args.row === undefined) await assertTableHasRows(store, args.table);
   else {
@@ -438,7 +448,7 @@ export async function gcCommand(
       throw new NotFoundError(`row ${shown(args.row)} of ${shown(args.table)} is not stored`);
     empty = emptyHeadRow(stored.state);
   }
-  const db = client(store, args.now, args.policy ?? {}); // the library's policy unless told
+  const db = client(store, args.now, args.policy ?? {}); // a dry run: the library's policy unless told
   let report: GcReport;
   try {
     report = await db.gc(args.table, {

@@ -19,6 +19,7 @@ import {
   notificationsCommand,
   resolveCommand,
 } from '../src/commands.js';
+import { UsageError } from '../src/errors.js';
 import { BACKEND_NAMES, openTestBackend, type TestBackend } from './backends.js';
 
 /**
@@ -282,7 +283,13 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
         await db.transact(async (tx) => tx.set('docs', 'big', 'body', `v${i}`.repeat(200)));
       await db.flush();
       clock.advance(5000);
-      const policy = { retentionMs: 1000 };
+      const policy = { retentionMs: 1000, maxVersionsPerCell: 32 };
+      // A run that writes must state the whole policy: the library's defaults would prune
+      // by 60 s and 32 versions, whatever the deployment keeps.
+      await expect(gcCommand(store, { table: 'docs', policy: { retentionMs: 1000 } })).rejects.toThrow(
+        /gcCommand without dryRun needs policy\.maxVersionsPerCell/,
+      );
+      await expect(gcCommand(store, { table: 'docs' })).rejects.toBeInstanceOf(UsageError);
       const dry = await gcCommand(store, { table: 'docs', row: 'big', dryRun: true, policy, now: clock });
       expect(dry.data.versions).toBe(3);
       expect(dry.data.headBytes + dry.data.versionRowBytes).toBeGreaterThan(0);

@@ -45,6 +45,16 @@ describe('redactUrl (core): the one redaction', () => {
     expect(redactUrl('postgres://db/x?sslmode=require')).toBe('postgres://db/x?sslmode=require');
     expect(redactUrl('bad url ?password=s3cretPW')).not.toContain('s3cretPW');
   });
+
+  it("hides a password in PostgreSQL's keyword form (spaces between, values maybe quoted)", () => {
+    expect(redactUrl('host=db user=ops password=s3cret dbname=app')).toBe(
+      'host=db user=ops password=*** dbname=app',
+    );
+    expect(redactUrl('password=s3cret host=db')).toBe('password=*** host=db');
+    expect(redactUrl("host=db password = 's3 cr\\'et' dbname=app")).toBe('host=db password = *** dbname=app');
+    expect(redactUrl('host=db sslkey=/etc/k.pem user=ops')).toBe('host=db sslkey=*** user=ops');
+    expect(redactUrl('host=db user=ops dbname=app')).toBe('host=db user=ops dbname=app');
+  });
 });
 
 describe('openStore', () => {

@@ -4,7 +4,7 @@ import type { ProtocolEnv } from './env.js';
 import { inspectHeadRow, namedVersionRows } from './inspect.js';
 import type { GcReport } from './reports.js';
 import type { RowState } from './row-state.js';
-import { readRow, updateRow } from './row-update.js';
+import { type Decide, readRow, updateRow } from './row-update.js';
 import type { RowRef, StoredRow } from './store.js';
 import { versionKey, versionTable } from './versions.js';
 
@@ -96,16 +96,20 @@ export async function gcRow(
   const named = namedVersionRows(table, key, inspectHeadRow(first.state)).named;
   const namedBefore = await readAll(env, named);
   // 1. The pruning a commit would do, now.
-  let stored: StoredRow | null | undefined = (
-    await updateRow(env, table, key, first, (state) =>
-      state && pruneRow(env, state, env.clock()) ? { write: state, result: undefined } : { done: undefined },
-    )
-  ).stored;
-  // 2. Settle held records, delete released version rows; a round that settled records
-  // pruned them and may have released more version rows: one more round for those.
+  const prune: Decide<undefined> = (state) =>
+    state && pruneRow(env, state, env.clock()) ? { write: state, result: undefined } : { done: undefined };
+  let stored: StoredRow | null | undefined = (await updateRow(env, table, key, first, prune)).stored;
+  // 2. Settle held records, delete released version rows. Settling clears the records'
+  // lists of secondaries, but the tidy step prunes after that only when a batch of records
+  // is due, so a round that settled some prunes the row again (step 1) and may have
+  // released more version rows: one more round for those.
   for (let round = 0; round < 3; round++) {
     const tidied = await env.tidier.tidyRow(table, key, stored, { settleHeld: true });
     stored = undefined;
+    if (tidied.settled > 0) {
+      const current = await readRow(env, table, key);
+      if (current) stored = (await updateRow(env, table, key, current, prune)).stored;
+    }
     if (tidied.settled === 0 && tidied.deleted === 0) break;
   }
   // The writes above may have started this client's background tidy step on the row.

@@ -32,11 +32,19 @@ export function redactUrl(url: string): string {
   }
 }
 
-/** Text that is not one URL: each `user:password@` and each secret parameter replaced. */
+/**
+ * Text that is not one URL: each `user:password@` and each secret parameter replaced. A
+ * parameter counts at the start, after `?`, `&`, `;`, `,` or a space: PostgreSQL's keyword
+ * form (`host=db user=app password=s3cret`) separates them with spaces, and its values may
+ * be quoted (`password='s3 cret'`).
+ */
 function redactText(text: string): string {
   return text
     .replace(/((?:^|[\s,/])[^:@/,\s]*):[^@,\s]*@/g, '$1:***@')
-    .replace(/([?&;](?:[^=&;\s]*(?:pass|pwd|secret|token|key)[^=&;\s]*)=)[^&;,\s]*/gi, '$1***');
+    .replace(
+      /((?:^|[\s?&;,])(?:[^=&;,\s]*(?:pass|pwd|secret|token|key)[^=&;,\s]*)\s*=\s*)('(?:[^'\\]|\\.)*'?|[^&;,\s]*)/gi,
+      '$1***',
+    );
 }
 
 /** Query parameters whose value is a secret (a password, a token, a key). */

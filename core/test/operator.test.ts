@@ -122,6 +122,24 @@ describe('operator APIs', () => {
     expect(await db.transact((tx) => tx.get('t', 'r', 'v')).then(text)).toBe('value 4'.repeat(20));
   });
 
+  it('gc prunes the records its settling releases: a second gc finds nothing left', async () => {
+    // Row a's commit record of a transaction stopped after its commit point lists b and c,
+    // still locked: the record is held until they are settled. A newer write to a leaves
+    // it an old version. Past the retention (but not so far that the tidy step's own
+    // batch of prunes is due) gc rolls b and c forward and must then drop the record.
+    const { store, clock } = await stuck('afterCommitPrimary');
+    const gc = { retentionMs: 60_000, maxVersionsPerCell: 32 };
+    const db = new Percolator({ store, clock, lockTtlMs: TTL, gc });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', 'newer'));
+    clock.advance(61_000);
+    const first = await db.gc('t', { row: 'a' });
+    expect(first.versions).toBeGreaterThanOrEqual(2); // 'old' and the held record of 'new'
+    expect(first.held).toBe(0);
+    expect(await db.gc('t', { row: 'a' })).toMatchObject({ versions: 0, held: 0 });
+    const read = await db.transact(async (tx) => Promise.all(ROWS.map((r) => tx.getString('t', r, 'v'))));
+    expect(read).toEqual(['newer', 'new', 'new']);
+  });
+
   it('scanNotifications counts pending cells per column and per observer', async () => {
     const store = new MemoryStore();
     const clock = fakeClock();

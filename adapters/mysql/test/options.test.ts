@@ -35,4 +35,21 @@ describe('createMySqlStore options', () => {
     expect(error.message).not.toContain(MYSQL_URL_ENV);
     expect(error.message).not.toContain('secret');
   });
+  it('rejects a pool size, createSchema or pool of the wrong type before connecting (nothing to a driver)', async () => {
+    for (const maxConnections of [-1, 0, 1.5, Number.NaN, '10'])
+      expect(await reject({ uri: 'mysql://root@127.0.0.1:1/test', maxConnections })).toMatchObject({
+        name: 'InvalidArgumentError',
+        message: expect.stringContaining(
+          'createMySqlStore: maxConnections must be an integer from 1 to 100000',
+        ),
+      });
+    const schema = await reject({ uri: 'mysql://root@127.0.0.1:1/test', createSchema: 'false' });
+    expect(schema).toBeInstanceOf(InvalidArgumentError);
+    expect(schema.message).toContain('createSchema must be a boolean, got "false"');
+    for (const pool of [null, 'pool', 3])
+      expect(await reject({ pool })).toMatchObject({
+        name: 'InvalidArgumentError',
+        message: expect.stringContaining("pool must be the driver's pool object"),
+      });
+  });
 });

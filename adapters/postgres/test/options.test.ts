@@ -47,4 +47,26 @@ describe('createPostgresStore options', () => {
     const error = await reject({});
     expect(error.message).toContain(`$${POSTGRES_URL_ENV}`);
   });
+  it('rejects a pool size, createSchema or pool of the wrong type before connecting (nothing to a driver)', async () => {
+    for (const maxConnections of [-1, 0, 1.5, Number.NaN, '10'])
+      expect(
+        await reject({ connectionString: 'postgres://postgres@127.0.0.1:1/test', maxConnections }),
+      ).toMatchObject({
+        name: 'InvalidArgumentError',
+        message: expect.stringContaining(
+          'createPostgresStore: maxConnections must be an integer from 1 to 100000',
+        ),
+      });
+    const schema = await reject({
+      connectionString: 'postgres://postgres@127.0.0.1:1/test',
+      createSchema: 'false',
+    });
+    expect(schema).toBeInstanceOf(InvalidArgumentError);
+    expect(schema.message).toContain('createSchema must be a boolean, got "false"');
+    for (const pool of [null, 'pool', 3])
+      expect(await reject({ pool })).toMatchObject({
+        name: 'InvalidArgumentError',
+        message: expect.stringContaining("pool must be the driver's pool object"),
+      });
+  });
 });

@@ -1,4 +1,5 @@
-import { checkOptionKeys, type OptionKeys } from '../options.js';
+import { InvalidArgumentError } from '../errors.js';
+import { checkBooleans, checkInteger, checkOptionKeys, type OptionKeys } from '../options.js';
 import { redactUrl } from '../redact.js';
 import type { RowStore, StoreCapabilities } from '../store.js';
 import { resolveUrl, type UrlLookup } from './env.js';
@@ -99,6 +100,18 @@ export function openPooled<O extends PooledStoreOptions>(
   lookup: UrlLookup,
 ): PooledOpening {
   checkOptionKeys(factory, options, keys);
+  // Each would go to the driver as it is: a pool of -1 connections waited forever (mysql2)
+  // or refused every connection (pg), 0 meant no limit, and createSchema: 'false' (from an
+  // environment variable, say) ran the DDL it was meant to skip.
+  if (options.maxConnections !== undefined)
+    checkInteger(`${factory}: maxConnections`, options.maxConnections, 1, 100_000);
+  checkBooleans(factory, options, 'createSchema');
+  const { pool } = options;
+  if (pool !== undefined && (pool === null || typeof pool !== 'object')) {
+    throw new InvalidArgumentError(
+      `${factory}: pool must be the driver's pool object, got ${pool === null ? 'null' : typeof pool}`,
+    );
+  }
   const given = (options as Record<string, unknown>)[lookup.option] as string | undefined;
   const namespace = validateNamespace(options.namespace);
   const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
