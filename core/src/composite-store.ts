@@ -53,6 +53,7 @@ export class CompositeStore implements RowStore {
   readonly counterStore: RowStore | null;
   private readonly config: ResolvedConfig;
   private closed = false;
+  private closing: Promise<void> | undefined;
 
   constructor(options: CompositeStoreOptions) {
     this.config = resolveConfig(options);
@@ -203,8 +204,13 @@ export class CompositeStore implements RowStore {
   }
 
   /** Closes every underlying store once (the row stores and the counter store), unless `closeStores: false`. */
-  async close(): Promise<void> {
-    if (this.closed) return;
+  close(): Promise<void> {
+    // A second close() made while the first runs waits for the same stores to close.
+    this.closing ??= this.closeStores();
+    return this.closing;
+  }
+
+  private async closeStores(): Promise<void> {
     this.closed = true;
     if (!this.config.closeStores) return;
     const all = [...this.config.rowStores];

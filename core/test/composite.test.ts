@@ -334,6 +334,29 @@ describe('routing', () => {
     await new CompositeStore({ default: x, counterStore: x, closeStores: false }).close();
     expect(closed).toEqual([]);
   });
+
+  it('a second close() made while the first runs resolves only once the stores are closed', async () => {
+    let release!: () => void;
+    const slow = new MemoryStore();
+    let done = false;
+    slow.close = () =>
+      new Promise<void>((resolve) => {
+        release = () => {
+          done = true;
+          resolve();
+        };
+      });
+    const store = new CompositeStore({ default: slow, counterStore: slow });
+    const first = store.close();
+    let secondDone = false;
+    const second = store.close().then(() => {
+      secondDone = done;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    release();
+    await Promise.all([first, second]);
+    expect(secondDone).toBe(true);
+  });
 });
 
 describe('scans over shards', () => {

@@ -1,11 +1,8 @@
 import {
   BatchGetItemCommand,
   type BatchGetItemCommandOutput,
-  ScanCommand,
-  type ScanCommandOutput,
   TransactGetItemsCommand,
   type TransactGetItemsCommandOutput,
-  type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
 import { type RowRef, type StoredRow, StoreError } from '@percolator/core';
 import { classify } from './calls.js';
@@ -16,15 +13,13 @@ import {
   decodeSortKey,
   type Item,
   itemKey,
-  namespacePrefix,
   rowFromPresentItem,
   rowPartition,
 } from './layout.js';
-import { writeChunk } from './namespaces.js';
+import { deleteNamespaceItems } from './namespaces.js';
 
-/** BatchGetItem takes at most 100 keys, BatchWriteItem at most 25 requests. */
+/** BatchGetItem takes at most 100 keys. */
 const GET_CHUNK = 100;
-const WRITE_CHUNK = 25;
 /** Chunks in flight at once (the machine running DynamoDB Local may be small). */
 const PARALLEL_CHUNKS = 4;
 
@@ -170,30 +165,7 @@ function refusedWhole(error: unknown): boolean {
   return classify(error instanceof StoreError ? error.cause : error) === 'rejected';
 }
 
-/** Deletes every item whose partition key belongs to the namespace (Scan + BatchWriteItem). */
+/** Deletes the namespace's items (namespaces.ts, deleteNamespaceItems). */
 export async function dropNamespace(ctx: CasContext): Promise<void> {
-  let startKey: Item | undefined;
-  do {
-    const page = await ctx.caller.maintenance<ScanCommandOutput>(
-      'Scan',
-      new ScanCommand({
-        TableName: ctx.tableName,
-        FilterExpression: 'begins_with(#pk, :prefix)',
-        ProjectionExpression: '#pk, #sk',
-        ExpressionAttributeNames: { '#pk': ATTR.partition, '#sk': ATTR.sort },
-        ExpressionAttributeValues: { ':prefix': { S: namespacePrefix(ctx.namespace) } },
-        ConsistentRead: true,
-        ExclusiveStartKey: startKey,
-      }),
-    );
-    const deletes: WriteRequest[] = (page.Items ?? []).map((item) => ({
-      DeleteRequest: {
-        Key: { [ATTR.partition]: item[ATTR.partition], [ATTR.sort]: item[ATTR.sort] } as Item,
-      },
-    }));
-    for (let i = 0; i < deletes.length; i += WRITE_CHUNK) {
-      await writeChunk(ctx.caller, ctx.tableName, deletes.slice(i, i + WRITE_CHUNK));
-    }
-    startKey = page.LastEvaluatedKey;
-  } while (startKey !== undefined);
+  await deleteNamespaceItems(ctx.caller, ctx.tableName, ctx.namespace);
 }

@@ -43,10 +43,6 @@ export function counterPartition(namespace: string): string {
   return `${namespace}#c`;
 }
 
-export function namespacePrefix(namespace: string): string {
-  return `${namespace}#`;
-}
-
 export function keyBytes(key: string): Uint8Array {
   return encoder.encode(key);
 }

@@ -124,31 +124,46 @@ export async function dropDynamoDbNamespace(
 ): Promise<{ namespace: string; items: number } | undefined> {
   validateNamespace(namespace);
   return withCaller(options, async (caller) => {
-    let deleted = 0;
-    await scanKeys(
-      caller,
-      options.tableName,
-      {
-        FilterExpression: 'begins_with(#pk, :rows) OR begins_with(#pk, :notify) OR #pk = :counters',
-        ExpressionAttributeValues: {
-          // rowPartition(ns, '') is "<ns>#r#": the prefix of every table's rows.
-          ':rows': { S: rowPartition(namespace, '') },
-          ':notify': { S: notifyPartition(namespace, '') },
-          ':counters': { S: counterPartition(namespace) },
-        },
-      },
-      async (items) => {
-        const deletes: WriteRequest[] = items.map((item) => ({
-          DeleteRequest: { Key: { [ATTR.partition]: item[ATTR.partition]!, [ATTR.sort]: item[ATTR.sort]! } },
-        }));
-        for (let i = 0; i < deletes.length; i += WRITE_CHUNK) {
-          await writeChunk(caller, options.tableName, deletes.slice(i, i + WRITE_CHUNK));
-        }
-        deleted += deletes.length;
-      },
-    );
+    const deleted = await deleteNamespaceItems(caller, options.tableName, namespace);
     return deleted === 0 ? undefined : { namespace, items: deleted };
   });
+}
+
+/**
+ * Deletes every item of the namespace: its rows, notification index entries and counters,
+ * and nothing else (another item whose partition key merely starts with "<ns>#" stays).
+ * The one deletion both `dropDynamoDbNamespace` and a store's `dropNamespace` run. Returns
+ * how many items it deleted.
+ */
+export async function deleteNamespaceItems(
+  caller: Caller,
+  tableName: string,
+  namespace: string,
+): Promise<number> {
+  let deleted = 0;
+  await scanKeys(
+    caller,
+    tableName,
+    {
+      FilterExpression: 'begins_with(#pk, :rows) OR begins_with(#pk, :notify) OR #pk = :counters',
+      ExpressionAttributeValues: {
+        // rowPartition(ns, '') is "<ns>#r#": the prefix of every table's rows.
+        ':rows': { S: rowPartition(namespace, '') },
+        ':notify': { S: notifyPartition(namespace, '') },
+        ':counters': { S: counterPartition(namespace) },
+      },
+    },
+    async (items) => {
+      const deletes: WriteRequest[] = items.map((item) => ({
+        DeleteRequest: { Key: { [ATTR.partition]: item[ATTR.partition]!, [ATTR.sort]: item[ATTR.sort]! } },
+      }));
+      for (let i = 0; i < deletes.length; i += WRITE_CHUNK) {
+        await writeChunk(caller, tableName, deletes.slice(i, i + WRITE_CHUNK));
+      }
+      deleted += deletes.length;
+    },
+  );
+  return deleted;
 }
 
 /** Deletes are idempotent, so resending them (and UnprocessedItems) is always safe. */

@@ -52,6 +52,9 @@ export async function ensureTable(
     }
     await sleep(500);
     description = await describe(caller, tableName);
+    // Missing again (a create whose lost reply hid that it never landed, or a table that
+    // was being deleted when we looked): create it again; ResourceInUse means it is there.
+    if (description === null && create) await createTable(caller, tableName);
   }
   checkKeySchema(tableName, description);
 }
@@ -71,7 +74,9 @@ async function describe(caller: Caller, tableName: string): Promise<TableDescrip
 
 async function createTable(caller: Caller, tableName: string): Promise<void> {
   try {
-    await caller.write<CreateTableCommandOutput>(
+    // A maintenance call: retried on a transient failure (a resend of a create that landed
+    // is ResourceInUseException, below).
+    await caller.maintenance<CreateTableCommandOutput>(
       'CreateTable',
       new CreateTableCommand({
         TableName: tableName,
@@ -89,7 +94,6 @@ async function createTable(caller: Caller, tableName: string): Promise<void> {
   } catch (error) {
     // Someone else created it first; or our reply was lost after it was created.
     if (error instanceof StoreError && errorName(error.cause) === 'ResourceInUseException') return;
-    if (error instanceof StoreError && error.applied === 'unknown') return; // the describe loop decides
     throw error;
   }
 }

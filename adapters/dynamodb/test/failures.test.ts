@@ -1,4 +1,4 @@
-import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DeleteTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '@percolator/core';
 import { type DynamoDbLocal, startDynamoDbLocal } from '@percolator/testkit/dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -119,6 +119,52 @@ describe('dynamodb store: ambiguous outcomes', () => {
     const row = await direct.read('t', 'k');
     expect(text(row?.state ?? new Uint8Array())).toBe('v2');
     expect(row?.version).not.toBe(created.version);
+  });
+
+  it('creating the table survives a CreateTable that failed on its way and one whose reply was lost', async () => {
+    // The first CreateTable never reaches the service (a reset before sending: outcome
+    // unknown to the store); the second lands and its reply is lost. Sent once, as a
+    // write, the first failure either failed the store at once or (being "unknown") left
+    // it polling for a table nobody had created until tableWaitTimeoutMs.
+    const target = db.target();
+    const client = new DynamoDBClient({
+      endpoint: target.endpoint,
+      region: target.region,
+      ...(target.credentials ? { credentials: target.credentials } : {}),
+      maxAttempts: 1,
+    });
+    const reset = () =>
+      Object.assign(new Error('socket hang up'), { name: 'Error', code: 'ECONNRESET', $metadata: {} });
+    let creates = 0;
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if ((context as { commandName?: string }).commandName !== 'CreateTableCommand') return next(args);
+        creates++;
+        if (creates === 1) throw reset(); // never sent
+        const out = await next(args);
+        if (creates === 2) throw reset(); // landed, reply lost
+        return out;
+      },
+      { step: 'deserialize', name: 'failCreates' },
+    );
+    const tableName = `percolator_ct_${uniqueNamespace('t')}`;
+    try {
+      const store = db.track(
+        await createDynamoDbStore({
+          client,
+          tableName,
+          namespace: uniqueNamespace('c'),
+          createTable: true,
+          tableWaitTimeoutMs: 20_000,
+        }),
+      );
+      expect(creates).toBe(3); // the third: ResourceInUseException, the table is there
+      const created = await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v') });
+      expect(created.ok).toBe(true);
+    } finally {
+      await client.send(new DeleteTableCommand({ TableName: tableName })).catch(() => {});
+      client.destroy();
+    }
   });
 
   it("a caller's client with a retry strategy of its own: a conditional write the SDK sent again after its first landed is unknown, not a conflict", async () => {

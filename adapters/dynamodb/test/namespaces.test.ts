@@ -43,6 +43,25 @@ describe('dynamodb namespaces: list and drop', () => {
     client.destroy();
   });
 
+  it("a store's dropNamespace deletes the same items as dropDynamoDbNamespace, and no stray one", async () => {
+    const ns = uniqueNamespace('ns');
+    const store = await dynamo.store({ namespace: ns });
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('accounts', 'alice', 'balance', '10'));
+    await db.close();
+    const t = dynamo.target();
+    const client = new DynamoDBClient({ endpoint: t.endpoint, region: t.region, credentials: t.credentials });
+    const stray = { pk: { S: `${ns}#x#other` }, sk: { B: new TextEncoder().encode('k') } };
+    await client.send(new PutItemCommand({ TableName: t.tableName, Item: stray }));
+    await store.dropNamespace();
+    expect((await listDynamoDbNamespaces(adminOptions())).map((n) => n.namespace)).not.toContain(ns);
+    const left = await client.send(
+      new GetItemCommand({ TableName: t.tableName, Key: stray, ConsistentRead: true }),
+    );
+    expect(left.Item).toBeDefined();
+    client.destroy();
+  });
+
   it('rejects names that are not namespaces before sending anything', async () => {
     for (const bad of ['a#r', 'Upper', '', 'a b', `a${'b'.repeat(32)}`]) {
       await expect(

@@ -203,7 +203,7 @@ ${rows};
  * and a call that fails never commits: its handler rolls back, and after the errors
  * MariaDB deems fatal, which skip handlers and leave the transaction open (a lock wait
  * timeout or a deadlock inside a row write), the store rolls the connection back itself
- * (MySqlRowStore.callStamped). So a server error answer means "nothing committed" exactly
+ * (MySqlRowStore.callProcedure). So a server error answer means "nothing committed" exactly
  * as for one autocommit statement (errors.ts), and no connection goes back to the pool
  * inside a transaction. SQL SECURITY INVOKER: it runs with the caller's privileges on the
  * tables, and keeps working if its creator's account is dropped.

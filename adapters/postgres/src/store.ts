@@ -57,10 +57,10 @@ import { type PostgresStatements, postgresStatements } from './statements.js';
 /** bytea travels as hex text in results; 64 MiB keeps one row's message well under 1 GiB. */
 export const POSTGRES_MAX_STATE_BYTES = 64 * 1024 * 1024;
 
-/** A deadlock or serialization failure rolls a whole statement back, so it is safe to send it again. */
 /** The kinds of write a casMany batch holds, as bits: one bit set is one lock order. */
 const KIND_BIT = { update: 1, delete: 2, create: 4 } as const;
 
+/** A deadlock or serialization failure rolls a whole statement back, so it is safe to send it again. */
 const TRANSIENT_ATTEMPTS = 4;
 
 /*
@@ -558,12 +558,6 @@ function casValues(plan: CasPlan): unknown[] {
   }
 }
 
-/**
- * What the core's contract check also refuses (checked-store.ts), checked again because the
- * function relies on it and a store may be called unchecked (a CompositeStore's inner
- * stores): at least one request, each with a state that has room for the stamp and fits,
- * and no row twice (the function would then fail as a conflict, not as the caller's bug).
- */
 /** The function's "a row changed after the draw" error (schema.ts), behind the StoreError. */
 function isCasManyMismatch(error: unknown): boolean {
   return (
