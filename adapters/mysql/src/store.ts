@@ -310,8 +310,51 @@ function send(connection: PoolConnection, options: QueryOptions, prepared = fals
   const core = coreOf(connection);
   return new Promise((resolve, reject) => {
     const done = (error: unknown, result: unknown) => (error ? reject(error) : resolve(result));
-    if (prepared) core.execute(options, done);
-    else core.query(options, done);
+    const { timeout } = options;
+    if (!prepared) core.query(options, done);
+    else if (timeout === undefined || preparedOn(core).has(options.sql)) core.execute(options, done);
+    else firstExecute(core, options, timeout, done);
+  });
+}
+
+/** Per connection, the statements mysql2 has prepared there (their EXECUTE is timed alone). */
+const prepared = new WeakMap<CoreConnection, Set<string>>();
+
+function preparedOn(core: CoreConnection): Set<string> {
+  let set = prepared.get(core);
+  if (!set) prepared.set(core, (set = new Set()));
+  return set;
+}
+
+/**
+ * The first run of a statement on a connection: mysql2 sends PREPARE, then EXECUTE, and
+ * times only the EXECUTE (`timeout` starts when it starts): a PREPARE whose reply never
+ * came (a network partition on a new connection) waited for TCP to give up, some 15
+ * minutes. So the two are timed together here, and a timeout fails the call as mysql2's
+ * own would (no answer: the caller destroys the connection; a write's outcome is unknown).
+ */
+function firstExecute(
+  core: CoreConnection,
+  options: QueryOptions,
+  timeout: number,
+  done: (error: unknown, result: unknown) => void,
+): void {
+  let settled = false;
+  const timer = setTimeout(() => {
+    settled = true;
+    const error = Object.assign(new Error('Query inactivity timeout (preparing the statement)'), {
+      code: 'PROTOCOL_SEQUENCE_TIMEOUT',
+      fatal: true,
+      timeout,
+    });
+    done(error, undefined);
+  }, timeout);
+  core.execute(options, (error: unknown, result: unknown) => {
+    if (settled) return;
+    settled = true;
+    clearTimeout(timer);
+    if (!error) preparedOn(core).add(options.sql);
+    done(error, result);
   });
 }
 

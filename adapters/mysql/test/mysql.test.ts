@@ -3,6 +3,7 @@
 // conformance suite's. Their test shapes match on purpose (`duplicates` pairs them); their
 // setup is ./fixture.ts.
 import { readFileSync } from 'node:fs';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { type CasResult, ClosedError, InvalidArgumentError, StoreError } from '@percolator/core';
 import { fullCapabilities } from '@percolator/core/kit';
 import {
@@ -167,6 +168,64 @@ describe('mysql store: limits and failures', () => {
     }
     // The store recovers with a fresh connection.
     expect((await store.read('kill', 'k'))?.version).toBe(v);
+  });
+
+  it('a stamped CALL whose PREPARE gets no answer (a new connection, a silent partition) gives up after queryTimeoutMs', async () => {
+    // mysql2 times a prepared statement's EXECUTE only, not the PREPARE that comes first on
+    // each connection: without the store's own timer this call waited for TCP to give up.
+    let silent = false;
+    const sockets = new Set<Socket>();
+    const proxy = createServer((client) => {
+      const upstream = connect(Number(new URL(url).port || 3306), new URL(url).hostname);
+      sockets.add(client).add(upstream);
+      client.on('data', (chunk) => {
+        if (!silent) upstream.write(chunk);
+      });
+      upstream.on('data', (chunk) => client.write(chunk));
+      const end = () => {
+        client.destroy();
+        upstream.destroy();
+      };
+      client.on('error', end).on('close', end);
+      upstream.on('error', end).on('close', end);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const proxied = new URL(url);
+    proxied.hostname = '127.0.0.1';
+    proxied.port = String((proxy.address() as AddressInfo).port);
+    try {
+      const s = await openStore({
+        uri: proxied.href,
+        namespace: uniqueNamespace(),
+        queryTimeoutMs: 300,
+        maxConnections: 1,
+      });
+      const counter = 'c';
+      const request = {
+        table: 'p',
+        key: 'k',
+        expected: null,
+        state: Uint8Array.from([9, 0, 0, 0, 0, 0, 0, 0, 0, 120]),
+      };
+      silent = true; // the pool's one connection has prepared nothing yet
+      const outcome = await Promise.race([
+        s.checkAndSetStamped!(request, counter).then(
+          () => 'resolved',
+          (e: unknown) => e,
+        ),
+        new Promise((resolve) => setTimeout(() => resolve('still waiting after 5 s'), 5000)),
+      ]);
+      expect(outcome).toBeInstanceOf(StoreError);
+      expect((outcome as StoreError).applied).toBe('unknown');
+      expect((outcome as StoreError).message).toMatch(/timeout/i);
+      // The connection was destroyed; a new one (heard again) prepares and runs the CALL.
+      silent = false;
+      const again = await s.checkAndSetStamped!(request, counter);
+      expect(again.ok).toBe(true);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
   });
 
   it('gives up on a blocked CAS after queryTimeoutMs: StoreError unknown, and the row stays consistent', async () => {
