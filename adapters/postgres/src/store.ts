@@ -130,6 +130,8 @@ class PostgresRowStore implements PostgresStore {
   /** Each statement's prepared-statement name, made once. */
   private readonly names: Record<keyof PostgresStatements, string>;
   private closed = false;
+  /** Rejects with ClosedError at close(), ending every wait for a connection (connect). */
+  private readonly closeGate = new CloseGate();
 
   constructor(
     private readonly pool: PgPool,
@@ -413,6 +415,7 @@ class PostgresRowStore implements PostgresStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.closeGate.shut(new ClosedError(`postgres store (namespace ${this.namespace}) is closed`));
     if (this.ownsPool) await this.pool.end();
   }
 
@@ -536,9 +539,20 @@ class PostgresRowStore implements PostgresStore {
 
   private async connect(): Promise<PgPoolClient> {
     if (this.closed) throw new ClosedError(`postgres store (namespace ${this.namespace}) is closed`);
+    const connecting = this.pool.connect();
     try {
-      return await this.pool.connect();
+      // pg-pool's end() never answers the callers still queued for a connection: they would
+      // wait out connectionTimeoutMillis and fail as a retryable timeout. close() answers
+      // them at once; a connection that comes after that goes back to the pool.
+      return await Promise.race([connecting, this.closeGate.shut$]);
     } catch (error) {
+      if (error instanceof ClosedError) {
+        connecting.then(
+          (client) => client.release(),
+          () => {},
+        );
+        throw error;
+      }
       throw connectError(error);
     }
   }
@@ -567,4 +581,17 @@ function isCasManyMismatch(error: unknown): boolean {
 
 function toStoredRow(row: Record<string, unknown>): StoredRow {
   return { version: String(row.version), state: toBytes(row.state as Buffer) };
+}
+
+/** A promise that never resolves and rejects once, at `shut` (handled, so never unhandled). */
+class CloseGate {
+  readonly shut$: Promise<never>;
+  shut!: (error: Error) => void;
+
+  constructor() {
+    this.shut$ = new Promise<never>((_, reject) => {
+      this.shut = reject;
+    });
+    this.shut$.catch(() => {});
+  }
 }

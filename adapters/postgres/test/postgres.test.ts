@@ -271,6 +271,41 @@ describe('postgres store: limits and failures', () => {
     }
   });
 
+  it('close() answers the calls still waiting for a connection with ClosedError, at once', async () => {
+    // pg-pool's end() leaves its queue unanswered: they waited out connectionTimeoutMillis
+    // (10 s) and failed as a retryable timeout.
+    const s = await openStore({ namespace: uniqueNamespace(), maxConnections: 1 });
+    const v = version(await s.checkAndSet({ table: 'q', key: 'k', expected: null, state: bytes('0') }));
+    const blocker = await admin.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM "${s.namespace}_rows" WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
+        Buffer.from('q'),
+        Buffer.from('k'),
+      ]);
+      // The pool's one connection waits on the row lock; the read waits for the connection.
+      const holding = s.checkAndSet({ table: 'q', key: 'k', expected: v, state: bytes('1') }).catch((e) => e);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const queued = s.read('q', 'k').then(
+        () => 'read',
+        (e: unknown) => e,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const closing = s.close();
+      const outcome = await Promise.race([
+        queued,
+        new Promise((resolve) => setTimeout(() => resolve('still waiting after 2 s'), 2000)),
+      ]);
+      expect(outcome).toBeInstanceOf(ClosedError);
+      await blocker.query('ROLLBACK');
+      expect(await holding).toMatchObject({ ok: true });
+      await closing;
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+  });
+
   it('gives up on a blocked CAS after queryTimeoutMs: StoreError unknown, and the row stays consistent', async () => {
     // 0, and past the range of Node's timers (a longer timer fires after 1 ms: every
     // statement would time out, every write 'unknown').
