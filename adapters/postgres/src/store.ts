@@ -7,6 +7,7 @@ import {
   checkedStore,
   type NotificationScanOptions,
   type RowRef,
+  RowTooLargeError,
   type ScannedStoredRow,
   type ScanOptions,
   type StampedManyResult,
@@ -56,6 +57,14 @@ import { type PostgresStatements, postgresStatements } from './statements.js';
 
 /** bytea travels as hex text in results; 64 MiB keeps one row's message well under 1 GiB. */
 export const POSTGRES_MAX_STATE_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The most state bytes one statement of several rows carries. pg sends a bytea[] as one
+ * hex string (two characters a byte) in one message: past V8's string limit (about 2^29
+ * characters) it cannot be built, and past 1 GiB the server drops the connection; either
+ * way the call failed as 'unknown' with nothing applied, every time it was tried.
+ */
+export const POSTGRES_BATCH_STATE_BYTES = 2 * POSTGRES_MAX_STATE_BYTES;
 
 /** The kinds of write a casMany batch holds, as bits: one bit set is one lock order. */
 const KIND_BIT = { update: 1, delete: 2, create: 4 } as const;
@@ -182,7 +191,8 @@ class PostgresRowStore implements PostgresStore {
     const plans = requests.map((request) => planCas(request, isIssuableVersion));
     const outcomes: (CasResult | undefined)[] = plans.map(() => undefined);
     let sentBefore = false;
-    for (const group of groupsWithDistinctRows(requests)) {
+    const size = (index: number) => requests[index]!.state?.length ?? 0;
+    for (const group of groupsWithDistinctRows(requests).flatMap((g) => withinBudget(g, size))) {
       if (group.every((index) => plans[index]!.kind === 'unmatchable')) continue;
       const applied = await this.casManyStatement(group.map((index) => plans[index]!)).catch(
         (error: unknown) => {
@@ -272,6 +282,15 @@ class PostgresRowStore implements PostgresStore {
     counter: string,
   ): Promise<StampedManyResult> {
     checkStampedManyRequests(requests, this.capabilities.maxStateBytes);
+    const bytes = requests.reduce((sum, r) => sum + r.state.length, 0);
+    if (bytes > POSTGRES_BATCH_STATE_BYTES) {
+      // One atomic step cannot be split: the core sends its transactions' rows alone, or in
+      // two phases (a RowTooLargeError means nothing was sent).
+      throw new RowTooLargeError(
+        `postgres: the ${requests.length} states of checkAndSetStampedMany (${bytes} bytes) exceed one ` +
+          `statement's ${POSTGRES_BATCH_STATE_BYTES} bytes; nothing was sent`,
+      );
+    }
     if (this.capabilities.stampedCheckAndSetMany !== true) {
       throw new StoreError(
         `postgres: checkAndSetStampedMany needs the function ${postgresNames(this.namespace).casStampedMany}, ` +
@@ -594,4 +613,23 @@ class CloseGate {
     });
     this.shut$.catch(() => {});
   }
+}
+
+/** `indices` in order, cut where the next state would pass POSTGRES_BATCH_STATE_BYTES. */
+function withinBudget(indices: readonly number[], size: (index: number) => number): number[][] {
+  const out: number[][] = [];
+  let current: number[] = [];
+  let bytes = 0;
+  for (const index of indices) {
+    const n = size(index);
+    if (current.length > 0 && bytes + n > POSTGRES_BATCH_STATE_BYTES) {
+      out.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(index);
+    bytes += n;
+  }
+  if (current.length > 0) out.push(current);
+  return out;
 }

@@ -703,10 +703,40 @@ describe('postgres checkAndSetStampedMany: input', () => {
       );
       const big = new Uint8Array(store.capabilities.maxStateBytes + 1);
       expect(await call([ok, { ...ok, key: 'big', state: big }])).toBeInstanceOf(RowTooLargeError);
+      // Each state fits, together they pass one statement's budget (pg would send them as
+      // one hex string of 300 MB): refused, nothing sent, so the core can go another way.
+      const third = new Uint8Array(50 * 1024 * 1024);
+      third.set(template('x'));
+      const together = await call(['p', 'q', 'r'].map((key) => ({ ...ok, key, state: third })));
+      expect(together).toBeInstanceOf(RowTooLargeError);
+      expect((together as Error).message).toMatch(/nothing was sent/);
     }
     // Nothing was sent: no row, no draw.
     expect(await store.read('in', 'a')).toBeNull();
     expect(await store.incrementCounter(counter, 1)).toBe(1);
+  });
+});
+
+describe('postgres checkAndSetMany: statements within budget', () => {
+  it('rows that together pass one statement budget go in several statements, each applied', async () => {
+    const { pool, texts } = recordingPool(1);
+    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    try {
+      const state = new Uint8Array(50 * 1024 * 1024);
+      state.set(template('x'));
+      const casMany = postgresStatements(postgresNames(store.namespace)).casMany;
+      const before = texts.filter((t) => t === casMany).length;
+      const results = await s.checkAndSetMany!(
+        ['p', 'q', 'r'].map((key) => ({ table: 'budget', key, expected: null, state })),
+      );
+      expect(results.map((r) => r.ok)).toEqual([true, true, true]);
+      // 150 MB of states: one statement would be a 300 MB hex string; two fit the budget.
+      expect(texts.filter((t) => t === casMany).length - before).toBe(2);
+      expect((await s.read('budget', 'r'))?.state.length).toBe(state.length);
+    } finally {
+      await s.close();
+      await pool.end();
+    }
   });
 });
 
