@@ -151,6 +151,15 @@ export async function openComposite(config: CompositeConfig): Promise<OpenedStor
   } catch (error) {
     if (error instanceof UsageError) throw error;
     if (error instanceof InvalidArgumentError) throw new UsageError(`composite config: ${error.message}`);
+    // A SQL store whose namespace is not there is "not found" (exit 4), as for one backend,
+    // not "unreachable" (exit 3, which a script would retry).
+    for (const [name, s] of Object.entries(config.stores)) {
+      if (s.backend !== 'postgres' && s.backend !== 'mysql') continue;
+      const url = s.url ?? (s.urlEnv === undefined ? undefined : process.env[s.urlEnv]);
+      const namespace = s.namespace ?? DEFAULT_NAMESPACE;
+      if (await namespaceMissing({ backend: s.backend, ...(url === undefined ? {} : { url }) }, namespace))
+        throw new NamespaceNotFoundError(`store ${name}: namespace ${namespace} not found on ${s.backend}`);
+    }
     throw new UnreachableError(`cannot open the composite deployment: ${(error as Error).message}`);
   }
 }

@@ -218,6 +218,18 @@ describe('the percolator bin', () => {
     const unrouted = await percolator('inspect', 'accounts', 'r1', '--config', file);
     expect(unrouted.err).toContain('has no route');
     expect(unrouted.code).toBe(4);
+    // A composite whose SQL store has no such namespace: not found, as for one backend.
+    writeFileSync(
+      file,
+      JSON.stringify({
+        stores: { db: { backend: 'postgres', url: POSTGRES_URL, namespace: ns } },
+        routes: [{ table: 'accounts', store: 'db' }],
+        counterStore: 'db',
+      }),
+    );
+    const missing = await percolator('locks', 'accounts', '--config', file);
+    expect(missing.err).toContain(`store db: namespace ${ns} not found on postgres`);
+    expect(missing.code).toBe(4);
     writeFileSync(file, JSON.stringify({ stores: {}, counterStore: null }));
     const bad = await percolator('inspect', 'accounts', 'r1', '--config', file);
     expect(bad.err).toContain('composite config: stores');
