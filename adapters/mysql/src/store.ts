@@ -628,6 +628,14 @@ class MySqlRowStore implements MySqlStore {
     request: CasRequest & { readonly state: Uint8Array },
     counter: string,
   ): Promise<CasResult & { timestamp?: number }> {
+    if (this.capabilities.stampedCheckAndSet !== true) {
+      throw new StoreError(
+        `mysql: checkAndSetStamped needs the procedure ${mysqlNames(this.namespace).stampedCasRoutine}, ` +
+          'which this schema lacks (capabilities.stampedCheckAndSet is false); run mysqlSchemaSql() again',
+        'no',
+        { retryable: false },
+      );
+    }
     // The state is never null here (the contract check), so the plan creates or updates.
     const plan = planCas(request, isIssuableVersion);
     if (plan.kind !== 'create' && plan.kind !== 'update') return this.failure(request); // unmatchable

@@ -454,6 +454,13 @@ describe('mysql stamped check-and-set: failures', () => {
     for (const sql of statements.filter((sql) => !isCas(sql))) await admin.query(sql);
     const old = await openStore({ namespace, createSchema: false });
     expect(old.capabilities.stampedCheckAndSet).toBe(false);
+    // Called anyway: refused before sending, not retryable (as the other stamped methods).
+    const refused = await errorOf(
+      old.checkAndSetStamped({ table: 't', key: 'k', expected: null, state: template('x') }, 'c'),
+    );
+    expect(refused).toBeInstanceOf(StoreError);
+    expect(refused).toMatchObject({ applied: 'no', retryable: false });
+    expect((refused as Error).message).toMatch(/lacks/);
     await admin.query(procedure[0]!);
     const upgraded = await openStore({ namespace, createSchema: false });
     expect(upgraded.capabilities.stampedCheckAndSet).toBe(true);
