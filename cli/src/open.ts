@@ -138,6 +138,13 @@ export async function openNamespaceAdmin(t: Omit<StoreTarget, 'namespace'>): Pro
  * the adapters' default, as in the application).
  */
 export async function openComposite(config: CompositeConfig): Promise<OpenedStore> {
+  const memory = Object.entries(config.stores).find(([, s]) => s.backend === 'memory');
+  if (memory) {
+    // As for --backend memory (cli.ts): it would open an empty store of the CLI's own.
+    throw new UsageError(
+      `composite config: store ${memory[0]} is a memory store, which lives inside one process: nothing outside it can reach it (in code, call the command functions of @percolator/cli on it)`,
+    );
+  }
   // Exactly the stores the file names, as the application opens them, only never creating.
   const readOnly: CompositeConfig = {
     ...config,

@@ -230,6 +230,18 @@ describe('the percolator bin', () => {
     const missing = await percolator('locks', 'accounts', '--config', file);
     expect(missing.err).toContain(`store db: namespace ${ns} not found on postgres`);
     expect(missing.code).toBe(4);
+    // A memory store in the file: the CLI would only see an empty store of its own.
+    writeFileSync(
+      file,
+      JSON.stringify({
+        stores: { m: { backend: 'memory' } },
+        routes: [{ table: 'accounts', store: 'm' }],
+        counterStore: 'm',
+      }),
+    );
+    const memory = await percolator('locks', 'accounts', '--config', file);
+    expect(memory.err).toContain('store m is a memory store');
+    expect(memory.code).toBe(2);
     writeFileSync(file, JSON.stringify({ stores: {}, counterStore: null }));
     const bad = await percolator('inspect', 'accounts', 'r1', '--config', file);
     expect(bad.err).toContain('composite config: stores');
