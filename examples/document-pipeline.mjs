@@ -42,8 +42,11 @@ const seed = Number(args.seed);
 const opened = await openStore(args.backend, { url: args.url, namespace: freshNamespace('ex') });
 const { store } = opened;
 const close = async () => {
-  await opened.dropNamespace();
-  await opened.close();
+  try {
+    await opened.dropNamespace();
+  } finally {
+    await opened.close();
+  }
 };
 // Every client that writes an observed column must know it: writers list the columns,
 // and db.worker() registers its observers' columns on the client it runs on.

@@ -29,8 +29,11 @@ const { values: args } = parseArgs({
 const opened = await openStore(args.backend, { url: args.url, namespace: freshNamespace('ex') });
 const { store } = opened;
 const close = async () => {
-  await opened.dropNamespace();
-  await opened.close();
+  try {
+    await opened.dropNamespace();
+  } finally {
+    await opened.close();
+  }
 };
 try {
   const report = await measureObserverLatency({

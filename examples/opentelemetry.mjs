@@ -35,7 +35,15 @@ metrics.setGlobalMeterProvider(meterProvider);
 // The library: one listener per client (or shared by many).
 const store = new MemoryStore();
 const telemetry = new PercolatorTelemetry({ attributes: { 'deployment.environment.name': 'example' } });
-const db = new Percolator({ store, lockTtlMs: LOCK_TTL_MS, onEvent: telemetry.onEvent });
+const db = new Percolator({
+  store,
+  lockTtlMs: LOCK_TTL_MS,
+  onEvent: telemetry.onEvent,
+  // Two phases for every transfer, so the trace shows each commit step (prewrite, commit
+  // point, secondaries) as the test of this example asserts; by default a transfer of two
+  // rows on this store is one step, a single percolator.one_phase_commit span.
+  onePhaseMaxRows: 1,
+});
 
 const { balances } = await runTransfers({ store, db, tracer: trace.getTracer('transfer-example') });
 console.log(`balances after three transfers: alice ${balances[0]}, bob ${balances[1]}`);

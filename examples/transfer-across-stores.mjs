@@ -98,9 +98,14 @@ try {
   ok = account === 10 && wallet === 90 && badAudits === 0 && refused.startsWith('insufficient');
   console.log(ok ? 'OK: every transfer was atomic across PostgreSQL and DynamoDB' : 'BROKEN');
 } finally {
-  await Promise.all(clients.map((c) => c.close()));
-  await deployment?.dropNamespace().catch(() => undefined);
-  await deployment?.close();
-  await dynamoLocal.stop();
+  // Each step runs whatever the one before did: a failed close must not leave DynamoDB
+  // Local (a Java process) running.
+  try {
+    await Promise.allSettled(clients.map((c) => c.close()));
+    await deployment?.dropNamespace().catch(() => undefined);
+    await deployment?.close();
+  } finally {
+    await dynamoLocal.stop();
+  }
 }
 if (!ok) process.exit(1);

@@ -470,7 +470,7 @@ function checkBound(name: string, value: unknown): void {
 }
 
 /** Counter names: non-empty, well-formed, up to a key's length. */
-function checkCounterName(name: unknown): void {
+export function checkCounterName(name: unknown): void {
   if (typeof name !== 'string' || name.length === 0 || !name.isWellFormed()) {
     throw new InvalidArgumentError(
       `counter name must be a non-empty, well-formed string, got ${describe(name)}`,

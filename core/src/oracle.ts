@@ -1,3 +1,4 @@
+import { checkCounterName } from './checked-store.js';
 import { MAX_TIMESTAMP } from './codec.js';
 import { InvalidArgumentError, StoreError } from './errors.js';
 import { describe } from './names.js';
@@ -69,10 +70,19 @@ export function checkedOracle(oracle: unknown): TimestampOracle {
 class CheckedOracle implements TimestampOracle {
   /** The highest value handed out so far: a later call must get more. */
   private highest = 0;
+  /** The floors of the calls in flight (a multiset: floor -> calls). */
+  private readonly pending = new Map<number, number>();
+  /**
+   * Values handed out that a call still in flight could also get (above its floor): two
+   * calls in flight together must not get the same value (start timestamps name their
+   * transactions: two that shared one would take each other's locks for their own).
+   */
+  private readonly recent = new Set<number>();
   constructor(private readonly inner: TimestampOracle) {}
 
   next(): Promise<number> {
     const floor = this.highest;
+    this.pending.set(floor, (this.pending.get(floor) ?? 0) + 1);
     let drawn: Promise<number>;
     try {
       drawn = Promise.resolve(this.inner.next());
@@ -80,25 +90,56 @@ class CheckedOracle implements TimestampOracle {
       // Thrown instead of rejected: the same failure, never an exception out of a commit step.
       drawn = Promise.reject(error);
     }
-    return drawn.then((ts: unknown) => {
-      if (typeof ts !== 'number' || !Number.isSafeInteger(ts) || ts < 1) {
-        throw new StoreError(
-          `oracle broke the TimestampOracle contract: next() must give an integer from 1 to MAX_TIMESTAMP (2^52 - 1), got ${describe(ts)}`,
-          'no',
-          { retryable: false },
-        );
-      }
-      if (ts > MAX_TIMESTAMP) throw pastMaxTimestamp('oracle', ts);
-      if (ts <= floor) {
-        throw new StoreError(
-          `oracle broke the TimestampOracle contract: next() gave ${ts}, not above ${floor}, which it gave before this call`,
-          'no',
-          { retryable: false },
-        );
-      }
-      if (ts > this.highest) this.highest = ts;
-      return ts;
-    });
+    return drawn.then(
+      (ts: unknown) => {
+        this.settled(floor);
+        return this.checked(ts, floor);
+      },
+      (error: unknown) => {
+        this.settled(floor);
+        throw error;
+      },
+    );
+  }
+
+  private settled(floor: number): void {
+    const n = this.pending.get(floor)!;
+    if (n > 1) this.pending.set(floor, n - 1);
+    else this.pending.delete(floor);
+  }
+
+  private checked(ts: unknown, floor: number): number {
+    if (typeof ts !== 'number' || !Number.isSafeInteger(ts) || ts < 1) {
+      throw new StoreError(
+        `oracle broke the TimestampOracle contract: next() must give an integer from 1 to MAX_TIMESTAMP (2^52 - 1), got ${describe(ts)}`,
+        'no',
+        { retryable: false },
+      );
+    }
+    if (ts > MAX_TIMESTAMP) throw pastMaxTimestamp('oracle', ts);
+    if (ts <= floor) {
+      throw new StoreError(
+        `oracle broke the TimestampOracle contract: next() gave ${ts}, not above ${floor}, which it gave before this call`,
+        'no',
+        { retryable: false },
+      );
+    }
+    if (this.recent.has(ts)) {
+      throw new StoreError(
+        `oracle broke the TimestampOracle contract: next() gave ${ts} to two calls in flight together`,
+        'no',
+        { retryable: false },
+      );
+    }
+    if (ts > this.highest) this.highest = ts;
+    // Kept while a call in flight could still get it; none in flight, none kept.
+    if (this.pending.size === 0) this.recent.clear();
+    else {
+      this.recent.add(ts);
+      const lowest = Math.min(...this.pending.keys());
+      for (const v of this.recent) if (v <= lowest) this.recent.delete(v);
+    }
+    return ts;
   }
 }
 
@@ -181,6 +222,11 @@ export class CounterOracle extends BatchingOracle {
     readonly counterName: string = ORACLE_COUNTER,
   ) {
     super();
+    if (store === null || typeof store !== 'object' || typeof store.capabilities !== 'object') {
+      throw new InvalidArgumentError(`CounterOracle needs a RowStore, got ${describe(store)}`);
+    }
+    // Checked here, not on every draw: a bad name would fail every transaction's first read.
+    checkCounterName(counterName);
     if (!store.capabilities.atomicCounter || !store.incrementCounter) {
       throw new InvalidArgumentError(
         `store "${store.name}" has no atomic counter; pass an oracle shared by all clients`,
@@ -193,7 +239,8 @@ export class CounterOracle extends BatchingOracle {
 }
 
 /**
- * An in-process oracle: valid only when one process is the only client of the store.
+ * An in-process oracle: valid only when one process is the only client of the store, and
+ * one instance serves every client in it (two would both count from the wall clock).
  * It starts from wall time (microsecond scale) so timestamps keep increasing across
  * restarts of that one process, as long as its clock does not go back. `clock` gives
  * milliseconds since 1970, as Date.now; fractions (performance.timeOrigin +
@@ -218,7 +265,10 @@ export class LocalOracle extends BatchingOracle {
       );
     }
     // Whole microseconds: a fractional clock gave a fractional timestamp, refused every draw.
-    this.last = Math.max(this.last, Math.floor(ms * 1000)) + count;
+    const next = Math.max(this.last, Math.floor(ms * 1000)) + count;
+    // Not kept either: one reading far in the future would fail every later draw.
+    if (next > MAX_TIMESTAMP) return Promise.reject(pastMaxTimestamp('LocalOracle', next));
+    this.last = next;
     return Promise.resolve(this.last);
   }
 }

@@ -12,7 +12,7 @@ interface Waiter {
 }
 
 /**
- * Shares one `readPeeked` among the read-only transactions of a client whose first reads
+ * Shares one `readPeeked` among the transactions of a client whose first reads
  * go out in the same turn of the event loop (docs/protocol.md 4.1, "Shared peeks"), as the
  * batched oracle shares one counter fetch among every transaction that asks while a fetch
  * is in flight. Under concurrent load, replies arrive together and the transactions they
@@ -23,7 +23,8 @@ interface Waiter {
  * a snapshot taken after the transaction began: the counter's value V and its rows as one
  * snapshot (the `readPeeked` rule). A shared peek is taken after every transaction in it
  * asked, so it is such a snapshot for each of them. Peeked transactions may share a start
- * timestamp: they write nothing, so no lock or record carries it.
+ * timestamp: no lock or record carries it, as a read-write one commits under an identity
+ * drawn for it alone (`peekedWrites`, docs/protocol.md 4.10).
  *
  * Each transaction gets its own rows, in its own order, and the same failure if the peek
  * fails (each then falls back on its own, as after a failed peek of its own).

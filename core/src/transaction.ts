@@ -488,7 +488,10 @@ export class Transaction {
   ): Promise<Uint8Array | undefined | typeof GONE> {
     if ('value' in view) return view.value;
     if (!('moved' in view)) return undefined;
-    const stored = await this.env.reader.read(versionTable(table), versionKey(row, column, view.block));
+    // Stops at once on the caller's signal or the client's close, as the head row's read does.
+    const stored = await this.untilAborted(
+      this.env.reader.read(versionTable(table), versionKey(row, column, view.block)),
+    );
     if (stored) {
       const value = decodeVersionRow(stored.state, view.moved);
       // A block holds every value its records name, from its creation on (cells.ts, markMoving).
@@ -1216,7 +1219,7 @@ export class Transaction {
   private async peek(
     refs: readonly { table: string; key: string }[],
   ): Promise<{ timestamp: number; rows: (StoredRow | null)[] }> {
-    // Shared with the other read-only transactions of this client that peek in this turn
+    // Shared with the other transactions of this client that peek in this turn
     // (env.peeks exists exactly when env.peekCounter does, the only way here).
     // The reply's size and counter value were checked on the way (checked-store.ts checks
     // every reply of every store: a wrong one is a non-retryable StoreError).
@@ -1237,8 +1240,10 @@ export class Transaction {
     // primary refuses the commit (prewrite.ts).
     if (!this.env.identityAhead || this.readOnly) return;
     const draw = this.env.oracle.next();
-    // A failed draw is not this transaction's failure yet: its commit draws again.
-    draw.catch(() => {});
+    // A failed draw is not this transaction's failure yet: its commit draws again. Kept as
+    // background work, so close() waits for it: a read-only use of the transaction never
+    // takes it, and the client must make no store call once close() has resolved.
+    keepInBackground(this.env.background, draw.then(noop, noop));
     this.identityDraw = draw;
   }
 

@@ -120,6 +120,46 @@ describe('cancellation and deadlines', () => {
     await closing;
   });
 
+  it('a read of a value moved to a version row stops at the abort too, not after its retries', async () => {
+    const store = new InstrumentedStore(new MemoryStore());
+    // Every superseded value moves out of the head row at once.
+    const db = new Percolator({ store, peekedWrites: false, gc: { inlineHistoryBytes: 0 } });
+    await db.transact(async (tx) => tx.set('t', 'x', 'v', 'old'));
+    const controller = new AbortController();
+    let snapshotTaken!: () => void;
+    const taken = new Promise<void>((resolve) => {
+      snapshotTaken = resolve;
+    });
+    let proceed!: () => void;
+    const go = new Promise<void>((resolve) => {
+      proceed = resolve;
+    });
+    const reading = db
+      .transact(
+        async (tx) => {
+          await tx.getString('t', 'other', 'v'); // its snapshot: before 'new'
+          snapshotTaken();
+          await go;
+          return tx.getString('t', 'x', 'v');
+        },
+        { signal: controller.signal, maxAttempts: 1 },
+      )
+      .catch((e: unknown) => e);
+    await taken;
+    await db.transact(async (tx) => tx.set('t', 'x', 'v', 'new'));
+    await db.flush(); // 'old' now lives in a version row
+    // Reads of version rows fail from now on: the client retries them with backoff.
+    let versionReads = 0;
+    store.readFault = (table) => table.startsWith('__v.') && ++versionReads > 0;
+    proceed();
+    while (versionReads < 1) await new Promise((r) => setTimeout(r, 1));
+    controller.abort();
+    expect(await reading).toBeInstanceOf(AbortedError);
+    const closing = db.close();
+    store.readFault = () => false;
+    await closing;
+  });
+
   it('a reader settling a lock on a store that keeps failing stops at the abort with AbortedError', async () => {
     const store = new InstrumentedStore(new MemoryStore());
     const crashed = await stoppedBeforeCommitPrimary(store, 1);

@@ -277,6 +277,32 @@ describe('onEvent', () => {
     await db.close();
   });
 
+  it("an observer run's failed attempt ends with the error's outcome, not as rolled back", async () => {
+    const store = new MemoryStore();
+    const rec = recorder();
+    const db = new Percolator({ store, onEvent: rec.onEvent });
+    let attempts = 0;
+    const worker = db.worker({
+      observers: [
+        {
+          name: 'flaky',
+          table: 'docs',
+          column: 'body',
+          handler: async () => {
+            // Retryable: the run is attempted again, and the second attempt commits.
+            if (++attempts === 1) throw new LockNotResolvedError('a lock stayed');
+          },
+        },
+      ],
+    });
+    await db.transact(async (tx) => tx.set('docs', 'd1', 'body', 'hello'));
+    await worker.runUntilIdle();
+    const outcomes = rec.of('transaction.end').map((e: TransactionEndEvent) => e.outcome);
+    // The write, the failed attempt, the attempt that committed.
+    expect(outcomes).toEqual(['committed', 'lockNotResolved', 'committed']);
+    await db.close();
+  });
+
   it('a listener that throws changes nothing and is reported once', async () => {
     const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
     const store = new MemoryStore();

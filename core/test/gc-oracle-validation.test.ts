@@ -198,6 +198,19 @@ describe('LocalOracle clocks', () => {
     await expect(oracle.next()).rejects.toSatisfy(notRetryableStoreError);
     now = 1000;
     expect(await oracle.next()).toBe(1_000_001);
+    // One reading far in the future (microseconds given as milliseconds, say): that draw
+    // fails, and the oracle is not left past MAX_TIMESTAMP for every later draw.
+    now = 1e15;
+    await expect(oracle.next()).rejects.toSatisfy(notRetryableStoreError);
+    now = 2000;
+    expect(await oracle.next()).toBe(2_000_001);
+  });
+
+  it('CounterOracle checks its store and counter name when made', () => {
+    expect(() => new CounterOracle(null as never)).toThrow(InvalidArgumentError);
+    expect(() => new CounterOracle(new MemoryStore(), '')).toThrow(InvalidArgumentError);
+    expect(() => new CounterOracle(new MemoryStore(), 'x'.repeat(1025))).toThrow(InvalidArgumentError);
+    expect(new CounterOracle(new MemoryStore(), 'orders.ts').counterName).toBe('orders.ts');
   });
 });
 
@@ -439,6 +452,31 @@ describe('an oracle of your own (docs/protocol.md section 3)', () => {
     await vi.waitFor(() => expect(pending.length).toBe(3));
     pending[2]!(180);
     await expect(third).rejects.toSatisfy(notRetryableStoreError);
+  });
+
+  it('calls in flight together never get the same value (a wall-clock oracle under load)', async () => {
+    // `{ next: async () => Date.now() }` gives two transactions begun in one millisecond
+    // the same start timestamp; the second would take the first's locks for its own.
+    const store = new MemoryStore();
+    const pending: Array<(ts: number) => void> = [];
+    const db = new Percolator({
+      store,
+      oracle: { next: () => new Promise<number>((resolve) => pending.push(resolve)) },
+    });
+    const [a, b, c] = [db.begin(), db.begin(), db.begin()];
+    await vi.waitFor(() => expect(pending.length).toBe(3));
+    pending[0]!(300);
+    pending[1]!(300);
+    pending[2]!(301);
+    expect((await a).startTs).toBe(300);
+    await expect(b).rejects.toSatisfy(notRetryableStoreError);
+    await expect(b).rejects.toThrow(/two calls in flight together/);
+    expect((await c).startTs).toBe(301);
+    // None in flight: nothing kept, and a later call is judged by its floor alone.
+    const d = db.begin();
+    await vi.waitFor(() => expect(pending.length).toBe(4));
+    pending[3]!(302);
+    expect((await d).startTs).toBe(302);
   });
 });
 

@@ -30,6 +30,41 @@ describe('close() and the reads in flight', () => {
     expect(callsOf(store)).toBe(after);
     await crashed.close();
   });
+
+  it("a commit's identity drawn beside its peek is waited for: no store call after close()", async () => {
+    // Peeked snapshots and no stamped step (as on DynamoDB): a read-write transaction draws
+    // its commit's identity while its first read peeks. One that only read never takes it.
+    class SlowCounter extends InstrumentedStore {
+      inFlight = 0;
+      release: (() => void) | undefined;
+      override async incrementCounter(name: string, delta: number): Promise<number> {
+        this.inFlight++;
+        await new Promise<void>((resolve) => {
+          this.release = resolve;
+        });
+        try {
+          return await super.incrementCounter(name, delta);
+        } finally {
+          this.inFlight--;
+        }
+      }
+    }
+    const store = new SlowCounter(new MemoryStore(), { stampedCheckAndSet: false, stampedRead: false });
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      await tx.getString('t', 'x', 'v');
+    });
+    expect(store.inFlight).toBe(1); // the identity, still drawing
+    let closed = false;
+    const closing = db.close().then(() => {
+      closed = true;
+    });
+    await tick(20);
+    expect(closed).toBe(false); // waits for the draw
+    store.release!();
+    await closing;
+    expect(store.inFlight).toBe(0);
+  });
 });
 
 describe('a scan resumed by its caller', () => {

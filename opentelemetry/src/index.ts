@@ -147,7 +147,10 @@ function histograms(meter: Meter): Histograms {
     ),
     stepDuration: seconds('percolator.commit.step.duration', 'Commit step duration, by percolator.step'),
     lockWaitDuration: seconds('percolator.lock.wait.duration', 'Time a read waited on a lock'),
-    tidyDuration: seconds('percolator.tidy.duration', 'Tidy (GC) pass over one head row'),
+    tidyDuration: seconds(
+      'percolator.tidy.duration',
+      'Tidy (GC) pass over one head row; the rows of one background batch each get the whole batch time',
+    ),
     observerRunDuration: seconds('percolator.observer.run.duration', 'Observer run duration'),
   };
 }

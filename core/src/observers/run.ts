@@ -61,7 +61,8 @@ export async function runObserver(
       const { commitTs } = await tx.commit();
       return { ran: true, startTs: tx.startTs, commitTs };
     } catch (error) {
-      await tx.rollback();
+      // Its events say why (a conflict, a lock left unresolved, ...), as db.transact's do.
+      await tx.rollbackAfter(error);
       if (!isRetryable(error) || attempt >= maxAttempts) throw error;
       stats.conflicts++;
       await sleep(backoffMs(attempt, 2, 100));
