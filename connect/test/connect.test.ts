@@ -53,6 +53,8 @@ describe('redactUrl (core): the one redaction', () => {
     expect(redactUrl('password=s3cret host=db')).toBe('password=*** host=db');
     expect(redactUrl("host=db password = 's3 cr\\'et' dbname=app")).toBe('host=db password = *** dbname=app');
     expect(redactUrl('host=db sslkey=/etc/k.pem user=ops')).toBe('host=db sslkey=*** user=ops');
+    // Unquoted, a keyword-form value ends only at a space: ;, & and , are part of it.
+    expect(redactUrl('host=db password=ab;cd&ef,gh dbname=app')).toBe('host=db password=*** dbname=app');
     expect(redactUrl('host=db user=ops dbname=app')).toBe('host=db user=ops dbname=app');
   });
 });

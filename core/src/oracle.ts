@@ -67,6 +67,9 @@ export function checkedOracle(oracle: unknown): TimestampOracle {
  * start timestamp fails the transaction's first read or `begin`, a commit timestamp (drawn
  * before the commit point) rolls the transaction back.
  */
+/** The most values CheckedOracle keeps to check calls in flight against each other. */
+const RECENT_CAP = 65_536;
+
 class CheckedOracle implements TimestampOracle {
   /** The highest value handed out so far: a later call must get more. */
   private highest = 0;
@@ -78,6 +81,8 @@ class CheckedOracle implements TimestampOracle {
    * transactions: two that shared one would take each other's locks for their own).
    */
   private readonly recent = new Set<number>();
+  /** The lowest floor in flight when `recent` was last pruned. */
+  private prunedAt = 0;
   constructor(private readonly inner: TimestampOracle) {}
 
   next(): Promise<number> {
@@ -133,11 +138,20 @@ class CheckedOracle implements TimestampOracle {
     }
     if (ts > this.highest) this.highest = ts;
     // Kept while a call in flight could still get it; none in flight, none kept.
-    if (this.pending.size === 0) this.recent.clear();
-    else {
-      this.recent.add(ts);
-      const lowest = Math.min(...this.pending.keys());
-      for (const v of this.recent) if (v <= lowest) this.recent.delete(v);
+    if (this.pending.size === 0) {
+      this.recent.clear();
+      this.prunedAt = 0;
+      return ts;
+    }
+    this.recent.add(ts);
+    let lowest = Number.POSITIVE_INFINITY;
+    for (const floor of this.pending.keys()) if (floor < lowest) lowest = floor;
+    // Pruned when the lowest floor moved (not on every draw), and capped: a call that never
+    // settles would otherwise keep every later value. Past the cap the oldest go first,
+    // which only narrows what a repeat is checked against.
+    if (lowest !== this.prunedAt || this.recent.size > RECENT_CAP) {
+      this.prunedAt = lowest;
+      for (const v of this.recent) if (v <= lowest || this.recent.size > RECENT_CAP) this.recent.delete(v);
     }
     return ts;
   }

@@ -39,12 +39,20 @@ export function redactUrl(url: string): string {
  * be quoted (`password='s3 cret'`).
  */
 function redactText(text: string): string {
-  return text
-    .replace(/((?:^|[\s,/])[^:@/,\s]*):[^@,\s]*@/g, '$1:***@')
-    .replace(
-      /((?:^|[\s?&;,])(?:[^=&;,\s]*(?:pass|pwd|secret|token|key)[^=&;,\s]*)\s*=\s*)('(?:[^'\\]|\\.)*'?|[^&;,\s]*)/gi,
-      '$1***',
-    );
+  return (
+    text
+      .replace(/((?:^|[\s,/])[^:@/,\s]*):[^@,\s]*@/g, '$1:***@')
+      // Keyword form (at the start or after a space): an unquoted value ends only at a space.
+      .replace(
+        /((?:^|\s)(?:[^=&;,\s]*(?:pass|pwd|secret|token|key)[^=&;,\s]*)\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)/gi,
+        '$1***',
+      )
+      // A query string: a value ends at the next parameter.
+      .replace(
+        /([?&;,](?:[^=&;,\s]*(?:pass|pwd|secret|token|key)[^=&;,\s]*)=)('(?:[^'\\]|\\.)*'?|[^&;,\s]*)/gi,
+        '$1***',
+      )
+  );
 }
 
 /** Query parameters whose value is a secret (a password, a token, a key). */

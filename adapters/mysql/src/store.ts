@@ -349,13 +349,20 @@ function firstExecute(
     });
     done(error, undefined);
   }, timeout);
-  core.execute(options, (error: unknown, result: unknown) => {
-    if (settled) return;
+  try {
+    core.execute(options, (error: unknown, result: unknown) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      if (!error) preparedOn(core).add(options.sql);
+      done(error, result);
+    });
+  } catch (error) {
+    // Refused before sending (a bad bind value, say): no timer left running.
     settled = true;
     clearTimeout(timer);
-    if (!error) preparedOn(core).add(options.sql);
-    done(error, result);
-  });
+    done(error, undefined);
+  }
 }
 
 /** The callback connection under mysql2's promise wrapper (a new wrapper each checkout). */

@@ -197,7 +197,9 @@ describe('mysql store: limits and failures', () => {
       const s = await openStore({
         uri: proxied.href,
         namespace: uniqueNamespace(),
-        queryTimeoutMs: 300,
+        // Room for the setup's and the retry's statements on a busy machine; without the
+        // fix the call still waits past the 5 s below.
+        queryTimeoutMs: 1500,
         maxConnections: 1,
       });
       const counter = 'c';

@@ -139,8 +139,8 @@ class PostgresRowStore implements PostgresStore {
   /** Each statement's prepared-statement name, made once. */
   private readonly names: Record<keyof PostgresStatements, string>;
   private closed = false;
-  /** Rejects with ClosedError at close(), ending every wait for a connection (connect). */
-  private readonly closeGate = new CloseGate();
+  /** The calls waiting for a pooled connection (connect): close() answers each with ClosedError. */
+  private readonly waiting = new Set<(error: Error) => void>();
 
   constructor(
     private readonly pool: PgPool,
@@ -434,7 +434,9 @@ class PostgresRowStore implements PostgresStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.closeGate.shut(new ClosedError(`postgres store (namespace ${this.namespace}) is closed`));
+    const closed = new ClosedError(`postgres store (namespace ${this.namespace}) is closed`);
+    for (const onClose of this.waiting) onClose(closed);
+    this.waiting.clear();
     if (this.ownsPool) await this.pool.end();
   }
 
@@ -558,20 +560,34 @@ class PostgresRowStore implements PostgresStore {
 
   private async connect(): Promise<PgPoolClient> {
     if (this.closed) throw new ClosedError(`postgres store (namespace ${this.namespace}) is closed`);
-    const connecting = this.pool.connect();
     try {
       // pg-pool's end() never answers the callers still queued for a connection: they would
       // wait out connectionTimeoutMillis and fail as a retryable timeout. close() answers
-      // them at once; a connection that comes after that goes back to the pool.
-      return await Promise.race([connecting, this.closeGate.shut$]);
-    } catch (error) {
-      if (error instanceof ClosedError) {
+      // them at once (each waiter is in `waiting` until its connection comes, so nothing is
+      // left behind per call); a connection that comes after that goes back to the pool.
+      return await new Promise<PgPoolClient>((resolve, reject) => {
+        const connecting = this.pool.connect();
+        const onClose = (error: Error) => {
+          reject(error);
+          connecting.then(
+            (client) => client.release(),
+            () => {},
+          );
+        };
+        this.waiting.add(onClose);
         connecting.then(
-          (client) => client.release(),
-          () => {},
+          (client) => {
+            this.waiting.delete(onClose);
+            resolve(client);
+          },
+          (error: unknown) => {
+            this.waiting.delete(onClose);
+            reject(error);
+          },
         );
-        throw error;
-      }
+      });
+    } catch (error) {
+      if (error instanceof ClosedError) throw error;
       throw connectError(error);
     }
   }
@@ -600,19 +616,6 @@ function isCasManyMismatch(error: unknown): boolean {
 
 function toStoredRow(row: Record<string, unknown>): StoredRow {
   return { version: String(row.version), state: toBytes(row.state as Buffer) };
-}
-
-/** A promise that never resolves and rejects once, at `shut` (handled, so never unhandled). */
-class CloseGate {
-  readonly shut$: Promise<never>;
-  shut!: (error: Error) => void;
-
-  constructor() {
-    this.shut$ = new Promise<never>((_, reject) => {
-      this.shut = reject;
-    });
-    this.shut$.catch(() => {});
-  }
 }
 
 /** `indices` in order, cut where the next state would pass POSTGRES_BATCH_STATE_BYTES. */
