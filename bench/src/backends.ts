@@ -243,7 +243,9 @@ async function openStores(name: BackendName, settings: BackendSettings, via: Via
 }
 
 /** What the bench needs of a SQL backend: where it is, and its native baseline. */
-interface SqlBackend<D extends { serverVersion(): Promise<string>; drop(): Promise<unknown> }> {
+interface SqlBackend<
+  D extends { serverVersion(): Promise<string>; drop(): Promise<unknown>; sibling(name: string): Promise<D> },
+> {
   readonly port: number;
   /** The server's URL (the adapter's variable or default), once it answers. */
   reachable(): Promise<string>;
@@ -272,6 +274,13 @@ const SQL_BACKENDS = {
   } satisfies SqlBackend<MySqlNativeData>,
 };
 
+/** Each isolation level's native table: `<run>_native_rc`, `_rr`, `_ser`. */
+const LEVEL_SUFFIX: Record<SqlIsolation, string> = {
+  'read-committed': 'rc',
+  'repeatable-read': 'rr',
+  serializable: 'ser',
+};
+
 /** PostgreSQL or MySQL: Percolator and raw engines, and the native engine at three isolation levels. */
 async function openSql(
   name: 'postgres' | 'mysql',
@@ -291,16 +300,23 @@ async function openSql(
   }
   const url = await via(direct, sql.port);
   const opened = await openStore(name, { url, namespace, maxConnections: poolSize });
-  let data: PostgresNativeData | MySqlNativeData;
+  // A table of its own per isolation level, on one pool: cells on one table cannot take
+  // turns, and each level's must take turns with Percolator's (runner.ts).
+  const datas: (PostgresNativeData | MySqlNativeData)[] = [];
+  const dropData = () => closeAll([...datas].reverse().map((d) => () => d.drop()));
   try {
-    data = await sql.data(url, nativeName, nativePool);
+    for (const level of SQL_ISOLATIONS) {
+      const name = `${nativeName}_${LEVEL_SUFFIX[level]}`;
+      datas.push(datas.length === 0 ? await sql.data(url, name, nativePool) : await datas[0]!.sibling(name));
+    }
   } catch (error) {
-    await closeAll([() => opened.dropNamespace(), () => opened.close()]);
+    await closeAll([dropData, () => opened.dropNamespace(), () => opened.close()]);
     throw error;
   }
+  const data = datas[0]!;
   const engines = [
     ...storeEngines(opened.store, settings),
-    ...SQL_ISOLATIONS.map((level) => sql.engine(data, level, settings.maxAttempts)),
+    ...SQL_ISOLATIONS.map((level, i) => sql.engine(datas[i]!, level, settings.maxAttempts)),
   ];
   return {
     name,
@@ -313,7 +329,7 @@ async function openSql(
         ...engines.map((e) => () => e.close()),
         () => opened.dropNamespace(),
         () => opened.close(),
-        () => data.drop(),
+        dropData,
       ]),
   };
 }

@@ -303,11 +303,20 @@ export function parseOptions(argv: readonly string[]): BenchOptions {
   const opsPerTxn = integer('ops', str('ops'), DEFAULTS.opsPerTxn, 1, Math.min(1000, records));
   const out = str('out') ?? DEFAULTS.outDir;
   if (out.trim() === '') throw new InvalidArgumentError('--out is empty');
+  const workloads = expandWorkloads(str('workloads'));
+  const history = workloads.filter((w) => WORKLOAD_GROUPS.history!.includes(w));
+  if (str('tracing') !== undefined && history.length > 0) {
+    // The history cells are written to the unprefixed tables; --tracing gives every
+    // Percolator engine a table prefix of its own (backends.ts), so they would read nothing.
+    throw new InvalidArgumentError(
+      `--tracing cannot run with the history workloads (${history.join(', ')}): run them apart`,
+    );
+  }
 
   return {
     backends: [...new Set(backends)] as BackendName[],
     explicitBackends: backendList !== undefined,
-    workloads: expandWorkloads(str('workloads')),
+    workloads,
     explicitWorkloads: str('workloads') !== undefined,
     modes: [...new Set(modes)] as Mode[],
     concurrency: [...new Set(concurrency)],

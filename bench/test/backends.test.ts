@@ -2,13 +2,14 @@ import { randomBytes } from 'node:crypto';
 import { createRedisClient } from '@percolator/redis';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { BackendUnavailable, loadData, openBackend } from '../src/backends.js';
-import { runBench } from '../src/bench.js';
+import { interleavedGroups, runBench } from '../src/bench.js';
 import type { CompositeCountingStore } from '../src/counting-store.js';
 import { loadDriver } from '../src/drivers.js';
 import type { PercolatorEngine } from '../src/engines/percolator.js';
 import { parseOptions } from '../src/options.js';
 import { SharedServices } from '../src/services.js';
 import type { BenchReport } from '../src/types.js';
+import { workloadByName } from '../src/workloads.js';
 
 /**
  * Every real backend, named explicitly: an unreachable one is a failure (its message names
@@ -148,6 +149,35 @@ describe('native baselines and cleanup on the real stores', () => {
     });
   });
 });
+
+test.each(['postgres', 'mysql'] as const)(
+  '%s: every isolation level has data of its own, so all its cells take turns with Percolator',
+  async (name) => {
+    const services = new SharedServices();
+    const settings = {
+      runId: randomBytes(4).toString('hex'),
+      maxConcurrency: 2,
+      maxAttempts: 10,
+      startServices: true,
+      services,
+    };
+    try {
+      const backend = await openBackend(name, settings);
+      try {
+        const keys = backend.engines.map((e) => e.dataKey);
+        expect(new Set(keys).size).toBe(keys.length);
+        const transfer = workloadByName('transfer')!;
+        const cells = backend.engines.map((e) => [transfer, 8, e] as const);
+        // One group: Percolator, raw and the three levels, measured in interleaved slices.
+        expect(interleavedGroups(cells, 4)).toHaveLength(1);
+      } finally {
+        await backend.close();
+      }
+    } finally {
+      await services.stop();
+    }
+  },
+);
 
 test('mixed spreads rows over PostgreSQL, Redis and DynamoDB; the oracle is the PostgreSQL counter', async () => {
   const services = new SharedServices();

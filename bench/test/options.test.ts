@@ -56,6 +56,8 @@ describe('parseOptions', () => {
     [['--records', '1']],
     [['--unknown']],
     [['positional']],
+    // The history cells are written unprefixed; --tracing prefixes every Percolator engine's tables.
+    [['--tracing', 'events', '--workloads', 'transfer,history']],
   ])('%j is an InvalidArgumentError', (args) => {
     expect(() => parseOptions(args)).toThrow(InvalidArgumentError);
   });

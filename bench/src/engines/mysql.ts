@@ -38,14 +38,19 @@ interface MySqlModule {
 const TABLE_NAME = /^[a-z][a-z0-9_]{0,63}$/;
 const LOAD_CHUNK = 500;
 
-/** The native baseline's data in MySQL/MariaDB: one InnoDB table `<ns>_native`, dropped at the end. */
+/**
+ * The native baseline's data in MySQL/MariaDB: one InnoDB table `<ns>_native`, dropped at
+ * the end. One per isolation level (`sibling`, on the same pool): cells on the same data
+ * cannot take turns (runner.ts), and each level's cells must take turns with Percolator's.
+ */
 export class MySqlNativeData {
-  /** The isolation level each pooled connection's session is set to. */
-  readonly levels = new WeakMap<object, SqlIsolation>();
-
   private constructor(
     readonly pool: MySqlPool,
     readonly tableName: string,
+    /** Whether drop() ends the pool (the first data made on it; its siblings share it). */
+    private readonly ownsPool: boolean,
+    /** The isolation level each pooled connection's session is set to (shared by siblings). */
+    readonly levels: WeakMap<object, SqlIsolation> = new WeakMap(),
   ) {}
 
   static async create(url: string, tableName: string, poolSize: number): Promise<MySqlNativeData> {
@@ -57,12 +62,29 @@ export class MySqlNativeData {
       charset: 'utf8mb4',
       connectTimeout: 10_000,
     });
-    const data = new MySqlNativeData(pool, tableName);
-    await pool.query(
-      `CREATE TABLE \`${tableName}\` (tbl VARCHAR(16) NOT NULL, k VARCHAR(191) NOT NULL, v VARCHAR(4096) NOT NULL, ` +
+    const data = new MySqlNativeData(pool, tableName, true);
+    try {
+      await data.createTable();
+    } catch (error) {
+      await pool.end().catch(() => {});
+      throw error;
+    }
+    return data;
+  }
+
+  /** Another table on this data's pool; drop it before this one (which ends the pool). */
+  async sibling(tableName: string): Promise<MySqlNativeData> {
+    if (!TABLE_NAME.test(tableName)) throw new Error(`bad table name ${tableName}`);
+    const data = new MySqlNativeData(this.pool, tableName, false, this.levels);
+    await data.createTable();
+    return data;
+  }
+
+  private async createTable(): Promise<void> {
+    await this.pool.query(
+      `CREATE TABLE ${this.table} (tbl VARCHAR(16) NOT NULL, k VARCHAR(191) NOT NULL, v VARCHAR(4096) NOT NULL, ` +
         'PRIMARY KEY (tbl, k)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin',
     );
-    return data;
   }
 
   get table(): string {
@@ -92,7 +114,7 @@ export class MySqlNativeData {
     try {
       await this.pool.query(`DROP TABLE IF EXISTS ${this.table}`);
     } finally {
-      await this.pool.end();
+      if (this.ownsPool) await this.pool.end();
     }
   }
 }

@@ -48,12 +48,16 @@ export function isolationSql(level: SqlIsolation): string {
 
 /**
  * The native baseline's data in PostgreSQL: a schema of its own holding one plain table
- * `kv (tbl, k, v)`, dropped at the end. Shared by the engines of both isolation levels.
+ * `kv (tbl, k, v)`, dropped at the end. One per isolation level (`sibling`, on the same
+ * pool): cells on the same data cannot take turns (runner.ts), and each level's cells must
+ * take turns with Percolator's, as raw's do.
  */
 export class PostgresNativeData {
   private constructor(
     readonly pool: PgPool,
     readonly schema: string,
+    /** Whether drop() ends the pool (the first data made on it; its siblings share it). */
+    private readonly ownsPool: boolean,
   ) {}
 
   static async create(url: string, schema: string, poolSize: number): Promise<PostgresNativeData> {
@@ -68,13 +72,30 @@ export class PostgresNativeData {
     pool.on('error', () => {
       // An idle connection dropped; the next query reports it.
     });
-    const data = new PostgresNativeData(pool, schema);
-    await data.run(`CREATE SCHEMA "${schema}"`);
-    await data.run(
-      `CREATE TABLE "${schema}".kv (tbl text COLLATE "C" NOT NULL, k text COLLATE "C" NOT NULL, ` +
+    const data = new PostgresNativeData(pool, schema, true);
+    try {
+      await data.createTables();
+    } catch (error) {
+      await pool.end().catch(() => {});
+      throw error;
+    }
+    return data;
+  }
+
+  /** Another schema on this data's pool; drop it before this one (which ends the pool). */
+  async sibling(schema: string): Promise<PostgresNativeData> {
+    if (!SCHEMA_NAME.test(schema)) throw new Error(`bad schema name ${schema}`);
+    const data = new PostgresNativeData(this.pool, schema, false);
+    await data.createTables();
+    return data;
+  }
+
+  private async createTables(): Promise<void> {
+    await this.run(`CREATE SCHEMA "${this.schema}"`);
+    await this.run(
+      `CREATE TABLE "${this.schema}".kv (tbl text COLLATE "C" NOT NULL, k text COLLATE "C" NOT NULL, ` +
         'v text NOT NULL, PRIMARY KEY (tbl, k))',
     );
-    return data;
   }
 
   get table(): string {
@@ -115,7 +136,7 @@ export class PostgresNativeData {
     try {
       await this.run(`DROP SCHEMA IF EXISTS "${this.schema}" CASCADE`);
     } finally {
-      await this.pool.end();
+      if (this.ownsPool) await this.pool.end();
     }
   }
 }
