@@ -144,7 +144,9 @@ function verifyBlindWrites(
       return fail(`${key} holds ${JSON.stringify(now.slice(0, 30))}, which no committed write left there`);
     }
   }
-  return ok(`every row holds its last committed value (${ledger.written.size} rows written)`);
+  return ok(
+    `every row holds a value committed to it, or its first one if none was (${ledger.written.size} rows written)`,
+  );
 }
 
 function verifyTimestamps(ledger: Ledger): CheckOutcome {

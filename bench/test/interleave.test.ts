@@ -82,6 +82,39 @@ describe('--rounds: cells measured in interleaved slices', () => {
     }
   });
 
+  test("a slice's measured time includes the background work its commits left (settle)", async () => {
+    const store = new MemoryStore();
+    const shape = { records: 16, accounts: 8, valueBytes: 16 };
+    class SlowSettle extends PercolatorEngine {
+      override async settle(): Promise<void> {
+        await super.settle();
+        await new Promise((resolve) => setTimeout(resolve, 150));
+      }
+    }
+    const engine = new SlowSettle(new CountingStore(store), 20, {}, {});
+    await engine.load('acct', initialRows('acct', shape));
+    const [result] = await runInterleaved(
+      [
+        {
+          backend: 'memory',
+          engine,
+          workload: workloadByName('transfer')!,
+          concurrency: 1,
+          durationMs: 100,
+          warmupMs: 0,
+          shape,
+          seed: 1,
+          opsPerTxn: 2,
+          probes: 1,
+        },
+      ],
+      2,
+    );
+    await engine.close();
+    // Two slices of 50 ms, each followed by 150 ms of settling, all of it in the window.
+    expect(result!.durationMs).toBeGreaterThanOrEqual(380);
+  });
+
   test('two cells on the same data would fail their checks: why the bench never interleaves them', async () => {
     const { results } = await run(6, ['', '']);
     expect(results.some((r) => !r.check.ok)).toBe(true);
