@@ -43,6 +43,8 @@ export function decodeValue(value: string | undefined): number | undefined {
 
 export function initialRows(table: LogicalTable, shape: DatasetShape): [string, string][] {
   const count = table === 'kv' ? shape.records : shape.accounts;
-  const start = table === 'kv' ? 0 : INITIAL_BALANCE;
-  return Array.from({ length: count }, (_, i) => [keyOf(table, i), encodeValue(start, shape.valueBytes)]);
+  // A record's value starts at its own number, so a read that returns another row's value
+  // shows (ledger.ts, the read check); every account starts with the same balance.
+  const start = (i: number) => (table === 'kv' ? i : INITIAL_BALANCE);
+  return Array.from({ length: count }, (_, i) => [keyOf(table, i), encodeValue(start(i), shape.valueBytes)]);
 }

@@ -13,6 +13,8 @@ export class Ledger {
   readonly uncertain = new Set<string>();
   readonly badReads: string[] = [];
   reads = 0;
+  /** For a read-only cell: the value each key read gave first (later reads must agree). */
+  readonly readValues = new Map<string, string>();
   readonly timestamps: number[][];
 
   constructor(workers: number) {
@@ -31,6 +33,22 @@ export class Ledger {
 
   markUncertain(keys: readonly string[]): void {
     for (const key of keys) this.uncertain.add(key);
+  }
+
+  /**
+   * In a cell where nothing writes: every read of `key` must give the same value, and the
+   * check compares it with the row as it was before the cell (each row's value is its own,
+   * dataset.ts, so a read of another row, or of nothing, shows).
+   */
+  noteUnchanging(key: string, value: string | undefined): void {
+    if (value === undefined) return; // observeRead noted it
+    const first = this.readValues.get(key);
+    if (first === undefined) this.readValues.set(key, value);
+    else if (first !== value && this.badReads.length < 20) {
+      this.badReads.push(
+        `${key} read as ${JSON.stringify(value.slice(0, 40))} after ${JSON.stringify(first.slice(0, 40))}`,
+      );
+    }
   }
 
   /** Records one read value; returns its integer, or undefined (and notes it) if it is not valid. */
@@ -72,7 +90,7 @@ export function verify(
   if (committed === 0) return fail('no transaction committed');
   switch (kind) {
     case 'reads':
-      return ok(`${ledger.reads} reads returned valid values`);
+      return verifyReads(ledger, before!);
     case 'timestamps':
       return verifyTimestamps(ledger);
     case 'blind':
@@ -127,6 +145,18 @@ function verifyDeltas(
   return ok(
     `${what}${before.size} rows match ${committedDelta === 0 ? 'the' : committedDelta} committed changes`,
   );
+}
+
+function verifyReads(ledger: Ledger, before: ReadonlyMap<string, string>): CheckOutcome {
+  for (const [key, value] of ledger.readValues) {
+    const was = before.get(key);
+    if (value !== was) {
+      return fail(
+        `${key} read as ${JSON.stringify(value.slice(0, 30))}, but the row holds ${was === undefined ? 'nothing' : JSON.stringify(was.slice(0, 30))}`,
+      );
+    }
+  }
+  return ok(`${ledger.reads} reads each returned its row's value (${ledger.readValues.size} rows read)`);
 }
 
 function verifyBlindWrites(

@@ -137,7 +137,10 @@ async function openRun(spec: CellSpec, session: WorkloadSession | undefined): Pr
   const { engine, workload, concurrency, shape } = spec;
   const ledger = new Ledger(concurrency);
   const table =
-    workload.check === 'deltas' || workload.check === 'transfer' || workload.check === 'blind'
+    workload.check === 'deltas' ||
+    workload.check === 'transfer' ||
+    workload.check === 'blind' ||
+    workload.check === 'reads'
       ? workload.table
       : undefined;
   const before = table ? await engine.snapshot(table) : undefined;

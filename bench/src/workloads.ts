@@ -62,6 +62,7 @@ const singleRead: Workload = {
       const key = keyOf('kv', keys.next());
       const { value, attempts } = await run(ctx, [key], (tx) => tx.read('kv', [key]), { readOnly: true });
       readInt(ctx, key, value[0]);
+      ctx.ledger.noteUnchanging(key, value[0]);
       return attempts;
     };
   },

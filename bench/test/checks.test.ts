@@ -2,11 +2,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
-import { MemoryStore } from '@percolator/core';
+import { type CasRequest, MemoryStore, type RowStore, type ScanOptions } from '@percolator/core';
 import { describe, expect, test } from 'vitest';
 import { loadData } from '../src/backends.js';
 import { main } from '../src/cli.js';
-import { encodeValue } from '../src/dataset.js';
+import { encodeValue, recordKey } from '../src/dataset.js';
 import { Ledger, verify } from '../src/ledger.js';
 import { runCell } from '../src/runner.js';
 import { workloadByName } from '../src/workloads.js';
@@ -179,6 +179,80 @@ describe('verify', () => {
     expect(ledger.observeRead('k', undefined)).toBeUndefined();
     expect(ledger.observeRead('k', 'garbage')).toBeUndefined();
     expect(verify('reads', ledger, 1).detail).toMatch(/bad reads: k = missing/);
+  });
+});
+
+describe('the read check', () => {
+  test('each key must read as its row did before the cell, every time', () => {
+    const ledger = new Ledger(1);
+    ledger.observeRead('k', v(7));
+    ledger.noteUnchanging('k', v(7));
+    expect(verify('reads', ledger, 1, new Map([['k', v(7)]])).ok).toBe(true);
+    expect(verify('reads', ledger, 1, new Map([['k', v(8)]])).detail).toMatch(
+      /k read as .* but the row holds/,
+    );
+    ledger.noteUnchanging('k', v(9));
+    expect(verify('reads', ledger, 1, new Map([['k', v(7)]])).detail).toMatch(/bad reads: k read as/);
+  });
+
+  test("a store that answers a read with another row's state fails it, for Percolator and raw", async () => {
+    class ShiftedReads implements RowStore {
+      readonly name = 'shifted-reads';
+      readonly inner = new MemoryStore();
+      readonly capabilities = {
+        ...this.inner.capabilities,
+        batchRead: false,
+        peekedRead: false,
+        stampedRead: false,
+        stampedCheckAndSet: false,
+        stampedCheckAndSetMany: false,
+      };
+      shift = false;
+      read(table: string, key: string) {
+        // user0000001 answers with user0000002's row, and so on (raw keys are 'kv/user...').
+        const other = this.shift
+          ? key.replace(/user(\d{7})/, (_, n: string) => recordKey((Number(n) + 1) % shape.records))
+          : key;
+        return this.inner.read(table, other);
+      }
+      checkAndSet(request: CasRequest) {
+        return this.inner.checkAndSet(request);
+      }
+      scan(table: string, options: ScanOptions) {
+        return this.inner.scan(table, options);
+      }
+      incrementCounter(name: string, delta: number) {
+        return this.inner.incrementCounter(name, delta);
+      }
+      async close() {}
+    }
+    const store = new ShiftedReads();
+    const backend = storeBackend(store);
+    await loadData(backend, shape);
+    try {
+      for (const engine of backend.engines) {
+        const cell = () =>
+          runCell({
+            backend: 'test',
+            engine,
+            workload: workloadByName('read')!,
+            concurrency: 2,
+            durationMs: 100,
+            warmupMs: 0,
+            shape,
+            seed: 1,
+            opsPerTxn: 1,
+          });
+        store.shift = false;
+        expect((await cell()).check, engine.mode).toMatchObject({ ok: true });
+        store.shift = true;
+        const broken = await cell();
+        expect(broken.check.ok, engine.mode).toBe(false);
+        expect(broken.check.detail).toMatch(/read as .* but the row holds/);
+      }
+    } finally {
+      await backend.close();
+    }
   });
 });
 
