@@ -6,6 +6,7 @@ import {
   type KvTx,
   type LogicalTable,
   nativeKey,
+  type ReadOptions,
   retryTransaction,
   sleep,
   type TxHints,
@@ -23,6 +24,7 @@ interface DynamoSdk {
   DeleteTableCommand: CommandClass;
   BatchWriteItemCommand: CommandClass;
   TransactGetItemsCommand: CommandClass;
+  BatchGetItemCommand: CommandClass;
   TransactWriteItemsCommand: CommandClass;
   ScanCommand: CommandClass;
 }
@@ -64,9 +66,18 @@ class DynamoTx implements KvTx {
     private readonly counter: CallCounter,
   ) {}
 
-  async read(table: LogicalTable, keys: readonly string[]): Promise<(string | undefined)[]> {
+  async read(
+    table: LogicalTable,
+    keys: readonly string[],
+    options?: ReadOptions,
+  ): Promise<(string | undefined)[]> {
     if (keys.length > DYNAMODB_TRANSACTION_LIMIT)
       throw new Error('more than 100 items in one DynamoDB transaction');
+    // Rows the transaction will write are checked again by the conditions of its
+    // TransactWriteItems, and one item is one snapshot: a consistent BatchGetItem does, as an
+    // application would send it. Only several rows read and not written need a
+    // TransactGetItems, so that they are read as one snapshot.
+    if (options?.forUpdate === true || keys.length === 1) return this.readConsistent(table, keys);
     const { sdk, client, tableName } = this.engine;
     this.counter.add(1);
     const out = await trackCall(() =>
@@ -80,6 +91,35 @@ class DynamoTx implements KvTx {
     );
     return keys.map((k, i) => {
       const item: Item | undefined = out.Responses?.[i]?.Item;
+      if (item?.ver?.N !== undefined) this.versions.set(nativeKey(table, k), item.ver.N);
+      return item?.v?.S;
+    });
+  }
+
+  private async readConsistent(
+    table: LogicalTable,
+    keys: readonly string[],
+  ): Promise<(string | undefined)[]> {
+    const { sdk, client, tableName } = this.engine;
+    const found = new Map<string, Item>();
+    let pending: Record<string, unknown>[] = [...new Set(keys)].map((k) => ({
+      pk: { S: nativeKey(table, k) },
+    }));
+    while (pending.length > 0) {
+      this.counter.add(1);
+      const request = { [tableName]: { Keys: pending, ConsistentRead: true } };
+      const out = (await trackCall(() =>
+        client.send(new sdk.BatchGetItemCommand({ RequestItems: request })),
+      )) as {
+        Responses?: Record<string, Item[]>;
+        UnprocessedKeys?: Record<string, { Keys?: Record<string, unknown>[] }>;
+      };
+      for (const item of out.Responses?.[tableName] ?? [])
+        if (item.pk?.S !== undefined) found.set(item.pk.S, item);
+      pending = out.UnprocessedKeys?.[tableName]?.Keys ?? [];
+    }
+    return keys.map((k) => {
+      const item = found.get(nativeKey(table, k));
       if (item?.ver?.N !== undefined) this.versions.set(nativeKey(table, k), item.ver.N);
       return item?.v?.S;
     });
