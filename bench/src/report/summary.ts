@@ -255,7 +255,7 @@ export const TABLE_LEGEND =
   'raw: the same reads and writes as single-row check-and-set calls through the adapter, ' +
   'no protocol and not atomic (a transfer is two one-row legs). Native: RC, RR, SER = SQL ' +
   'READ COMMITTED / REPEATABLE READ / SERIALIZABLE; MULTI = Redis WATCH/MULTI/EXEC; TXN = DynamoDB ' +
-  "TransactGetItems/TransactWriteItems. read/write ÷ raw: the paper's Figure 8 figures " +
+  "TransactWriteItems (reads: a consistent BatchGetItem). read/write ÷ raw: the paper's Figure 8 figures " +
   '(Bigtable: reads 0.94, one-cell write transactions 0.23). mixed: one CompositeStore, rows ' +
   'sharded by key hash over PostgreSQL, Redis and DynamoDB.';
 
