@@ -150,17 +150,22 @@ describe('native baselines and cleanup on the real stores', () => {
   });
 });
 
+/** A backend's settings for a test that opens it alone (a fresh run id). */
+function settingsFor(services: SharedServices) {
+  return {
+    runId: randomBytes(4).toString('hex'),
+    maxConcurrency: 2,
+    maxAttempts: 10,
+    startServices: true,
+    services,
+  };
+}
+
 test.each(['postgres', 'mysql'] as const)(
   '%s: every isolation level has data of its own, so all its cells take turns with Percolator',
   async (name) => {
     const services = new SharedServices();
-    const settings = {
-      runId: randomBytes(4).toString('hex'),
-      maxConcurrency: 2,
-      maxAttempts: 10,
-      startServices: true,
-      services,
-    };
+    const settings = settingsFor(services);
     try {
       const backend = await openBackend(name, settings);
       try {
@@ -181,13 +186,7 @@ test.each(['postgres', 'mysql'] as const)(
 
 test('mixed spreads rows over PostgreSQL, Redis and DynamoDB; the oracle is the PostgreSQL counter', async () => {
   const services = new SharedServices();
-  const settings = {
-    runId: randomBytes(4).toString('hex'),
-    maxConcurrency: 2,
-    maxAttempts: 10,
-    startServices: true,
-    services,
-  };
+  const settings = settingsFor(services);
   try {
     const backend = await openBackend('mixed', settings);
     try {

@@ -39,21 +39,19 @@ export function redactUrl(url: string): string {
  * be quoted (`password='s3 cret'`).
  */
 function redactText(text: string): string {
-  return (
-    text
-      .replace(/((?:^|[\s,/])[^:@/,\s]*):[^@,\s]*@/g, '$1:***@')
-      // Keyword form (at the start or after a space): an unquoted value ends only at a space.
-      .replace(
-        /((?:^|\s)(?:[^=&;,\s]*(?:pass|pwd|secret|token|key)[^=&;,\s]*)\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)/gi,
-        '$1***',
-      )
-      // A query string: a value ends at the next parameter.
-      .replace(
-        /([?&;,](?:[^=&;,\s]*(?:pass|pwd|secret|token|key)[^=&;,\s]*)=)('(?:[^'\\]|\\.)*'?|[^&;,\s]*)/gi,
-        '$1***',
-      )
-  );
+  return text
+    .replace(/((?:^|[\s,/])[^:@/,\s]*):[^@,\s]*@/g, '$1:***@')
+    .replace(KEYWORD_SECRET, '$1***')
+    .replace(QUERY_SECRET, '$1***');
 }
 
 /** Query parameters whose value is a secret (a password, a token, a key). */
 const SECRET_PARAMS = /pass|pwd|secret|token|key/i;
+
+/** A parameter name that holds one of SECRET_PARAMS, and a value that may be quoted. */
+const NAME = `[^=&;,\\s]*(?:${SECRET_PARAMS.source})[^=&;,\\s]*`;
+const QUOTED = `'(?:[^'\\\\]|\\\\.)*'?`;
+/** Keyword form (at the start or after a space): an unquoted value ends only at a space. */
+const KEYWORD_SECRET = new RegExp(`((?:^|\\s)${NAME}\\s*=\\s*)(${QUOTED}|\\S*)`, 'gi');
+/** A query string: a value ends at the next parameter. */
+const QUERY_SECRET = new RegExp(`([?&;,]${NAME}=)(${QUOTED}|[^&;,\\s]*)`, 'gi');
