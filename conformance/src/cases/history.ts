@@ -86,7 +86,10 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
       ...(options.crashes ? { clock, hooks: { onCommitStep: crashPlans.hook } } : {}),
       // Where the store commits several rows in one step, one client keeps to two phases,
       // so one-step commits meet the locks of two-phase ones on the same rows, and back.
-      ...(i === 0 && !options.crashes ? { onePhaseMaxRows: 1 } : {}),
+      // With skewed clocks, every client but the one on time does: a one-step commit leaves
+      // no lock, and only locks let the clocks matter (a run where few are left may see no
+      // lock judged expired at all, and prove nothing: seen once in CI on Redis).
+      ...((i === 0 || (options.skew && i !== 2)) && !options.crashes ? { onePhaseMaxRows: 1 } : {}),
       // Peeked snapshots for read-write transactions (docs/protocol.md 4.10) where they are
       // the store's default (memory, PostgreSQL, MariaDB), beside a drawn client. Without
       // crashes the first client's commits then take two phases under an identity drawn at
@@ -170,7 +173,16 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     workload,
     options.faults ? ambiguousCommits(ctx, store, lockTtlMs, keys) : { ops: [], landed: 0 },
   ]);
-  const unknownOps = ambiguous.ops;
+  const unknownOps = [...ambiguous.ops];
+  let landed = ambiguous.landed;
+  if (options.faults && landed === 0) {
+    // The workload's contention made every attempt conflict before its commit point (seen
+    // once in CI, on a composite store): again alone, where nothing conflicts.
+    const alone = await ambiguousCommits(ctx, store, lockTtlMs, keys, UNKNOWN_VALUES_FROM * 2);
+    unknownOps.push(...alone.ops);
+    landed += alone.landed;
+    ctx.note('contention kept the ambiguous-commit client from its commit point: ran it again alone');
+  }
   let run = main;
   let attempts = transactions + unknownOps.length;
   if (options.crashes && unfired()) {
@@ -297,11 +309,9 @@ async function listAppend(ctx: CaseContext, options: HistoryCaseOptions): Promis
     );
     // And commits known to have landed although their client could not tell: each must be
     // in the final read (recorded committed, above), or the checker reports it lost.
-    ctx.note(
-      `${ambiguous.landed} commits whose commit point landed with its reply lost (recorded committed)`,
-    );
+    ctx.note(`${landed} commits whose commit point landed with its reply lost (recorded committed)`);
     check(
-      ambiguous.landed > 0,
+      landed > 0,
       'no commit point landed with its reply lost: the ambiguous-commit client proved nothing',
     );
   }
@@ -349,6 +359,7 @@ async function ambiguousCommits(
   store: RowStore,
   lockTtlMs: number,
   keys: number,
+  firstValue = UNKNOWN_VALUES_FROM,
 ): Promise<{ ops: ListAppendOp[]; landed: number }> {
   const primaries = new Map<number, { table: string; row: string }>();
   let faulty!: FaultyStore;
@@ -372,7 +383,7 @@ async function ambiguousCommits(
   const random = ctx.random.fork('ambiguous commits');
   const ops: ListAppendOp[] = [];
   let landed = 0;
-  let value = UNKNOWN_VALUES_FROM;
+  let value = firstValue;
   for (let attempt = 0; attempt < 20 && landed < 2; attempt++) {
     await sleep(random.between(0, 5));
     // Two lists in two tables: a two-row commit with a primary and a secondary.
