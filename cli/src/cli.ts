@@ -25,7 +25,7 @@ import {
   resolveCommand,
 } from './commands.js';
 import { dumpCommand } from './dump.js';
-import { EXIT, type ExitCode, NotFoundError, UsageError } from './errors.js';
+import { EXIT, type ExitCode, IncompleteError, NotFoundError, UsageError } from './errors.js';
 import { parseDuration } from './format.js';
 import { dropNamespaceCommand, namespacesCommand } from './namespaces.js';
 import {
@@ -462,6 +462,10 @@ async function runAdminCommand(
 }
 
 function report(error: unknown, name: string, spec: CommandSpec, io: CliIo, where?: string): ExitCode {
+  if (error instanceof IncompleteError) {
+    io.err(`${error.done}\n`);
+    return report(error.cause, name, spec, io, where);
+  }
   const at = where ? ` (${where})` : '';
   if (error instanceof UsageError) {
     io.err(`${error.message}\n\n${commandHelp(spec)}\n`);

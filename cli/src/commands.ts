@@ -27,7 +27,7 @@ import {
   validateUserTable,
   versionRowRef,
 } from '@percolator/core';
-import { EXIT, type ExitCode, NotFoundError, UsageError } from './errors.js';
+import { EXIT, type ExitCode, IncompleteError, NotFoundError, UsageError } from './errors.js';
 import { ago, bytes, table as columns, duration, plural, shown } from './format.js';
 
 export interface CommandResult<T = unknown> {
@@ -351,32 +351,45 @@ export async function resolveCommand(
   if (stored === null)
     throw new NotFoundError(`row ${shown(args.row)} of ${shown(args.table)} is not stored`);
   const db = client(store, args.now);
+  const where = cellRef(args);
   let results: ResolvedLock[];
+  const settled: ResolvedLock[] = [];
   try {
-    results = await db.resolveLocks(args.table, args.row, { waitMs: args.waitMs ?? 0 });
+    results = await db.resolveLocks(args.table, args.row, {
+      waitMs: args.waitMs ?? 0,
+      onSettled: (lock) => settled.push(lock),
+    });
+  } catch (error) {
+    // What was settled stays settled: say so, or a rerun's "no locks" would puzzle.
+    if (settled.length === 0) throw error;
+    throw new IncompleteError(
+      `${where}: ${plural(settled.length, 'lock')} settled before the failure\n${settled.map(resolvedLine).join('\n')}`,
+      error,
+    );
   } finally {
     await db.close();
   }
-  const where = cellRef(args);
   if (results.length === 0) {
     // Stored, so not exit 4: that is for a row that is not stored (as inspect exits 0 here).
     const empty = emptyHeadRow(stored.state);
     return { code: EXIT.ok, data: results, text: `no locks in ${where}${empty ? `\n  ${empty}` : ''}` };
   }
-  const lines = results.map((r) => {
-    const what = `${shown(r.column)} (startTs ${r.startTs}, primary ${r.isPrimary ? 'this cell' : cellRef(r.primary)})`;
-    const o = r.outcome;
-    if (o.action === 'rolled-forward')
-      return `  rolled forward ${what}: its transaction committed at ${o.commitTs}`;
-    if (o.action === 'rolled-back') return `  rolled back    ${what}: its transaction did not commit`;
-    return `  left alone     ${what}: its owner may still be committing (expires in ${duration(o.expiresInMs)} unless its heartbeat refreshes the primary's lock); retry later or pass --wait`;
-  });
+  const lines = results.map(resolvedLine);
   const alive = results.filter((r) => r.outcome.action === 'alive').length;
   return {
     code: alive > 0 ? EXIT.found : EXIT.ok,
     data: results,
     text: `${where}: ${plural(results.length - alive, 'lock')} settled${alive > 0 ? `, ${alive} live` : ''}\n${lines.join('\n')}`,
   };
+}
+
+function resolvedLine(r: ResolvedLock): string {
+  const what = `${shown(r.column)} (startTs ${r.startTs}, primary ${r.isPrimary ? 'this cell' : cellRef(r.primary)})`;
+  const o = r.outcome;
+  if (o.action === 'rolled-forward')
+    return `  rolled forward ${what}: its transaction committed at ${o.commitTs}`;
+  if (o.action === 'rolled-back') return `  rolled back    ${what}: its transaction did not commit`;
+  return `  left alone     ${what}: its owner may still be committing (expires in ${duration(o.expiresInMs)} unless its heartbeat refreshes the primary's lock); retry later or pass --wait`;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -449,23 +462,41 @@ export async function gcCommand(
     empty = emptyHeadRow(stored.state);
   }
   const db = client(store, args.now, args.policy ?? {}); // a dry run: the library's policy unless told
+  const where = args.row === undefined ? shown(args.table) : cellRef({ table: args.table, row: args.row });
+  const verb = args.dryRun ? 'would free' : 'freed';
+  const freed = (r: GcReport) => [
+    `  ${verb} ${plural(r.versions, 'version')} in head rows (${bytes(r.headBytes)})`,
+    `  ${verb} ${plural(r.versionRows, 'version row')} (${bytes(r.versionRowBytes)})`,
+    `  total ${bytes(r.headBytes + r.versionRowBytes)}`,
+  ];
   let report: GcReport;
+  let progress: { done: GcReport; row: string } | undefined;
   try {
     report = await db.gc(args.table, {
       dryRun: args.dryRun === true,
       ...(args.row === undefined ? {} : { row: args.row }),
+      onProgress: (done, row) => {
+        progress = { done, row };
+      },
     });
+  } catch (error) {
+    // A real run that failed part way freed what it freed: say how much, and where it got to
+    // (rows go in key order, so a rerun redoes nothing that is done).
+    if (args.dryRun === true || progress === undefined) throw error;
+    throw new IncompleteError(
+      [
+        `gc ${where}: ${plural(progress.done.rows, 'row')} done before the failure, the last ${shown(progress.row)}`,
+        ...freed(progress.done),
+      ].join('\n'),
+      error,
+    );
   } finally {
     await db.close();
   }
-  const verb = args.dryRun ? 'would free' : 'freed';
-  const where = args.row === undefined ? shown(args.table) : cellRef({ table: args.table, row: args.row });
   const lines = [
     `gc ${where}${args.dryRun ? ' (dry run: nothing written)' : ''}: ${plural(report.rows, 'row')} examined`,
     ...(empty ? [`  ${empty}`] : []),
-    `  ${verb} ${plural(report.versions, 'version')} in head rows (${bytes(report.headBytes)})`,
-    `  ${verb} ${plural(report.versionRows, 'version row')} (${bytes(report.versionRowBytes)})`,
-    `  total ${bytes(report.headBytes + report.versionRowBytes)}`,
+    ...freed(report),
   ];
   if (report.held > 0)
     lines.push(

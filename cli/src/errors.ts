@@ -16,3 +16,18 @@ export class UsageError extends Error {
 export class NotFoundError extends Error {
   override readonly name = 'NotFoundError';
 }
+
+/**
+ * A command that failed part way, after it had changed something (gc freed some rows,
+ * resolve settled some locks): `done` says what, and is printed before the failure, whose
+ * exit code stands. Those changes stay made: running the command again carries on.
+ */
+export class IncompleteError extends Error {
+  override readonly name = 'IncompleteError';
+  constructor(
+    readonly done: string,
+    override readonly cause: unknown,
+  ) {
+    super(cause instanceof Error ? cause.message : String(cause));
+  }
+}

@@ -19,7 +19,7 @@ export {
   readCommitted,
   showValue,
 } from './dump.js';
-export { EXIT, type ExitCode, NotFoundError, UsageError } from './errors.js';
+export { EXIT, type ExitCode, IncompleteError, NotFoundError, UsageError } from './errors.js';
 export { dropNamespaceCommand, namespacesCommand } from './namespaces.js';
 export {
   BACKENDS,

@@ -1,4 +1,11 @@
-import { MemoryStore, type RowStore } from '@percolator/core';
+import {
+  type CasRequest,
+  ClientCrash,
+  MemoryStore,
+  Percolator,
+  type RowStore,
+  StoreError,
+} from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { runCli } from '../src/cli.js';
 
@@ -60,5 +67,95 @@ describe('runCli exit codes from inside a command', () => {
     const run = capture(failing);
     expect(await runCli(['inspect', 't', 'r'], run.io)).toBe(3);
     expect(run.err()).toContain('inspect failed: connection reset (test store)');
+  });
+
+  /** The memory store, with every write to row `failOn` of table t failing ('no'). */
+  function failingWritesTo(inner: MemoryStore, failOn: () => string | undefined): RowStore {
+    const fail = (r: CasRequest) => {
+      if (r.table === 't' && r.key === failOn()) throw new StoreError(`write to ${r.key} refused`, 'no');
+    };
+    return new Proxy(inner, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver);
+        if (name === 'checkAndSet')
+          return async (r: CasRequest) => {
+            fail(r);
+            return target.checkAndSet(r);
+          };
+        if (name === 'checkAndSetMany')
+          return async (rs: readonly CasRequest[]) => {
+            rs.forEach(fail);
+            return target.checkAndSetMany(rs);
+          };
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+  }
+
+  it('gc that fails part way says what it freed before the failure, then exits as the failure does', async () => {
+    const inner = new MemoryStore();
+    const db = new Percolator({ store: inner, gc: { inlineHistoryBytes: 4096 } });
+    for (let i = 0; i < 4; i++)
+      await db.transact(async (tx) => {
+        for (const r of ['r0', 'r1', 'r2', 'r3']) tx.set('t', r, 'v', `value ${i}`);
+      });
+    await db.close();
+    const run = capture(failingWritesTo(inner, () => 'r2'));
+    const argv = ['gc', 't', '--retention', '0ms', '--max-versions', '1'];
+    expect(await runCli(argv, run.io)).toBe(3);
+    // Rows go in key order: r0 and r1 were pruned (three versions each), then r2 failed.
+    expect(run.err()).toContain('gc t: 2 rows done before the failure, the last r1');
+    expect(run.err()).toContain('freed 6 versions in head rows');
+    expect(run.err()).toContain('gc failed: write to r2 refused (test store)');
+    expect(run.out()).toBe('');
+    // And what it says was done is done: r0 and r1 keep one version, r2 and r3 all four.
+    const { inspectHeadRow } = await import('@percolator/core');
+    const versions = async (r: string) =>
+      inspectHeadRow((await inner.read('t', r))!.state).cells[0]!.writes.length;
+    expect([await versions('r0'), await versions('r1'), await versions('r2'), await versions('r3')]).toEqual([
+      1, 1, 4, 4,
+    ]);
+    // A failure before any row was done is the failure alone.
+    const first = capture(failingWritesTo(inner, () => 'r2'));
+    expect(
+      await runCli(['gc', 't', '--row', 'r2', '--retention', '0ms', '--max-versions', '1'], first.io),
+    ).toBe(3);
+    expect(first.err()).not.toContain('before the failure');
+  });
+
+  it('resolve that fails part way lists the locks it settled before the failure', async () => {
+    const inner = new MemoryStore();
+    // Their clock 5 s behind the CLI's: their locks (TTL 1 s) are long expired to it.
+    const clock = () => Date.now() - 5000;
+    // Two dead transactions, each with a lock on row x (columns a and b) and its primary
+    // elsewhere (rows p1, p2), neither committed: both are rolled back by a resolve.
+    for (const [column, primary] of [
+      ['a', 'p1'],
+      ['b', 'p2'],
+    ] as const) {
+      const crashing = new Percolator({
+        store: inner,
+        clock,
+        lockTtlMs: 1000,
+        onePhaseMaxRows: 1,
+        hooks: {
+          onCommitStep: (e) => {
+            if (e.step === 'beforeCommitPrimary') throw new ClientCrash('stopped before the commit point');
+          },
+        },
+      });
+      const tx = await crashing.begin();
+      tx.set('t', primary, 'v', 'new');
+      tx.set('t', 'x', column, 'new');
+      await tx.commit().catch((e: unknown) => expect(e).toBeInstanceOf(ClientCrash));
+      await crashing.close();
+    }
+    // The second lock's primary (p2) cannot be written: its rollback fails.
+    const run = capture(failingWritesTo(inner, () => 'p2'));
+    expect(await runCli(['resolve', 't', 'x'], run.io)).toBe(3);
+    expect(run.err()).toMatch(
+      /^t\/x: 1 lock settled before the failure\n {2}rolled back {4}a \(startTs \d+, primary t\/p1\/v\)/,
+    );
+    expect(run.err()).toContain('resolve failed: write to p2 refused (test store)');
   });
 });

@@ -20,6 +20,13 @@ import { versionKey, versionTable } from './versions.js';
 export interface GcOptions {
   /** Only report what would go; write nothing. */
   readonly dryRun?: boolean;
+  /**
+   * Called after each row is done, with the totals so far (a copy) and that row's key. A
+   * run that fails part way has done the rows reported before the failure (and may have
+   * done part of the next): what an operator's tool prints, so a long run that fails says
+   * what it freed. Not called for a row gc found absent. An error it throws ends the run.
+   */
+  readonly onProgress?: (done: GcReport, row: string) => void;
 }
 
 export type { GcReport } from './reports.js';

@@ -515,9 +515,10 @@ export class Percolator {
     if (this.closed) throw new ClosedError('this Percolator client is closed');
     validateUserTable(table);
     validateRowKey(row);
-    checkOptionKeys<ResolveOptions>('resolveLocks', options, { waitMs: true, signal: true });
+    checkOptionKeys<ResolveOptions>('resolveLocks', options, { waitMs: true, signal: true, onSettled: true });
     if (options.waitMs !== undefined) checkInteger('resolveLocks waitMs', options.waitMs, 0);
     checkSignal('resolveLocks', options.signal);
+    if (options.onSettled !== undefined) checkFunction('resolveLocks onSettled', options.onSettled);
     return resolveRowLocks(this.env, table, row, options);
   }
 
@@ -529,8 +530,13 @@ export class Percolator {
    */
   async gc(table: string, options: GcOptions & { readonly row?: string } = {}): Promise<GcReport> {
     if (this.closed) throw new ClosedError('this Percolator client is closed');
-    checkOptionKeys<GcOptions & { row?: string }>('gc', options, { dryRun: true, row: true });
+    checkOptionKeys<GcOptions & { row?: string }>('gc', options, {
+      dryRun: true,
+      row: true,
+      onProgress: true,
+    });
     checkBooleans('gc', options, 'dryRun');
+    if (options.onProgress !== undefined) checkFunction('gc onProgress', options.onProgress);
     validateUserTable(table);
     const events = this.env.events;
     if (!events) return this.gcNow(table, options);
@@ -559,9 +565,12 @@ export class Percolator {
   }
 
   private async gcNow(table: string, options: GcOptions & { readonly row?: string }): Promise<GcReport> {
+    const progress = (total: GcReport, row: string) => options.onProgress?.({ ...total }, row);
     if (options.row !== undefined) {
       validateRowKey(options.row);
-      return gcRow(this.env, table, options.row, options);
+      const report = await gcRow(this.env, table, options.row, options);
+      if (report.rows > 0) progress(report, options.row);
+      return report;
     }
     const { store } = this;
     if (!store.capabilities.orderedScan || !store.scan)
@@ -572,7 +581,12 @@ export class Percolator {
     let after: string | undefined;
     for (;;) {
       const page = await store.scan(table, { limit: 256, ...(after === undefined ? {} : { after }) });
-      for (const { key } of page) addGcReports(total, await gcRow(this.env, table, key, options));
+      for (const { key } of page) {
+        const row = await gcRow(this.env, table, key, options);
+        if (row.rows === 0) continue;
+        addGcReports(total, row);
+        progress(total, key);
+      }
       if (page.length < 256) return total;
       after = page[page.length - 1]!.key;
     }

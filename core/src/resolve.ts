@@ -21,6 +21,13 @@ export interface ResolveOptions {
   readonly waitMs?: number;
   /** Stops the wait early (the locks still live are reported). */
   readonly signal?: AbortSignal;
+  /**
+   * Called as each lock is settled (rolled forward or back), before the next is looked at:
+   * should a later step fail, the caller knows what was already done (the resolver's writes
+   * are not undone by a failure after them). Live locks are only in the result. An error
+   * it throws ends the call.
+   */
+  readonly onSettled?: (lock: ResolvedLock) => void;
 }
 
 /** What resolveLocks found and did for one lock. */
@@ -73,12 +80,14 @@ export async function resolveRowLocks(
         const expiresInMs = await expiresIn(env, lock, base.isPrimary);
         alive.push({ ...base, outcome: { action: 'alive', expiresInMs } });
       } else {
-        done.set(`${column}\u0000${lock.startTs}`, {
+        const settled: ResolvedLock = {
           ...base,
           outcome: fate.committed
             ? { action: 'rolled-forward', commitTs: fate.commitTs }
             : { action: 'rolled-back' },
-        });
+        };
+        done.set(`${column}\u0000${lock.startTs}`, settled);
+        options.onSettled?.(settled);
       }
     }
     if (alive.length === 0 || performance.now() >= waitUntil || options.signal?.aborted) break;

@@ -122,6 +122,49 @@ describe('operator APIs', () => {
     expect(await db.transact((tx) => tx.get('t', 'r', 'v')).then(text)).toBe('value 4'.repeat(20));
   });
 
+  it('gc reports its progress row by row (running totals), and resolveLocks each lock as it is settled', async () => {
+    const store = new MemoryStore();
+    const clock = fakeClock();
+    const db = new Percolator({ store, clock, gc: { retentionMs: 1000, maxVersionsPerCell: 100 } });
+    for (let i = 0; i < 3; i++)
+      await db.transact(async (tx) => {
+        for (const r of ['r1', 'r2', 'r3']) tx.set('t', r, 'v', `value ${i}`);
+      });
+    await db.flush();
+    clock.advance(5000);
+    const seen: [string, number, number][] = [];
+    const total = await db.gc('t', { onProgress: (done, row) => seen.push([row, done.rows, done.versions]) });
+    expect(seen).toEqual([
+      ['r1', 1, 2],
+      ['r2', 2, 4],
+      ['r3', 3, 6],
+    ]);
+    expect(total.versions).toBe(6);
+    // One row: called once; an absent row: not at all.
+    const one: string[] = [];
+    await db.gc('t', { row: 'r2', dryRun: true, onProgress: (_, row) => one.push(row) });
+    await db.gc('t', { row: 'absent', onProgress: (_, row) => one.push(row) });
+    expect(one).toEqual(['r2']);
+    await expect(db.gc('t', { onProgress: 'yes' as never })).rejects.toThrow(
+      /gc onProgress must be a function/,
+    );
+    await expect(db.resolveLocks('t', 'r1', { onSettled: 1 as never })).rejects.toThrow(
+      /resolveLocks onSettled must be a function/,
+    );
+    await db.close();
+
+    const stuckRow = await stuck('beforeCommitPrimary');
+    const resolver = new Percolator({ store: stuckRow.store, clock: stuckRow.clock, lockTtlMs: TTL });
+    stuckRow.clock.advance(TTL + 1);
+    const settled: string[] = [];
+    const results = await resolver.resolveLocks('t', 'b', {
+      onSettled: (lock) => settled.push(`${lock.column}:${lock.outcome.action}`),
+    });
+    expect(settled).toEqual(results.map((r) => `${r.column}:${r.outcome.action}`));
+    expect(settled).toEqual(['v:rolled-back']);
+    await resolver.close();
+  });
+
   it('gc prunes the records its settling releases: a second gc finds nothing left', async () => {
     // Row a's commit record of a transaction stopped after its commit point lists b and c,
     // still locked: the record is held until they are settled. A newer write to a leaves
