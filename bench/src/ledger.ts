@@ -9,7 +9,16 @@ import type { CheckOutcome } from './types.js';
  */
 export class Ledger {
   readonly deltas = new Map<string, number>();
-  readonly written = new Map<string, Set<string>>();
+  /**
+   * Per key, the committed blind writes that may still be the row's last: each with when
+   * its transaction was invoked and when it completed (performance.now()). A write invoked
+   * after another completed comes after it in every store (its commit follows the other's),
+   * so that other cannot be the last and is dropped: what is left are the latest writes and
+   * those concurrent with them, a handful.
+   */
+  readonly written = new Map<string, { value: string; invoke: number; complete: number }[]>();
+  /** Committed blind writes in all. */
+  writes = 0;
   readonly uncertain = new Set<string>();
   readonly badReads: string[] = [];
   reads = 0;
@@ -25,10 +34,11 @@ export class Ledger {
     this.deltas.set(key, (this.deltas.get(key) ?? 0) + delta);
   }
 
-  addWrite(key: string, value: string): void {
-    let values = this.written.get(key);
-    if (!values) this.written.set(key, (values = new Set()));
-    values.add(value);
+  addWrite(key: string, value: string, invoke: number, complete: number): void {
+    this.writes++;
+    const latest = this.written.get(key)?.filter((w) => w.complete >= invoke) ?? [];
+    latest.push({ value, invoke, complete });
+    this.written.set(key, latest);
   }
 
   markUncertain(keys: readonly string[]): void {
@@ -169,13 +179,15 @@ function verifyBlindWrites(
   for (const [key, was] of before) {
     if (ledger.uncertain.has(key)) continue;
     const now = after.get(key)!;
-    const written = ledger.written.get(key);
-    if (written ? !written.has(now) : now !== was) {
-      return fail(`${key} holds ${JSON.stringify(now.slice(0, 30))}, which no committed write left there`);
+    const latest = ledger.written.get(key);
+    if (latest ? !latest.some((w) => w.value === now) : now !== was) {
+      return fail(
+        `${key} holds ${JSON.stringify(now.slice(0, 30))}, which no committed write left there${latest ? ' last (a committed write that began after it had completed, or none)' : ''}`,
+      );
     }
   }
   return ok(
-    `every row holds a value committed to it, or its first one if none was (${ledger.written.size} rows written)`,
+    `every row holds the value of its last committed write (or of one concurrent with it), or its first one if none was (${ledger.writes} writes to ${ledger.written.size} rows)`,
   );
 }
 

@@ -82,8 +82,9 @@ const singleWrite: Workload = {
       const key = keyOf('kv', keys.next());
       // Unique per write, so the check can tell which write a row holds.
       const value = encodeValue(ctx.index * 1_000_000_000 + ++seq, ctx.shape.valueBytes);
+      const invoke = performance.now();
       const { attempts } = await run(ctx, [key], async (tx) => tx.write('kv', [[key, value]]));
-      ctx.ledger.addWrite(key, value);
+      ctx.ledger.addWrite(key, value, invoke, performance.now());
       return attempts;
     };
   },

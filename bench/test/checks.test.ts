@@ -112,14 +112,43 @@ describe('verify', () => {
     expect(verify('deltas', ledger, 3, before, new Map([['k', v(3)]])).ok).toBe(false);
   });
 
-  test('blind writes: a row must hold one of the values committed to it, else its old value', () => {
+  test('blind writes: a row must hold its last committed value (or one concurrent with it), else its old value', () => {
     const before = new Map([
       ['k', 'old:x'],
       ['j', 'same:x'],
     ]);
     const ledger = new Ledger(1);
-    ledger.addWrite('k', 'w1:x');
-    ledger.addWrite('k', 'w2:x');
+    // w0 completed before w1 and w2 began: it cannot be the last. w1 and w2 overlap.
+    ledger.addWrite('k', 'w0:x', 0, 1);
+    ledger.addWrite('k', 'w1:x', 2, 5);
+    ledger.addWrite('k', 'w2:x', 3, 4);
+    for (const last of ['w1:x', 'w2:x'])
+      expect(
+        verify(
+          'blind',
+          ledger,
+          3,
+          before,
+          new Map([
+            ['k', last],
+            ['j', 'same:x'],
+          ]),
+        ).ok,
+        last,
+      ).toBe(true);
+    // A store that lost the last writes and kept an earlier one fails.
+    expect(
+      verify(
+        'blind',
+        ledger,
+        3,
+        before,
+        new Map([
+          ['k', 'w0:x'],
+          ['j', 'same:x'],
+        ]),
+      ).detail,
+    ).toMatch(/k holds "w0:x", which no committed write left there last/);
     expect(
       verify(
         'blind',
