@@ -159,16 +159,19 @@ row is not stored.`,
       resolveCommand(store, { table: table!, row: row!, waitMs: durationOption(values, 'wait') }),
   },
   notifications: {
-    usage: 'percolator notifications TABLE... [--observer NAME] [connection options]',
+    usage: 'percolator notifications TABLE... [--observer NAME] [--column C] [connection options]',
     about: `Pending notifications per observed column of each TABLE, with the oldest change not yet
 handled (its row, its age, its notification timestamp): what observer workers still have to
 do. Found through the store's notification index. Stores keep no table list: name the
 observed tables.
   --observer NAME   only what observer NAME has not handled yet (its ack is older than the
-                    cell's newest write: the test a run makes before calling its handler)
+                    cell's newest write: the test a run makes before calling its handler).
+                    The store does not know which columns it watches: every notified
+                    column counts unless --column names its own
+  --column C        only column C
 Exit 0 (with or without a backlog), 4 if a TABLE holds no rows.`,
     positionals: { min: 1, max: Number.POSITIVE_INFINITY },
-    options: { observer: { type: 'string' } },
+    options: { observer: { type: 'string' }, column: { type: 'string' } },
     check: (tables) => {
       for (const t of tables) names(t);
     },
@@ -176,6 +179,7 @@ Exit 0 (with or without a backlog), 4 if a TABLE holds no rows.`,
       notificationsCommand(store, {
         tables,
         ...(values.observer === undefined ? {} : { observer: String(values.observer) }),
+        ...(values.column === undefined ? {} : { column: String(values.column) }),
       }),
   },
   dump: {
@@ -284,7 +288,7 @@ Commands:
   inspect TABLE ROW                one row as stored: versions, locks and their fate, notifications
   locks TABLE [--older-than D]     every lock in a table, with its transaction's fate
   resolve TABLE ROW [--wait D]     settle a row's stuck locks exactly as a reader would
-  notifications TABLE... [--observer NAME]   pending notifications, oldest change per column
+  notifications TABLE... [--observer NAME] [--column C]   pending notifications, oldest change per column
   gc TABLE [--dry-run]             prune what the retention policy allows; versions and bytes freed
   dump TABLE [--row KEY]           the latest committed values (read as a snapshot, never written)
   namespaces                       the namespaces a store holds

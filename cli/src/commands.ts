@@ -23,6 +23,7 @@ import {
   scanLocks,
   scanNotifications,
   type TimestampOracle,
+  validateColumn,
   validateRowKey,
   validateUserTable,
   versionRowRef,
@@ -397,18 +398,30 @@ function resolvedLine(r: ResolvedLock): string {
 
 export async function notificationsCommand(
   store: RowStore,
-  args: { tables: readonly string[]; observer?: string; now?: () => number },
+  args: { tables: readonly string[]; observer?: string; column?: string; now?: () => number },
 ): Promise<CommandResult<PendingColumn[]>> {
   if (args.tables.length === 0) throw new UsageError('name at least one TABLE (stores keep no table list)');
   for (const t of args.tables) checkNames(t);
   if (args.observer !== undefined && !/^[A-Za-z0-9_.-]{1,64}$/.test(args.observer))
     throw new UsageError(`not an observer name: ${JSON.stringify(args.observer)}`);
+  if (args.column !== undefined) {
+    try {
+      validateColumn(args.column);
+    } catch (error) {
+      throw new UsageError(`not a column name: ${(error as Error).message}`);
+    }
+  }
   const data: PendingColumn[] = [];
   for (const t of args.tables) {
     await assertTableHasRows(store, t);
-    data.push(...(await scanNotifications(store, t, args.observer ? { observer: args.observer } : {})));
+    data.push(
+      ...(await scanNotifications(store, t, {
+        ...(args.observer ? { observer: args.observer } : {}),
+        ...(args.column !== undefined ? { column: args.column } : {}),
+      })),
+    );
   }
-  const forWhom = args.observer ? ` for observer ${args.observer}` : '';
+  const forWhom = `${args.observer ? ` for observer ${args.observer}` : ''}${args.column !== undefined ? ` in column ${shown(args.column)}` : ''}`;
   if (data.length === 0)
     return {
       code: EXIT.ok,

@@ -216,6 +216,20 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       const pending = await notificationsCommand(store, { tables: ['docs'], now: clock });
       expect(pending.data).toMatchObject([{ table: 'docs', column: 'body', pending: 3 }]);
       expect(pending.text).toContain('3 pending notifications');
+      // --column: that column only (the store does not know an observer's columns).
+      expect((await notificationsCommand(store, { tables: ['docs'], column: 'body' })).data).toMatchObject([
+        { column: 'body', pending: 3 },
+      ]);
+      const other = await notificationsCommand(store, {
+        tables: ['docs'],
+        observer: 'indexer',
+        column: 'title',
+      });
+      expect(other.data).toEqual([]);
+      expect(other.text).toBe('no pending notifications for observer indexer in column title in docs');
+      await expect(notificationsCommand(store, { tables: ['docs'], column: '' })).rejects.toBeInstanceOf(
+        UsageError,
+      );
       const worker = db.worker({
         observers: [{ name: 'indexer', table: 'docs', column: 'body', handler: async () => {} }],
       });

@@ -1,8 +1,9 @@
 import { decodeRow, decodeVersionRow } from './codec.js';
-import { UnsupportedOperationError } from './errors.js';
+import { InvalidArgumentError, UnsupportedOperationError } from './errors.js';
 import { primaryVerdict } from './lock-resolver.js';
-import { compareKeys, validateUserTable } from './names.js';
+import { compareKeys, validateColumn, validateUserTable } from './names.js';
 import { isReservedColumn, parseAckColumn } from './observers/reserved.js';
+import { checkInteger, checkOptionKeys } from './options.js';
 import {
   type Cell,
   isAnchored,
@@ -286,7 +287,13 @@ export interface ScanNotificationsOptions {
    * Without it: every cell whose notification flag is set.
    */
   readonly observer?: string;
-  /** Keys asked from the notification index per page. Default 256. */
+  /**
+   * Only this column. The store does not know which columns an observer watches, so with
+   * `observer` alone every notified column of the table counts, those it does not watch
+   * included (it has no ack there): name its column to count only that.
+   */
+  readonly column?: string;
+  /** Keys asked from the notification index per page, 1 to 100,000. Default 256. */
   readonly pageSize?: number;
 }
 
@@ -301,12 +308,26 @@ export async function scanNotifications(
   options: ScanNotificationsOptions = {},
 ): Promise<PendingColumn[]> {
   validateUserTable(table);
+  checkOptionKeys<ScanNotificationsOptions>('scanNotifications', options, {
+    observer: true,
+    column: true,
+    pageSize: true,
+  });
+  if (options.observer !== undefined && typeof options.observer !== 'string')
+    throw new InvalidArgumentError(
+      `scanNotifications observer must be a string, got ${typeof options.observer}`,
+    );
+  if (options.column !== undefined) validateColumn(options.column);
+  // 0 asked for empty pages for ever: a short page is the end, and no page was short.
+  if (options.pageSize !== undefined)
+    checkInteger('scanNotifications pageSize', options.pageSize, 1, 100_000);
   const pageSize = options.pageSize ?? 256;
   const byColumn = new Map<string, { pending: number; oldest: PendingColumn['oldest'] }>();
   const visit = (key: string, state: Uint8Array) => {
     const row = decodeRow(state);
     for (const [column, cell] of row.cells) {
       if (cell.notifyTs === 0 || isReservedColumn(column)) continue;
+      if (options.column !== undefined && column !== options.column) continue;
       // The acks of this column's observers: ordinary cells in the same row.
       const acks: number[] = [];
       for (const [name, ackCell] of row.cells) {

@@ -601,6 +601,14 @@ export class Transaction {
     };
   }
 
+  /**
+   * @internal For the observer framework: whether the transaction is still open (its
+   * handler did not commit or roll it back: the worker commits it, with the ack).
+   */
+  get isActive(): boolean {
+    return this.status === 'active';
+  }
+
   /** @internal For the observer framework: buffers a write to a reserved column (an ack). */
   setReserved(table: string, row: string, column: string, value: string): void {
     this.assertActive();

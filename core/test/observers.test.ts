@@ -507,6 +507,81 @@ describe('observers: weak notifications', () => {
     expect(seen).toEqual(['2']);
   });
 
+  test('a weak observer of a cell a dead client left locked settles the lock as a reader would, and does not run again and again', async () => {
+    // Found in review: a weak run read nothing, so the lock stayed, the clear was refused
+    // (a write in flight), and the worker ran the handler again at once, pass after pass.
+    for (const stop of ['beforeCommitPrimary', 'afterCommitPrimary'] as const) {
+      const store = new MemoryStore();
+      const crasher = client(store, {
+        lockTtlMs: 50,
+        onePhaseMaxRows: 1,
+        observedColumns: [{ table: 'docs', column: 'body' }],
+        hooks: {
+          onCommitStep: (e) => {
+            if (e.step === stop) throw new ClientCrash();
+          },
+        },
+      });
+      const db = client(store, { lockTtlMs: 50 });
+      let runs = 0;
+      const worker = db.worker({
+        observers: [
+          {
+            name: 'w',
+            table: 'docs',
+            column: 'body',
+            weak: true,
+            handler: async () => {
+              runs++;
+            },
+          },
+        ],
+      });
+      const tx = await crasher.begin();
+      tx.set('docs', 'a', 'body', '1');
+      tx.set('docs', 'b', 'body', '2');
+      await expect(tx.commit()).rejects.toBeInstanceOf(ClientCrash);
+      await new Promise((r) => setTimeout(r, 100)); // the locks have expired
+      await worker.runUntilIdle({ timeoutMs: 5000 });
+      // Once per notified row, or a little more (a run below a commit it then settles).
+      expect(runs, stop).toBeGreaterThanOrEqual(stop === 'afterCommitPrimary' ? 2 : 1);
+      expect(runs, stop).toBeLessThanOrEqual(4);
+      expect(await notified(store, 'docs'), stop).toEqual([]);
+      for (const row of ['a', 'b'])
+        expect(
+          inspectHeadRow((await store.read('docs', row))!.state).cells[0]?.lock,
+          `${stop} ${row}`,
+        ).toBeUndefined();
+    }
+  });
+
+  test('a handler that commits or rolls back the run itself gets a clear error, not a closed transaction', async () => {
+    for (const finish of ['commit', 'rollback'] as const) {
+      const store = new MemoryStore();
+      const db = client(store, { observedColumns: [{ table: 'docs', column: 'body' }] });
+      const errors: unknown[] = [];
+      const worker = db.worker({
+        observers: [
+          {
+            name: 'eager',
+            table: 'docs',
+            column: 'body',
+            handler: async (tx) => {
+              tx.set('out', 'a', 'v', 'x');
+              await (finish === 'commit' ? tx.commit() : tx.rollback());
+            },
+          },
+        ],
+        onError: (e) => errors.push(e),
+      });
+      await db.transact(async (tx) => tx.set('docs', 'a', 'body', '1'));
+      await expect(worker.runUntilIdle({ timeoutMs: 200 })).rejects.toBeInstanceOf(ObserversNotIdleError);
+      expect(errors[0], finish).toBeInstanceOf(InvalidArgumentError);
+      expect(String(errors[0]), finish).toMatch(/handler committed or rolled back the run's transaction/);
+      expect(await notified(store, 'docs'), finish).toEqual(['a']);
+    }
+  });
+
   test('a weak notification on a row the transaction also writes rides in the same CAS (one-phase too)', async () => {
     const store = new InstrumentedStore();
     const db = client(store);

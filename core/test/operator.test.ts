@@ -1,6 +1,7 @@
 import {
   ClientCrash,
   type CommitStep,
+  InvalidArgumentError,
   type LockedCell,
   MemoryStore,
   Percolator,
@@ -205,5 +206,36 @@ describe('operator APIs', () => {
     ]);
     await worker.runUntilIdle();
     expect(await scanNotifications(store, 't', { observer: 'indexer' })).toEqual([]);
+  });
+
+  it('scanNotifications: one column with `column`; bad options are typed errors (pageSize 0 looped for ever)', async () => {
+    const store = new MemoryStore();
+    const db = new Percolator({
+      store,
+      observedColumns: [
+        { table: 't', column: 'doc' },
+        { table: 't', column: 'title' },
+      ],
+    });
+    await db.transact(async (tx) => {
+      tx.set('t', 'x', 'doc', 'd');
+      tx.set('t', 'x', 'title', 'T');
+    });
+    // The store does not know which columns an observer watches: both count for it ...
+    expect(
+      (await scanNotifications(store, 't', { observer: 'indexer' })).map((p) => p.column).sort(),
+    ).toEqual(['doc', 'title']);
+    // ... unless its column is named.
+    expect(await scanNotifications(store, 't', { observer: 'indexer', column: 'doc' })).toMatchObject([
+      { column: 'doc', pending: 1, oldest: { row: 'x' } },
+    ]);
+    expect(await scanNotifications(store, 't', { column: 'other' })).toEqual([]);
+    for (const bad of [{ pageSize: 0 }, { pageSize: 1.5 }, { column: '' }, { observer: 3 }, { colum: 'doc' }])
+      await expect(scanNotifications(store, 't', bad as never), JSON.stringify(bad)).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
+    // One key a page still finds them all.
+    expect(await scanNotifications(store, 't', { pageSize: 1 })).toHaveLength(2);
+    await db.close();
   });
 });

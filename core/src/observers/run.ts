@@ -1,5 +1,5 @@
 import { backoffMs, sleep } from '../backoff.js';
-import { isRetryable } from '../errors.js';
+import { InvalidArgumentError, isRetryable } from '../errors.js';
 import type { Transaction } from '../transaction.js';
 import { ackColumn } from './reserved.js';
 import type { NotifiedCell, Observer, WorkerStats } from './types.js';
@@ -28,8 +28,8 @@ function parseAck(bytes: Uint8Array | undefined): number {
  * One observer run (docs/protocol.md section 8). In a new transaction: read the ack; if the
  * newest write of the observed cell is newer than it (and was not written by the run
  * that set the ack), run the handler and write ack = startTs in the same transaction, so
- * two concurrent runs conflict and at most one commits per change. A weak observer skips
- * the ack and always runs. Retryable errors (an ack conflict, a lock that would not
+ * two concurrent runs conflict and at most one commits per change. A weak observer reads
+ * the cell too (settling a lock there as a reader would), then skips the ack and always runs. Retryable errors (an ack conflict, a lock that would not
  * clear) run the whole thing again with a new snapshot, up to `maxAttempts`.
  *
  * Resolves with the startTs of the deciding transaction: every write committed below it
@@ -47,8 +47,13 @@ export async function runObserver(
   for (let attempt = 1; ; attempt++) {
     const tx = await db.beginDrawn();
     try {
+      // Both kinds read the observed cell first, as any reader: a lock there (a write in
+      // flight, or a dead client's) is waited for, or settled by its primary once expired.
+      // The worker clears no notification of a locked cell, so a weak run that read nothing
+      // left a dead client's lock in place and was run again at once, pass after pass
+      // (found in review).
+      const state = await tx.observedState(table, row, column, ack);
       if (!observer.weak) {
-        const state = await tx.observedState(table, row, column, ack);
         const ackTs = parseAck(state.ack);
         const write = state.write;
         if (!write || write.commitTs <= ackTs || write.startTs === ackTs) {
@@ -57,6 +62,13 @@ export async function runObserver(
         }
       }
       await observer.handler(tx, { table, row, column });
+      // The worker commits the run, with its ack: a handler that committed (or rolled
+      // back) its transaction itself left the ack unwritten, so the run would fail on a
+      // closed transaction and be run again after a backoff, for ever, unexplained.
+      if (!tx.isActive)
+        throw new InvalidArgumentError(
+          `observer "${observer.name}": its handler committed or rolled back the run's transaction; the worker commits it (with the observer's ack), so a handler must not`,
+        );
       if (!observer.weak) tx.setReserved(table, row, ack, String(tx.startTs));
       const { commitTs } = await tx.commit();
       return { ran: true, startTs: tx.startTs, commitTs };
