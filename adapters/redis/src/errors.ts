@@ -26,9 +26,9 @@ export function isAuthFailure(error: unknown): boolean {
  *   authorization failures: NOAUTH, WRONGPASS, NOPERM).
  * - A write is 'no' only when the command certainly did not run: ioredis refused it before
  *   sending, or the server answered with an error reply that rejects a command before it
- *   runs (NOSCRIPT, OOM, CLUSTERDOWN, READONLY, LOADING, BUSY, WRONGTYPE on our first read,
- *   ...). An error raised by a script while it runs ("... script: ...") could come after a
- *   write, so it is 'unknown'.
+ *   runs (NOSCRIPT, OOM, CLUSTERDOWN, READONLY, LOADING, BUSY, ...). An error raised by a
+ *   script while it runs ("... script: ...", a WRONGTYPE on a key it reads included, on
+ *   Redis 7) could come after a write, so it is 'unknown'.
  * - Everything else is 'unknown': "Connection is closed." and MaxRetriesPerRequestError
  *   (the connection dropped while the command was in flight, or ioredis gave up waiting to
  *   send it: ioredis uses the same error for both), "Command timed out" (the command may
@@ -50,4 +50,17 @@ export function toStoreError(error: unknown, what: string, effect: 'read' | 'wri
     });
   }
   return new StoreError(text, 'unknown', { cause: error });
+}
+
+/**
+ * A drop that failed after it sent an UNLINK has deleted keys, whatever the error: never
+ * 'no' (nothing applied), which an error reply (a MOVED during resharding, a NOPERM on some
+ * keys) would otherwise be.
+ */
+export function dropFailed(error: PercolatorError, unlinked: boolean): PercolatorError {
+  if (!unlinked || !(error instanceof StoreError) || error.applied === 'unknown') return error;
+  return new StoreError(`${error.message} (after deleting some of its keys)`, 'unknown', {
+    cause: error.cause ?? error,
+    retryable: error.retryable,
+  });
 }

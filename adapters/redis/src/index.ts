@@ -155,6 +155,19 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
       );
     }
   }
+  if (!client.isCluster) {
+    // A standalone client on a node of a Cluster would be given the standalone store's
+    // one-step scripts, which name keys of many slots (CROSSSLOT), and its row commands
+    // would meet MOVED for the slots of other nodes: every call failing as retryable, for
+    // ever, with no word of why (found in review). INFO refused (an ACL) proves nothing.
+    const info = await (client as Redis).info('cluster').catch(() => '');
+    if (/^cluster_enabled:1\b/m.test(info)) {
+      if (owns) client.disconnect();
+      throw new InvalidArgumentError(
+        `the Redis at ${describeClient(client)} is a node of a Redis Cluster: connect with a Cluster client (createRedisClusterClient, or the redis-cluster backend with the node list), not a standalone one`,
+      );
+    }
+  }
   try {
     // The stamped and peeked reads and the stamped CAS of many rows run only on a standalone
     // Redis (see RedisStore). Every script a store runs is loaded here, so no first call pays

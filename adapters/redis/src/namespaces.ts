@@ -2,7 +2,7 @@ import { checkOptionKeys, InvalidArgumentError, type OptionKeys, StoreError } fr
 import { validateNamespace } from '@percolator/core/kit';
 import type { Cluster, Redis } from 'ioredis';
 import { createRedisClient, defaultRedisUrl } from './client.js';
-import { isAuthFailure, toStoreError } from './errors.js';
+import { dropFailed, isAuthFailure, toStoreError } from './errors.js';
 
 /*
  * Listing and dropping namespaces, for operators (the conformance CLI's `namespaces` and
@@ -129,10 +129,12 @@ export async function dropRedisNamespace(
   const ns = validateNamespace(namespace);
   return withClient(options, async (nodes) => {
     let removed = 0;
+    let sent = false;
     try {
       await Promise.all(
         nodes.map((node) =>
           scanNode(node, `${ns}:[rinc]:{*`, async (keys) => {
+            sent ||= keys.length > 0;
             // One UNLINK per key: in a cluster the keys of one node span many slots.
             const counts = await Promise.all(keys.map((key) => node.unlink(key)));
             for (const n of counts) removed += n;
@@ -140,7 +142,7 @@ export async function dropRedisNamespace(
         ),
       );
     } catch (error) {
-      throw toStoreError(error, `dropping namespace ${ns}`, 'write');
+      throw dropFailed(toStoreError(error, `dropping namespace ${ns}`, 'write'), sent);
     }
     return removed === 0 ? undefined : { namespace: ns, keys: removed };
   });

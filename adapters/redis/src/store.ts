@@ -17,7 +17,7 @@ import {
 } from '@percolator/core';
 import { checkStampedManyRequests, fullCapabilities, validateNamespace } from '@percolator/core/kit';
 import type { Cluster, Redis } from 'ioredis';
-import { toStoreError } from './errors.js';
+import { dropFailed, toStoreError } from './errors.js';
 import { walkIndex } from './index-walk.js';
 import {
   counterKeyName,
@@ -186,6 +186,9 @@ export class RedisStore implements RowStore {
     counter: string,
   ): Promise<StampedResult> {
     this.checkOpen();
+    // As for the many-row step (below): the script writes the stamp over bytes 1-8 of the
+    // state, so a bare store's caller with a shorter state would lose its bytes silently.
+    checkStampedManyRequests([request], this.capabilities.maxStateBytes);
     const [result] = await this.casBatch([request], counterKeyName(this.namespace, counter));
     return result!;
   }
@@ -367,10 +370,11 @@ export class RedisStore implements RowStore {
   async dropNamespace(): Promise<void> {
     this.checkOpen();
     const nodes = this.client.isCluster ? (this.client as Cluster).nodes('master') : [this.client as Redis];
+    const unlinked = { any: false };
     try {
-      await Promise.all(nodes.map((node) => dropMatching(node, namespacePattern(this.namespace))));
+      await Promise.all(nodes.map((node) => dropMatching(node, namespacePattern(this.namespace), unlinked)));
     } catch (error) {
-      throw toStoreError(error, 'dropNamespace', 'write');
+      throw dropFailed(toStoreError(error, 'dropNamespace', 'write'), unlinked.any);
     }
   }
 
@@ -530,12 +534,15 @@ function decodeRow(version: Buffer | null, state: Buffer | null): StoredRow | nu
 }
 
 /** SCAN one node for `pattern` and UNLINK each key (one by one: keys span many slots). */
-async function dropMatching(node: Redis, pattern: string): Promise<void> {
+async function dropMatching(node: Redis, pattern: string, unlinked: { any: boolean }): Promise<void> {
   let cursor = '0';
   do {
     const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
     cursor = next;
-    if (keys.length > 0) await Promise.all(keys.map((k) => node.unlink(k)));
+    if (keys.length > 0) {
+      unlinked.any = true;
+      await Promise.all(keys.map((k) => node.unlink(k)));
+    }
   } while (cursor !== '0');
 }
 

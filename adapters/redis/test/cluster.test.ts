@@ -234,3 +234,26 @@ describe('cluster: pipelining', () => {
     }
   });
 });
+
+describe('a standalone client on a node of the Cluster', () => {
+  it('is refused with a typed error that says to use a Cluster client (it was given one-step scripts every call of which failed)', async () => {
+    const node = defaultClusterNodes()[0]!;
+    await expect(createRedisStore({ url: `redis://${node.host}:${node.port}` })).rejects.toThrow(
+      /is a node of a Redis Cluster: connect with a Cluster client/,
+    );
+    const own = new Redis({
+      host: node.host,
+      port: node.port,
+      ...clusterOptions().redisOptions,
+      lazyConnect: true,
+    });
+    try {
+      const refused = await createRedisStore({ client: own }).catch((e: unknown) => e);
+      expect((refused as Error).name).toBe('InvalidArgumentError');
+      // A client passed in stays the caller's: still open.
+      expect(await own.ping()).toBe('PONG');
+    } finally {
+      own.disconnect();
+    }
+  });
+});

@@ -107,3 +107,21 @@ describe('redis namespaces: list and drop', () => {
     }
   });
 });
+
+describe('a drop that fails part way', () => {
+  it('is never reported as not applied once it has sent an UNLINK', async () => {
+    const { dropFailed } = await import('../src/errors.js');
+    const { StoreError } = await import('@percolator/core');
+    const refused = new StoreError('redis dropNamespace failed: NOPERM', 'no', { retryable: false });
+    // Before any UNLINK: nothing was deleted, 'no' stands.
+    expect(dropFailed(refused, false)).toBe(refused);
+    // After one: some keys are gone.
+    const after = dropFailed(refused, true) as InstanceType<typeof StoreError>;
+    expect(after).toBeInstanceOf(StoreError);
+    expect(after.applied).toBe('unknown');
+    expect(after.retryable).toBe(false);
+    expect(after.message).toContain('after deleting some of its keys');
+    const unknown = new StoreError('lost', 'unknown');
+    expect(dropFailed(unknown, true)).toBe(unknown);
+  });
+});

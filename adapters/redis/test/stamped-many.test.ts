@@ -674,6 +674,16 @@ describe('standalone: stamped check-and-set of many rows', () => {
       ]),
     ).toEqual([null, null]);
     expect(await client.exists(counterKeyName(s.namespace, c))).toBe(0);
+    // The single-row stamped CAS checks too on a bare store (found in review: a state
+    // shorter than the stamp slot was stored cut to the slot, and reported applied).
+    for (const target of [s, uncheckedStore(s)]) {
+      for (const state of [new Uint8Array([5, 6, 7]), new Uint8Array(STAMP_OFFSET + 7)])
+        await expect(
+          target.checkAndSetStamped!({ table: T, key: 'a', expected: null, state }, c),
+        ).rejects.toBeInstanceOf(InvalidArgumentError);
+    }
+    expect(await s.read(T, 'a')).toBeNull();
+    expect(await client.exists(counterKeyName(s.namespace, c))).toBe(0);
     // The same key in another table is another row, not a duplicate.
     const r = applied(await many(s)([ok, { ...ok, table: U }], c));
     expect(r.timestamp).toBe(1);
