@@ -2,7 +2,7 @@ import { backoffMs, sleep } from './backoff.js';
 import { decodeRow, encodeRow } from './codec.js';
 import { fence } from './commit/fence.js';
 import type { ProtocolEnv } from './env.js';
-import { RowTooLargeError, StoreError } from './errors.js';
+import { PercolatorError, RowTooLargeError, StoreError } from './errors.js';
 import type { TransactionRef } from './events.js';
 import { isCellEmpty, type RowState, rowHasNotification } from './row-state.js';
 import { type CasRequest, type CasResult, type StoredRow, writeStampInPlace } from './store.js';
@@ -55,6 +55,22 @@ export class AmbiguousOutcome extends Error {
   constructor(cause: unknown) {
     super('the outcome of a store write could not be verified', { cause });
   }
+}
+
+/**
+ * An AmbiguousOutcome of a write that does not decide the transaction (a prewrite the
+ * rollback then undid, a tidy pass before the commit step was sent), as the public error a
+ * commit fails with: nothing of the transaction applied. Retryable unless what went wrong
+ * cannot be fixed by trying again (credentials, say).
+ */
+export function notAppliedAfter(error: AmbiguousOutcome, message: string): StoreError {
+  const cause = error.cause;
+  const retryable = !(
+    cause instanceof PercolatorError &&
+    !cause.retryable &&
+    !(cause instanceof StoreError && cause.applied === 'unknown')
+  );
+  return new StoreError(message, 'no', { cause, retryable });
 }
 
 /**

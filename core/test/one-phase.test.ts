@@ -50,6 +50,47 @@ async function incremented(db: Percolator, rows: readonly string[]): Promise<Tra
 }
 
 describe('one-phase commits of several rows', () => {
+  it('a tidy pass before the step whose outcome cannot be verified fails the commit as not applied, retryable (not an internal error)', async () => {
+    // Found in review: relievePressure's AmbiguousOutcome (a tidy write whose reply was lost,
+    // its re-reads failing too) escaped a one-step commit as the internal class, not retryable.
+    const inner = new MemoryStore({ maxStateBytes: 8192 });
+    const store = new InstrumentedStore(inner, ONE_STEP);
+    const gc = { inlineHistoryBytes: 1_000_000, maxVersionsPerCell: 1000, retentionMs: 3_600_000 };
+    const db = new Percolator({ store, gc });
+    // Old values inline until the head row is past half the limit, a quarter of it history.
+    for (let i = 0; i < 6; i++) await seed(db, ['r', 'r2'], `${i}`.repeat(1000));
+    expect((await inner.read('t', 'r'))!.state.length).toBeGreaterThan(4096);
+    let armed = true;
+    const tx = await db.begin();
+    await tx.getString('t', 'r', 'v'); // known to this transaction: the pressure check sees it
+    const stepsBefore = store.stampedManyCalls;
+    // From here every write to row r loses its reply, and once one has, every read of it fails.
+    let lost = false;
+    store.casFault = (r) => {
+      if (!armed || r.table !== 't' || r.key !== 'r') return undefined;
+      lost = true;
+      return 'fail-before';
+    };
+    store.readFault = (table, key) => armed && lost && table === 't' && key === 'r';
+    tx.set('t', 'r', 'v', 'new');
+    tx.set('t', 'r2', 'v', 'new');
+    const error = await tx.commit().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StoreError);
+    expect((error as StoreError).applied).toBe('no');
+    expect((error as StoreError).retryable).toBe(true);
+    expect(store.stampedManyCalls - stepsBefore).toBe(0); // the step itself was never sent
+    armed = false;
+    expect(await db.transact(async (t) => t.getString('t', 'r', 'v'))).toBe('5'.repeat(1000));
+    await db.transact(async (t) => {
+      t.set('t', 'r', 'v', 'after');
+      t.set('t', 'r2', 'v', 'after');
+    });
+    expect(
+      await db.transact(async (t) => [await t.getString('t', 'r', 'v'), await t.getString('t', 'r2', 'v')]),
+    ).toEqual(['after', 'after']);
+    await db.close();
+  });
+
   it('commit in one checkAndSetStampedMany: no prewrite, no commit point apart, no secondaries, no lock', async () => {
     const store = new InstrumentedStore(new MemoryStore(), ONE_STEP);
     const db = new Percolator({ store, peekedWrites: false });

@@ -1,6 +1,6 @@
 import { STAMP } from '../codec.js';
-import { CommitUnknownError, PercolatorError, StoreError } from '../errors.js';
-import { AmbiguousOutcome } from '../row-update.js';
+import { CommitUnknownError } from '../errors.js';
+import { AmbiguousOutcome, notAppliedAfter } from '../row-update.js';
 import { commitPrimary } from './commit-point.js';
 import { alive, type CommitContext, isPrimaryRow, notAborted, rowId, step, timed } from './context.js';
 import { Heartbeat } from './heartbeat.js';
@@ -87,19 +87,8 @@ async function reachCommitPoint(ctx: CommitContext): Promise<number> {
       ctx.rows.map((m) => rowId(m.table, m.row)),
     );
     await timed(ctx, 'rollback', ctx.rows.length, () => rollbackTransaction(ctx));
-    if (error instanceof AmbiguousOutcome) {
-      // Retryable unless what went wrong cannot be fixed by trying again (credentials, say).
-      const cause = error.cause;
-      const retryable = !(
-        cause instanceof PercolatorError &&
-        !cause.retryable &&
-        !(cause instanceof StoreError && cause.applied === 'unknown')
-      );
-      throw new StoreError('a prewrite could not be verified; the transaction was rolled back', 'no', {
-        cause,
-        retryable,
-      });
-    }
+    if (error instanceof AmbiguousOutcome)
+      throw notAppliedAfter(error, 'a prewrite could not be verified; the transaction was rolled back');
     throw error;
   }
 }

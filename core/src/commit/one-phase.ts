@@ -16,6 +16,7 @@ import {
   Guess,
   type Known,
   knownOrGuess,
+  notAppliedAfter,
   type RowDecision,
   updateRow,
 } from '../row-update.js';
@@ -189,12 +190,37 @@ export async function commitOnePhase(ctx: CommitContext): Promise<number> {
       if (error instanceof AmbiguousOutcome) throw unknown(error);
       if (!(error instanceof RowTooLargeError)) throw error;
       // Old values still inline: move them out once, then try again (nothing was sent).
-      await relievePressure(ctx, m);
+      await relieve(ctx, m, false);
       return await send(undefined).catch((again: unknown) => {
         throw again instanceof AmbiguousOutcome ? unknown(again) : again;
       });
     }
   });
+}
+
+/**
+ * relievePressure before a one-step commit is sent (again): its tidy pass is not the
+ * commit, so a tidy write whose outcome it could not verify (the internal AmbiguousOutcome)
+ * fails the commit as not applied, retryable, as the two-phase path does; or as unknown
+ * where an earlier send of this commit was (`ambiguous`). Found in review: it escaped as
+ * the internal error, not retryable.
+ */
+async function relieve(ctx: CommitContext, m: RowMutations, ambiguous: boolean): Promise<void> {
+  try {
+    await relievePressure(ctx, m);
+  } catch (error) {
+    if (!(error instanceof AmbiguousOutcome)) throw error;
+    if (ambiguous)
+      throw new CommitUnknownError(
+        'a one-phase commit could not be verified',
+        ctx.startTs === STAMP ? undefined : ctx.startTs,
+        { cause: error.cause },
+      );
+    throw notAppliedAfter(
+      error,
+      'moving old values out before a one-step commit could not be verified; nothing was committed',
+    );
+  }
 }
 
 /** Notes which carried version rows a refused step found there (read where not returned). */
@@ -254,7 +280,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
   for (const m of rows) ids.push(rowId(m.table, m.row));
   for (let i = 0; i < rows.length; i++) {
     const m = rows[i]!;
-    if (underPressure(ctx, ctx.knownRows.get(ids[i]!))) await relievePressure(ctx, m);
+    if (underPressure(ctx, ctx.knownRows.get(ids[i]!))) await relieve(ctx, m, false);
   }
   // What is known of each row: as this transaction read it, else the client's last sight of
   // it (a guess: a decision on it that is not a write is made again on the row as read).
@@ -369,7 +395,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
         if (!(error instanceof RowTooLargeError) || relieved) throw ambiguous ? unknown(error) : error;
         // Old values still inline: move them out once, then try again (nothing was sent).
         relieved = true;
-        await relievePressure(ctx, m);
+        await relieve(ctx, m, ambiguous);
         known[i] = undefined;
         again = true;
         break;
