@@ -78,6 +78,25 @@ export function checkFunction(what: string, value: unknown): void {
     throw new InvalidArgumentError(`${what} must be a function, got ${shown(value)}`);
 }
 
+/**
+ * A user's wall clock, checked on every reading: its value goes into locks and records
+ * (their wall times) and lease expiries. Unchecked, Infinity looped the encoder for ever,
+ * a negative value wrote a row no later read could decode, and NaN made every lock look
+ * expired at once. A fraction is rounded down (performance.timeOrigin + performance.now()
+ * is a fine clock); anything but a number from 0 to 2^53 - 1 is an InvalidArgumentError,
+ * thrown before the reading is used.
+ */
+export function checkedClock(what: string, clock: () => number): () => number {
+  return () => {
+    const now = clock();
+    if (typeof now !== 'number' || !(now >= 0 && now <= Number.MAX_SAFE_INTEGER))
+      throw new InvalidArgumentError(
+        `${what} returned ${shown(now)}: a wall time must be milliseconds, a number from 0 to 2^53 - 1`,
+      );
+    return Math.floor(now);
+  };
+}
+
 function shown(value: unknown): string {
   if (typeof value === 'number') return String(value);
   if (typeof value === 'string')

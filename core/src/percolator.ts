@@ -13,6 +13,7 @@ import type { WorkerOptions } from './observers/types.js';
 import { ObserverWorker, validateObservers } from './observers/worker.js';
 import {
   checkBooleans,
+  checkedClock,
   checkFunction,
   checkInteger,
   checkOptionKeys,
@@ -27,7 +28,7 @@ import { RowCache } from './row-cache.js';
 import { RowReader } from './row-reader.js';
 import { readRow } from './row-update.js';
 import { MAX_SHARED_CALLS_IN_FLIGHT } from './sharing.js';
-import type { RowStore } from './store.js';
+import { isRowStore, type RowStore } from './store.js';
 import { Tidier, type TidyOptions, type TidyReport } from './tidy.js';
 import { Transaction } from './transaction.js';
 
@@ -49,7 +50,12 @@ export interface PercolatorOptions {
    * 2^31 - 1. Default 2 × lockTtlMs (at most 2^31 - 1).
    */
   readonly lockWaitMs?: number;
-  /** Wall clock used for lock expiry and pruning. Default Date.now. */
+  /**
+   * Wall clock used for lock expiry and pruning, in milliseconds. Default Date.now. Every
+   * reading is checked: one that is not a number from 0 to 2^53 - 1 fails the call that
+   * took it with InvalidArgumentError before it is written anywhere (a fraction is rounded
+   * down).
+   */
   readonly clock?: () => number;
   /** Old-version pruning (docs/protocol.md section 7). */
   readonly gc?: Partial<PrunePolicy>;
@@ -210,8 +216,12 @@ export class Percolator {
 
   constructor(options: PercolatorOptions) {
     checkOptionKeys<PercolatorOptions>('Percolator', options, CLIENT_OPTIONS);
-    if (typeof options.store !== 'object' || options.store === null) {
-      throw new InvalidArgumentError('Percolator needs a store');
+    if (!isRowStore(options.store)) {
+      throw new InvalidArgumentError(
+        typeof (options.store as { then?: unknown } | undefined)?.then === 'function'
+          ? 'Percolator needs a store, and was given a Promise: await the store factory (createPostgresStore and the others are async)'
+          : "Percolator needs a store: a RowStore (read, checkAndSet, close, capabilities), such as new MemoryStore() or an adapter's",
+      );
     }
     if (options.gc !== undefined) checkOptionKeys<PrunePolicy>('Percolator gc', options.gc, GC_OPTIONS);
     const store = checkedStore(options.store);
@@ -298,7 +308,7 @@ export class Percolator {
       store,
       reader: new RowReader(store, (table, key) => readRow(this.env, table, key)),
       oracle,
-      clock: options.clock ?? Date.now,
+      clock: options.clock ? checkedClock('clock', options.clock) : Date.now,
       lockTtlMs,
       lockWaitMs,
       prune,
@@ -388,6 +398,7 @@ export class Percolator {
    * is rethrown unchanged; a CommitUnknownError is never retried.
    */
   async transact<T>(fn: (tx: Transaction) => Promise<T>, options: TransactOptions = {}): Promise<T> {
+    checkFunction('transact', fn);
     checkOptionKeys<TransactOptions>('transact', options, {
       maxAttempts: true,
       signal: true,

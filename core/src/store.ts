@@ -295,3 +295,16 @@ export function writeStampInPlace(state: Uint8Array, timestamp: number): Uint8Ar
 
 /** The counter name the default oracle draws timestamps from. */
 export const ORACLE_COUNTER = 'percolator.oracle';
+
+/** Whether `value` has the shape of a RowStore (its required methods and capabilities). */
+export function isRowStore(value: unknown): value is RowStore {
+  if (typeof value !== 'object' || value === null) return false;
+  const s = value as Partial<RowStore>;
+  return (
+    typeof s.read === 'function' &&
+    typeof s.checkAndSet === 'function' &&
+    typeof s.close === 'function' &&
+    typeof s.capabilities === 'object' &&
+    s.capabilities !== null
+  );
+}

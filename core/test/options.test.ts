@@ -134,3 +134,78 @@ describe('the options of calls: a misspelt key or a bad value is refused, nothin
     }
   });
 });
+
+describe('inputs a review found accepted or failing untyped', () => {
+  it("a clock's readings are checked before use: a bad one fails the call with InvalidArgumentError and writes nothing", async () => {
+    for (const reading of [Number.POSITIVE_INFINITY, -1, Number.NaN, 2 ** 56, '1700000000000', undefined]) {
+      const store = new MemoryStore();
+      const db = new Percolator({ store, clock: () => reading as number, onePhaseMaxRows: 1 });
+      const tx = await db.begin();
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '2');
+      // Infinity looped the encoder for ever; -1 and 2^56 wrote rows no read could decode.
+      const error = await tx.commit().catch((e: unknown) => e);
+      expect(error, String(reading)).toBeInstanceOf(InvalidArgumentError);
+      expect(String(error)).toMatch(/clock returned .*a wall time must be milliseconds/);
+      expect(await store.read('t', 'a'), String(reading)).toBeNull();
+      await db.close();
+    }
+    // A fraction is a fine clock (performance.timeOrigin + performance.now()): rounded down.
+    const store = new MemoryStore();
+    const db = new Percolator({ store, clock: () => performance.timeOrigin + performance.now() });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', 'x'));
+    expect(await db.transact((tx) => tx.getString('t', 'a', 'v'))).toBe('x');
+    await db.close();
+  });
+
+  it('a store that is not one (a forgotten await, an empty object) and a transact of no function: typed errors', async () => {
+    expect(() => new Percolator({ store: Promise.resolve(new MemoryStore()) as never })).toThrow(
+      /was given a Promise: await the store factory/,
+    );
+    for (const store of [{}, { read: () => null }, null, 'memory'])
+      expect(() => new Percolator({ store: store as never }), JSON.stringify(store)).toThrow(
+        InvalidArgumentError,
+      );
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    await expect(db.transact('not a function' as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+    expect(store.calls.incrementCounter + store.calls.readStamped + store.calls.readPeeked).toBe(0);
+    await db.close();
+  });
+
+  it('worker options: unknown keys, non-boolean weak, non-function callbacks, numbers past the timers, runUntilIdle timeoutMs', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const observer = { name: 'o', table: 't', column: 'c', handler: async () => {} };
+    const bad: [string, Record<string, unknown>][] = [
+      ['concurency', { concurency: 2 }],
+      ['leaseMS', { leaseMS: 100 }],
+      ['retry', { retry: { base: 5 } }],
+      ['weak', { observers: [{ ...observer, weak: 'false' }] }],
+      ['weak', { observers: [{ ...observer, weakly: true }] }],
+      ['onError', { onError: 'x' }],
+      ['onRun', { onRun: 1 }],
+      ['clock', { clock: 5 }],
+      ['idlePollMs', { idlePollMs: 3e9 }],
+      ['leaseMs', { leaseMs: 6.5e9 }],
+      ['retry.maxMs', { retry: { maxMs: 2 ** 31 } }],
+      ['concurrency', { concurrency: 1e6 }],
+      ['leaseMs', { leaseMs: 1.5 }],
+    ];
+    for (const [name, options] of bad)
+      expect(() => db.worker({ observers: [observer], ...options } as never), name).toThrow(
+        InvalidArgumentError,
+      );
+    const worker = db.worker({ observers: [observer] });
+    for (const options of [
+      { timeoutMs: Number.NaN },
+      { timeoutMs: '1000' },
+      { timeout: 5 },
+      { timeoutMs: -1 },
+    ])
+      await expect(worker.runUntilIdle(options as never), JSON.stringify(options)).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
+    await worker.runUntilIdle({ timeoutMs: 1000 });
+    await db.close();
+  });
+});

@@ -1,7 +1,7 @@
 import { checkedStore } from '../checked-store.js';
 import { InvalidArgumentError } from '../errors.js';
 import { describe, validateTable } from '../names.js';
-import type { RowStore } from '../store.js';
+import { isRowStore, type RowStore } from '../store.js';
 
 /** Where a table's rows live: one store, or several with rows spread by a hash of the row key. */
 export type Placement = RowStore | { readonly shards: readonly RowStore[] };
@@ -46,18 +46,6 @@ export interface ResolvedConfig {
 }
 
 const OPTION_KEYS = new Set(['routes', 'default', 'counterStore', 'name', 'closeStores']);
-
-export function isRowStore(value: unknown): value is RowStore {
-  if (typeof value !== 'object' || value === null) return false;
-  const s = value as Partial<RowStore>;
-  return (
-    typeof s.read === 'function' &&
-    typeof s.checkAndSet === 'function' &&
-    typeof s.close === 'function' &&
-    typeof s.capabilities === 'object' &&
-    s.capabilities !== null
-  );
-}
 
 /** Checks the whole configuration up front; every mistake is an InvalidArgumentError. */
 export function resolveConfig(options: CompositeStoreOptions): ResolvedConfig {

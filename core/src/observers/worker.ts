@@ -9,6 +9,15 @@ import {
   UnsupportedOperationError,
 } from '../errors.js';
 import { compareKeys, TABLE_NAME, validateColumn, validateUserTable } from '../names.js';
+import {
+  checkBooleans,
+  checkedClock,
+  checkFunction,
+  checkInteger,
+  checkOptionKeys,
+  MAX_TIMER_MS,
+  type OptionKeys,
+} from '../options.js';
 import { readRow } from '../row-update.js';
 import { type Lease, Leases } from './lease.js';
 import { clearNotification } from './notifications.js';
@@ -80,12 +89,55 @@ export function validateObservers(observers: readonly Observer[]): void {
     if (typeof o.handler !== 'function') {
       throw new InvalidArgumentError(`observer "${o.name}" needs a handler function`);
     }
+    checkOptionKeys<Observer>(`observer "${o.name}"`, o, {
+      name: true,
+      table: true,
+      column: true,
+      handler: true,
+      weak: true,
+    });
+    // A truthy string ("false") made the observer weak: no ack, a run per notification.
+    checkBooleans(`observer "${o.name}"`, o, 'weak');
   }
 }
 
-function positiveInteger(value: number | undefined, fallback: number, what: string): number {
+const WORKER_OPTIONS: OptionKeys<WorkerOptions> = {
+  observers: true,
+  concurrency: true,
+  leaseMs: true,
+  clock: true,
+  idlePollMs: true,
+  batchSize: true,
+  retry: true,
+  maxRunAttempts: true,
+  onError: true,
+  onRun: true,
+};
+
+/**
+ * The worker's options besides the observers: unknown keys (a misspelt one fell back to its
+ * default), functions, and numbers within what timers keep (a longer delay fires after
+ * 1 ms: an idle poll or a lease renewal of that length hammered the store).
+ */
+function checkWorkerOptions(options: WorkerOptions): void {
+  checkOptionKeys<WorkerOptions>('worker', options, WORKER_OPTIONS);
+  if (options.retry !== undefined)
+    checkOptionKeys<NonNullable<WorkerOptions['retry']>>('worker retry', options.retry, {
+      baseMs: true,
+      maxMs: true,
+    });
+  for (const key of ['clock', 'onError', 'onRun'] as const)
+    if (options[key] !== undefined) checkFunction(`worker ${key}`, options[key]);
+}
+
+function positiveInteger(
+  value: number | undefined,
+  fallback: number,
+  what: string,
+  max = MAX_TIMER_MS,
+): number {
   const v = value ?? fallback;
-  if (!Number.isInteger(v) || v < 1) throw new InvalidArgumentError(`${what} must be a positive integer`);
+  checkInteger(what, v, 1, max);
   return v;
 }
 
@@ -141,6 +193,7 @@ export class ObserverWorker {
     private readonly options: WorkerOptions,
   ) {
     validateObservers(options.observers);
+    checkWorkerOptions(options);
     const store = env.store;
     if (!store.capabilities.notificationIndex || !store.scanNotified) {
       throw new UnsupportedOperationError(
@@ -152,14 +205,18 @@ export class ObserverWorker {
       this.byCell.set(key, [...(this.byCell.get(key) ?? []), o]);
     }
     this.tables = [...new Set(options.observers.map((o) => o.table))];
-    this.concurrency = positiveInteger(options.concurrency, 4, 'concurrency');
+    this.concurrency = positiveInteger(options.concurrency, 4, 'concurrency', 1024);
     this.leaseMs = positiveInteger(options.leaseMs, 10_000, 'leaseMs');
     this.idlePollMs = positiveInteger(options.idlePollMs, 200, 'idlePollMs');
-    this.batchSize = positiveInteger(options.batchSize, 64, 'batchSize');
+    this.batchSize = positiveInteger(options.batchSize, 64, 'batchSize', 100_000);
     this.retryBaseMs = positiveInteger(options.retry?.baseMs, 100, 'retry.baseMs');
     this.retryMaxMs = positiveInteger(options.retry?.maxMs, 30_000, 'retry.maxMs');
-    this.maxRunAttempts = positiveInteger(options.maxRunAttempts, 5, 'maxRunAttempts');
-    this.leases = new Leases(store, this.leaseMs, options.clock ?? env.clock);
+    this.maxRunAttempts = positiveInteger(options.maxRunAttempts, 5, 'maxRunAttempts', 1000);
+    this.leases = new Leases(
+      store,
+      this.leaseMs,
+      options.clock ? checkedClock('worker clock', options.clock) : env.clock,
+    );
   }
 
   get isRunning(): boolean {
@@ -215,6 +272,13 @@ export class ObserverWorker {
    * at once), and waits for it: no store call follows close().
    */
   runUntilIdle(options: RunUntilIdleOptions = {}): Promise<void> {
+    try {
+      checkOptionKeys<RunUntilIdleOptions>('runUntilIdle', options, { timeoutMs: true });
+      // NaN was no limit, and a string ("1000") a deadline of about now.
+      if (options.timeoutMs !== undefined) checkInteger('runUntilIdle timeoutMs', options.timeoutMs, 0);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     const drain = this.drain(options);
     this.drains.add(drain);
     const forget = () => this.drains.delete(drain);
