@@ -3,7 +3,7 @@ import { InvalidArgumentError, UnsupportedOperationError } from './errors.js';
 import { primaryVerdict } from './lock-resolver.js';
 import { compareKeys, validateColumn, validateUserTable } from './names.js';
 import { isReservedColumn, parseAckColumn } from './observers/reserved.js';
-import { checkInteger, checkOptionKeys } from './options.js';
+import { checkedClock, checkFunction, checkInteger, checkOptionKeys } from './options.js';
 import {
   type Cell,
   isAnchored,
@@ -206,7 +206,7 @@ export interface ScanLocksOptions {
   readonly olderThanMs?: number;
   /** Wall clock the ages are measured against. Default Date.now. */
   readonly clock?: () => number;
-  /** Rows read per page. Default 256. */
+  /** Rows read per page, 1 to 100,000. Default 256. */
   readonly pageSize?: number;
 }
 
@@ -221,8 +221,13 @@ export async function* scanLocks(
   options: ScanLocksOptions = {},
 ): AsyncGenerator<LockedCell> {
   validateUserTable(table);
+  // A misspelt key or NaN listed every lock, and pageSize 0 failed with a TypeError.
+  checkOptionKeys<ScanLocksOptions>('scanLocks', options, { olderThanMs: true, clock: true, pageSize: true });
+  if (options.olderThanMs !== undefined) checkInteger('scanLocks olderThanMs', options.olderThanMs, 0);
+  if (options.pageSize !== undefined) checkInteger('scanLocks pageSize', options.pageSize, 1, 100_000);
+  if (options.clock !== undefined) checkFunction('scanLocks clock', options.clock);
   const olderThanMs = options.olderThanMs ?? 0;
-  const clock = options.clock ?? Date.now;
+  const clock = options.clock ? checkedClock('scanLocks clock', options.clock) : Date.now;
   const fates = new Map<string, PrimaryFate>();
   for await (const { key, row } of scanHeadRows(store, table, options.pageSize ?? 256)) {
     const nowMs = clock();

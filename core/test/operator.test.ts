@@ -208,6 +208,22 @@ describe('operator APIs', () => {
     expect(await scanNotifications(store, 't', { observer: 'indexer' })).toEqual([]);
   });
 
+  it('scanLocks: bad options are typed errors before anything is read', async () => {
+    const store = new MemoryStore();
+    for (const bad of [
+      { pageSize: 0 },
+      { olderThanMs: Number.NaN },
+      { olderThan: 5 },
+      { clock: 3 },
+      { olderThanMs: -1 },
+    ]) {
+      const error = await (async () => {
+        for await (const _ of scanLocks(store, 't', bad as never)) break;
+      })().catch((e: unknown) => e);
+      expect(error, JSON.stringify(bad)).toBeInstanceOf(InvalidArgumentError);
+    }
+  });
+
   it('scanNotifications: one column with `column`; bad options are typed errors (pageSize 0 looped for ever)', async () => {
     const store = new MemoryStore();
     const db = new Percolator({
