@@ -11,8 +11,10 @@ import {
   type RowStore,
   type ScannedStoredRow,
   type ScanOptions,
+  type StampedManyResult,
   type StoreCapabilities,
   type StoredRow,
+  writeStamp,
 } from '@percolator/core';
 
 abstract class Wrapper implements RowStore {
@@ -269,5 +271,31 @@ export class IgnoresVersionBatchStore extends MemoryStore {
       }
     }
     return results;
+  }
+}
+
+/**
+ * The stamped step of several rows done in moves, as an adapter without a server-side
+ * transaction might: check every row's version, draw from the counter, then write each row
+ * with a CAS of its own. A reader that draws between the draw and the writes misses a write
+ * stamped below it, and two steps over the same rows can each win some of them.
+ */
+export class SplitStampedManyStore extends MemoryStore {
+  override readonly name = 'broken: the stamped step of several rows draws, then writes row by row';
+  override async checkAndSetStampedMany(
+    requests: readonly (CasRequest & { readonly state: Uint8Array })[],
+    counter: string,
+  ): Promise<StampedManyResult> {
+    const current = await Promise.all(requests.map((r) => this.read(r.table, r.key)));
+    if (requests.some((r, i) => (current[i]?.version ?? null) !== r.expected)) return { ok: false, current };
+    const timestamp = await this.incrementCounter(counter, 1);
+    const versions: string[] = [];
+    for (const r of requests) {
+      await new Promise((resolve) => setImmediate(resolve));
+      const result = await this.checkAndSet({ ...r, state: writeStamp(r.state, timestamp) });
+      if (!result.ok) return { ok: false };
+      versions.push(result.version);
+    }
+    return { ok: true, versions, timestamp };
   }
 }

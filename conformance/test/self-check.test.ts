@@ -15,6 +15,7 @@ import {
   IgnoresVersionStore,
   MinimalStore,
   ReusesVersionsStore,
+  SplitStampedManyStore,
   StalePeekStore,
   StaleReadStore,
   Utf16ScanStore,
@@ -74,6 +75,13 @@ describe('the conformance suite catches broken stores', () => {
     expect(store.capabilities.stampedCheckAndSetMany).toBe(true);
     const report = await run(() => new IgnoresVersionStampedStore(), ['history']);
     expect(errorOf(report, 'history', 'a concurrent list-append workload')).toMatch(BROKEN_CAS);
+  }, 120_000);
+
+  it('a stamped step of several rows that draws, then writes row by row, fails the store case that races it', async () => {
+    const report = await run(() => new SplitStampedManyStore(), ['store']);
+    expect(errorOf(report, 'store', 'checkAndSetStampedMany writes one drawn value')).toMatch(
+      /reads above a stamp that missed the stamped write|the two rows hold different steps' states|steps expecting the same versions all applied|the two rows' stamps/,
+    );
   }, 120_000);
 
   it('a batch check-and-set that ignores the versions fails the history check (the path two-phase commits take)', async () => {

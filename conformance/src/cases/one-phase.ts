@@ -19,6 +19,7 @@ import {
   StoreError,
   type Transaction,
 } from '@percolator/core';
+import { type DrawThenRead, drawThenReadMany, type StampedWrite, stampedRace } from '../stamped-race.js';
 import type { CaseContext, ConformanceCase } from '../types.js';
 import { bytes, check, checkEqual, errorText, rejection } from '../util.js';
 import { client } from './harness.js';
@@ -119,6 +120,81 @@ async function storeMethod(ctx: CaseContext): Promise<void> {
     checkEqual(row && textAfterStamp(row.state), `four ${key}`, `state of ${table}/${key}`);
     checkEqual(row && stampOf(row.state), update.timestamp, `stamp of ${table}/${key}`);
   }
+
+  // Under a race (found missing in review: each call above ran alone). First, one-row
+  // steps against readers that draw (or peek) and then read: a step that drew its value and
+  // wrote its rows in two moves lets a reader above the stamp miss the write.
+  const raced = await ctx.createStore();
+  const one: StampedWrite = async (request, counter) => {
+    const r = await raced.checkAndSetStampedMany!([request], counter);
+    return r.ok ? { ok: true, version: r.versions[0]!, timestamp: r.timestamp } : { ok: false };
+  };
+  const readers: [string, DrawThenRead, boolean][] = [];
+  if (raced.capabilities.stampedRead && raced.readStamped)
+    readers.push(['readStamped', raced.readStamped.bind(raced), false]);
+  else if (raced.capabilities.atomicCounter && raced.incrementCounter)
+    readers.push(['a draw, then reads', drawThenReadMany(raced), false]);
+  if (raced.capabilities.peekedRead && raced.readPeeked)
+    readers.push(['readPeeked', raced.readPeeked.bind(raced), true]);
+  check(readers.length > 0, 'checkAndSetStampedMany needs a counter that readers can draw from or peek at');
+  for (const [i, [what, read, peeked]] of readers.entries()) {
+    const result = await stampedRace({
+      write: one,
+      read,
+      rows: ctx.scaled(40, 10),
+      table: `many_race_${i}`,
+      counter: `race.many.${i}`,
+      peeked,
+    });
+    checkEqual(
+      result.violations.slice(0, 5),
+      [],
+      `${what}: reads above a stamp that missed the stamped write`,
+    );
+    checkEqual(result.repeatedValues, 0, `${what}: counter values handed out twice`);
+    check(result.readsDuringWrites > 0, `${what}: no read raced the writes: the race checked nothing`);
+  }
+  // Then steps over the same two rows at once, named in both orders, each expecting the
+  // versions it read: a step is all or nothing, so whatever won, both rows hold the same
+  // winner's state and stamp (a step that checked both and then wrote each row with its
+  // own CAS lets two steps each win one row).
+  const pair: [string, string][] = [
+    [TABLE, 'race-a'],
+    [OTHER, 'race-b'],
+  ];
+  await many(
+    pair.map(([table, key]) => ({ table, key, expected: null, state: stampable('start') })),
+    COUNTER,
+  );
+  let won = 0;
+  for (let round = 0; round < ctx.scaled(20, 5); round++) {
+    const seen = await Promise.all(pair.map(([table, key]) => store.read(table, key)));
+    const steps = await Promise.all(
+      Array.from({ length: 6 }, (_, w) => {
+        const order = w % 2 === 0 ? [0, 1] : [1, 0];
+        return many(
+          order.map((i) => ({
+            table: pair[i]![0],
+            key: pair[i]![1],
+            expected: seen[i]!.version,
+            state: stampable(`round ${round} writer ${w}`),
+          })),
+          COUNTER,
+        );
+      }),
+    );
+    const winners = steps.filter((r) => r.ok).length;
+    check(winners <= 1, `round ${round}: ${winners} steps expecting the same versions all applied`);
+    won += winners;
+    const now = await Promise.all(pair.map(([table, key]) => store.read(table, key)));
+    checkEqual(
+      textAfterStamp(now[0]!.state),
+      textAfterStamp(now[1]!.state),
+      `round ${round}: the two rows hold different steps' states`,
+    );
+    checkEqual(stampOf(now[0]!.state), stampOf(now[1]!.state), `round ${round}: the two rows' stamps`);
+  }
+  check(won > 0, 'no racing step ever applied: the race checked nothing');
 }
 
 /** Both cells of rows a and b (one transaction writes both), as one snapshot reads them. */

@@ -8,6 +8,7 @@ import {
   type CommitStep,
   type CommitStepEvent,
   ConflictError,
+  inspectHeadRow,
   LockNotResolvedError,
   StoreError,
 } from '@percolator/core';
@@ -144,6 +145,16 @@ async function crashAt(ctx: CaseContext, point: CrashPoint, mode: FaultMode): Pr
       `the client did not stop midway: ${[...landed].join(',')}`,
     );
   }
+
+  // The stuck state is there: every stop leaves some lock of the transaction for readers
+  // to settle (a stop that fired after the secondaries, say, would leave none, and the
+  // reads below would check nothing: found in review).
+  let locked = 0;
+  for (const [table, row] of CRASH_ROWS) {
+    const stored = await store.read(table, row);
+    if (stored && inspectHeadRow(stored.state).cells.some((c) => c.lock !== undefined)) locked++;
+  }
+  check(locked > 0, `a client stopped ${point.label}, yet no row of its transaction holds a lock`);
 
   const expected = point.committed ? 'new' : 'old';
   const faults = faultsFor(mode);
