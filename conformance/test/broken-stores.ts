@@ -299,3 +299,28 @@ export class SplitStampedManyStore extends MemoryStore {
     return { ok: true, versions, timestamp };
   }
 }
+
+/**
+ * A stamped read that reads its rows, then draws (a moment later), on a store without the
+ * stamped CAS: the read misses writes acknowledged before its value was drawn.
+ */
+export class ReadsBeforeDrawStore extends MemoryStore {
+  override readonly name = 'broken: readStamped reads, then draws (no stamped CAS)';
+  constructor() {
+    super();
+    (this as { capabilities: StoreCapabilities }).capabilities = {
+      ...this.capabilities,
+      stampedCheckAndSet: false,
+      stampedCheckAndSetMany: false,
+      stampedManyForOneRow: false,
+    };
+  }
+  override async readStamped(
+    refs: readonly RowRef[],
+    counter: string,
+  ): Promise<{ readonly timestamp: number; readonly rows: (StoredRow | null)[] }> {
+    const rows = await this.readMany(refs);
+    await new Promise((resolve) => setTimeout(resolve, 2));
+    return { timestamp: await this.incrementCounter(counter, 1), rows };
+  }
+}

@@ -14,6 +14,7 @@ import {
   IgnoresVersionStampedStore,
   IgnoresVersionStore,
   MinimalStore,
+  ReadsBeforeDrawStore,
   ReusesVersionsStore,
   SplitStampedManyStore,
   StalePeekStore,
@@ -190,6 +191,13 @@ describe('the stamped race catches a stamp drawn apart from its write', () => {
     expect(result.readsDuringWrites).toBeGreaterThan(0);
     expect(result.violations.length).toBeGreaterThan(0);
   }, 60_000);
+
+  it('a stamped read that reads before it draws fails its store case, on a store without the stamped CAS too', async () => {
+    const report = await run(() => new ReadsBeforeDrawStore(), ['store']);
+    expect(errorOf(report, 'store', 'readStamped draws a timestamp')).toMatch(
+      /reads above a stamp that missed the stamped write/,
+    );
+  }, 120_000);
 
   it('a peek that reads its rows a moment before the counter breaks the peeked rule', async () => {
     const store = new MemoryStore();

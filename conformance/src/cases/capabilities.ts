@@ -580,8 +580,19 @@ export const capabilityCases: ConformanceCase[] = [
           rows: ctx.scaled(60, 10),
         });
         checkRace(ctx, result);
+      } else if (raced.capabilities.atomicCounter && raced.incrementCounter) {
+        // Plain writes, each followed by a draw standing for its stamp: a read that draws a
+        // later value must see the write (a read that read first and drew after did not,
+        // and passed here unraced: found in review).
+        const result = await stampedRace({
+          write: writeThenDraw(raced),
+          read: raced.readStamped!.bind(raced),
+          rows: ctx.scaled(60, 10),
+        });
+        ctx.note('no stampedCheckAndSet: raced with plain writes, each followed by a draw');
+        checkRace(ctx, result);
       } else {
-        ctx.note('no stampedCheckAndSet: the race needs stamped writers, so only the step was checked');
+        ctx.note('no stampedCheckAndSet and no counter to draw from: only the step was checked');
       }
     },
   },
