@@ -43,6 +43,14 @@ export async function resolveClient(options: ClientOptions): Promise<{
     DEFAULT_REQUEST_TIMEOUT_MS,
   );
   if (options.client !== undefined) {
+    // null or {} failed with a TypeError reading its config.
+    if (
+      typeof options.client !== 'object' ||
+      options.client === null ||
+      typeof (options.client as { send?: unknown }).send !== 'function' ||
+      typeof (options.client as { config?: unknown }).config !== 'object'
+    )
+      throw new InvalidArgumentError('client must be a DynamoDBClient from @aws-sdk/client-dynamodb');
     if (options.endpoint !== undefined || options.region !== undefined || options.credentials !== undefined) {
       throw new InvalidArgumentError('pass either `client` or `endpoint`/`region`/`credentials`, not both');
     }

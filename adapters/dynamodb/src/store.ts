@@ -93,6 +93,11 @@ export async function createDynamoDbStore(options: DynamoDbStoreOptions): Promis
   const namespace = validateNamespace(options.namespace);
   validateDynamoTableName(options.tableName);
   const policy = resolveRetry(options.retry);
+  // 'true' (from an environment variable, say) was taken as false.
+  if (options.createTable !== undefined && typeof options.createTable !== 'boolean')
+    throw new InvalidArgumentError(
+      `createDynamoDbStore: createTable must be a boolean, got ${typeof options.createTable}`,
+    );
   const waitMs = options.tableWaitTimeoutMs ?? 5 * 60_000;
   if (!Number.isInteger(waitMs) || waitMs < 0)
     throw new InvalidArgumentError('tableWaitTimeoutMs must be >= 0');

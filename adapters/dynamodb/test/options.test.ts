@@ -36,6 +36,20 @@ describe('createDynamoDbStore options', () => {
     expect(await reject(null)).toBeInstanceOf(InvalidArgumentError);
   });
 
+  it('rejects a client that is not a DynamoDBClient and a createTable that is not a boolean, before any call', async () => {
+    for (const client of [null, {}, 'http://127.0.0.1:8000'])
+      expect(await reject({ tableName: 'percolator', client }), String(client)).toMatchObject({
+        name: 'InvalidArgumentError',
+        message: expect.stringContaining('client must be a DynamoDBClient'),
+      });
+    expect(
+      await reject({ tableName: 'percolator', endpoint: 'http://127.0.0.1:1', createTable: 'true' }),
+    ).toMatchObject({
+      name: 'InvalidArgumentError',
+      message: expect.stringContaining('createTable must be a boolean'),
+    });
+  });
+
   it('startDynamoDbLocal rejects unknown options before starting anything', async () => {
     const error = await startDynamoDbLocal({ prot: 8000 } as never).catch((e) => e);
     expect(error).toBeInstanceOf(InvalidArgumentError);

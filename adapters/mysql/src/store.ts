@@ -5,9 +5,11 @@ import {
   type CasResult,
   ClosedError,
   checkedStore,
+  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
   RowTooLargeError,
+  redactUrl,
   type ScannedStoredRow,
   type ScanOptions,
   STAMP_OFFSET,
@@ -121,17 +123,36 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
   const opening = openPooled('createMySqlStore', options, OPTION_KEYS, MYSQL_URL);
   const { url: uri, ownsPool, queryTimeoutMs } = opening;
   const names = mysqlNames(opening.namespace);
-  const pool =
-    options.pool ??
-    createPool({
-      uri,
-      connectionLimit: options.maxConnections ?? 10,
-      multipleStatements: true,
-      connectTimeout: 10_000,
-      charset: 'utf8mb4',
-      // TCP keepalive, so a connection to a vanished server is eventually noticed while idle.
-      enableKeepAlive: true,
-    });
+  if (
+    options.pool !== undefined &&
+    !['getConnection', 'query', 'end'].every(
+      (m) => typeof (options.pool as unknown as Record<string, unknown>)[m] === 'function',
+    )
+  )
+    throw new InvalidArgumentError(
+      'createMySqlStore: pool must be a mysql2/promise Pool (createPool(...)): it has no getConnection, query and end methods',
+    );
+  let pool: Pool;
+  try {
+    pool =
+      options.pool ??
+      createPool({
+        uri,
+        connectionLimit: options.maxConnections ?? 10,
+        multipleStatements: true,
+        connectTimeout: 10_000,
+        charset: 'utf8mb4',
+        // TCP keepalive, so a connection to a vanished server is eventually noticed while idle.
+        enableKeepAlive: true,
+      });
+  } catch (error) {
+    // mysql2 parses the URL here: a password with a bare % threw a URIError, and a URL that
+    // does not parse a TypeError whose `input` holds the whole URL, password and all. Only
+    // the redacted URL is kept.
+    throw new InvalidArgumentError(
+      `createMySqlStore: not a usable MySQL URL: ${redactUrl(uri)} (${error instanceof Error ? error.name : 'error'}; percent-encode special characters in the password)`,
+    );
+  }
   const multipleStatements = hasMultipleStatements(pool);
   const connector = new Connector(pool, names.namespace, queryTimeoutMs);
   let sessionChecked = false;

@@ -24,7 +24,8 @@ export const uniqueNamespace = () => `${prefix}_${randomBytes(6).toString('hex')
 
 /** A store on the test server, dropped and closed after the file. */
 export async function openStore(options: Parameters<typeof createMySqlStore>[0] = {}): Promise<MySqlStore> {
-  const s = await createMySqlStore({ uri: url, ...options });
+  // A pool of the caller's brings its own connection settings: no URL beside it.
+  const s = await createMySqlStore(options.pool ? options : { uri: url, ...options });
   opened.push(s);
   return s;
 }

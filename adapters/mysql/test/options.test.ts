@@ -52,4 +52,22 @@ describe('createMySqlStore options', () => {
         message: expect.stringContaining("pool must be the driver's pool object"),
       });
   });
+
+  it('rejects a pool that is not a mysql2 Pool, a pool with a URL beside it, an empty URL, and a URL mysql2 cannot parse (without its password)', async () => {
+    expect(await reject({ pool: {} })).toMatchObject({
+      name: 'InvalidArgumentError',
+      message: expect.stringContaining('pool must be a mysql2/promise Pool'),
+    });
+    const pool = { getConnection() {}, query() {}, end() {} };
+    expect(await reject({ pool, uri: 'mysql://root@127.0.0.1:1/test' })).toMatchObject({
+      name: 'InvalidArgumentError',
+      message: expect.stringContaining('give either pool or uri'),
+    });
+    expect(await reject({ uri: '' })).toMatchObject({ name: 'InvalidArgumentError' });
+    // A bare % in the password: mysql2's decodeURIComponent threw a raw URIError.
+    const bad = await reject({ uri: 'mysql://root:50%off@127.0.0.1:1/test' });
+    expect(bad).toBeInstanceOf(InvalidArgumentError);
+    expect(bad.message).toContain('not a usable MySQL URL');
+    expect(bad.message).not.toContain('50%off');
+  });
 });

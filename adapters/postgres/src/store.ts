@@ -5,6 +5,7 @@ import {
   type CasResult,
   ClosedError,
   checkedStore,
+  InvalidArgumentError,
   type NotificationScanOptions,
   type RowRef,
   RowTooLargeError,
@@ -104,6 +105,15 @@ export async function createPostgresStore(options: PostgresStoreOptions = {}): P
   const opening = openPooled('createPostgresStore', options, OPTION_KEYS, POSTGRES_URL);
   const { url, ownsPool, queryTimeoutMs } = opening;
   const names = postgresNames(opening.namespace);
+  if (
+    options.pool !== undefined &&
+    !['connect', 'query', 'on', 'end'].every(
+      (m) => typeof (options.pool as unknown as Record<string, unknown>)[m] === 'function',
+    )
+  )
+    throw new InvalidArgumentError(
+      'createPostgresStore: pool must be a pg Pool (new pg.Pool(...)): it has no connect, query, on and end methods',
+    );
   const pool =
     options.pool ??
     createPgPool({

@@ -25,7 +25,8 @@ export const uniqueNamespace = () => `${prefix}_${randomBytes(6).toString('hex')
 export async function openStore(
   options: Parameters<typeof createPostgresStore>[0] = {},
 ): Promise<PostgresStore> {
-  const s = await createPostgresStore({ connectionString: url, ...options });
+  // A pool of the caller's brings its own connection settings: no URL beside it.
+  const s = await createPostgresStore(options.pool ? options : { connectionString: url, ...options });
   opened.push(s);
   return s;
 }

@@ -69,4 +69,22 @@ describe('createPostgresStore options', () => {
         message: expect.stringContaining("pool must be the driver's pool object"),
       });
   });
+
+  it('rejects a pool that is not a pg Pool, a pool with a URL or size beside it, and an empty URL (typed, before any connection)', async () => {
+    expect(await reject({ pool: {} })).toMatchObject({
+      name: 'InvalidArgumentError',
+      message: expect.stringContaining('pool must be a pg Pool'),
+    });
+    const pool = { connect() {}, query() {}, on() {}, end() {} };
+    for (const extra of [{ connectionString: 'postgres://postgres@127.0.0.1:1/test' }, { maxConnections: 5 }])
+      expect(await reject({ pool, ...extra })).toMatchObject({
+        name: 'InvalidArgumentError',
+        message: expect.stringContaining('give either pool or'),
+      });
+    for (const connectionString of ['', '  ', 42])
+      expect(await reject({ connectionString })).toMatchObject({
+        name: 'InvalidArgumentError',
+        message: expect.stringContaining('connectionString must be a non-empty connection URL string'),
+      });
+  });
 });

@@ -111,6 +111,17 @@ function checkNoResend(client: RedisClient): void {
 export async function createRedisStore(options: RedisStoreOptions = {}): Promise<RedisStore> {
   checkOptionKeys('createRedisStore', options, OPTION_KEYS);
   const namespace = validateNamespace(options.namespace);
+  // null opened a connection of the store's own, silently; {} or a URL string failed with
+  // a TypeError further on.
+  if (
+    options.client !== undefined &&
+    (typeof options.client !== 'object' ||
+      options.client === null ||
+      typeof (options.client as { sendCommand?: unknown }).sendCommand !== 'function')
+  )
+    throw new InvalidArgumentError(
+      'createRedisStore: client must be an ioredis Redis or Cluster client (pass url for a connection string)',
+    );
   if (options.client && (options.url !== undefined || options.commandTimeoutMs !== undefined)) {
     throw new InvalidArgumentError('createRedisStore: give either client or url/commandTimeoutMs, not both');
   }

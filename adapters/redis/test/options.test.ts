@@ -29,6 +29,14 @@ describe('createRedisStore options', () => {
     expect(await reject(null)).toBeInstanceOf(InvalidArgumentError);
   });
 
+  it('refuses a client that is not an ioredis client (null opened a connection of its own; {} or a URL string failed untyped)', async () => {
+    for (const client of [null, {}, 'redis://127.0.0.1:6379', 7]) {
+      const error = await reject({ client });
+      expect(error, String(client)).toBeInstanceOf(InvalidArgumentError);
+      expect(error.message).toContain('client must be an ioredis Redis or Cluster client');
+    }
+  });
+
   it('refuses a commandTimeoutMs that is not an integer from 1 to 2^31 - 1 (a longer timer fires after 1 ms)', async () => {
     for (const commandTimeoutMs of [0, -5, 1.5, 'abc', 2 ** 31]) {
       const error = await reject({ url: 'redis://127.0.0.1:1', commandTimeoutMs });

@@ -112,11 +112,27 @@ export function openPooled<O extends PooledStoreOptions>(
       `${factory}: pool must be the driver's pool object, got ${pool === null ? 'null' : typeof pool}`,
     );
   }
-  const given = (options as Record<string, unknown>)[lookup.option] as string | undefined;
+  const given = (options as Record<string, unknown>)[lookup.option];
+  // '' went to the driver, which took its own default (localhost, PG* variables) over the
+  // environment's URL; a number failed later with a TypeError.
+  if (given !== undefined && (typeof given !== 'string' || given.trim() === ''))
+    throw new InvalidArgumentError(
+      `${factory}: ${lookup.option} must be a non-empty connection URL string, got ${typeof given === 'string' ? 'an empty string' : typeof given}`,
+    );
+  // With a pool of the caller's, a URL or a pool size would be dropped without a word.
+  if (pool !== undefined) {
+    const ignored = [lookup.option, 'maxConnections'].filter(
+      (k) => (options as Record<string, unknown>)[k] !== undefined,
+    );
+    if (ignored.length > 0)
+      throw new InvalidArgumentError(
+        `${factory}: give either pool or ${ignored.join(' and ')}, not both (a pool of yours has its own connection settings)`,
+      );
+  }
   const namespace = validateNamespace(options.namespace);
   const queryTimeoutMs = validateQueryTimeout(options.queryTimeoutMs);
   const ownsPool = options.pool === undefined;
-  const { url, source } = resolveUrl(lookup, given);
+  const { url, source } = resolveUrl(lookup, given as string | undefined);
   return {
     namespace,
     queryTimeoutMs,
