@@ -33,7 +33,9 @@ export interface ConnectOptions {
   /**
    * Create what the namespace needs if it is missing (SQL: its tables; DynamoDB: the
    * table). Default true. false: a missing namespace or table is an error (for tools
-   * that only read).
+   * that only read). Redis has nothing to create (a namespace is its keys), so a Redis
+   * namespace with no keys opens empty either way; so does a DynamoDB namespace with no
+   * items in an existing table.
    */
   readonly create?: boolean;
 }
@@ -88,6 +90,9 @@ function checkOptions(backend: unknown, options: ConnectOptions): asserts backen
       );
     }
   }
+  // 'false' (from a config file or an environment variable) was a truthy create.
+  if (options.create !== undefined && typeof options.create !== 'boolean')
+    throw new InvalidArgumentError(`create must be a boolean, got ${typeof options.create}`);
   for (const key of ['region', 'table'] as const) {
     if (options[key] !== undefined && backend !== 'dynamodb') {
       throw new InvalidArgumentError(`${key} is for dynamodb, not ${backend}`);

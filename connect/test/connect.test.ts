@@ -74,6 +74,9 @@ describe('openStore', () => {
       /unknown openStore option "uri"/,
     );
     await expect(openStore('postgres', { url: ' ' })).rejects.toThrow(InvalidArgumentError);
+    await expect(openStore('postgres', { create: 'false' as never })).rejects.toThrow(
+      /create must be a boolean/,
+    );
     expect(BACKENDS).toEqual(['memory', 'postgres', 'mysql', 'redis', 'redis-cluster', 'dynamodb']);
   });
 
