@@ -541,6 +541,11 @@ export class Transaction {
     this.buffer(table, row, column, bytes);
   }
 
+  /**
+   * The value as UTF-8 text (undefined if absent). Bytes that are not UTF-8 (a value set
+   * as a Uint8Array) are decoded the way TextDecoder does, each bad sequence as U+FFFD, not
+   * refused: read such values with `get`. (`getJson` refuses them: a JSON value is text.)
+   */
   async getString(table: string, row: string, column: string): Promise<string | undefined> {
     const buffered = this.buffered(table, row, column);
     const bytes = buffered !== UNBUFFERED ? buffered : (await this.readCells(table, row, [column]))[0]!.value;
