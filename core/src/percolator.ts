@@ -52,9 +52,10 @@ export interface PercolatorOptions {
   readonly lockWaitMs?: number;
   /**
    * Wall clock used for lock expiry and pruning, in milliseconds. Default Date.now. Every
-   * reading is checked: one that is not a number from 0 to 2^53 - 1 fails the call that
-   * took it with InvalidArgumentError before it is written anywhere (a fraction is rounded
-   * down).
+   * reading is checked: one that is not a number from 0 to 2^53 - 1 is never written
+   * anywhere, and fails the call that took it with InvalidArgumentError (or, where an
+   * earlier send of the commit may still land, CommitUnknownError); a fraction is rounded
+   * down.
    */
   readonly clock?: () => number;
   /** Old-version pruning (docs/protocol.md section 7). */

@@ -2,7 +2,7 @@ import { backoffMs, sleep } from './backoff.js';
 import { decodeRow, encodeRow } from './codec.js';
 import { fence } from './commit/fence.js';
 import type { ProtocolEnv } from './env.js';
-import { PercolatorError, RowTooLargeError, StoreError } from './errors.js';
+import { InvalidArgumentError, PercolatorError, RowTooLargeError, StoreError } from './errors.js';
 import type { TransactionRef } from './events.js';
 import { isCellEmpty, type RowState, rowHasNotification } from './row-state.js';
 import { type CasRequest, type CasResult, type StoredRow, writeStampInPlace } from './store.js';
@@ -155,7 +155,16 @@ export async function updateRow<T>(
         continue;
       }
     } else {
-      decision = decide(current ? decodeRow(current.state) : undefined, { ambiguous });
+      try {
+        decision = decide(current ? decodeRow(current.state) : undefined, { ambiguous });
+      } catch (error) {
+        // A decision's own verdict (a conflict, a lock) is certain whatever landed: the row
+        // as read shows it. A bad argument is no verdict on the row (a clock reading that
+        // failed its check, say): after an attempt whose outcome is unknown, that attempt
+        // may still land, so it must not read as "not written" (found in review).
+        if (ambiguous && error instanceof InvalidArgumentError) throw new AmbiguousOutcome(error);
+        throw error;
+      }
       if (!('write' in decision)) return { result: decision.done, stored: current };
     }
     let request: CasRequest;

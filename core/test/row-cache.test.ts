@@ -254,4 +254,28 @@ describe('updateRow after a write whose outcome is unknown', () => {
     expect((await store.inner.read('t', 'k')) !== null).toBe(true);
     await db.close();
   });
+
+  it('a decision that fails on a bad argument (a clock reading) on the row as re-read leaves the outcome unknown', async () => {
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    const env = (db as unknown as { env: Parameters<typeof updateRow>[0] }).env;
+    let cas = 0;
+    store.casFault = () => (++cas === 1 ? 'fail-after' : undefined);
+    const update = updateRow(env, 't', 'k', null, (row) => {
+      // The re-read row holds the lost write; deciding on it takes a clock reading that fails.
+      if (row) throw new InvalidArgumentError('clock returned NaN');
+      const fresh = emptyRow();
+      cellOf(fresh, 'c').setValue(7, new Uint8Array([1]));
+      return { write: fresh, result: 'written' };
+    });
+    // Before, the InvalidArgumentError came out as if nothing had been written.
+    await expect(update).rejects.toBeInstanceOf(AmbiguousOutcome);
+    expect(await store.inner.read('t', 'k')).not.toBeNull();
+    // With no earlier send in doubt, the same error is the caller's, as it was.
+    const plain = updateRow(env, 't', 'k2', null, () => {
+      throw new InvalidArgumentError('clock returned NaN');
+    });
+    await expect(plain).rejects.toBeInstanceOf(InvalidArgumentError);
+    await db.close();
+  });
 });

@@ -150,7 +150,7 @@ export async function createMySqlStore(options: MySqlStoreOptions = {}): Promise
     // does not parse a TypeError whose `input` holds the whole URL, password and all. Only
     // the redacted URL is kept.
     throw new InvalidArgumentError(
-      `createMySqlStore: not a usable MySQL URL: ${redactUrl(uri)} (${error instanceof Error ? error.name : 'error'}; percent-encode special characters in the password)`,
+      `createMySqlStore: mysql2 could not make a pool from ${redactUrl(uri)} (${error instanceof Error ? error.name : 'error'}): not a usable MySQL URL? Percent-encode special characters in the password`,
     );
   }
   const multipleStatements = hasMultipleStatements(pool);

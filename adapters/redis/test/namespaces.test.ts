@@ -124,4 +124,36 @@ describe('a drop that fails part way', () => {
     const unknown = new StoreError('lost', 'unknown');
     expect(dropFailed(unknown, true)).toBe(unknown);
   });
+
+  it("a store's dropNamespace whose UNLINKs are refused once it has sent one reports 'unknown', never 'no'", async () => {
+    const { createRedisStore } = await import('../src/index.js');
+    const { StoreError, uncheckedStore } = await import('@percolator/core');
+    const { ReplyError } = await import('ioredis');
+    for (const firstRefused of [2, 1]) {
+      const store = await createRedisStore({ namespace: uniqueNamespace() });
+      try {
+        const db = new Percolator({ store });
+        await db.transact(async (tx) => {
+          for (let i = 0; i < 5; i++) tx.set('t', `r${i}`, 'v', 'x');
+        });
+        await db.close();
+        const client = (uncheckedStore(store) as unknown as { client: Redis }).client;
+        const unlink = client.unlink.bind(client);
+        let calls = 0;
+        // An error reply (as a NOPERM on some keys would be) from the n-th UNLINK on.
+        (client as unknown as { unlink: (k: string) => Promise<number> }).unlink = (key: string) =>
+          ++calls >= firstRefused ? Promise.reject(new ReplyError('NOPERM no permissions')) : unlink(key);
+        const error = (await store.dropNamespace().catch((e: unknown) => e)) as InstanceType<
+          typeof StoreError
+        >;
+        expect(error).toBeInstanceOf(StoreError);
+        // Some UNLINK was sent either way (the first call is sent): never 'no'.
+        expect(error.applied, `refused from call ${firstRefused}`).toBe('unknown');
+        (client as unknown as { unlink: typeof unlink }).unlink = unlink;
+      } finally {
+        await store.dropNamespace();
+        await store.close();
+      }
+    }
+  });
 });

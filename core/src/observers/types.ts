@@ -14,8 +14,10 @@ export interface Observer {
   readonly table: string;
   readonly column: string;
   /**
-   * Runs in a transaction of its own, which the worker commits. Throw to fail the run: it
-   * is retried with backoff and the notification stays until a run succeeds.
+   * Runs in a transaction of its own, which the worker commits (with the observer's ack):
+   * the handler must not commit or roll it back itself (the run fails with an
+   * InvalidArgumentError). Throw to fail the run: it is retried with backoff and the
+   * notification stays until a run succeeds.
    */
   readonly handler: (tx: Transaction, cell: NotifiedCell) => Promise<void>;
   /**
@@ -47,10 +49,14 @@ export interface WorkerOptions {
   readonly observers: readonly Observer[];
   /**
    * Background scanning loops (start()), and rows processed at once by runUntilIdle().
-   * Default 4.
+   * Default 4, at most 65,536.
    */
   readonly concurrency?: number;
-  /** How long a row lease lasts; renewed every third of it while the row is processed. Default 10 000. */
+  /**
+   * How long a row lease lasts; renewed every third of it while the row is processed.
+   * Default 10 000. This and the other durations: integers from 1 to 2^31 - 1 ms, what
+   * Node's timers keep (batchSize at most 100,000, maxRunAttempts at most 1,000).
+   */
   readonly leaseMs?: number;
   /** Wall clock for lease expiry (default: the client's clock). */
   readonly clock?: () => number;

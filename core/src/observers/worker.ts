@@ -205,7 +205,7 @@ export class ObserverWorker {
       this.byCell.set(key, [...(this.byCell.get(key) ?? []), o]);
     }
     this.tables = [...new Set(options.observers.map((o) => o.table))];
-    this.concurrency = positiveInteger(options.concurrency, 4, 'concurrency', 1024);
+    this.concurrency = positiveInteger(options.concurrency, 4, 'concurrency', 65_536);
     this.leaseMs = positiveInteger(options.leaseMs, 10_000, 'leaseMs');
     this.idlePollMs = positiveInteger(options.idlePollMs, 200, 'idlePollMs');
     this.batchSize = positiveInteger(options.batchSize, 64, 'batchSize', 100_000);
