@@ -110,11 +110,9 @@ describe('dynamodb store: ambiguous outcomes', () => {
     if (!created.ok) throw new Error('create failed');
     proxy.mode = 'drop-replies';
     const sentBefore = proxy.forwarded;
-    const started = Date.now();
     await expectUnknown(
       viaProxy.checkAndSet({ table: 't', key: 'k', expected: created.version, state: bytes('v2') }),
     );
-    expect(Date.now() - started).toBeLessThan(5_000);
     expect(proxy.forwarded - sentBefore).toBe(1);
     const row = await direct.read('t', 'k');
     expect(text(row?.state ?? new Uint8Array())).toBe('v2');

@@ -44,8 +44,10 @@ export function userPool(options: Parameters<typeof createPool>[0] & object = {}
  */
 export function recordingPool(
   seen: (query: { sql: string; values: unknown[]; method: 'query' | 'execute' }) => void,
+  /** Another server's (a private one's): the pool is then the caller's to end. */
+  uri?: string,
 ): Pool {
-  const pool = userPool({ connectionLimit: 1 });
+  const pool = uri === undefined ? userPool({ connectionLimit: 1 }) : createPool({ uri, connectionLimit: 1 });
   const getConnection = pool.getConnection.bind(pool);
   pool.getConnection = async () => {
     const connection = await getConnection();

@@ -10,7 +10,8 @@
 import { appliedStamp as applied, errorOf, stampOf } from '@percolator/conformance';
 import { StoreError, writeStamp } from '@percolator/core';
 import { mysqlSchemaStatements } from '@percolator/mysql';
-import type { RowDataPacket } from 'mysql2/promise';
+import { startPrivateMariaDb } from '@percolator/testkit/private';
+import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
 import { describe, expect, it, vi } from 'vitest';
 import {
   admin,
@@ -471,9 +472,12 @@ describe('mysql stamped check-and-set: failures', () => {
 });
 
 describe('mysql stamped procedures: sent as prepared statements', () => {
-  /** The server's count of PREPAREs so far (nothing else in this file runs meanwhile). */
-  const prepares = async () => {
-    const [rows] = await admin.query<RowDataPacket[]>("SHOW GLOBAL STATUS LIKE 'Com_stmt_prepare'");
+  /**
+   * The PREPAREs of the recording pool's one connection so far (its session's count: the
+   * server's global one counts every other client's too).
+   */
+  const prepares = async (pool: Pool) => {
+    const [rows] = await pool.query<RowDataPacket[]>("SHOW SESSION STATUS LIKE 'Com_stmt_prepare'");
     return Number(rows[0]!.Value);
   };
 
@@ -504,14 +508,14 @@ describe('mysql stamped procedures: sent as prepared statements', () => {
       return [one.version, many.versions[0]!, many.versions[1]!] as [string, string, string];
     };
     try {
-      const before = await prepares();
+      const before = await prepares(pool);
       const versions = await round([null, null, null]);
-      const afterFirst = await prepares();
+      const afterFirst = await prepares(pool);
       // Three procedures (the one-row CAS, the 2-slot step, the stamped read), once each.
       expect(afterFirst - before).toBe(3);
       sent.length = 0;
       await round(versions);
-      expect(await prepares()).toBe(afterFirst);
+      expect(await prepares(pool)).toBe(afterFirst);
       const calls = sent.filter(({ sql }) => sql.startsWith('CALL '));
       expect(calls).toHaveLength(3);
       for (const call of calls) expect(call.method).toBe('execute');
@@ -524,15 +528,17 @@ describe('mysql stamped procedures: sent as prepared statements', () => {
   });
 
   it('at the server cap on prepared statements, the CALL goes as a plain query, once, and every later one too', async () => {
-    const [rows] = await admin.query<RowDataPacket[]>('SELECT @@GLOBAL.max_prepared_stmt_count AS cap');
-    const cap = Number(rows[0]!.cap);
+    // The cap is a global setting: a server of the test's own, never the shared one.
+    const server = await startPrivateMariaDb();
     const sent: { sql: string; method: string }[] = [];
-    const pool = recordingPool(({ sql, method }) => sent.push({ sql, method }));
-    const s = await openStore({ pool, namespace: store.namespace, createSchema: false });
+    let s: Awaited<ReturnType<typeof openStore>> | undefined;
     const key = `capped-${Date.now()}`;
     const counter = `capped-${Date.now()}`;
+    const own = createPool({ uri: server.url, connectionLimit: 1 });
+    const pool = recordingPool(({ sql, method }) => sent.push({ sql, method }), server.url);
     try {
-      await admin.query('SET GLOBAL max_prepared_stmt_count = 0');
+      s = await openStore({ pool, namespace: uniqueNamespace() });
+      await own.query('SET GLOBAL max_prepared_stmt_count = 0');
       const first = applied(
         await s.checkAndSetStamped({ table: 't', key, expected: null, state: template('1') }, counter),
       );
@@ -557,8 +563,10 @@ describe('mysql stamped procedures: sent as prepared statements', () => {
       expect(row?.version).toBe(second.version);
       expect(stampOf(row!.state)).toBe(2);
     } finally {
-      await admin.query(`SET GLOBAL max_prepared_stmt_count = ${cap}`);
-      await s.close(); // the fixture ends the pool
+      await s?.close();
+      await pool.end();
+      await own.end();
+      await server.destroy();
     }
-  });
+  }, 120_000);
 });

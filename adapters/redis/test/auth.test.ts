@@ -62,11 +62,11 @@ describe('redis: authentication and authorization failures are not retryable', (
   it('a client passed in with a wrong password fails at once, not after the ready wait', async () => {
     const client = createRedisClient(withCredentials(`no_such_user_${randomBytes(4).toString('hex')}`, 'x'));
     client.on('error', () => {});
-    const started = Date.now();
     try {
       const error = await createRedisStore({ client, namespace: uniqueNamespace() }).catch((e: unknown) => e);
+      // The refusal itself, not the ready wait's timeout (which says it did not connect in
+      // time): no duration is asserted, the message tells which.
       expectNotRetryable(error, /WRONGPASS/);
-      expect(Date.now() - started).toBeLessThan(5_000);
     } finally {
       client.disconnect();
     }
