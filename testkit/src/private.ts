@@ -16,7 +16,7 @@
  * test can show what they lose.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -35,6 +35,49 @@ export interface PrivateServer {
   kill(): Promise<void>;
   restart(): Promise<void>;
   destroy(): Promise<void>;
+}
+
+/**
+ * Where a run lists the process groups of its private servers (a file per group, named by
+ * its id), so the run's teardown can SIGKILL those still alive: a test worker that vitest
+ * stops with a signal never fires 'exit' (below), and its servers, in groups of their own,
+ * would outlive the run. Set by the run's globalSetup (scripts/vitest-global-setup.ts),
+ * which creates it, and inherited by its workers; unset (a process outside a run), nothing
+ * is listed.
+ */
+export const PRIVATE_GROUPS_ENV = 'PERCOLATOR_PRIVATE_GROUPS_DIR';
+
+function listGroup(pid: number): void {
+  const dir = process.env[PRIVATE_GROUPS_ENV];
+  if (dir) writeFileSync(join(dir, String(pid)), '');
+}
+
+function unlistGroup(pid: number): void {
+  const dir = process.env[PRIVATE_GROUPS_ENV];
+  if (dir) rmSync(join(dir, String(pid)), { force: true });
+}
+
+/** SIGKILLs every process group listed in `dir` (a run's teardown), then removes the list. */
+export function killListedGroups(dir: string): number {
+  let killed = 0;
+  let names: string[] = [];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return 0;
+  }
+  for (const name of names) {
+    const pgid = Number(name);
+    if (!Number.isSafeInteger(pgid) || pgid <= 1) continue;
+    try {
+      process.kill(-pgid, 'SIGKILL');
+      killed++;
+    } catch {
+      // gone already
+    }
+  }
+  rmSync(dir, { recursive: true, force: true });
+  return killed;
 }
 
 /** One process we can SIGKILL as a group and start again with the same arguments. */
@@ -59,6 +102,11 @@ class Supervised {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = child;
+    if (child.pid !== undefined) {
+      const pid = child.pid;
+      listGroup(pid);
+      child.once('exit', () => unlistGroup(pid));
+    }
     const keep = (chunk: Buffer) => {
       this.output = (this.output + chunk.toString()).slice(-4000);
     };
