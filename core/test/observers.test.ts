@@ -238,6 +238,43 @@ describe('observers: strong notifications', () => {
     expect(await notified(store, 'docs')).toEqual([]);
   });
 
+  test('stats.conflicts counts the attempt that used up maxRunAttempts too (with 1 attempt it counted none)', async () => {
+    const store = new MemoryStore();
+    const clock = fakeClock();
+    const db = client(store, { clock, observedColumns: [{ table: 'docs', column: 'body' }] });
+    await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    let entered!: () => void;
+    const firstEntered = new Promise<void>((r) => (entered = r));
+    let releaseFirst!: () => void;
+    const firstMayFinish = new Promise<void>((r) => (releaseFirst = r));
+    let calls = 0;
+    const observer: Observer = {
+      name: 'counter',
+      table: 'docs',
+      column: 'body',
+      handler: async (tx: Transaction, { table, row }) => {
+        tx.set(table, row, 'seen', String(++calls));
+        if (calls === 1) {
+          entered();
+          await firstMayFinish;
+        }
+      },
+    };
+    const options = { observers: [observer], leaseMs: 60_000, retry: { baseMs: 1, maxMs: 5 }, ...quiet };
+    const slow = db.worker({ ...options, maxRunAttempts: 1 });
+    const fast = db.worker(options);
+    const slowDone = slow.runUntilIdle({ timeoutMs: 20_000 });
+    await firstEntered;
+    clock.advance(61_000);
+    await fast.runUntilIdle({ timeoutMs: 20_000 });
+    releaseFirst();
+    await slowDone;
+    // Its one attempt lost on the ack: a conflict, and so a failed run (retried later, skipped).
+    expect(slow.stats.conflicts).toBe(1);
+    expect(slow.stats.failures).toBe(1);
+    expect(slow.stats.runs + fast.stats.runs).toBe(1);
+  });
+
   test('a write that commits after the run started is not lost (the clear compares notifyTs and writes)', async () => {
     const store = new MemoryStore();
     let holdCommit: Promise<void> | undefined;

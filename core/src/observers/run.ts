@@ -75,8 +75,10 @@ export async function runObserver(
     } catch (error) {
       // Its events say why (a conflict, a lock left unresolved, ...), as db.transact's do.
       await tx.rollbackAfter(error);
+      // Every attempt that ended in a retryable error counts, the last one too (it was not
+      // counted when it used up maxAttempts: with maxRunAttempts 1, never).
+      if (isRetryable(error)) stats.conflicts++;
       if (!isRetryable(error) || attempt >= maxAttempts) throw error;
-      stats.conflicts++;
       await sleep(backoffMs(attempt, 2, 100));
     }
   }
