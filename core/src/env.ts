@@ -143,19 +143,35 @@ export class Lifecycle {
   private busy = 0;
   private waiters: (() => void)[] = [];
 
+  constructor() {
+    // Lock waits end as soon as close() begins, not once the observer workers have stopped:
+    // a run's read waiting on a lock kept close() waiting for lockWaitMs per attempt (found
+    // in review).
+    this.closing.signal.addEventListener('abort', () => this.wakeAll(), { once: true });
+  }
+
   get closed(): boolean {
     return this.isClosed;
+  }
+
+  /** close() has begun (or is done): a lock wait stops. */
+  get stopping(): boolean {
+    return this.isClosed || this.closing.signal.aborted;
+  }
+
+  private wakeAll(): void {
+    for (const wake of [...this.waits]) wake();
   }
 
   /** Later calls of the client's transactions are ClosedError; reads waiting on a lock stop. */
   close(): void {
     this.isClosed = true;
-    for (const wake of [...this.waits]) wake();
+    this.wakeAll();
   }
 
   /**
-   * Waits `ms`, or until `until` settles, `signal` aborts or the client closes, whichever
-   * comes first (a read's wait on a lock).
+   * Waits `ms`, or until `until` settles, `signal` aborts or the client's close() begins,
+   * whichever comes first (a read's wait on a lock).
    */
   pause(ms: number, signal: AbortSignal | undefined, until?: Promise<unknown>): Promise<void> {
     return new Promise((resolve) => {
@@ -166,7 +182,7 @@ export class Lifecycle {
         resolve();
       };
       const timer = setTimeout(done, ms);
-      if (this.isClosed || signal?.aborted) return done();
+      if (this.stopping || signal?.aborted) return done();
       this.waits.add(done);
       signal?.addEventListener('abort', done, { once: true });
       until?.then(done, done);

@@ -418,11 +418,38 @@ export class Percolator {
     )
       throw new InvalidArgumentError(`timeoutMs must be a number of milliseconds from 0 to ${MAX_TIMER_MS}`);
     checkSignal('transact', options.signal);
-    const timeout = timeoutMs !== undefined ? AbortSignal.timeout(Math.ceil(timeoutMs)) : undefined;
-    const signal =
-      options.signal && timeout ? AbortSignal.any([options.signal, timeout]) : (options.signal ?? timeout);
     if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1)
       throw new InvalidArgumentError('maxAttempts must be a positive integer');
+    if (timeoutMs === undefined) return this.attempts(fn, options, maxAttempts, options.signal);
+    // A signal of this call's own, aborted by the deadline or by the caller's signal, and
+    // let go of when the call ends: AbortSignal.any kept every combined signal referenced by
+    // a long-lived caller's signal on Node 20, and AbortSignal.timeout kept a timer for the
+    // whole timeoutMs after the call was done (found in review).
+    const own = new AbortController();
+    const timer = setTimeout(
+      () => own.abort(new DOMException(`transact timed out after ${timeoutMs} ms`, 'TimeoutError')),
+      Math.ceil(timeoutMs),
+    );
+    timer.unref?.();
+    const caller = options.signal;
+    const follow = () => own.abort(caller?.reason);
+    if (caller?.aborted) follow();
+    else caller?.addEventListener('abort', follow, { once: true });
+    try {
+      return await this.attempts(fn, options, maxAttempts, own.signal);
+    } finally {
+      clearTimeout(timer);
+      caller?.removeEventListener('abort', follow);
+    }
+  }
+
+  /** transact's attempts, under `signal` (the caller's, or one with its deadline). */
+  private async attempts<T>(
+    fn: (tx: Transaction) => Promise<T>,
+    options: TransactOptions,
+    maxAttempts: number,
+    signal: AbortSignal | undefined,
+  ): Promise<T> {
     let previous: Transaction | undefined;
     for (let attempt = 1; ; attempt++) {
       if (this.closed) throw new ClosedError('this Percolator client is closed');
@@ -443,8 +470,10 @@ export class Percolator {
         // started itself committed or may have (its writes would commit twice). That commit
         // is waited for first, whatever the error.
         if (await tx.mayHaveCommittedByHand()) throw error;
-        if (!isRetryable(error) || attempt >= maxAttempts) throw error;
+        if (!isRetryable(error)) throw error;
+        // A retryable failure after the signal fired is the abort, on the last attempt too.
         if (signal?.aborted) throw abortedError(signal);
+        if (attempt >= maxAttempts) throw error;
         await this.backoff(tx, attempt, error, signal);
         continue;
       }
@@ -455,8 +484,9 @@ export class Percolator {
         await tx.finishForTransact();
         return result;
       } catch (error) {
-        if (!isRetryable(error) || attempt >= maxAttempts) throw error;
+        if (!isRetryable(error)) throw error;
         if (signal?.aborted) throw abortedError(signal);
+        if (attempt >= maxAttempts) throw error;
         await this.backoff(tx, attempt, error, signal);
       }
     }

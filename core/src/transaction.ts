@@ -1095,7 +1095,7 @@ export class Transaction {
     const left = this.env.lockWaitMs - (performance.now() - waitStart);
     if (local && left > 0) {
       await this.env.lifecycle.pause(left, this.signal, local);
-      this.checkStop();
+      this.checkStopWaiting();
       return;
     }
     const resolved =
@@ -1109,7 +1109,13 @@ export class Transaction {
       );
     }
     await this.env.lifecycle.pause(backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4)), this.signal);
+    this.checkStopWaiting();
+  }
+
+  /** After a lock wait: as checkStop, and a close() that has begun ends the wait too. */
+  private checkStopWaiting(): void {
     this.checkStop();
+    if (this.env.lifecycle.stopping) throw new ClosedError('this Percolator client is closing');
   }
 
   /**

@@ -278,6 +278,110 @@ describe('cancellation and deadlines', () => {
   });
 });
 
+describe('an abort while a two-phase commit waits on a lock (found in review)', () => {
+  it('ends the commit with AbortedError, before any prewrite is sent: it was ignored until the lock went, and ended as ConflictError', async () => {
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    let holding = false;
+    let releaseHold!: () => void;
+    const hold = new Promise<void>((r) => (releaseHold = r));
+    let reached!: () => void;
+    const atHold = new Promise<void>((r) => (reached = r));
+    const db = new Percolator({
+      store,
+      onePhaseMaxRows: 1,
+      hooks: {
+        // The first transaction stops after its commit point: its secondary's lock stays
+        // while it "settles".
+        onCommitStep: async (e) => {
+          if (e.step !== 'afterCommitPrimary' || !holding) return;
+          holding = false;
+          reached();
+          await hold;
+        },
+      },
+    });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '0');
+      tx.set('t', 'b', 'v', '0');
+    });
+    holding = true;
+    const first = await db.begin();
+    first.set('t', 'a', 'v', '1');
+    first.set('t', 'b', 'v', '1');
+    const firstDone = first.commit();
+    await atHold;
+    const sentTo: string[] = [];
+    store.casFault = (r) => {
+      sentTo.push(r.key);
+      return undefined;
+    };
+    const second = await db.begin();
+    second.set('t', 'b', 'v', '2');
+    second.set('t', 'z', 'v', '2');
+    const controller = new AbortController();
+    const committing = second.commit({ signal: controller.signal }).catch((e: unknown) => e);
+    setTimeout(() => controller.abort(new Error('cancelled')), 20);
+    const error = await committing;
+    expect(error).toBeInstanceOf(AbortedError);
+    expect(sentTo).not.toContain('z'); // nothing of the cancelled commit was prewritten
+    releaseHold();
+    await firstDone;
+    expect(
+      await db.transact((tx) => Promise.all(['a', 'b', 'z'].map((r) => tx.getString('t', r, 'v')))),
+    ).toEqual(['1', '1', undefined]);
+    await db.close();
+  });
+
+  it('a retryable failure after the signal fired is AbortedError on the last attempt too', async () => {
+    const db = new Percolator({ store: new MemoryStore() });
+    const controller = new AbortController();
+    const error = await db
+      .transact(
+        async () => {
+          controller.abort(new Error('cancelled'));
+          throw new ConflictError('lost a race');
+        },
+        { signal: controller.signal, maxAttempts: 1 },
+      )
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AbortedError);
+    await db.close();
+  });
+
+  it('timeoutMs with one long-lived signal: no listener is left on it, and the deadline and the signal both still end a call', async () => {
+    const { getEventListeners } = await import('node:events');
+    const db = new Percolator({ store: new MemoryStore() });
+    const shared = new AbortController();
+    for (let i = 0; i < 200; i++)
+      await db.transact(async (tx) => tx.getString('t', 'a', 'v'), {
+        signal: shared.signal,
+        timeoutMs: 60_000,
+      });
+    expect(getEventListeners(shared.signal, 'abort')).toHaveLength(0);
+    // The deadline still works, and so does the caller's signal.
+    await expect(
+      db.transact(
+        async (tx) => new Promise((r) => setTimeout(r, 50)).then(() => tx.getString('t', 'a', 'v')),
+        {
+          timeoutMs: 1,
+        },
+      ),
+    ).rejects.toBeInstanceOf(AbortedError);
+    const caller = new AbortController();
+    const call = db.transact(
+      async (tx) => new Promise((r) => setTimeout(r, 50)).then(() => tx.getString('t', 'a', 'v')),
+      {
+        signal: caller.signal,
+        timeoutMs: 60_000,
+      },
+    );
+    caller.abort(new Error('stop'));
+    await expect(call).rejects.toThrow(/stop/);
+    expect(getEventListeners(caller.signal, 'abort')).toHaveLength(0);
+    await db.close();
+  });
+});
+
 describe('the abort check before the commit point', () => {
   it('comes after a heartbeat in flight is done: a signal that fires while it waits still rolls back', async () => {
     const store = new InstrumentedStore();

@@ -866,6 +866,58 @@ describe('observers: workers, leases and scanning', () => {
   });
 });
 
+describe('observers: close() while a run waits on a lock', () => {
+  test("ends the run's lock wait at once (it waited lockWaitMs per attempt: found in review)", async () => {
+    const store = new MemoryStore();
+    const observed = [{ table: 'docs', column: 'body' }];
+    const setup = new Percolator({ store, observedColumns: observed });
+    await setup.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
+    await setup.close();
+    // A live writer (long TTL) holds a lock on the observed cell, before its commit point.
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let reached!: () => void;
+    const atCommitPoint = new Promise<void>((r) => (reached = r));
+    const writer = new Percolator({
+      store,
+      lockTtlMs: 60_000,
+      onePhaseMaxRows: 1,
+      observedColumns: observed,
+      hooks: {
+        onCommitStep: async (e) => {
+          if (e.step !== 'beforeCommitPrimary') return;
+          reached();
+          await held;
+        },
+      },
+    });
+    const tx = await writer.begin();
+    tx.set('docs', 'a', 'body', 'y');
+    tx.set('docs', 'b', 'body', 'y');
+    const committing = tx.commit();
+    await atCommitPoint;
+    const errors: unknown[] = [];
+    const db = new Percolator({ store, lockWaitMs: 60_000, observedColumns: observed });
+    const worker = db.worker({
+      observers: [{ name: 'o', table: 'docs', column: 'body', handler: async () => {} }],
+      maxRunAttempts: 3,
+      onError: (e) => errors.push(e),
+    });
+    worker.start();
+    await new Promise((r) => setTimeout(r, 300)); // the run reads docs/a and waits on the lock
+    const closed = await Promise.race([
+      db.close().then(() => 'closed'),
+      new Promise((r) => setTimeout(() => r('still waiting after 10 s'), 10_000)),
+    ]);
+    expect(closed).toBe('closed');
+    // Cut short by close(): not reported as a failure.
+    expect(errors.filter((e) => !(e instanceof ClosedError))).toEqual([]);
+    release();
+    await committing;
+    await writer.close();
+  }, 30_000);
+});
+
 describe('observers: runUntilIdle and a failing store', () => {
   test('a scan that fails once retryably is reported and tried again: runUntilIdle completes, the observer ran', async () => {
     const store = new InstrumentedStore();

@@ -19,6 +19,7 @@ import {
   BlockedByLock,
   type CommitContext,
   isPrimaryRow,
+  notAborted,
   type RowMutations,
   rowId,
   secondaryRows,
@@ -188,6 +189,10 @@ function prewriteRow(
 ): Promise<RowUpdateResult<undefined>> {
   const decide = prewriteDecision(ctx, m);
   return withLockResolution(ctx, m, async (attempt) => {
+    // After a wait on another transaction's lock, a signal that fired meanwhile ends the
+    // commit here (it is before the commit point): it was ignored until the lock was
+    // settled or the commit failed with ConflictError (found in review).
+    if (attempt > 0) notAborted(ctx);
     const known = attempt === 0 ? first : ctx.knownRows.get(rowId(m.table, m.row));
     try {
       return await updateRow(ctx.env, m.table, m.row, known, decide, ambiguous);
@@ -213,6 +218,7 @@ export async function prewriteAll(ctx: CommitContext, heartbeat: Heartbeat): Pro
   if (settling) {
     await waitAtMost(settling, ctx.env.lockWaitMs, ctx.signal);
     for (const m of ctx.rows) ctx.knownRows.delete(rowId(m.table, m.row));
+    notAborted(ctx); // the wait ends early for a signal: nothing is sent after it
   }
   alive(ctx);
   // From now on our primary lock may exist: keep it fresh (a beat finds nothing to do before it lands).

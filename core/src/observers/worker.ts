@@ -638,6 +638,8 @@ export class ObserverWorker {
   }
 
   private reportError(error: unknown, failure: RunFailure | undefined): void {
+    // A run the client's close() cut short (a lock wait it ended) is not news.
+    if (error instanceof ClosedError && this.env.lifecycle.closing.signal.aborted) return;
     if (this.options.onError) {
       // A throwing (or rejecting) error callback must not stop the worker.
       this.callback(() => this.options.onError?.(error, failure));
