@@ -1,3 +1,4 @@
+import { onAbort } from './backoff.js';
 import type { PrunePolicy } from './cells.js';
 import type { SharedSteps } from './commit/shared-steps.js';
 import type { EventSink, TidyEvent } from './events.js';
@@ -175,16 +176,17 @@ export class Lifecycle {
    */
   pause(ms: number, signal: AbortSignal | undefined, until?: Promise<unknown>): Promise<void> {
     return new Promise((resolve) => {
+      if (this.stopping || signal?.aborted) return resolve();
+      let stop: (() => void) | undefined;
       const done = () => {
         clearTimeout(timer);
         this.waits.delete(done);
-        signal?.removeEventListener('abort', done);
+        stop?.();
         resolve();
       };
       const timer = setTimeout(done, ms);
-      if (this.stopping || signal?.aborted) return done();
       this.waits.add(done);
-      signal?.addEventListener('abort', done, { once: true });
+      if (signal) stop = onAbort(signal, done);
       until?.then(done, done);
     });
   }

@@ -1,4 +1,4 @@
-import { backoffMs, sleep } from './backoff.js';
+import { backoffMs, onAbort, sleep } from './backoff.js';
 import type { PrunePolicy } from './cells.js';
 import { checkedStore } from './checked-store.js';
 import { abortedError } from './commit/context.js';
@@ -432,14 +432,14 @@ export class Percolator {
     );
     timer.unref?.();
     const caller = options.signal;
-    const follow = () => own.abort(caller?.reason);
-    if (caller?.aborted) follow();
-    else caller?.addEventListener('abort', follow, { once: true });
+    let unfollow: (() => void) | undefined;
+    if (caller?.aborted) own.abort(caller.reason);
+    else if (caller) unfollow = onAbort(caller, () => own.abort(caller.reason));
     try {
       return await this.attempts(fn, options, maxAttempts, own.signal);
     } finally {
       clearTimeout(timer);
-      caller?.removeEventListener('abort', follow);
+      unfollow?.();
     }
   }
 

@@ -1,4 +1,4 @@
-import { backoffMs } from './backoff.js';
+import { backoffMs, onAbort } from './backoff.js';
 import { visibleWrite } from './cells.js';
 import { decodeRow, decodeVersionRow, STAMP } from './codec.js';
 import { abortedError, timed } from './commit/context.js';
@@ -1143,18 +1143,17 @@ export class Transaction {
       return Promise.reject(abortedError(signal));
     }
     return new Promise<T>((resolve, reject) => {
-      const onAbort = () => {
+      const stop = onAbort(signal, () => {
         abandon();
         reject(abortedError(signal));
-      };
-      signal.addEventListener('abort', onAbort, { once: true });
+      });
       work.then(
         (value) => {
-          signal.removeEventListener('abort', onAbort);
+          stop();
           resolve(value);
         },
         (error: unknown) => {
-          signal.removeEventListener('abort', onAbort);
+          stop();
           reject(error);
         },
       );

@@ -278,7 +278,7 @@ describe('cancellation and deadlines', () => {
   });
 });
 
-describe('an abort while a two-phase commit waits on a lock (found in review)', () => {
+describe('signals and deadlines: what a review of cancellation found', () => {
   it('ends the commit with AbortedError, before any prewrite is sent: it was ignored until the lock went, and ended as ConflictError', async () => {
     const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
     let holding = false;
@@ -345,6 +345,32 @@ describe('an abort while a two-phase commit waits on a lock (found in review)', 
       )
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(AbortedError);
+    await db.close();
+  });
+
+  it("many transactions sharing one signal put one listener on it (a listener each passed Node's leak warning), and none is left after", async () => {
+    const { getEventListeners } = await import('node:events');
+    const store = new InstrumentedStore();
+    const db = new Percolator({ store });
+    const shared = new AbortController();
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    store.beforeWrite = () => gate;
+    // 16 transactions at once, each in a read (untilAborted) or a lock wait or a commit.
+    const calls = Array.from({ length: 16 }, (_, i) =>
+      db.transact(
+        async (tx) => {
+          await tx.getString('t', `r${i}`, 'v');
+          tx.set('t', `r${i}`, 'v', 'x');
+        },
+        { signal: shared.signal, timeoutMs: 60_000 },
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 20));
+    expect(getEventListeners(shared.signal, 'abort').length).toBeLessThanOrEqual(1);
+    release();
+    await Promise.all(calls);
+    expect(getEventListeners(shared.signal, 'abort')).toHaveLength(0);
     await db.close();
   });
 
