@@ -1,6 +1,8 @@
 import {
   BatchGetItemCommand,
   type BatchGetItemCommandOutput,
+  GetItemCommand,
+  type GetItemCommandOutput,
   TransactGetItemsCommand,
   type TransactGetItemsCommandOutput,
 } from '@aws-sdk/client-dynamodb';
@@ -81,7 +83,9 @@ const PEEK_ROWS = 99;
  * Rows past the first 99 are read after it (BatchGetItem), and so are all of them when
  * DynamoDB refuses the combined read (refusedWhole), as it does when the items come to
  * more than one TransactGetItems answers (4 MB: about 21 rows holding values near the
- * largest): the counter is then peeked alone. A snapshot's reads may come
+ * largest): the counter is then read alone (a strongly consistent GetItem). So too when the
+ * service cancels it for a conflict (an item of it being written: the counter, which every
+ * draw writes, under load), and for a while after (conflictsSeen). A snapshot's reads may come
  * after its timestamp (every later read of a transaction does): a strongly consistent read
  * after the peek sees every write acknowledged before it, so all of V's.
  */
@@ -99,12 +103,28 @@ export async function readPeeked(
   const refs = [...unique.values()];
   let first = refs.slice(0, PEEK_ROWS);
   let peeked: { timestamp: number; items: (Item | undefined)[] };
-  try {
-    peeked = await peekWith(ctx, counter, first);
-  } catch (error) {
-    if (first.length === 0 || !refusedWhole(error)) throw error;
+  const apart = async () => {
     first = [];
-    peeked = await peekWith(ctx, counter, first);
+    return { timestamp: await counterValue(ctx, counter), items: [] };
+  };
+  if (conflictsSeen.has(ctx) && performance.now() < conflictsSeen.get(ctx)!) {
+    peeked = await apart();
+  } else {
+    try {
+      peeked = await peekWith(ctx, counter, first);
+    } catch (error) {
+      if (conflicted(error)) {
+        // The counter (or a row) was being written as it read: the service cancels a
+        // TransactGetItems then, and under load the counter, which every draw writes, is
+        // being written most of the time (the transaction's own identity draw beside its
+        // peek included). Read apart, and keep to that for a while.
+        conflictsSeen.set(ctx, performance.now() + APART_AFTER_CONFLICT_MS);
+        peeked = await apart();
+      } else {
+        if (first.length === 0 || !refusedWhole(error)) throw error;
+        peeked = await apart();
+      }
+    }
   }
   const found = new Map<string, StoredRow>();
   first.forEach((ref, i) => {
@@ -121,6 +141,48 @@ export async function readPeeked(
     });
   }
   return { timestamp: peeked.timestamp, rows: ids.map((id) => found.get(id) ?? null) };
+}
+
+/**
+ * Read apart after a TransactGetItems was cancelled for a conflict: the counter with one
+ * strongly consistent GetItem, then the rows with BatchGetItem, for this long before the
+ * combined read is tried again (per store). Read apart, nothing conflicts: standard reads
+ * are never cancelled.
+ */
+const APART_AFTER_CONFLICT_MS = 1000;
+const conflictsSeen = new WeakMap<CasContext, number>();
+
+/** A TransactGetItems the service cancelled because an item was being written (TransactionConflict). */
+function conflicted(error: unknown): boolean {
+  const cause = (error instanceof StoreError ? error.cause : error) as
+    | { name?: string; CancellationReasons?: { Code?: string }[] }
+    | undefined;
+  if (cause?.name === 'TransactionConflictException') return true;
+  return (
+    cause?.name === 'TransactionCanceledException' &&
+    (cause.CancellationReasons ?? []).some((reason) => reason.Code === 'TransactionConflict')
+  );
+}
+
+/**
+ * The counter's value (0 if absent) by one strongly consistent GetItem: it sees every draw
+ * acknowledged before it, and so does a strongly consistent read of the rows after it
+ * (every write of every commit at or below the value, or its locks).
+ */
+async function counterValue(ctx: CasContext, counter: string): Promise<number> {
+  const out = await ctx.caller.read<GetItemCommandOutput>(
+    'GetItem',
+    new GetItemCommand({
+      TableName: ctx.tableName,
+      Key: itemKey(counterPartition(ctx.namespace), counter),
+      ConsistentRead: true,
+    }),
+  );
+  const timestamp = out.Item === undefined ? 0 : Number(out.Item[ATTR.counter]?.N);
+  if (!Number.isSafeInteger(timestamp) || timestamp < 0) {
+    throw new StoreError(`dynamodb: counter ${JSON.stringify(counter)} holds no safe integer`, 'no');
+  }
+  return timestamp;
 }
 
 /** One TransactGetItems: the counter, then `refs` (at most 99, no two alike), in order. */
