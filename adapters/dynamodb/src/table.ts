@@ -43,7 +43,9 @@ export async function ensureTable(
     await createTable(caller, tableName);
     description = await describe(caller, tableName);
   }
-  while (description?.TableStatus !== 'ACTIVE') {
+  // UPDATING (a change of billing, capacity or indexes) takes reads and writes as ACTIVE
+  // does: a store starting meanwhile waited out the whole change, and then failed.
+  while (description?.TableStatus !== 'ACTIVE' && description?.TableStatus !== 'UPDATING') {
     if (Date.now() > deadline) {
       throw new StoreError(
         `DynamoDB table ${tableName} is ${description?.TableStatus ?? 'missing'}, not ACTIVE, after ${timeoutMs} ms`,
@@ -57,6 +59,22 @@ export async function ensureTable(
     if (description === null && create) await createTable(caller, tableName);
   }
   checkKeySchema(tableName, description);
+  checkSingleRegion(tableName, description);
+}
+
+/**
+ * A global table (replicas in other regions) checks a condition and adds to a counter in
+ * each region apart, and replicates by last writer wins: two clients in two regions could
+ * both apply a check-and-set on one version (a lost update) and draw the same timestamp.
+ * Refused, rather than losing data in a way no test on one region shows (found in review).
+ */
+function checkSingleRegion(tableName: string, table: TableDescription): void {
+  if ((table.Replicas?.length ?? 0) === 0 && table.GlobalTableVersion === undefined) return;
+  throw new InvalidArgumentError(
+    `DynamoDB table ${tableName} is a global table (replicated to ${
+      table.Replicas?.map((r) => r.RegionName).join(', ') || 'other regions'
+    }): its conditional writes and counters hold in each region apart, which cannot keep snapshot isolation; use a table in one region`,
+  );
 }
 
 async function describe(caller: Caller, tableName: string): Promise<TableDescription | null> {

@@ -186,6 +186,59 @@ describe('dynamodb store: table and client lifecycle', () => {
   });
 });
 
+describe('dynamodb store: the table', () => {
+  /** A client whose DescribeTable answers are changed by `alter` (DynamoDB Local has no global tables). */
+  function describing(alter: (table: Record<string, unknown>) => void) {
+    const client = rawClient();
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const result = await next(args);
+        const table = (result.output as { Table?: Record<string, unknown> }).Table;
+        if (context.commandName === 'DescribeTableCommand' && table) alter(table);
+        return result;
+      },
+      { step: 'initialize' },
+    );
+    return client;
+  }
+
+  it('a global table (replicas in other regions) is refused: its conditions and counters hold per region', async () => {
+    const t = db.target();
+    const client = describing((table) => {
+      table.Replicas = [{ RegionName: 'us-west-2' }, { RegionName: 'eu-west-1' }];
+    });
+    const error = await createDynamoDbStore({
+      client,
+      tableName: t.tableName,
+      namespace: uniqueNamespace('global'),
+      createTable: true,
+    }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect((error as Error).message).toMatch(/is a global table \(replicated to us-west-2, eu-west-1\)/);
+    client.destroy();
+  });
+
+  it('a table being updated (billing, capacity, indexes) is used at once: it takes reads and writes', async () => {
+    const t = db.target();
+    const client = describing((table) => {
+      table.TableStatus = 'UPDATING';
+    });
+    const store = db.track(
+      await createDynamoDbStore({
+        client,
+        tableName: t.tableName,
+        namespace: uniqueNamespace('updating'),
+        createTable: true,
+        tableWaitTimeoutMs: 1000,
+      }),
+    );
+    expect((await store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('x') })).ok).toBe(
+      true,
+    );
+    client.destroy();
+  });
+});
+
 describe('dynamodb store: peeked reads', () => {
   it('a peek the service cancels for a conflict (an item being written: the counter, under load) reads apart, and keeps to that for a while', async () => {
     // DynamoDB Local never cancels a TransactGetItems for a write in progress; the service
