@@ -4,7 +4,9 @@ import {
   InvalidArgumentError,
   type Placement,
   type RowStore,
+  StoreError,
   type TableRoute,
+  validateUserTable,
 } from '@percolator/core';
 import { BACKENDS, type BackendName, isBackendName } from './backends.js';
 import { type ConnectedStore, type ConnectOptions, openStore } from './open.js';
@@ -110,14 +112,26 @@ export function parseCompositeConfig(value: unknown): CompositeConfig {
   }
   const storeName = (v: unknown, where: string): string => {
     if (typeof v !== 'string' || !names.has(v)) {
-      throw bad(where, `must name a store in "stores" (${[...names].join(', ')}), got ${JSON.stringify(v)}`);
+      // What was there, without its text when that could be a secret (a URL with a password
+      // written where a store name belongs: found in review).
+      const got =
+        typeof v === 'string' && !STORE_NAME.test(v)
+          ? `a string that names no store (${v.length} characters${/^[a-z][a-z0-9+.-]*:\/\//i.test(v) ? ', a URL' : ''})`
+          : JSON.stringify(v);
+      throw bad(where, `must name a store in "stores" (${[...names].join(', ')}), got ${got}`);
     }
     return v;
   };
   const shardNames = (v: unknown, where: string): string[] => {
     if (!Array.isArray(v) || v.length === 0) throw bad(where, 'must be a non-empty array of store names');
-    return v.map((s, i) => storeName(s, `${where}[${i}]`));
+    const list = v.map((s, i) => storeName(s, `${where}[${i}]`));
+    const twice = list.find((name, i) => list.indexOf(name) !== i);
+    if (twice !== undefined) throw bad(where, `names store ${twice} twice (each shard once)`);
+    return list;
   };
+  // Checked here, before any store is opened (and so before any is created), as well as by
+  // the CompositeStore: a file it would refuse created tables first (found in review).
+  const routed = new Set<string>();
   if (value.routes !== undefined) {
     if (!Array.isArray(value.routes)) throw bad('routes', 'must be an array');
     value.routes.forEach((route: unknown, i: number) => {
@@ -128,6 +142,13 @@ export function parseCompositeConfig(value: unknown): CompositeConfig {
           throw bad(`${where}.${key}`, 'unknown field');
       }
       if (typeof route.table !== 'string') throw bad(`${where}.table`, 'must be a string');
+      try {
+        validateUserTable(route.table);
+      } catch (error) {
+        throw bad(`${where}.table`, (error as Error).message);
+      }
+      if (routed.has(route.table)) throw bad(`${where}.table`, `table ${route.table} is routed twice`);
+      routed.add(route.table);
       if ((route.store === undefined) === (route.shards === undefined)) {
         throw bad(where, 'needs exactly one of store and shards');
       }
@@ -143,7 +164,7 @@ export function parseCompositeConfig(value: unknown): CompositeConfig {
       shardNames(value.default.shards, 'default.shards');
     } else storeName(value.default, 'default');
   }
-  if (value.routes === undefined && value.default === undefined) {
+  if ((value.routes === undefined || value.routes.length === 0) && value.default === undefined) {
     throw bad('the file', 'needs routes, a default, or both');
   }
   if (value.counterStore === undefined) {
@@ -168,7 +189,12 @@ export async function readCompositeConfig(path: string): Promise<CompositeConfig
   try {
     parsed = JSON.parse(text);
   } catch (error) {
-    throw new InvalidArgumentError(`composite config ${path} is not JSON: ${(error as Error).message}`);
+    // Node quotes the text around a bad token, which may be part of a password (an unquoted
+    // URL): only where it is.
+    const at = /position (\d+)/.exec((error as Error).message)?.[1];
+    throw new InvalidArgumentError(
+      `composite config ${path} is not JSON${at === undefined ? '' : ` (at character ${at})`}`,
+    );
   }
   return parseCompositeConfig(parsed);
 }
@@ -242,7 +268,32 @@ export async function openComposite(
       stores,
       target: [...stores].map(([name, c]) => `${name}: ${c.backend} ${c.target}`).join('; '),
       async dropNamespace() {
-        for (const c of stores.values()) await c.dropNamespace();
+        // Every store but the counter's first, each tried; the counter's last, and only once
+        // every other is empty: a counter dropped beside rows left behind would start again
+        // from 0 below their timestamps (found in review).
+        const counterName = checked.counterStore;
+        const failures: string[] = [];
+        let first: unknown;
+        for (const [name, c] of stores) {
+          if (name === counterName) continue;
+          try {
+            await c.dropNamespace();
+          } catch (error) {
+            first ??= error;
+            failures.push(`${name}: ${(error as Error).message}`);
+          }
+        }
+        if (failures.length > 0) {
+          const kept = counterName === null ? '' : `; the counter store ${counterName} was left as it was`;
+          if (failures.length === 1 && first instanceof Error) {
+            first.message += kept;
+            throw first;
+          }
+          throw new StoreError(`dropping the namespace failed in ${failures.join('; ')}${kept}`, 'unknown', {
+            cause: first,
+          });
+        }
+        if (counterName !== null) await stores.get(counterName)!.dropNamespace();
       },
       close: () => {
         closed ??= (async () => {

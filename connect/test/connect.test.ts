@@ -240,7 +240,54 @@ describe('composite config', () => {
     bad({ ...good, routes: [{ table: 't', store: 'a', shards: ['a'] }] }, /exactly one of store and shards/);
     bad({ ...good, default: { shards: [] } }, /default\.shards: must be a non-empty array/);
     bad({ ...good, counterStore: undefined }, /counterStore: is required/);
+    // Refused before any store is opened (the CompositeStore refused them after every store
+    // was opened, and created).
+    bad(
+      {
+        ...good,
+        routes: [
+          { table: 't', store: 'a' },
+          { table: 't', store: 'b' },
+        ],
+      },
+      /routes\[1\]\.table: table t is routed twice/,
+    );
+    bad({ ...good, default: { shards: ['a', 'a'] } }, /default\.shards: names store a twice/);
+    bad({ ...good, routes: [{ table: '', store: 'a' }] }, /routes\[0\]\.table:/);
+    bad({ ...good, routes: [], default: undefined }, /needs routes, a default, or both/);
+    // A URL where a store name belongs: its text (and password) is not in the message.
+    const leak = () => parseCompositeConfig({ ...good, counterStore: 'postgres://app:hunter2@db/shop' });
+    expect(leak).toThrow(
+      /counterStore: must name a store .*a string that names no store \(\d+ characters, a URL\)/,
+    );
+    expect(() => leak()).not.toThrow(/hunter2/);
     expect(parseCompositeConfig(good)).toEqual(good);
+  });
+
+  it('drops the counter store last, and only once every other store is empty', async () => {
+    const config = {
+      stores: { c: { backend: 'memory' }, a: { backend: 'memory' }, b: { backend: 'memory' } },
+      default: { shards: ['a', 'b'] },
+      counterStore: 'c',
+    } as const;
+    const deployment = await openComposite(parseCompositeConfig(config));
+    try {
+      const dropped: string[] = [];
+      for (const [name, c] of deployment.stores) {
+        const original = c.dropNamespace.bind(c);
+        (c as { dropNamespace: () => Promise<void> }).dropNamespace = async () => {
+          if (name === 'a') throw new Error('store a is unreachable');
+          dropped.push(name);
+          await original();
+        };
+      }
+      const error = await deployment.dropNamespace().catch((e: unknown) => e);
+      expect(String(error)).toMatch(/store a is unreachable; the counter store c was left as it was/);
+      // b was tried although a failed first; the counter's store was not touched.
+      expect(dropped).toEqual(['b']);
+    } finally {
+      await deployment.close();
+    }
   });
 
   it('opens a deployment from a file, with urlEnv, and routes rows by it', async () => {
