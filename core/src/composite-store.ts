@@ -14,6 +14,7 @@ import {
   StoreError,
   UnsupportedOperationError,
 } from './errors.js';
+import { compareKeys } from './names.js';
 import { LEASE_TABLE } from './observers/lease.js';
 import type {
   CasRequest,
@@ -234,7 +235,10 @@ export class CompositeStore implements RowStore {
   /**
    * The library's own tables follow the data they serve, so no route has to name them:
    * a user table's version rows (`__v.` / `__h.`) go where that table goes, and observer
-   * leases (`__lease`) go to the default placement, or else to the first route's.
+   * leases (`__lease`) go to the default placement, or else to the route of the table that
+   * sorts first (UTF-8 byte order): every client finds them in one place however it lists
+   * its routes (they went to the first route listed, so two clients listing the same
+   * routes in other orders took leases in two stores, and ran rows twice: found in review).
    */
   private internalPlacement(table: string): ResolvedPlacement | undefined {
     if (!table.startsWith(INTERNAL_TABLE_PREFIX)) return undefined;
@@ -242,8 +246,17 @@ export class CompositeStore implements RowStore {
       const base = baseTableOf(table) ?? this.hashedVersionTables().get(table);
       return base === undefined ? undefined : this.config.routes.get(base);
     }
-    if (table === LEASE_TABLE) return this.config.fallback ?? this.config.routes.values().next().value;
+    if (table === LEASE_TABLE) return this.config.fallback ?? this.leasePlacement();
     return undefined;
+  }
+
+  private leaseRoute: ResolvedPlacement | undefined;
+  private leasePlacement(): ResolvedPlacement | undefined {
+    if (this.leaseRoute === undefined) {
+      const tables = [...this.config.routes.keys()].sort(compareKeys);
+      this.leaseRoute = tables.length === 0 ? undefined : this.config.routes.get(tables[0]!);
+    }
+    return this.leaseRoute;
   }
 
   private hashedNames: Map<string, string> | undefined;

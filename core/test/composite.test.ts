@@ -202,6 +202,28 @@ describe('routing', () => {
     expect(moved).toBeLessThan(900);
   });
 
+  it('observer leases, with no default, go to one store however the routes are listed (the route of the table that sorts first)', () => {
+    const x = new MemoryStore();
+    const y = new MemoryStore();
+    const one = new CompositeStore({
+      routes: [
+        { table: 'xs', store: x },
+        { table: 'ys', store: y },
+      ],
+      counterStore: x,
+    });
+    const other = new CompositeStore({
+      routes: [
+        { table: 'ys', store: y },
+        { table: 'xs', store: x },
+      ],
+      counterStore: x,
+    });
+    // They went to the first route listed: x for one, y for the other.
+    expect(one.storeFor('__lease', 'k')).toBe(x);
+    expect(other.storeFor('__lease', 'k')).toBe(x);
+  });
+
   it('puts each row in exactly one store: table routes first, then the sharded default', async () => {
     const accounts = new MemoryStore();
     const { a, b, c, shards } = threeShards();
