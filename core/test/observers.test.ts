@@ -243,10 +243,7 @@ describe('observers: strong notifications', () => {
     const clock = fakeClock();
     const db = client(store, { clock, observedColumns: [{ table: 'docs', column: 'body' }] });
     await db.transact(async (tx) => tx.set('docs', 'a', 'body', 'x'));
-    let entered!: () => void;
-    const firstEntered = new Promise<void>((r) => (entered = r));
-    let releaseFirst!: () => void;
-    const firstMayFinish = new Promise<void>((r) => (releaseFirst = r));
+    const gate = firstRunGate();
     let calls = 0;
     const observer: Observer = {
       name: 'counter',
@@ -254,20 +251,17 @@ describe('observers: strong notifications', () => {
       column: 'body',
       handler: async (tx: Transaction, { table, row }) => {
         tx.set(table, row, 'seen', String(++calls));
-        if (calls === 1) {
-          entered();
-          await firstMayFinish;
-        }
+        await gate.pass();
       },
     };
     const options = { observers: [observer], leaseMs: 60_000, retry: { baseMs: 1, maxMs: 5 }, ...quiet };
     const slow = db.worker({ ...options, maxRunAttempts: 1 });
     const fast = db.worker(options);
     const slowDone = slow.runUntilIdle({ timeoutMs: 20_000 });
-    await firstEntered;
+    await gate.reached();
     clock.advance(61_000);
     await fast.runUntilIdle({ timeoutMs: 20_000 });
-    releaseFirst();
+    gate.open();
     await slowDone;
     // Its one attempt lost on the ack: a conflict, and so a failed run (retried later, skipped).
     expect(slow.stats.conflicts).toBe(1);
