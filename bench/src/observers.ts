@@ -45,6 +45,12 @@ export class ObserverSession implements WorkloadSession {
   private readonly written = new Map<string, string>();
   private readonly failures: string[] = [];
   private readonly prefix = randomBytes(4).toString('hex');
+  /**
+   * The engine's own table: with `--rounds`, the cells of every Percolator engine (plain,
+   * traced) run side by side on one store, each session's worker running all along. On one
+   * shared table each worker took the other's changes, and the other's steps waited in vain.
+   */
+  private readonly table: string;
 
   constructor(
     engine: PercolatorEngine,
@@ -53,14 +59,16 @@ export class ObserverSession implements WorkloadSession {
     private readonly hooks: ObserverHooks = {},
   ) {
     const base = { ...engine.clientOptions, store: engine.store };
-    this.writer = new Percolator({ ...base, observedColumns: [{ table: TABLE, column: IN }] });
+    const table = engine.tablePrefix + TABLE;
+    this.table = table;
+    this.writer = new Percolator({ ...base, observedColumns: [{ table, column: IN }] });
     this.workerClient = new Percolator(base);
     const observer: Observer = {
-      name: 'bench-copy',
-      table: TABLE,
+      name: `${engine.tablePrefix}bench-copy`,
+      table,
       column: IN,
       handler: async (tx, { row }) => {
-        tx.set(TABLE, row, OUT, (await tx.getString(TABLE, row, IN)) ?? '');
+        tx.set(table, row, OUT, (await tx.getString(table, row, IN)) ?? '');
       },
     };
     this.worker = this.workerClient.worker({
@@ -100,7 +108,7 @@ export class ObserverSession implements WorkloadSession {
       try {
         await this.writer.transact(async (tx) => {
           attempts++;
-          tx.set(TABLE, row, IN, value);
+          tx.set(this.table, row, IN, value);
         });
         const committedAt = performance.now();
         this.written.set(row, value);
@@ -133,7 +141,7 @@ export class ObserverSession implements WorkloadSession {
     }
     const rows = [...this.written.keys()];
     const copies = await this.writer.transact((tx) =>
-      Promise.all(rows.map((row) => tx.getString(TABLE, row, OUT))),
+      Promise.all(rows.map((row) => tx.getString(this.table, row, OUT))),
     );
     for (const [i, row] of rows.entries()) {
       if (copies[i] !== this.written.get(row))

@@ -3,7 +3,7 @@ import { afterAll, describe, expect, test } from 'vitest';
 import { CountingStore } from '../src/counting-store.js';
 import { PercolatorEngine } from '../src/engines/percolator.js';
 import { ObserverSession } from '../src/observers.js';
-import { runCell } from '../src/runner.js';
+import { runCell, runInterleaved } from '../src/runner.js';
 import { workloadByName } from '../src/workloads.js';
 
 /**
@@ -72,5 +72,39 @@ describe('observer pipeline latency', () => {
     expect(result.observer!.runs).toBeGreaterThan(0);
     expect(result.observer!.runsPerSecond).toBeGreaterThan(0);
     expect(result.p50Ms).toBeLessThanOrEqual(result.p99Ms);
+  });
+
+  test('two engines interleaved on one store each see their own changes processed (--rounds, --tracing)', async () => {
+    // The plain engine and a traced one share a store under `--tracing`, each with its own
+    // table prefix, and with `--rounds` both sessions' workers run all along. On one shared
+    // table each worker took the other's changes, and every step of the other waited 30 s.
+    const shared = new CountingStore(new MemoryStore());
+    const engines = [
+      new PercolatorEngine(shared, 10, {}, { tablePrefix: 't0_' }),
+      new PercolatorEngine(shared, 10, {}, { tablePrefix: 't1_', variant: 'si+events' }),
+    ];
+    try {
+      const results = await runInterleaved(
+        engines.map((e) => ({
+          backend: 'memory',
+          engine: e,
+          workload: workloadByName('observers')!,
+          concurrency: 2,
+          durationMs: 400,
+          warmupMs: 0,
+          shape: { records: 8, accounts: 4, valueBytes: 32 },
+          seed: 1,
+          opsPerTxn: 1,
+        })),
+        4,
+      );
+      for (const result of results) {
+        expect(result.check.ok, result.check.detail).toBe(true);
+        expect(result.errors).toBe(0);
+        expect(result.transactions).toBeGreaterThan(0);
+      }
+    } finally {
+      for (const e of engines) await e.close();
+    }
   });
 });

@@ -52,7 +52,8 @@ export class PercolatorEngine implements Engine {
   readonly mode = 'percolator';
   /** 'si', or 'si+otel' / 'si+otel-events' for the engines with OpenTelemetry on (`--tracing`). */
   readonly variant: string;
-  private readonly tablePrefix: string;
+  /** Put before every table name (see the constructor's option). */
+  readonly tablePrefix: string;
   readonly maxRowsPerTxn = Number.POSITIVE_INFINITY;
   readonly singleRowOnly = false;
   readonly dataKey: string;
