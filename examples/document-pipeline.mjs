@@ -71,7 +71,7 @@ try {
   console.log(`backend: ${store.name}; ${committed} document writes to "${DOCUMENTS}" by 2 writers`);
   console.log(
     `workers: ${workerCount}; observer runs ${total('runs')} (skipped ${total('skipped')}, ` +
-      `ack/write conflicts retried ${total('conflicts')}, failures ${total('failures')}), ` +
+      `ack/write conflicts retried ${total('conflicts')}, runs given up for now and retried later ${total('failures')}), ` +
       `notifications cleared ${total('cleared')}, rows leased by another worker ${total('leaseBusy')}`,
   );
   console.log(

@@ -95,6 +95,9 @@ async function addToAccount(ctx: WorkerContext, key: string, amount: number): Pr
   const { attempts } = await run(ctx, [key], async (tx) => {
     const [value] = await tx.read('acct', [key], { forUpdate: true });
     tx.write('acct', [[key, encodeValue(readInt(ctx, key, value) + amount, ctx.shape.valueBytes)]]);
+  }).catch((error: unknown) => {
+    if (error instanceof TxFailure && error.kind === 'unknown') ctx.ledger.unbalanced = true;
+    throw error;
   });
   ctx.ledger.addDelta(key, amount);
   return attempts;

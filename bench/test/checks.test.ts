@@ -64,6 +64,52 @@ describe('verify', () => {
     expect(moved.detail).toMatch(/lost or phantom/);
   });
 
+  test("transfers: a raw transfer's committed leg whose other leg gave up moves the total, and passes", () => {
+    // Raw transfers are two single-row legs; with few attempts one may give up after the
+    // other committed. Every account then matches its committed changes, and the total
+    // moved by the lone leg: no money was created or lost (found in review: this failed).
+    const before = new Map([
+      ['a', v(100)],
+      ['b', v(100)],
+    ]);
+    const ledger = new Ledger(1);
+    ledger.addDelta('b', 7); // a's leg of -7 gave up
+    const after = new Map([
+      ['a', v(100)],
+      ['b', v(107)],
+    ]);
+    const lone = verify('transfer', ledger, 1, before, after);
+    expect(lone, lone.detail).toMatchObject({ ok: true });
+    expect(lone.detail).toMatch(/= 200 \+ 7/);
+    // The same lone leg lost: caught per account.
+    const lost = verify(
+      'transfer',
+      ledger,
+      1,
+      before,
+      new Map([
+        ['a', v(100)],
+        ['b', v(100)],
+      ]),
+    );
+    expect(lost.ok).toBe(false);
+    // A leg whose outcome is unknown: its account is not judged, nor is the total.
+    ledger.markUncertain(['a']);
+    ledger.unbalanced = true;
+    const unknown = verify(
+      'transfer',
+      ledger,
+      1,
+      before,
+      new Map([
+        ['a', v(100)],
+        ['b', v(107)],
+      ]),
+    );
+    expect(unknown, unknown.detail).toMatchObject({ ok: true });
+    expect(unknown.detail).toMatch(/not checked/);
+  });
+
   test('increments: a lost update fails, an uncertain key is not judged exactly', () => {
     const before = new Map([
       ['k', v(0)],
