@@ -16,7 +16,7 @@ import { type Engine, label } from './engines/engine.js';
 import { PercolatorEngine } from './engines/percolator.js';
 import { RawEngine } from './engines/raw.js';
 import { withRatios } from './metrics.js';
-import type { BenchOptions } from './options.js';
+import type { BenchOptions, TracingKind } from './options.js';
 import { type Progress, silentProgress } from './progress.js';
 import { shellArgs } from './report/format.js';
 import { runCell, runInterleaved } from './runner.js';
@@ -193,6 +193,29 @@ async function runBackend(
   }
 }
 
+/** What each `--tracing` kind asked for ran with, in the report's notes. */
+const TRACING_KINDS: Record<TracingKind, string> = {
+  otel: 'commit steps as child spans',
+  'otel-events': 'commit steps as span events',
+  'otel-attributes': "commit steps as attributes of the transaction's span",
+  'otel-lean': 'commit steps as attributes, no step histograms',
+  'otel-sampled': 'that with 1 transaction in 100 traced',
+  events: "the library's events alone, to a listener that does nothing (no OpenTelemetry)",
+};
+
+export function tracingNote(kinds: readonly TracingKind[], spans: number, rounds: number): string {
+  const otel = kinds.some((k) => k !== 'events');
+  return (
+    `--tracing ${kinds.join(',')}: ` +
+    kinds.map((k) => `"percolator+${k}": ${TRACING_KINDS[k]}`).join('; ') +
+    (otel
+      ? `. The OpenTelemetry rows ran @percolator/opentelemetry on the SDK (batch span processor, spans and ` +
+        `metrics dropped by the exporter; ${spans} spans exported)`
+      : '') +
+    `. Each ratio is to "percolator" in the same run, measured in ${rounds} interleaved rounds`
+  );
+}
+
 /**
  * With `--rounds` above 1, the cells of one workload and concurrency are measured
  * interleaved (runner.ts runInterleaved), as long as no two of them share data: the native
@@ -277,16 +300,7 @@ export async function runBench(
     }
     if (tracing) {
       await tracing.shutdown();
-      collected.notes.push(
-        `--tracing ${options.tracing!.join(',')}: rows ${options.tracing!.map((k) => `"percolator+${k}"`).join(', ')} ` +
-          `ran with @percolator/opentelemetry on the OpenTelemetry SDK, commit steps as child spans (otel), ` +
-          `span events (otel-events), attributes of the transaction's span (otel-attributes), that without ` +
-          `step histograms (otel-lean), or that with 1 transaction in 100 traced (otel-sampled), or with a ` +
-          `listener that does nothing (events: the library's events alone) (batch span processor, spans and ` +
-          `metrics dropped by the exporter; ` +
-          `${tracing.exported()} spans exported); their ratio is to "percolator" in the same run, ` +
-          `measured in ${options.rounds} interleaved rounds`,
-      );
+      collected.notes.push(tracingNote(options.tracing!, tracing.exported(), options.rounds));
     }
   }
 

@@ -7,7 +7,8 @@
  * or any cell had errors (2 on bad arguments). SIGINT or SIGTERM stops the run, drops what
  * it created and exits 130 or 143 without writing a report; a second signal exits at once.
  */
-import { realpathSync } from 'node:fs';
+import { constants, realpathSync } from 'node:fs';
+import { access, mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '@percolator/core';
 import { type BenchDeps, runBench } from './bench.js';
@@ -37,7 +38,17 @@ export async function main(argv: readonly string[], io: CliIo = {}): Promise<num
     stdout.write(`${USAGE}\n`);
     return 0;
   }
-  const report = await runBench(options, stderrProgress(stderr), { command: shellArgs(argv), ...io });
+  let report: Awaited<ReturnType<typeof runBench>>;
+  try {
+    // The report's directory before the run: a bad --out found after it lost the run.
+    await usableOutDir(options.outDir);
+    report = await runBench(options, stderrProgress(stderr), { command: shellArgs(argv), ...io });
+  } catch (error) {
+    // Bad arguments found once the run starts (--tracing without the OpenTelemetry packages).
+    if (!(error instanceof InvalidArgumentError)) throw error;
+    stderr.write(`${error.message}\n`);
+    return 2;
+  }
   if (report.interrupted) {
     stderr.write(
       `\n${report.interrupted}: stopped; dropped what run ${report.runId} created` +
@@ -59,6 +70,18 @@ export async function main(argv: readonly string[], io: CliIo = {}): Promise<num
     return 1;
   }
   return 0;
+}
+
+/** Makes `dir` (and its parents) if needed, and checks that reports can be written in it. */
+async function usableOutDir(dir: string): Promise<void> {
+  try {
+    await mkdir(dir, { recursive: true });
+    await access(dir, constants.W_OK);
+  } catch (error) {
+    throw new InvalidArgumentError(
+      `--out ${JSON.stringify(dir)}: cannot write reports there (${(error as NodeJS.ErrnoException).code ?? String(error)})`,
+    );
+  }
 }
 
 /**

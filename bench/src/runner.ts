@@ -179,12 +179,22 @@ async function warm(run: CellRun): Promise<void> {
   await spec.engine.settle?.();
 }
 
+/**
+ * CPU of this thread (Node 23.9 and later): the `--rtt` delay proxy runs in a worker
+ * thread of this process, and its CPU, more for cells with more round trips, is not the
+ * client's. Before Node 23.9, the process's (the proxy's included: the figure says which).
+ */
+const threadCpuUsage: (previous?: NodeJS.CpuUsage) => NodeJS.CpuUsage =
+  (process as { threadCpuUsage?: (previous?: NodeJS.CpuUsage) => NodeJS.CpuUsage }).threadCpuUsage?.bind(
+    process,
+  ) ?? process.cpuUsage.bind(process);
+
 /** One slice of the measured window, then the background work of its commits. */
 async function slice(run: CellRun, durationMs: number): Promise<void> {
   const { spec, session } = run;
   run.start ??= spec.engine.counters();
   run.runsBefore ??= session?.observerRuns?.();
-  const cpu0 = process.cpuUsage();
+  const cpu0 = threadCpuUsage();
   const t0 = performance.now();
   await drive(run.steps, t0 + durationMs, run.stats, spec.signal);
   run.runsAfter = session?.observerRuns?.();
@@ -194,7 +204,7 @@ async function slice(run: CellRun, durationMs: number): Promise<void> {
   // it. Out of the window it was time Percolator's transactions took and no figure showed.
   run.elapsedMs += performance.now() - t0;
   // After the background work of the slice's commits, which is theirs too.
-  const cpu = process.cpuUsage(cpu0);
+  const cpu = threadCpuUsage(cpu0);
   run.cpuMs += (cpu.user + cpu.system) / 1000;
   run.end = spec.engine.counters();
 }

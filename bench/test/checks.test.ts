@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -382,6 +382,36 @@ describe('a store whose CAS ignores versions', () => {
       expect(code).toBe(1);
       expect(errText).toMatch(/FAILURE\(S\)/);
       expect(errText).toMatch(/correctness check failed/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('a --out that cannot take the reports is a bad argument (exit 2) before anything runs', async () => {
+    // Found in review: every cell ran, then the report failed to write and the run was lost.
+    const dir = await mkdtemp(join(tmpdir(), 'bench-out-'));
+    const file = join(dir, 'not-a-dir');
+    await writeFile(file, 'x');
+    const stdout = new PassThrough();
+    const stderr = Object.assign(new PassThrough(), { isTTY: false }) as unknown as NodeJS.WriteStream;
+    let errText = '';
+    stderr.on('data', (chunk: Buffer) => {
+      errText += chunk.toString();
+    });
+    stdout.resume();
+    let opened = 0;
+    try {
+      const code = await main(['--backends', 'memory', '--workloads', 'read', '--out', file], {
+        stdout,
+        stderr,
+        open: async () => {
+          opened++;
+          return storeBackend(new MemoryStore());
+        },
+      });
+      expect(code).toBe(2);
+      expect(errText).toMatch(/--out .*cannot write reports there/);
+      expect(opened).toBe(0);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { MemoryStore } from '@percolator/core';
+import { InvalidArgumentError, MemoryStore } from '@percolator/core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { runBench } from '../src/bench.js';
 import { splitRtt, startDelayProxy } from '../src/delay-proxy.js';
@@ -106,6 +106,10 @@ describe('--rtt: the loopback delay proxy', () => {
     expect(parseOptions(['--rtt', '1ms']).rttMs).toBe(1);
     expect(parseOptions([]).rttMs).toBe(0);
     expect(() => parseOptions(['--rtt', 'fast'])).toThrow(/--rtt/);
+    expect(parseOptions(['--rtt', '0.5s']).rttMs).toBe(500);
+    // Timers hold the delay, on whole milliseconds: 0.2 was held as 1 and reported as 0.2.
+    expect(() => parseOptions(['--rtt', '0.2'])).toThrow(/whole number of milliseconds/);
+    expect(() => parseOptions(['--rtt', '1.5ms'])).toThrow(InvalidArgumentError);
     expect(parseOptions(['--concurrency', '4096']).concurrency).toEqual([4096]);
     expect(() => parseOptions(['--concurrency', '8193'])).toThrow(/8192/);
   });

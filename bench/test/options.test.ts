@@ -62,6 +62,13 @@ describe('parseOptions', () => {
     expect(() => parseOptions(args)).toThrow(InvalidArgumentError);
   });
 
+  test('the default --ops is at most --records (an explicit one above it is refused)', () => {
+    // Found in review: --records 3 ran ycsb cells that could not pick 4 distinct keys.
+    expect(parseOptions(['--records', '3']).opsPerTxn).toBe(3);
+    expect(parseOptions([]).opsPerTxn).toBeGreaterThan(3);
+    expect(() => parseOptions(['--records', '3', '--ops', '4'])).toThrow(InvalidArgumentError);
+  });
+
   test('durations', () => {
     expect(parseDuration('d', '250ms', 0)).toBe(250);
     expect(parseDuration('d', '1.5s', 0)).toBe(1500);

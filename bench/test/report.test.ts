@@ -236,3 +236,36 @@ test('sweep lines of one mode at several concurrencies are told apart by their d
   expect(dashes.get('percolator c=1')).toBe('solid');
   expect(dashes.get('percolator c=4')).toBe('6 3');
 });
+
+test('summary.md shows the plain engine only, where traced engines ran beside it, and marks failed cells', () => {
+  // Found in review: with --tracing, the observer, oracle and round-trip tables had a row or
+  // a figure per engine and nothing to tell which was which; a failed cell's figures stood
+  // in the headline with no mark.
+  const rows = [
+    result({ throughput: 300, roundTrips: 4 }),
+    result({ variant: 'si+otel', throughput: 250, roundTrips: 5 }),
+    result({ mode: 'raw', variant: 'cas', throughput: 500, check: { ok: false, detail: 'lost' } }),
+    result({ workload: 'oracle', throughput: 9000 }),
+    result({ workload: 'oracle', variant: 'si+events', throughput: 8000 }),
+    result({
+      workload: 'observers',
+      p50Ms: 1.5,
+      observer: { runsPerSecond: 10, runs: 10, samples: 10 },
+    }),
+    result({
+      workload: 'observers',
+      variant: 'si+otel',
+      p50Ms: 7.5,
+      observer: { runsPerSecond: 20, runs: 20, samples: 20 },
+    }),
+  ];
+  const md = summaryMarkdown(report('', rows));
+  expect(md).toContain('300');
+  expect(md).not.toMatch(/\b250\b/);
+  expect(md).toContain('9,000');
+  expect(md).not.toContain('8,000');
+  expect(md).toContain('1.50');
+  expect(md).not.toContain('7.50');
+  expect(md).toMatch(/\| transfer \| – +\| 4\.0 +\| – +\| 8\.0 +\|/); // the plain engine only, no "4.0 / 5.0"
+  expect(md).toContain('500 (FAILED)');
+});

@@ -87,6 +87,29 @@ describe('growth rule', () => {
     expect(failures).toContain('no metric could be judged: too few samples after the warm-up');
   });
 
+  test('one metric left unjudged while others were (its samples failed) fails the run', () => {
+    // Found in review: a store-side figure whose sampling always failed (NaN) was never
+    // judged, and the run passed on the others.
+    const judged = judgeGrowth(
+      'rssBytes',
+      series(60, () => 10 * MiB),
+      0,
+      GROWTH_BOUNDS.rssBytes!,
+    );
+    const failedSamples = judgeGrowth(
+      'historyBytes',
+      series(60, () => Number.NaN),
+      0,
+      GROWTH_BOUNDS.historyBytes!,
+    );
+    expect(judged.judged).toBe(true);
+    expect(failedSamples.judged).toBe(false);
+    const failures = soakFailures({ ...passing(), growth: [judged, failedSamples] });
+    expect(failures).toEqual([
+      'historyBytes could not be judged: too few of its samples succeeded after the warm-up',
+    ]);
+  });
+
   test('judgeMetrics judges every sampled metric, connections only where the server counted them', () => {
     const samples = Array.from({ length: 30 }, (_, i) =>
       sample(i * 10_000, { heapUsedBytes: 10 * MiB + i * 4 * MiB }),

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { InvalidArgumentError } from '@percolator/core';
 import { afterAll, describe, expect, test } from 'vitest';
+import { tracingNote } from '../src/bench.js';
 import { parseOptions } from '../src/options.js';
 import type { BenchReport } from '../src/types.js';
 import { memoryTransfers, sink } from './helpers.js';
@@ -72,6 +73,10 @@ describe('--tracing otel', () => {
       n.startsWith('--tracing otel,otel-events,otel-lean,otel-sampled,events'),
     );
     expect(note).toContain('6 interleaved rounds');
+    expect(note).toContain(
+      '"percolator+events": the library\'s events alone, to a listener that does nothing',
+    );
+    expect(note).not.toMatch(/otel-attributes/); // not asked for
     expect(Number(/(\d+) spans exported/.exec(note ?? '')?.[1])).toBeGreaterThan(0);
     expect(text).toContain('percolator+otel');
     expect(text).toContain('percolator+otel-events');
@@ -79,4 +84,10 @@ describe('--tracing otel', () => {
     expect(text).toContain('percolator+otel-sampled');
     expect(text).toContain('percolator+events');
   });
+});
+
+test('the --tracing note of a run with events only does not claim OpenTelemetry', () => {
+  const note = tracingNote(['events'], 0, 4);
+  expect(note).not.toMatch(/SDK|spans exported/);
+  expect(note).toMatch(/in 4 interleaved rounds/);
 });

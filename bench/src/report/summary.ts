@@ -19,7 +19,27 @@ export interface TransferLine {
   /** Percolator ÷ raw throughput, single-row read and one-row write transaction. */
   readonly readVsRaw?: number;
   readonly writeVsRaw?: number;
+  /** Whether a cell behind `readVsRaw` / `writeVsRaw` failed its check or had errors. */
+  readonly readFailed?: boolean;
+  readonly writeFailed?: boolean;
 }
+
+/**
+ * The headline tables show the plain Percolator engine: with `--tracing`, the traced ones
+ * (variant 'si+otel', ...) ran beside it on the same backend and concurrency, and rows or
+ * figures of theirs would read as the plain engine's. results.md has them all, labelled.
+ */
+export function untraced(r: Pick<BenchResult, 'mode' | 'variant'>): boolean {
+  return r.mode !== 'percolator' || r.variant === undefined || !r.variant.includes('+');
+}
+
+/** A cell that failed its check or had errors: its figures are marked where they are shown. */
+export function failed(r: BenchResult | undefined): boolean {
+  return r !== undefined && (!r.check.ok || r.errors > 0);
+}
+
+const marked = (text: string, ...results: (BenchResult | undefined)[]) =>
+  results.some(failed) ? `${text} (FAILED)` : text;
 
 /** Percolator's throughput over `base`'s, as recorded in its ratios. */
 export function ratioTo(percolator: BenchResult | undefined, base: BenchResult): number | undefined {
@@ -30,7 +50,12 @@ export function transferLines(report: BenchReport): TransferLine[] {
   const lines: TransferLine[] = [];
   const find = (backend: string, c: number, workload: string, mode: BenchResult['mode']) =>
     report.results.filter(
-      (r) => r.backend === backend && r.concurrency === c && r.workload === workload && r.mode === mode,
+      (r) =>
+        r.backend === backend &&
+        r.concurrency === c &&
+        r.workload === workload &&
+        r.mode === mode &&
+        untraced(r),
     );
   const seen = new Set<string>();
   for (const r of report.results) {
@@ -41,6 +66,11 @@ export function transferLines(report: BenchReport): TransferLine[] {
     const rawRatio = (workload: string) =>
       find(r.backend, r.concurrency, workload, 'percolator')[0]?.ratios.find((x) => x.baseline === 'raw')
         ?.throughput;
+    const ratioFailed = (workload: string) =>
+      [
+        find(r.backend, r.concurrency, workload, 'percolator')[0],
+        find(r.backend, r.concurrency, workload, 'raw')[0],
+      ].some(failed);
     const line: TransferLine = {
       backend: r.backend,
       concurrency: r.concurrency,
@@ -51,6 +81,8 @@ export function transferLines(report: BenchReport): TransferLine[] {
         ?.reason,
       readVsRaw: rawRatio('read'),
       writeVsRaw: rawRatio('write'),
+      readFailed: ratioFailed('read'),
+      writeFailed: ratioFailed('write'),
     };
     const any = [line.percolator, line.raw, line.readVsRaw, line.writeVsRaw].some((x) => x !== undefined);
     if (any || line.natives.length > 0) lines.push(line);
@@ -79,24 +111,28 @@ export function transferTable(report: BenchReport): string {
     const native =
       l.natives.length > 0
         ? l.natives
-            .map((n) => `${shortBaseline(baselineName(n))} ${fmtNumber(n.throughput)}${deadlockNote(n)}`)
+            .map((n) =>
+              marked(`${shortBaseline(baselineName(n))} ${fmtNumber(n.throughput)}${deadlockNote(n)}`, n),
+            )
             .join(', ')
         : NONE;
     const vsNative =
       l.natives.length > 0
         ? l.natives
-            .map((n) => `${ratio(ratioTo(l.percolator, n))} ${shortBaseline(baselineName(n))}`)
+            .map((n) =>
+              marked(`${ratio(ratioTo(l.percolator, n))} ${shortBaseline(baselineName(n))}`, l.percolator, n),
+            )
             .join(', ')
         : NONE;
     return [
       multiC ? `${l.backend} c=${l.concurrency}` : l.backend,
-      l.percolator ? fmtNumber(l.percolator.throughput) : NONE,
-      l.raw ? fmtNumber(l.raw.throughput) : NONE,
+      l.percolator ? marked(fmtNumber(l.percolator.throughput), l.percolator) : NONE,
+      l.raw ? marked(fmtNumber(l.raw.throughput), l.raw) : NONE,
       native,
-      l.raw ? ratio(ratioTo(l.percolator, l.raw)) : NONE,
+      l.raw ? marked(ratio(ratioTo(l.percolator, l.raw)), l.percolator, l.raw) : NONE,
       vsNative,
-      ratio(l.readVsRaw),
-      ratio(l.writeVsRaw),
+      l.readFailed && l.readVsRaw !== undefined ? `${ratio(l.readVsRaw)} (FAILED)` : ratio(l.readVsRaw),
+      l.writeFailed && l.writeVsRaw !== undefined ? `${ratio(l.writeVsRaw)} (FAILED)` : ratio(l.writeVsRaw),
     ];
   });
   return mdTable(
@@ -136,11 +172,11 @@ export function historyMarkdown(report: BenchReport): string | undefined {
 /** Notification latency and observer throughput per backend, if the run had the observer pipeline. */
 export function observerTable(report: BenchReport): string | undefined {
   const rows = report.results
-    .filter((r) => r.observer)
+    .filter((r) => r.observer && untraced(r))
     .map((r) => [
       r.backend,
       String(r.concurrency),
-      fmtMs(r.p50Ms),
+      marked(fmtMs(r.p50Ms), r),
       fmtMs(r.p99Ms),
       fmtNumber(r.observer!.runsPerSecond),
     ]);
@@ -169,7 +205,8 @@ export function roundTripTable(report: BenchReport): string | undefined {
           x.backend === r.backend &&
           x.workload === r.workload &&
           x.concurrency === r.concurrency &&
-          x.mode === mode,
+          x.mode === mode &&
+          untraced(x),
       );
       if (found.length === 0) return [NONE, NONE];
       const seq = found.map((x) => (x.criticalPath ? x.criticalPath.roundTrips.toFixed(1) : NONE));
@@ -203,7 +240,7 @@ export const ROUND_TRIP_LEGEND =
 /** Timestamps per second from the CounterOracle with many waiters, per backend (the oracle workload). */
 export function oracleTable(report: BenchReport): string | undefined {
   const rows = report.results
-    .filter((r) => r.workload === 'oracle' && r.mode === 'percolator')
+    .filter((r) => r.workload === 'oracle' && r.mode === 'percolator' && untraced(r))
     .map((r) => {
       const raw = report.results.find(
         (x) =>

@@ -990,6 +990,14 @@ export function soakFailures({
   }
   if (growth.every((v) => !v.judged))
     failures.push('no metric could be judged: too few samples after the warm-up');
+  else {
+    // Every metric is sampled together, so one left unjudged while others were had its
+    // samples fail (NaN): a store-side figure that never sampled would pass unchecked.
+    for (const v of growth) {
+      if (!v.judged)
+        failures.push(`${v.metric} could not be judged: too few of its samples succeeded after the warm-up`);
+    }
+  }
   if (transfers.conservationChecks === 0) failures.push('conservation was never checked');
   if (lists.windows === 0) failures.push('no list-append window was checked');
   // Liveness: every workload kept committing in the last third of the run.
