@@ -1,9 +1,10 @@
-import { addRecord, findRecord, tidyCell } from './cells.js';
+import { findRecord } from './cells.js';
 import type { ProtocolEnv } from './env.js';
 import { StoreError } from './errors.js';
 import type { TransactionRef } from './events.js';
-import { type Cell, cellOf, type Lock, type RowState } from './row-state.js';
+import { type Cell, cellOf, type Lock } from './row-state.js';
 import { AmbiguousOutcome, updateRow } from './row-update.js';
+import { addRollbackRecord, rollBackCells, rollForwardCells } from './settle-cells.js';
 
 /**
  * Resolving a lock another transaction left (docs/protocol.md section 5). The primary cell
@@ -128,39 +129,4 @@ export async function settleRow(
       : rollBackCells(state, startTs);
     return changed ? { write: state, result: undefined } : { done: undefined };
   });
-}
-
-/** The record that makes a late prewrite of transaction `startTs` fail (docs/protocol.md section 5). */
-export function addRollbackRecord(cell: Cell, startTs: number, nowMs: number): void {
-  addRecord(cell, { commitTs: startTs, startTs, kind: 'rollback', wallTimeMs: nowMs, value: 'inline' });
-}
-
-export function rollBackCells(state: RowState, startTs: number): boolean {
-  let changed = false;
-  for (const cell of state.cells.values()) {
-    if (cell.lock?.startTs !== startTs) continue;
-    cell.lock = undefined;
-    cell.dropValue(startTs);
-    changed = true;
-  }
-  return changed;
-}
-
-export function rollForwardCells(
-  env: ProtocolEnv,
-  state: RowState,
-  startTs: number,
-  commitTs: number,
-): boolean {
-  let changed = false;
-  const now = env.clock();
-  for (const cell of state.cells.values()) {
-    const lock = cell.lock;
-    if (lock?.startTs !== startTs) continue;
-    cell.lock = undefined;
-    addRecord(cell, { commitTs, startTs, kind: lock.kind, wallTimeMs: now, value: 'inline' });
-    tidyCell(cell, env.prune, now);
-    changed = true;
-  }
-  return changed;
 }

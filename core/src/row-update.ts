@@ -5,6 +5,7 @@ import type { ProtocolEnv } from './env.js';
 import { InvalidArgumentError, PercolatorError, RowTooLargeError, StoreError } from './errors.js';
 import type { TransactionRef } from './events.js';
 import { isCellEmpty, type RowState, rowHasNotification } from './row-state.js';
+import { checkRoomToSettle } from './settle-cells.js';
 import { type CasRequest, type CasResult, type StoredRow, writeStampInPlace } from './store.js';
 
 /**
@@ -17,7 +18,11 @@ import { type CasRequest, type CasResult, type StoredRow, writeStampInPlace } fr
  * unknown we re-read and ask `decide` again; `attempt.ambiguous` tells it an earlier
  * attempt may have landed.
  */
-export type RowDecision<T> = { write: RowState | null; result: T } | { done: T };
+/**
+ * `reserve`: the write adds to the row (a prewrite, a one-step commit), so it must leave
+ * room for every lock in the row to be settled (settle-cells.ts, `checkRoomToSettle`).
+ */
+export type RowDecision<T> = { write: RowState | null; result: T; reserve?: boolean } | { done: T };
 
 export interface AttemptInfo {
   /** An earlier CAS in this loop may have been applied. */
@@ -169,7 +174,7 @@ export async function updateRow<T>(
     }
     let request: CasRequest;
     try {
-      request = casRequest(env, table, key, current?.version ?? null, decision.write);
+      request = casRequest(env, table, key, current?.version ?? null, decision.write, decision.reserve);
     } catch (error) {
       // Nothing is sent, but after an attempt whose outcome is unknown the row may hold it:
       // a row now too large for the store (grown by the row as re-read) must not read as
@@ -317,7 +322,14 @@ export async function startRowUpdates<T>(
     try {
       decision = u.decide(row ? decodeRow(row.state) : undefined, { ambiguous: false });
       if ('write' in decision) {
-        const request = casRequest(env, u.table, u.key, row?.version ?? null, decision.write);
+        const request = casRequest(
+          env,
+          u.table,
+          u.key,
+          row?.version ?? null,
+          decision.write,
+          decision.reserve,
+        );
         planned.push({ index, request, state: decision.write, result: decision.result });
       } else if (guessed[index]) {
         // Nothing to write, on a guess: decide again on the row as it is.
@@ -369,15 +381,13 @@ function casRequest(
   key: string,
   expected: string | null,
   state: RowState | null,
+  reserve = false,
 ): CasRequest {
-  if (state) env.tidier.beforeWrite(table, key, state);
-  return {
-    table,
-    key,
-    expected,
-    state: state ? encodeState(env, table, key, state) : null,
-    notified: state ? rowHasNotification(state) : false,
-  };
+  if (!state) return { table, key, expected, state: null, notified: false };
+  env.tidier.beforeWrite(table, key, state);
+  const bytes = encodeState(env, table, key, state);
+  if (reserve) checkRoomToSettle(env, table, key, bytes);
+  return { table, key, expected, state: bytes, notified: rowHasNotification(state) };
 }
 
 /** A read, retried on failure (reads change nothing, so retrying is always safe). */

@@ -16,10 +16,10 @@ import { decodeRow, encodeVersionBlock } from './codec.js';
 import { rowId } from './commit/context.js';
 import { keepInBackground, type ProtocolEnv, type RowTidier } from './env.js';
 import type { TidyEvent } from './events.js';
-import { rollForwardCells } from './lock-resolver.js';
 import type { TidyOptions, TidyReport } from './reports.js';
 import { blockOf, type RowState } from './row-state.js';
 import { type RowDecision, readRow, updateRow, updateRows } from './row-update.js';
+import { rollForwardCells } from './settle-cells.js';
 import type { CasRequest, CasResult, RowRef, StoredRow } from './store.js';
 import { versionKey, versionTable } from './versions.js';
 

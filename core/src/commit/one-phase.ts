@@ -1,6 +1,7 @@
 import { backoffMs, sleep } from '../backoff.js';
 import { addRecord, findRecord, movingBlocks, tidyCell } from '../cells.js';
 import { encodeVersionBlock, STAMP } from '../codec.js';
+import type { ProtocolEnv } from '../env.js';
 import {
   CommitUnknownError,
   ConflictError,
@@ -20,6 +21,7 @@ import {
   type RowDecision,
   updateRow,
 } from '../row-update.js';
+import { checkRoomToSettle } from '../settle-cells.js';
 import type { CasRequest, RowRef, StoredRow } from '../store.js';
 import { writeStampInPlace } from '../store.js';
 import { versionKey, versionTable } from '../versions.js';
@@ -168,7 +170,7 @@ export async function commitOnePhase(ctx: CommitContext): Promise<number> {
     }
     const state = current ?? emptyRow();
     applyOnePhase(ctx, m, state);
-    return { write: state, result: STAMP };
+    return { write: state, result: STAMP, reserve: true };
   };
   const send = async (known: Known) => {
     // Fenced after a lost reply where its records carry no identity we know (fence.ts).
@@ -388,7 +390,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
           table: m.table,
           key: m.row,
           expected: known[i]?.version ?? null,
-          state: encodeState(env, m.table, m.row, state),
+          state: encodeRoomy(env, m.table, m.row, state),
           notified: rowHasNotification(state),
         });
       } catch (error) {
@@ -468,4 +470,11 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
       'no',
     )
   );
+}
+
+/** A one-step commit's row, encoded, with room left for the row's other locks to settle. */
+function encodeRoomy(env: ProtocolEnv, table: string, key: string, state: RowState): Uint8Array {
+  const bytes = encodeState(env, table, key, state);
+  checkRoomToSettle(env, table, key, bytes);
+  return bytes;
 }

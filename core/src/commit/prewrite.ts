@@ -176,7 +176,9 @@ export async function relievePressure(ctx: CommitContext, m: RowMutations): Prom
 function prewriteDecision(ctx: CommitContext, m: RowMutations): Decide<undefined> {
   return (state) => {
     const next = state ?? emptyRow();
-    return applyPrewrite(ctx, m, next, 'lock') ? { write: next, result: undefined } : { done: undefined };
+    return applyPrewrite(ctx, m, next, 'lock')
+      ? { write: next, result: undefined, reserve: true }
+      : { done: undefined };
   };
 }
 

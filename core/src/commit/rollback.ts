@@ -1,7 +1,7 @@
 import { findRecord } from '../cells.js';
-import { addRollbackRecord, rollBackCells } from '../lock-resolver.js';
 import { cellOf, emptyRow } from '../row-state.js';
 import { updateRows } from '../row-update.js';
+import { addRollbackRecord, rollBackCells } from '../settle-cells.js';
 import { type CommitContext, isPrimaryRow } from './context.js';
 
 /**

@@ -1,5 +1,5 @@
-import { rollForwardCells } from '../lock-resolver.js';
 import { updateRows } from '../row-update.js';
+import { rollForwardCells } from '../settle-cells.js';
 import { type CommitContext, isPrimaryRow, rowId, step } from './context.js';
 
 /**
