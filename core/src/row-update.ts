@@ -255,6 +255,8 @@ export interface RowUpdate<T> {
 export interface UpdateRowsOptions {
   /** A decision error for which nothing at all is sent: the whole call rejects with it. */
   readonly abortIf?: (error: unknown) => boolean;
+  /** Called just before the batch goes to the store (parts settled on their own: see `single`). */
+  readonly beforeSend?: () => void;
 }
 
 /**
@@ -349,6 +351,7 @@ export async function startRowUpdates<T>(
   let results: CasResult[] | undefined;
   if (planned.length > 0) {
     try {
+      options.beforeSend?.();
       results = await store.checkAndSetMany(planned.map((p) => p.request));
     } catch {
       results = undefined;

@@ -924,6 +924,7 @@ export class Transaction {
       decodedRows: this.decodedRows,
       transaction: this,
       crashed: undefined,
+      prewriteSent: false,
       signal,
       trace: this.ref,
     };

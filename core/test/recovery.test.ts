@@ -187,6 +187,60 @@ describe('rollback records', () => {
   });
 });
 
+describe('a transaction that conflicts before any prewrite is sent', () => {
+  it('writes nothing, so aborted ones do not push the cell past live snapshots (maxVersionsPerCell)', async () => {
+    // Found in review: each abort left a rollback record on its primary cell even when its
+    // conflict was found in the rows as read, before any prewrite went out; the records
+    // counted towards the cell's version cap, and 45 aborts made a reader of a millisecond
+    // ago fail as too old, its value still in the head row.
+    // Two-phase commits whose prewrites go in one batch (checkAndSetMany), writes counted.
+    const inner = new MemoryStore();
+    let writes = 0;
+    const store = new Proxy(inner, {
+      get(target, prop, receiver) {
+        if (prop === 'capabilities')
+          return { ...target.capabilities, stampedCheckAndSet: false, stampedCheckAndSetMany: false };
+        const value = Reflect.get(target, prop, receiver);
+        if (prop === 'checkAndSet' || prop === 'checkAndSetMany') {
+          return (...args: unknown[]) => {
+            writes++;
+            return (value as (...a: unknown[]) => unknown).apply(target, args);
+          };
+        }
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'r', 'c', 'v1');
+      tx.set('t', 's', 'z', '0');
+    });
+    const reader = await db.begin();
+    await reader.getString('t', 's', 'z');
+    let aborted = 0;
+    for (let i = 0; i < 45; i++) {
+      // The newer write is in the row when the loser reads it: the conflict shows there.
+      const loser = await db.begin();
+      await db.transact(async (tx) => tx.set('t', 's', 'z', String(i)));
+      await loser.getString('t', 's', 'z');
+      loser.set('t', 'r', 'c', 'never'); // r/c is the primary: the first row in order
+      loser.set('t', 's', 'z', 'x');
+      const before = writes;
+      await expect(loser.commit()).rejects.toBeInstanceOf(ConflictError);
+      // Found in the rows as read: no prewrite, and no rollback, reached the store.
+      expect(writes).toBe(before);
+      aborted++;
+    }
+    await db.transact(async (tx) => tx.set('t', 'r', 'c', 'v2'));
+    expect(aborted).toBe(45);
+    expect(await reader.getString('t', 'r', 'c')).toBe('v1');
+    const cell = decodeRow((await inner.read('t', 'r'))!.state).cells.get('c')!;
+    expect(cell.writes.filter((w) => w.kind === 'rollback')).toHaveLength(0);
+    await reader.rollback();
+    await db.close();
+  });
+});
+
 describe('heartbeat', () => {
   it('keeps a slow committer alive: readers wait instead of rolling it back', async () => {
     const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });

@@ -44,6 +44,12 @@ export interface CommitContext {
   readonly transaction: object;
   /** Set once a hook simulated a crash: the client makes no further store call. */
   crashed: unknown;
+  /**
+   * Set before the first prewrite goes to the store. Until then nothing of this
+   * transaction is in any row nor on its way there, so a rollback has nothing to remove
+   * and no late prewrite to stop: it writes nothing (no rollback record).
+   */
+  prewriteSent?: boolean;
   /** The caller's signal: honoured up to the commit point, never after it. */
   readonly signal?: AbortSignal | undefined;
   /** The transaction in events; set only with an `onEvent` listener. */

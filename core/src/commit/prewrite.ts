@@ -190,6 +190,7 @@ function prewriteRow(
   ambiguous: boolean,
 ): Promise<RowUpdateResult<undefined>> {
   const decide = prewriteDecision(ctx, m);
+  ctx.prewriteSent = true; // (or about to be: a rollback writes its record either way)
   return withLockResolution(ctx, m, async (attempt) => {
     // After a wait on another transaction's lock, a signal that fired meanwhile ends the
     // commit here (it is before the commit point): it was ignored until the lock was
@@ -237,7 +238,12 @@ export async function prewriteAll(ctx: CommitContext, heartbeat: Heartbeat): Pro
     })),
     // A conflict fails the transaction: nothing is sent. A lock is resolved, and a row
     // too large is made room for, row by row.
-    { abortIf: (error) => !(error instanceof BlockedByLock || error instanceof RowTooLargeError) },
+    {
+      abortIf: (error) => !(error instanceof BlockedByLock || error instanceof RowTooLargeError),
+      beforeSend: () => {
+        ctx.prewriteSent = true;
+      },
+    },
   );
   // Each row's step fires as soon as that row is prewritten, so a client that stops
   // "after the primary prewrite" may still have other prewrites in flight.
