@@ -480,8 +480,18 @@ export async function gcCommand(
   const freed = (r: GcReport) => [
     `  ${verb} ${plural(r.versions, 'version')} in head rows (${bytes(r.headBytes)})`,
     `  ${verb} ${plural(r.versionRows, 'version row')} (${bytes(r.versionRowBytes)})`,
-    `  total ${bytes(r.headBytes + r.versionRowBytes)}`,
+    // Values a failed move had left in the head row: moved out, not freed (GcReport).
+    ...(r.versionRowsCreated > 0
+      ? [
+          `  ${args.dryRun ? 'would move' : 'moved'} values waiting to move to ${plural(r.versionRowsCreated, 'new version row')} (${args.dryRun ? 'about ' : ''}${bytes(r.versionRowBytesCreated)}, counted in the head rows' figure)`,
+        ]
+      : []),
+    net(r.headBytes + r.versionRowBytes - r.versionRowBytesCreated),
   ];
+  const net = (n: number) =>
+    n >= 0
+      ? `  total ${bytes(n)}`
+      : `  total: none; the store ${args.dryRun ? 'would grow' : 'grew'} by ${bytes(-n)} (the version rows made)`;
   let report: GcReport;
   let progress: { done: GcReport; row: string } | undefined;
   try {

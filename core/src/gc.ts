@@ -1,4 +1,4 @@
-import { heldRecords, pruneCell } from './cells.js';
+import { BLOCK_ENTRY_BYTES, heldRecords, movingBlocks, pruneCell } from './cells.js';
 import { decodeRow, encodeRow } from './codec.js';
 import type { ProtocolEnv } from './env.js';
 import { inspectHeadRow, namedVersionRows } from './inspect.js';
@@ -32,7 +32,16 @@ export interface GcOptions {
 export type { GcReport } from './reports.js';
 
 export function emptyGcReport(): GcReport {
-  return { rows: 0, versions: 0, headBytes: 0, versionRows: 0, versionRowBytes: 0, held: 0 };
+  return {
+    rows: 0,
+    versions: 0,
+    headBytes: 0,
+    versionRows: 0,
+    versionRowBytes: 0,
+    versionRowsCreated: 0,
+    versionRowBytesCreated: 0,
+    held: 0,
+  };
 }
 
 export function addGcReports(into: GcReport, add: GcReport): GcReport {
@@ -41,6 +50,8 @@ export function addGcReports(into: GcReport, add: GcReport): GcReport {
   into.headBytes += add.headBytes;
   into.versionRows += add.versionRows;
   into.versionRowBytes += add.versionRowBytes;
+  into.versionRowsCreated += add.versionRowsCreated;
+  into.versionRowBytesCreated += add.versionRowBytesCreated;
   into.held += add.held;
   return into;
 }
@@ -97,6 +108,14 @@ export async function gcRow(
       report.versionRows++;
       report.versionRowBytes += row.state.length;
     }
+    // Values waiting to move (`moving`): the real run's tidy step writes them to version
+    // rows, one per block. About their size: the values and each one's entry.
+    for (const cell of pruned.cells.values()) {
+      for (const block of movingBlocks(cell)) {
+        report.versionRowsCreated++;
+        report.versionRowBytesCreated += block.bytes + block.entries.length * BLOCK_ENTRY_BYTES;
+      }
+    }
     return report;
   }
   // Every version row the head row names now; whichever of them is gone at the end was freed.
@@ -128,10 +147,29 @@ export async function gcRow(
   report.held = countHeld(env, afterState, env.clock());
   const namedAfter = await readAll(env, named);
   namedBefore.forEach((row, i) => {
-    if (!row || namedAfter[i]) return;
-    report.versionRows++;
-    report.versionRowBytes += row.state.length;
+    const now = namedAfter[i];
+    if (row && !now) {
+      report.versionRows++;
+      report.versionRowBytes += row.state.length;
+    } else if (!row && now) {
+      // Named and absent before (a `moving` value's block), there now: made by the run's
+      // tidy step. Its bytes left the head row: moved, not freed.
+      report.versionRowsCreated++;
+      report.versionRowBytesCreated += now.state.length;
+    }
   });
+  // Version rows the head row names now and did not name before: made by the run too.
+  if (after) {
+    const before = new Set(named.map((r) => `${r.table}\u0000${r.key}`));
+    const created = namedVersionRows(table, key, inspectHeadRow(after.state)).named.filter(
+      (r) => !before.has(`${r.table}\u0000${r.key}`),
+    );
+    for (const row of await readAll(env, created)) {
+      if (!row) continue;
+      report.versionRowsCreated++;
+      report.versionRowBytesCreated += row.state.length;
+    }
+  }
   return report;
 }
 

@@ -34,6 +34,15 @@ export interface GcReport {
   /** Bytes those version rows held. */
   versionRowBytes: number;
   /**
+   * Version rows made by the run: values that were `moving` (left in their head row by a
+   * move whose version-row write had failed) moved out by the tidy step. Their bytes left
+   * the head row, so `headBytes` counts them, but they were moved, not freed: what the run
+   * freed in all is `headBytes + versionRowBytes - versionRowBytesCreated`. A dry run
+   * estimates them from the values waiting to move.
+   */
+  versionRowsCreated: number;
+  versionRowBytesCreated: number;
+  /**
    * Commit records kept only because they still list secondaries. A real run settles
    * them (rolls their secondaries forward as a reader would) and may then drop them; a
    * dry run counts them and does not say how much settling would free.
