@@ -308,11 +308,7 @@ async function query(
     // Per-query options override pool settings a user may have changed: rows as objects,
     // BLOBs as Buffers. A `timeout` error leaves the statement running on the server; it
     // counts as a broken connection (errors.ts), so `withConnection` destroys it.
-    return await send(
-      connection,
-      { sql, values, rowsAsArray: false, nestTables: false, typeCast: true, timeout },
-      prepared,
-    );
+    return await send(connection, { sql, values, ...ROW_SHAPE, typeCast: true, timeout }, prepared);
   } catch (error) {
     throw mode === 'read' ? readError(what, error) : writeError(what, error, statements > 1);
   }
@@ -338,6 +334,13 @@ function send(connection: PoolConnection, options: QueryOptions, prepared = fals
   });
 }
 
+/**
+ * How every query asks for its rows: as objects, not arrays or nested tables (a pool passed
+ * in may default otherwise). mysql2 keys a connection's prepared statements by these
+ * options and the text (its statementKey), so `unprepare` must be given the same.
+ */
+const ROW_SHAPE = { rowsAsArray: false, nestTables: false } as const;
+
 /** Per connection, the statements mysql2 has prepared there (their EXECUTE is timed alone). */
 const prepared = new WeakMap<CoreConnection, Set<string>>();
 
@@ -345,6 +348,91 @@ function preparedOn(core: CoreConnection): Set<string> {
   let set = prepared.get(core);
   if (!set) prepared.set(core, (set = new Set()));
   return set;
+}
+
+/**
+ * Whether mysql2 has closed this connection, or given it up after a fatal error: its server
+ * session is gone with every statement prepared on it, and a command added now would only
+ * be answered with an 'error' event on the connection (mysql2 internals, checked as
+ * mysql2 3.x sets them in close() and _handleFatalError()).
+ */
+function isClosed(core: CoreConnection): boolean {
+  const state = core as unknown as {
+    _closing?: unknown;
+    _fatalError?: unknown;
+    stream?: { destroyed?: unknown };
+  };
+  return state._closing === true || (state._fatalError ?? null) !== null || state.stream?.destroyed === true;
+}
+
+/**
+ * Closes the prepared statements of these texts on `core` (COM_STMT_CLOSE). mysql2 queues
+ * the command behind whatever the connection is running, so this is safe on a connection
+ * that someone else has checked out or that is busy: the statement is closed after the
+ * commands already queued (an EXECUTE of it among them), and the server sends no reply, so
+ * nobody waits and nothing else on the connection changes. A later EXECUTE of the same
+ * text (another store of the namespace on this pool) prepares it again. (mysql2's unprepare
+ * sends the close twice, once from its cache's eviction hook; the server ignores a close of
+ * an id it no longer holds, and ids are not reused within a session.)
+ */
+function closeStatements(core: CoreConnection, texts: Iterable<string>): void {
+  if (isClosed(core)) return; // the server freed them with the session
+  for (const sql of texts) {
+    prepared.get(core)?.delete(sql);
+    try {
+      // mysql2 types only unprepare(sql: string), whose key would lack ROW_SHAPE.
+      (core.unprepare as unknown as (options: object) => unknown)({ sql, ...ROW_SHAPE });
+    } catch {
+      // The connection closed in between: the server freed the statement with it.
+    }
+  }
+}
+
+/**
+ * The stamped CALL texts one store has sent as prepared statements, per connection, so
+ * that it can close them again (`release`). On a pool passed in, nothing else would: the
+ * connections outlive the store, and every statement left prepared counts against the
+ * server's max_prepared_stmt_count, shared by every client of the server (a review saw
+ * one pool of 4 connections hold 8 more after each of 5 stores was dropped and closed).
+ */
+class PreparedCalls {
+  private readonly held = new Map<CoreConnection, Set<string>>();
+  /**
+   * Bumped by each release(). A CALL that was out at that moment may have prepared its
+   * statement after release() looked (mysql2 caches it when the PREPARE's reply comes):
+   * the CALL sees the epoch change when it ends and closes it there (callProcedure).
+   */
+  epoch = 0;
+
+  /** Before a prepared CALL of `sql` on `core`. */
+  note(core: CoreConnection, sql: string): void {
+    let texts = this.held.get(core);
+    if (texts === undefined) {
+      // A connection not seen before: forget those closed since (the server freed theirs),
+      // so a pool that replaces its connections does not grow this map.
+      for (const other of this.held.keys()) if (isClosed(other)) this.held.delete(other);
+      this.held.set(core, (texts = new Set()));
+    }
+    texts.add(sql);
+  }
+
+  /** `core` is being destroyed: the server frees its statements. */
+  forget(core: CoreConnection): void {
+    this.held.delete(core);
+  }
+
+  /** Closes, on `core`, the statement of `sql` that a CALL out during release() prepared. */
+  releaseLate(core: CoreConnection, sql: string): void {
+    this.held.get(core)?.delete(sql);
+    closeStatements(core, [sql]);
+  }
+
+  /** Closes every statement this store prepared, on every connection still open. */
+  release(): void {
+    this.epoch++;
+    for (const [core, texts] of this.held) closeStatements(core, texts);
+    this.held.clear();
+  }
 }
 
 /**
@@ -435,6 +523,8 @@ class MySqlRowStore implements MySqlStore {
    * then plain queries for the rest of this store's life.
    */
   private prepareCalls = true;
+  /** What those prepared, where: closed by close() and dropNamespace() (PreparedCalls). */
+  private readonly preparedCalls = new PreparedCalls();
 
   constructor(
     private readonly connector: Connector,
@@ -885,7 +975,8 @@ class MySqlRowStore implements MySqlStore {
    * varying number of rows stay plain queries: their text varies with that number, and the
    * server caps prepared statements (max_prepared_stmt_count) across all connections.
    * Should the server refuse a PREPARE for that cap, the CALL goes as a plain query, and
-   * every later one too (prepareCalls).
+   * every later one too (prepareCalls). close() and dropNamespace() close the statements
+   * again (PreparedCalls): on a pool passed in, the connections outlive the store.
    */
   private async callProcedure(
     what: string,
@@ -894,12 +985,17 @@ class MySqlRowStore implements MySqlStore {
     values: unknown[],
   ): Promise<unknown> {
     const connection = await this.connector.connect();
+    const core = coreOf(connection);
     const timeout = this.connector.queryTimeoutMs;
+    const epoch = this.preparedCalls.epoch;
+    const prepare = this.prepareCalls;
+    // Noted before sending: close() may come while the PREPARE is out.
+    if (prepare) this.preparedCalls.note(core, sql);
     let reusable = false;
     try {
       let result: unknown;
       try {
-        result = await query(connection, what, mode, sql, values, 1, timeout, this.prepareCalls);
+        result = await query(connection, what, mode, sql, values, 1, timeout, prepare);
       } catch (error) {
         // The PREPARE was refused, so nothing ran: the same CALL as a plain query.
         if (!(error instanceof StoreError && errnoOf(error.cause) === ER_MAX_PREPARED_STMT_COUNT_REACHED))
@@ -918,19 +1014,37 @@ class MySqlRowStore implements MySqlStore {
       }
       throw error;
     } finally {
-      if (reusable) connection.release();
-      else connection.destroy();
+      if (reusable) {
+        // close() or dropNamespace() ran while this CALL was out, perhaps before mysql2
+        // had the statement to close: it is closed here, before the connection goes back.
+        if (prepare && this.preparedCalls.epoch !== epoch) this.preparedCalls.releaseLate(core, sql);
+        connection.release();
+      } else {
+        this.preparedCalls.forget(core);
+        connection.destroy();
+      }
     }
   }
 
+  /** Also closes this store's prepared CALLs: their procedures are gone. */
   async dropNamespace(): Promise<void> {
-    await underSchemaLock(this.connector, mysqlDropStatements(this.namespace));
+    try {
+      await underSchemaLock(this.connector, mysqlDropStatements(this.namespace));
+    } finally {
+      this.preparedCalls.release();
+    }
   }
 
+  /**
+   * On a pool passed in, closes this store's prepared CALLs on every connection that holds
+   * one, idle or busy (mysql2 queues the close behind the connection's work; closeStatements),
+   * without waiting for a connection. A pool the store made is ended, which frees them.
+   */
   async close(): Promise<void> {
     if (this.connector.closed) return;
     this.connector.closed = true;
     if (this.ownsPool) await this.connector.pool.end();
+    else this.preparedCalls.release();
   }
 
   /** A fresh version; if no block can be reserved, the CAS was certainly not sent. */
