@@ -621,7 +621,12 @@ export class Transaction {
     this.buffer(table, row, column, toValueBytes(value), false);
   }
 
-  /** Rows of `table` in key order (UTF-8 byte order) at this snapshot, with this transaction's writes applied. */
+  /**
+   * Rows of `table` in key order (UTF-8 byte order) at this snapshot, with this
+   * transaction's writes applied: those made before the scan began. Writes made while it
+   * runs (a loop that inserts what it finds missing) show in later reads and scans, not in
+   * this one: before, changes to stored rows showed and new rows did not (found in review).
+   */
   async *scan(table: string, range: ScanRange = {}): AsyncGenerator<ScannedRow> {
     this.assertActive();
     // Checked before the draw: bad input changes nothing (a misspelt `from` scanned the whole table).
@@ -639,9 +644,12 @@ export class Transaction {
     const inRange = (key: string) =>
       (range.start === undefined || compareKeys(key, range.start) >= 0) &&
       (range.end === undefined || compareKeys(key, range.end) < 0);
+    // The transaction's writes to the range as the scan begins (each row's cells copied).
     const own = [...this.mutations.values()]
       .filter((m) => m.table === table && inRange(m.row))
-      .sort((a, b) => compareKeys(a.row, b.row));
+      .sort((a, b) => compareKeys(a.row, b.row))
+      .map((m) => ({ row: m.row, cells: new Map(m.cells) }));
+    const ownCells = new Map(own.map((m) => [m.row, m.cells]));
     let ownIndex = 0;
     let yielded = 0;
     let after: string | undefined;
@@ -654,7 +662,8 @@ export class Transaction {
       for (const { key, row } of page) {
         this.scanGoesOn();
         while (ownIndex < own.length && compareKeys(own[ownIndex]!.row, key) < 0 && yielded < limit) {
-          const result = this.overlay(own[ownIndex++]!.row, table, new Map());
+          const m = own[ownIndex++]!;
+          const result = overlay(m.row, m.cells, new Map());
           if (result) {
             yield result;
             yielded++;
@@ -662,7 +671,7 @@ export class Transaction {
         }
         if (yielded >= limit) return;
         if (own[ownIndex]?.row === key) ownIndex++;
-        const result = this.overlay(key, table, await this.visibleColumns(table, key, row));
+        const result = overlay(key, ownCells.get(key), await this.visibleColumns(table, key, row));
         if (result) {
           yield result;
           yielded++;
@@ -673,7 +682,8 @@ export class Transaction {
       if (exhausted) {
         while (ownIndex < own.length && yielded < limit) {
           this.scanGoesOn();
-          const result = this.overlay(own[ownIndex++]!.row, table, new Map());
+          const m = own[ownIndex++]!;
+          const result = overlay(m.row, m.cells, new Map());
           if (result) {
             yield result;
             yielded++;
@@ -1069,18 +1079,6 @@ export class Transaction {
     this.checkStop();
   }
 
-  private overlay(row: string, table: string, columns: Map<string, Uint8Array>): ScannedRow | undefined {
-    const own = this.mutations.get(rowId(table, row))?.cells;
-    if (own) {
-      for (const [column, value] of own) {
-        // A copy, as `get` gives: the caller may keep or change it.
-        if (value) columns.set(column, value.slice());
-        else columns.delete(column);
-      }
-    }
-    return columns.size > 0 ? { row, columns } : undefined;
-  }
-
   /** Resolve a lock, or wait (bounded) while its owner may still be committing. */
   private async settleLock(
     table: string,
@@ -1424,4 +1422,20 @@ function distinctTables(rows: Iterable<{ readonly table: string }>): number {
     }
   }
   return many ? many.size : few.length;
+}
+
+/** A scanned row: its visible columns with the transaction's own writes (`own`) over them. */
+function overlay(
+  row: string,
+  own: ReadonlyMap<string, Uint8Array | null> | undefined,
+  columns: Map<string, Uint8Array>,
+): ScannedRow | undefined {
+  if (own) {
+    for (const [column, value] of own) {
+      // A copy, as `get` gives: the caller may keep or change it.
+      if (value) columns.set(column, value.slice());
+      else columns.delete(column);
+    }
+  }
+  return columns.size > 0 ? { row, columns } : undefined;
 }
