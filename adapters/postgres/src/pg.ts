@@ -74,10 +74,77 @@ export interface PgPoolOptions {
 interface PgQuery {
   name?: string;
   query_timeout?: number;
+  /** The result pg fills; each column's parser comes from `_types` where it is set. */
+  _result?: { _types?: PgTypes };
 }
+
+/** What pg asks for a column's parser (a pg `types` option, pg-types' registry). */
+export interface PgTypes {
+  getTypeParser(oid: number, format?: string): (value: string) => unknown;
+}
+
+const BOOL_OID = 16;
+const BYTEA_OID = 17;
+const INT4_OID = 23;
+
+/**
+ * bytea in PostgreSQL's text format: `\x` and hex digits (bytea_output = 'hex', the
+ * default), or, with bytea_output = 'escape', each byte as itself when printable, `\\` for
+ * a backslash and `\ooo` (three octal digits) for any other byte.
+ */
+export function parseBytea(text: string): Buffer {
+  if (text.startsWith('\\x')) return Buffer.from(text.slice(2), 'hex');
+  const out = Buffer.allocUnsafe(text.length);
+  let n = 0;
+  for (let i = 0; i < text.length; ) {
+    if (text.charCodeAt(i) !== 0x5c) {
+      out[n++] = text.charCodeAt(i++);
+    } else if (text.charCodeAt(i + 1) === 0x5c) {
+      out[n++] = 0x5c;
+      i += 2;
+    } else {
+      out[n++] = Number.parseInt(text.slice(i + 1, i + 4), 8);
+      i += 4;
+    }
+  }
+  return out.subarray(0, n);
+}
+
+const asText = (value: string): string => value;
+const asBool = (value: string): boolean => value === 't';
+const asInt = (value: string): number => Number(value);
+
+/**
+ * The parsers of every statement the store sends, whatever the pool's `types` option or
+ * pg's global registry (`pg.types.setTypeParser`) say: bytea as a Buffer, boolean,
+ * integer (ordinals) as a number, everything else as the text the server sent (versions,
+ * timestamps and counter values travel as text, cast in SQL). Those settings are the
+ * application's, for its own queries; a pool whose bytea parser returned the hex text made
+ * every state read as 0 bytes and every scanned key as '\x6b...' (found by a review).
+ * Text format only: a client in pg's binary mode (`binary: true`) gets pg's own parsers for
+ * that format, as before; pg 8 decodes every field of a reply as UTF-8 text first, so no
+ * state survives that mode, and reading one fails with a StoreError (store.ts, bytesOf).
+ */
+export const STORE_TYPES: PgTypes = {
+  getTypeParser(oid: number, format?: string): (value: string) => unknown {
+    if (format === 'binary') return pgOf().types.getTypeParser(oid, format);
+    switch (oid) {
+      case BYTEA_OID:
+        return parseBytea;
+      case BOOL_OID:
+        return asBool;
+      case INT4_OID:
+        return asInt;
+      default:
+        return asText;
+    }
+  },
+};
 
 interface PgModule {
   Pool: new (options: PgPoolOptions) => PgPool;
+  /** pg-types: the global parser registry. */
+  types: PgTypes;
   Query: new (
     text: string,
     values: unknown[],
@@ -114,6 +181,11 @@ export function submitQuery(
     );
     if (name !== undefined) query.name = name;
     if (timeoutMs > 0) query.query_timeout = timeoutMs;
+    // The Query's result was made without a parser set (no config object, the fast path
+    // above); pg's client fills in its own (the pool's `types`, else pg's global registry)
+    // only where none is set, so this one is used instead (STORE_TYPES). postgres.test.ts
+    // checks that a pool's and the global bytea parser change nothing.
+    if (query._result !== undefined) query._result._types = STORE_TYPES;
     (client as unknown as { query(query: PgQuery): void }).query(query);
   });
 }

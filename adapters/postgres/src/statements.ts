@@ -36,8 +36,12 @@ SELECT ${nextVersion}::text, NULL, true
 WHERE NOT EXISTS (SELECT 1 FROM ${n.rows} WHERE tbl = $1 AND key = $2)`,
 
     // Which of the schema's functions exist (a schema the user created may predate them).
+    // The multi-row CAS counts only with the body this version defines ($1): an older one
+    // drew from the counter before it locked its rows, and would close deadlock cycles with
+    // stampedUpdate, which takes its row first.
     hasFunctions: `SELECT to_regprocedure('${n.readStampedSignature}') IS NOT NULL AS read_stamped,
-  to_regprocedure('${n.casStampedManySignature}') IS NOT NULL AS cas_stamped_many`,
+  EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('${n.casStampedManySignature}') AND prosrc = $1::text)
+    AS cas_stamped_many`,
 
     /*
      * Stamped read (capability stampedRead): one statement calling the function the schema
@@ -81,18 +85,25 @@ JOIN ${n.rows} t ON t.tbl = r.tbl AND t.key = r.key`,
      * are simply not reported (= failed). The statement is atomic as a whole, which is
      * more than the contract asks, and a deadlock rolls all of it back.
      *
-     * Lock order: the writes go kind by kind (updates, then deletes, then creates), each
-     * kind in (tbl, key) order. One kind alone is one order. A batch of several kinds runs
-     * `casManyLocking`, whose first CTE `lk` locks every requested row that exists, in
-     * (tbl, key) order, before anything is written (`q`, which the writes read, waits for
-     * all of `lk`: its InitPlan counts it). Without it, a batch holding its updated rows
-     * could wait, for a create of a row that exists (a stale create) or a delete, on a batch
-     * that held that row and waited for one of the first's updates: a cycle PostgreSQL
-     * breaks only after deadlock_timeout (1 s by default), found by a review (10 of 10 rounds
-     * of two such batches). Locking first costs a second write of each row's tuple (a row
-     * lock is a tuple update): 64-row two-phase transactions ran about a fifth slower with it
-     * on every batch, hence only where kinds mix. Creates of absent keys still come after,
-     * and wait only for a concurrent creator of the same key.
+     * Lock order: (tbl, key), whatever the plan. An UPDATE or DELETE joined with the
+     * requests takes its rows in the order the join yields them, which is the plan's: with
+     * a few dozen rows in the table and statistics, PostgreSQL hashes the requests and
+     * scans the table, so rows are taken in heap order, and two batches over rows a and b
+     * (b stored first) deadlocked against a stamped call taking a then b (found by a
+     * review; PostgreSQL breaks it only after deadlock_timeout, 1 s by default, with the
+     * counter held when the other side was the old stamped function). So every batch that
+     * updates or deletes more than one row, or mixes kinds, runs `casManyLocking`, whose
+     * first CTE `lk` locks every requested row that exists with ORDER BY ... FOR UPDATE
+     * (LockRows runs above the Sort, so in (tbl, key) order in any plan) before anything is
+     * written (`q`, which the writes read, waits for all of `lk`: its InitPlan counts it).
+     * The writes then touch only rows the statement holds. It also keeps a batch of several
+     * kinds from holding its updated rows while a create of a row that exists (a stale
+     * create) or a delete waits, the cycle an earlier review found. Locking first costs a
+     * second write of each row's tuple (a row lock marks the tuple): 64-row two-phase
+     * transactions ran about a fifth slower with it. `casMany` is left for a batch that
+     * locks at most one existing row, or only creates: an INSERT ... SELECT ... ORDER BY
+     * inserts in the Sort's order. Creates of absent keys come last in either, and wait
+     * only for a concurrent creator (or deleter) of the same key.
      */
     casMany: casManySql(n, nextVersion, false),
     casManyLocking: casManySql(n, nextVersion, true),
@@ -107,11 +118,13 @@ ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
 RETURNING value::text AS value`,
 
     /*
-     * Stamped check-and-set (capability stampedCheckAndSet): ONE statement, so one round
-     * trip and, in autocommit, one transaction. CTE `c` adds 1 to the counter exactly as
-     * `increment` does (same table, same upsert); `w` applies the CAS with the drawn value
-     * written over bytes 2..9 (1-based; STAMP_OFFSET = 1) of the state as a big-endian
-     * int8 (`int8send`). Both commit together or not at all.
+     * Stamped check-and-set of an existing row (capability stampedCheckAndSet): ONE
+     * statement, so one round trip and, in autocommit, one transaction. CTE `lk` locks the
+     * row at the expected version; `c` then adds 1 to the counter exactly as `increment`
+     * does (same table, same upsert); `w` applies the CAS with the drawn value written over
+     * bytes 2..9 (1-based; STAMP_OFFSET = 1) of the state as a big-endian int8
+     * (`int8send`). All commit together or not at all. (A create goes through the
+     * multi-row function, casStampedMany, which can insert the row before it draws.)
      *
      * Why a later counter value implies the write is visible (READ COMMITTED, the default):
      * the upsert in `c` leaves the counter row locked until this statement's transaction
@@ -121,39 +134,44 @@ RETURNING value::text AS value`,
      * then ProcArray) before it releases its locks, so by the time a later value exists,
      * this write is committed and every snapshot taken afterwards (the reader's next
      * statement) contains it. If this transaction aborts, its value is never handed out
-     * as a success: the next draw reuses it.
+     * as a success: the next draw reuses it. And every record already on the row was
+     * written with a value drawn before this one: the row is held from before the draw.
      *
-     * Lock order: every stamped statement takes the counter row first and a rows-table row
-     * second, and nothing that holds a rows-table row ever waits for the counter, so the
-     * counter can never be part of a deadlock cycle.
+     * Lock order: the row first, the counter second, as the MariaDB procedure does. A
+     * statement that holds the counter then waits for nothing (the row is its own already),
+     * so the counter is never in a deadlock cycle, and a call that waits for a busy row (a
+     * concurrent writer of it, a session holding it, a backend its client gave up on)
+     * holds nothing meanwhile: draws, stamped reads and stamped writes of other rows go on.
+     * Before, the counter came first, and one such wait stalled every draw of the namespace.
      *
-     * The counter advances only when the statement's snapshot shows the CAS can apply
-     * (the row absent for a create, at the expected version for an update). A CAS that
-     * then loses a race (a concurrent writer committed first; the write re-checks the
-     * newest row) still advances the counter: a gap, which timestamps allow.
+     * `lk` filters the row at its expected version with FOR UPDATE: a row that does not
+     * match in the statement's snapshot is not locked and not waited for; one being written
+     * by another transaction is waited for and then re-checked at its newest version
+     * (READ COMMITTED), so a lost race draws nothing. `c` draws only once `lk` holds the
+     * row (its EXISTS reads `lk`), and `w` finds the very row `lk` locked (versions are
+     * never reused, and a lock leaves the row as it was), so it waits for nothing either.
      *
-     * $1 tbl, $2 key, $3 counter name, $4 state template, $5 notified, [$6 expected].
+     * `set_config('lock_timeout', $7, true)`: before `lk` locks the row, the transaction
+     * (this statement) gets a lock timeout a little below the client's queryTimeoutMs, so a
+     * backend whose client gave up does not wait for the row (or the counter) for ever.
+     * It is a filter of `lk`'s scan, evaluated on the row before LockRows locks it; no row,
+     * no lock, no wait. PostgreSQL reads lock_timeout at each lock wait. (`lk` is not
+     * MATERIALIZED, a keyword of PostgreSQL 12: a CTE with a volatile function is never
+     * inlined, and inlined, its FOR UPDATE would lock all the same.)
+     *
+     * $1 tbl, $2 key, $3 counter name, $4 state template, $5 notified, $6 expected,
+     * $7 lock timeout (ms, as text).
      */
-    stampedCreate: `WITH c AS (
-  INSERT INTO ${n.counters} (name, value)
-  SELECT $3::bytea, 1::bigint
-  WHERE NOT EXISTS (SELECT 1 FROM ${n.rows} WHERE tbl = $1::bytea AND key = $2::bytea)
-  ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
-  RETURNING value
+    stampedUpdate: `WITH lk AS (
+  SELECT 1 FROM ${n.rows}
+  WHERE tbl = $1::bytea AND key = $2::bytea AND version = $6::bigint
+    AND set_config('lock_timeout', $7::text, true) IS NOT NULL
+  FOR UPDATE
 ),
-w AS (
-  INSERT INTO ${n.rows} (tbl, key, version, state, notified)
-  SELECT $1::bytea, $2::bytea, ${nextVersion}, overlay($4::bytea PLACING int8send(c.value) FROM 2 FOR 8), $5::boolean
-  FROM c
-  ON CONFLICT (tbl, key) DO NOTHING
-  RETURNING version
-)
-SELECT w.version::text AS version, c.value::text AS ts FROM w CROSS JOIN c`,
-
-    stampedUpdate: `WITH c AS (
+c AS (
   INSERT INTO ${n.counters} (name, value)
   SELECT $3::bytea, 1::bigint
-  WHERE EXISTS (SELECT 1 FROM ${n.rows} WHERE tbl = $1::bytea AND key = $2::bytea AND version = $6::bigint)
+  WHERE EXISTS (SELECT 1 FROM lk)
   ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
   RETURNING value
 ),
@@ -167,17 +185,50 @@ w AS (
 SELECT version::text AS version, value::text AS ts FROM w`,
 
     /*
-     * Stamped multi-row check-and-set (capability stampedCheckAndSetMany): one statement
-     * calling the function the schema defines (schema.ts, casStampedManyFunctionBody),
-     * which checks, draws, and writes every row (updates in (tbl, key) order, then creates), all or nothing. Row
-     * (0, drawn value, NULL) means applied, then (ordinal, new version, NULL) per request;
-     * no row 0 means a request did not match, and the rows are the present rows as they
-     * are. A row that changed after the draw raises CAS_MANY_MISMATCH (all rolled back).
+     * The stamped create of one row for a schema without the multi-row function (made by
+     * hand from an older postgresSchemaSql()), the only statement left that draws before it
+     * takes its row: one statement cannot insert the row, draw, and then write the stamp
+     * into the row it inserted. Its insert waits only for a concurrent insert or delete of
+     * the same key, and its lock waits end after the lock timeout (as in stampedUpdate).
+     * $1 tbl, $2 key, $3 counter name, $4 state template, $5 notified, $6 lock timeout.
+     */
+    stampedCreate: `WITH c AS (
+  INSERT INTO ${n.counters} (name, value)
+  SELECT $3::bytea, 1::bigint
+  WHERE NOT EXISTS (SELECT 1 FROM ${n.rows} WHERE tbl = $1::bytea AND key = $2::bytea)
+    AND set_config('lock_timeout', $6::text, true) IS NOT NULL
+  ON CONFLICT (name) DO UPDATE SET value = ${n.counters}.value + EXCLUDED.value
+  RETURNING value
+),
+w AS (
+  INSERT INTO ${n.rows} (tbl, key, version, state, notified)
+  SELECT $1::bytea, $2::bytea, ${nextVersion}, overlay($4::bytea PLACING int8send(c.value) FROM 2 FOR 8), $5::boolean
+  FROM c
+  ON CONFLICT (tbl, key) DO NOTHING
+  RETURNING version
+)
+SELECT w.version::text AS version, c.value::text AS ts FROM w CROSS JOIN c`,
+
+    /*
+     * Stamped multi-row check-and-set (capability stampedCheckAndSetMany), and the stamped
+     * create of one row: one statement calling the function the schema defines (schema.ts,
+     * casStampedManyFunctionBody), which locks every row (the updates' rows in (tbl, key)
+     * order, then inserts the creates in that order), draws, and writes every row, all or
+     * nothing. Row (0, drawn value, NULL) means applied, then (ordinal, new version, NULL)
+     * per request; no row 0 means a request did not match, and the rows are the present
+     * rows as they are. A create whose key appeared while the call waited raises
+     * CAS_MANY_MISMATCH (all rolled back).
+     *
+     * The first argument sets the transaction's lock_timeout (as stampedUpdate does) before
+     * the function runs: a function's arguments are evaluated before its body, and the
+     * setting lasts to the end of the transaction, so every lock wait inside is bounded.
      * $1 counter name, $2 tables, $3 keys, $4 expected versions (NULL: must be absent),
-     * $5 state templates, $6 notified flags.
+     * $5 state templates, $6 notified flags, $7 lock timeout (ms, as text).
      */
     casStampedMany: `SELECT ordinal::int AS i, row_version::text AS version, row_state AS state
-FROM ${n.casStampedMany}($1::bytea, $2::bytea[], $3::bytea[], $4::bigint[], $5::bytea[], $6::boolean[])`,
+FROM ${n.casStampedMany}(
+  CASE WHEN set_config('lock_timeout', $7::text, true) IS NOT NULL THEN $1::bytea END,
+  $2::bytea[], $3::bytea[], $4::bigint[], $5::bytea[], $6::boolean[])`,
   };
 }
 
@@ -185,9 +236,9 @@ export type PostgresStatements = ReturnType<typeof postgresStatements>;
 
 /**
  * The casMany statement (see `casMany` above). With `lockFirst`, a first CTE locks every
- * requested row that exists, in (tbl, key) order, before anything is written; without, each
- * kind of write takes its rows as it meets them (in key order within the kind), which is
- * one order only when the batch has one kind of write.
+ * requested row that exists, in (tbl, key) order, before anything is written; without, the
+ * updates and deletes take their rows in whatever order the plan meets them (the creates in
+ * key order), which cannot deadlock only when at most one existing row is written.
  */
 function casManySql(n: PostgresNames, nextVersion: string, lockFirst: boolean): string {
   // What the writes read: the requests, or (lockFirst) the requests once every row is locked.

@@ -36,7 +36,14 @@ import {
   toSafeCounter,
 } from '@percolator/core/kit';
 import { POSTGRES_URL } from './env.js';
-import { connectError, isConnectionBroken, isTransientRollback, readError, writeError } from './errors.js';
+import {
+  connectError,
+  isConnectionBroken,
+  isLockTimeout,
+  isTransientRollback,
+  readError,
+  writeError,
+} from './errors.js';
 import type { OptionKeys } from './options.js';
 import {
   createPgPool,
@@ -48,6 +55,7 @@ import {
 } from './pg.js';
 import {
   CAS_MANY_MISMATCH,
+  casStampedManyFunctionBody,
   type PostgresNames,
   postgresDropStatements,
   postgresNames,
@@ -67,8 +75,30 @@ export const POSTGRES_MAX_STATE_BYTES = 64 * 1024 * 1024;
  */
 export const POSTGRES_BATCH_STATE_BYTES = 2 * POSTGRES_MAX_STATE_BYTES;
 
-/** The kinds of write a casMany batch holds, as bits: one bit set is one lock order. */
+/** The kinds of write a casMany batch holds, as bits: one bit set is one kind. */
 const KIND_BIT = { update: 1, delete: 2, create: 4 } as const;
+
+/**
+ * The statements that set a server-side lock_timeout (statements.ts): when it ends one of
+ * their lock waits (SQLSTATE 55P03), the call is reported as a client-side timeout is,
+ * 'unknown', so what a timed-out stamped call answers does not depend on which of the two
+ * timers fired first.
+ */
+const SERVER_LOCK_TIMEOUT: ReadonlySet<string> = new Set([
+  'stampedUpdate',
+  'stampedCreate',
+  'casStampedMany',
+]);
+
+/**
+ * The lock_timeout (ms) the stamped statements set for their transaction: a little below
+ * queryTimeoutMs, so the server usually answers before the client gives up, and a backend
+ * whose client did give up (it destroys the connection, which a backend waiting for a lock
+ * does not notice) stops waiting soon after instead of never. At least 1 (0 means none).
+ */
+function serverLockTimeoutMs(queryTimeoutMs: number): number {
+  return Math.max(1, queryTimeoutMs - Math.min(1000, Math.ceil(queryTimeoutMs / 10)));
+}
 
 /** A deadlock or serialization failure rolls a whole statement back, so it is safe to send it again. */
 const TRANSIENT_ATTEMPTS = 4;
@@ -148,6 +178,8 @@ class PostgresRowStore implements PostgresStore {
   private readonly sql: PostgresStatements;
   /** Each statement's prepared-statement name, made once. */
   private readonly names: Record<keyof PostgresStatements, string>;
+  /** `serverLockTimeoutMs(queryTimeoutMs)` as text, the stamped statements' last parameter. */
+  private readonly lockTimeout: string;
   private closed = false;
   /** The calls waiting for a pooled connection (connect): close() answers each with ClosedError. */
   private readonly waiting = new Set<(error: Error) => void>();
@@ -159,6 +191,7 @@ class PostgresRowStore implements PostgresStore {
     private readonly queryTimeoutMs: number,
   ) {
     this.namespace = names.namespace;
+    this.lockTimeout = String(serverLockTimeoutMs(queryTimeoutMs));
     this.sql = postgresStatements(names);
     this.names = Object.fromEntries(
       Object.keys(this.sql).map((statement) => [statement, `perc:${this.namespace}:${statement}`]),
@@ -232,7 +265,10 @@ class PostgresRowStore implements PostgresStore {
     values.push(options.limit);
     text += ` ORDER BY key LIMIT $${values.length}`;
     const result = await this.run('scan', 'read', undefined, text, values);
-    return result.rows.map((row) => ({ key: (row.key as Buffer).toString('utf8'), row: toStoredRow(row) }));
+    return result.rows.map((row) => ({
+      key: bytesOf(row.key, 'key').toString('utf8'),
+      row: toStoredRow(row),
+    }));
   }
 
   async scanNotified(table: string, options: NotificationScanOptions): Promise<string[]> {
@@ -245,7 +281,7 @@ class PostgresRowStore implements PostgresStore {
     values.push(options.limit);
     text += ` ORDER BY key LIMIT $${values.length}`;
     const result = await this.run('scanNotified', 'read', undefined, text, values);
-    return result.rows.map((row) => (row.key as Buffer).toString('utf8'));
+    return result.rows.map((row) => bytesOf(row.key, 'key').toString('utf8'));
   }
 
   async incrementCounter(name: string, delta: number): Promise<number> {
@@ -254,11 +290,15 @@ class PostgresRowStore implements PostgresStore {
   }
 
   /**
-   * One statement (statements.ts: stampedCreate / stampedUpdate) draws counter + 1 and
-   * applies the CAS with that value written big-endian at STAMP_OFFSET, in one transaction
-   * and one round trip; see the comment there for why a later draw sees the write. The
-   * counter advances when the statement's snapshot shows the CAS can apply, even if the
-   * CAS then loses a race; it never advances for a request refused before sending.
+   * One statement, one round trip, one transaction: it takes the row, draws counter + 1
+   * and applies the CAS with that value written big-endian at STAMP_OFFSET. An update is
+   * statements.ts' stampedUpdate (the row locked at its expected version, then the draw);
+   * a create calls the multi-row function for one row (the row inserted, then the draw,
+   * then the stamp written into it), which one statement cannot do, or, on a schema
+   * without that function, the older stampedCreate. See there for why a later draw sees
+   * the write. The counter advances only once the row is held (and, for stampedCreate,
+   * when its snapshot shows the row absent); it never advances for a request refused
+   * before sending.
    */
   async checkAndSetStamped(
     request: CasRequest & { readonly state: Uint8Array },
@@ -267,8 +307,16 @@ class PostgresRowStore implements PostgresStore {
     // The state is never null here (the contract check), so the plan creates or updates.
     const plan = planCas(request, isIssuableVersion);
     if (plan.kind !== 'create' && plan.kind !== 'update') return this.failure(request);
-    const values: unknown[] = [plan.tbl, plan.key, Buffer.from(counter, 'utf8'), plan.state, plan.notified];
+    const name = Buffer.from(counter, 'utf8');
+    if (plan.kind === 'create' && this.capabilities.stampedCheckAndSetMany === true) {
+      const step = await this.stampedStep([plan], name);
+      if (step === 'mismatch') return this.failure(request);
+      if ('current' in step) return { ok: false, current: step.current[0] ?? null };
+      return { ok: true, version: step.versions[0]!, timestamp: toSafeCounter(step.drawn, counter) };
+    }
+    const values: unknown[] = [plan.tbl, plan.key, name, plan.state, plan.notified];
     if (plan.kind === 'update') values.push(plan.expected);
+    values.push(this.lockTimeout);
     const statement = plan.kind === 'create' ? 'stampedCreate' : 'stampedUpdate';
     const result = await this.withTransientRetry(() => this.query(statement, 'write', values));
     const row = result.rows[0];
@@ -279,13 +327,14 @@ class PostgresRowStore implements PostgresStore {
 
   /**
    * One statement (statements.ts: casStampedMany) calls the namespace's PL/pgSQL function
-   * (schema.ts: casStampedManyFunctionBody): it checks every row without locks (a visible
-   * mismatch draws nothing and answers with the rows as they are), then draws counter + 1
-   * (the counter row first) and applies every CAS (updates in (tbl, key) byte order, then creates) with that value
-   * at STAMP_OFFSET, in one transaction. A row that changed after the check raises
-   * CAS_MANY_MISMATCH, which rolls the whole statement back (the draw too): `ok: false`,
-   * with `current` from one more read (as checkAndSet does on failure). See the function's
-   * comment for why it is atomic and cannot deadlock.
+   * (schema.ts: casStampedManyFunctionBody): it locks the rows it updates (in (tbl, key)
+   * byte order, at their expected versions) and inserts the rows it creates, and only then
+   * draws counter + 1 and writes every row with that value at STAMP_OFFSET, in one
+   * transaction. A request that does not match draws nothing and is answered with the
+   * rows as they are; a create whose key appeared while the call waited raises
+   * CAS_MANY_MISMATCH, which rolls the whole statement back: `ok: false`, with `current`
+   * from one more read (as checkAndSet does on failure). See the function's comment for
+   * why it is atomic and why it cannot deadlock.
    */
   async checkAndSetStampedMany(
     requests: readonly (CasRequest & { readonly state: Uint8Array })[],
@@ -303,8 +352,9 @@ class PostgresRowStore implements PostgresStore {
     }
     if (this.capabilities.stampedCheckAndSetMany !== true) {
       throw new StoreError(
-        `postgres: checkAndSetStampedMany needs the function ${postgresNames(this.namespace).casStampedMany}, ` +
-          'which this schema lacks (capabilities.stampedCheckAndSetMany is false); run postgresSchemaSql() again',
+        `postgres: checkAndSetStampedMany needs the function ${postgresNames(this.namespace).casStampedMany} ` +
+          'as this version defines it, which this schema lacks (capabilities.stampedCheckAndSetMany is false); ' +
+          'run postgresSchemaSql() again',
         'no',
         { retryable: false },
       );
@@ -313,35 +363,56 @@ class PostgresRowStore implements PostgresStore {
     // A version this store never issues matches no row: the whole step fails, nothing sent.
     const writes = plans.filter((p) => p.kind === 'create' || p.kind === 'update');
     if (writes.length !== plans.length) return this.manyFailure(requests);
+    const step = await this.stampedStep(writes, Buffer.from(counter, 'utf8'));
+    if (step === 'mismatch') return this.manyFailure(requests);
+    if ('current' in step) return { ok: false, current: step.current };
+    // Applied; a stamp beyond 2^53 cannot be a JS number, so that throws (not a plain failure).
+    return { ok: true, versions: step.versions, timestamp: toSafeCounter(step.drawn, counter) };
+  }
+
+  /**
+   * Sends one call of the multi-row function: the drawn value and the new versions in
+   * request order (applied), the rows as they are (a request did not match, nothing
+   * written), or 'mismatch' (CAS_MANY_MISMATCH: rolled back, the rows not known).
+   */
+  private async stampedStep(
+    writes: readonly Extract<CasPlan, { kind: 'create' | 'update' }>[],
+    counter: Buffer,
+  ): Promise<
+    | { readonly drawn: string; readonly versions: string[] }
+    | { readonly current: (StoredRow | null)[] }
+    | 'mismatch'
+  > {
     const values = [
-      Buffer.from(counter, 'utf8'),
+      counter,
       writes.map((p) => p.tbl),
       writes.map((p) => p.key),
       writes.map((p) => (p.kind === 'update' ? p.expected : null)),
       writes.map((p) => p.state),
       writes.map((p) => p.notified),
+      this.lockTimeout,
     ];
     let result: PgQueryResult;
     try {
       result = await this.withTransientRetry(() => this.query('casStampedMany', 'write', values));
     } catch (error) {
-      // Lost a race after the draw: the server rolled everything back.
-      if (isCasManyMismatch(error)) return this.manyFailure(requests);
+      // A create's key appeared while the call waited: the server rolled everything back.
+      if (isCasManyMismatch(error)) return 'mismatch';
       throw error;
     }
     const drawn = result.rows.find((row) => Number(row.i) === 0);
     if (drawn === undefined) {
-      // The check failed before the draw; the reply holds the present rows (absent: null).
-      const current: (StoredRow | null)[] = requests.map(() => null);
+      // Refused before the draw; the reply holds the present rows (absent: null).
+      const current: (StoredRow | null)[] = writes.map(() => null);
       for (const row of result.rows) current[Number(row.i) - 1] = toStoredRow(row);
-      return { ok: false, current };
+      return { current };
     }
     const versions: string[] = [];
     for (const row of result.rows) {
       const i = Number(row.i);
       if (i > 0) versions[i - 1] = String(row.version);
     }
-    for (let i = 0; i < requests.length; i++) {
+    for (let i = 0; i < writes.length; i++) {
       if (versions[i] === undefined) {
         // Applied (row 0 came back), yet a version is missing: not a plain failure.
         throw new StoreError(`postgres: stamped check-and-set: no version for request ${i + 1}`, 'unknown', {
@@ -349,8 +420,7 @@ class PostgresRowStore implements PostgresStore {
         });
       }
     }
-    // Applied; a stamp beyond 2^53 cannot be a JS number, so that throws (not a plain failure).
-    return { ok: true, versions, timestamp: toSafeCounter(String(drawn.version), counter) };
+    return { drawn: String(drawn.version), versions };
   }
 
   /**
@@ -428,9 +498,11 @@ class PostgresRowStore implements PostgresStore {
       }
       throw error;
     }
-    // A schema made from an older postgresSchemaSql() may lack the functions: everything
-    // works without them, only stamped reads / stamped multi-row CAS are not offered.
-    const fn = (await this.query('hasFunctions', 'read', [])).rows[0];
+    // A schema made from an older postgresSchemaSql() may lack the functions, or have an
+    // older multi-row CAS: everything works without them, only stamped reads / stamped
+    // multi-row CAS are not offered (stamped creates then use stampedCreate).
+    const body = casStampedManyFunctionBody(postgresNames(this.namespace));
+    const fn = (await this.query('hasFunctions', 'read', [body])).rows[0];
     if (fn?.read_stamped !== true) this.capabilities = { ...this.capabilities, stampedRead: false };
     if (fn?.cas_stamped_many !== true) {
       this.capabilities = { ...this.capabilities, stampedCheckAndSetMany: false };
@@ -482,11 +554,10 @@ class PostgresRowStore implements PostgresStore {
 
   /** Runs one casMany statement; returns applied request ordinals (1-based) -> new version. */
   private async casManyStatement(unordered: readonly CasPlan[]): Promise<Map<number, string>> {
-    // In (table, key) order: the statement locks its rows in this order (a batch of several
-    // kinds of write locks all of them first, statements.ts, casMany) and holds them to its
-    // end, so two batches over the same rows in opposite orders would deadlock, and
-    // PostgreSQL only finds a deadlock after deadlock_timeout (1 s by default). One order for
-    // every batch leaves no cycle. `order[i]` is the caller's index.
+    // In (table, key) order, the order the statement takes rows in (statements.ts, casMany).
+    // The statement does not rely on it (its ORDER BYs fix the order of its locks and
+    // inserts in any plan); a plan that walks the requests meets the rows in that order
+    // too. `order[i]` is the caller's index.
     const order = unordered.map((_, i) => i);
     order.sort(
       (a, b) =>
@@ -503,12 +574,18 @@ class PostgresRowStore implements PostgresStore {
       plans.map((p) => ('notified' in p ? p.notified : false)),
       plans.map((p) => p.kind),
     ];
-    // Several kinds of write: lock every row first, in order (statements.ts, casMany).
+    // Lock the rows first, in order (statements.ts, casMany), unless the batch writes at
+    // most one row that exists and one kind only: an UPDATE or DELETE of several rows
+    // takes them in the plan's order, and a mix of kinds could hold one kind's rows while
+    // another waits.
     let kinds = 0;
+    let existing = 0;
     for (const p of plans) {
       if (p.kind === 'update' || p.kind === 'delete' || p.kind === 'create') kinds |= KIND_BIT[p.kind];
+      if (p.kind === 'update' || p.kind === 'delete') existing++;
     }
-    const statement = (kinds & (kinds - 1)) === 0 ? 'casMany' : 'casManyLocking'; // none or one bit
+    const oneKind = (kinds & (kinds - 1)) === 0; // none or one bit
+    const statement = oneKind && existing <= 1 ? 'casMany' : 'casManyLocking';
     const result = await this.withTransientRetry(() => this.query(statement, 'write', values));
     // Ordinals are 1-based positions in `plans`; the caller's are positions in `unordered`.
     return new Map(result.rows.map((row) => [order[Number(row.i) - 1]! + 1, String(row.version)]));
@@ -564,7 +641,9 @@ class PostgresRowStore implements PostgresStore {
       } else {
         client.release();
       }
-      throw mode === 'read' ? readError(what, error) : writeError(what, error);
+      if (mode === 'read') throw readError(what, error);
+      // writeError's third argument makes the outcome 'unknown' (see SERVER_LOCK_TIMEOUT).
+      throw writeError(what, error, SERVER_LOCK_TIMEOUT.has(what) && isLockTimeout(error));
     }
   }
 
@@ -625,7 +704,23 @@ function isCasManyMismatch(error: unknown): boolean {
 }
 
 function toStoredRow(row: Record<string, unknown>): StoredRow {
-  return { version: String(row.version), state: toBytes(row.state as Buffer) };
+  return { version: String(row.version), state: toBytes(bytesOf(row.state, 'state')) };
+}
+
+/**
+ * A bytea column's value, which the store's own parsers (pg.ts, STORE_TYPES) make a
+ * Buffer. Anything else means the reply was not parsed as the store asked: a StoreError,
+ * never a state or key made from the wrong bytes. Nothing is written when it is thrown
+ * (only reads and refused writes decode rows).
+ */
+function bytesOf(value: unknown, what: 'state' | 'key'): Buffer {
+  if (Buffer.isBuffer(value)) return value;
+  throw new StoreError(
+    `postgres: a row's ${what} came back as ${value === null ? 'null' : typeof value}, not bytes ` +
+      "(was the reply parsed by a type parser other than the store's?)",
+    'no',
+    { retryable: false },
+  );
 }
 
 /** `indices` in order, cut where the next state would pass POSTGRES_BATCH_STATE_BYTES. */

@@ -8,7 +8,9 @@ import { fullCapabilities } from '@percolator/core/kit';
 import {
   assertPostgresReachable,
   createPostgresStore,
+  type PgPoolClient,
   POSTGRES_URL_ENV,
+  type PostgresStore,
   postgresSchemaSql,
   resolvePostgresUrl,
 } from '@percolator/postgres';
@@ -224,6 +226,49 @@ describe('postgres store: limits and failures', () => {
     }
   });
 
+  it('checkAndSetMany locks its rows in (table, key) order whatever the plan: b stored before a, statistics, a hash join', async () => {
+    // With a few dozen rows and statistics, the planner hashes the requests and scans the
+    // table, so an UPDATE joined with them took its rows in heap order: b, then a (found by
+    // a review, as a deadlock against a stamped call that takes a, then b).
+    const s = await openStore({ namespace: uniqueNamespace() });
+    const rows = `"${s.namespace}_rows"`;
+    const vb = version(await s.checkAndSet({ table: 'h', key: 'b', expected: null, state: bytes('b0') }));
+    for (let i = 0; i < 30; i++) {
+      await s.checkAndSet({
+        table: 'h',
+        key: `f${String(i).padStart(2, '0')}`,
+        expected: null,
+        state: bytes('f'),
+      });
+    }
+    const va = version(await s.checkAndSet({ table: 'h', key: 'a', expected: null, state: bytes('a0') }));
+    await admin.query(`ANALYZE ${rows}`);
+    const blocker = await admin.connect();
+    const probe = await admin.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
+        Buffer.from('h'),
+        Buffer.from('a'),
+      ]);
+      const batch = s.checkAndSetMany([
+        { table: 'h', key: 'a', expected: va, state: bytes('a1') },
+        { table: 'h', key: 'b', expected: vb, state: bytes('b1') },
+      ]);
+      await untilSomeoneWaits(probe);
+      // It waits for a, the first row in key order, holding nothing: b is free.
+      expect(await lockNow(probe, rows, 'h', 'b')).toBe('free');
+      await blocker.query('ROLLBACK');
+      const [ra, rb] = await batch;
+      expect((await s.read('h', 'a'))?.version).toBe(version(ra!));
+      expect((await s.read('h', 'b'))?.version).toBe(version(rb!));
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      probe.release();
+    }
+  });
+
   it('checkAndSetMany locks every row that exists before it writes any, creates included, so a stale create cannot close a cycle', async () => {
     // The writes take their rows kind by kind (updates, deletes, creates). Without locking
     // first, batch A = [create a (a exists: a stale create), update b, update c] held b and
@@ -394,6 +439,122 @@ describe('postgres store: limits and failures', () => {
       expect(await s.read('t', 'never-written')).toBeNull();
     } finally {
       await s.close();
+      await pool.end();
+    }
+  });
+});
+
+describe('postgres store: its own type parsers', () => {
+  /** Every way the store decodes a row or a key gives back what was written. */
+  async function decodesAsWritten(s: PostgresStore): Promise<void> {
+    const state = Uint8Array.from([0, 1, 0x5c, 0x78, 0xff, ...bytes('state')]);
+    const v = version(await s.checkAndSet({ table: 'tp', key: 'k', expected: null, state, notified: true }));
+    const row = { version: v, state };
+    expect(await s.read('tp', 'k')).toEqual(row);
+    expect(await s.readMany([{ table: 'tp', key: 'k' }])).toEqual([row]);
+    expect(await s.scan('tp', { limit: 10 })).toEqual([{ key: 'k', row }]);
+    expect(await s.scanNotified('tp', { limit: 10 })).toEqual(['k']);
+    expect((await s.readStamped([{ table: 'tp', key: 'k' }], 'c')).rows).toEqual([row]);
+    expect((await s.readPeeked([{ table: 'tp', key: 'k' }], 'c')).rows).toEqual([row]);
+    // A failed CAS's current row (the extra read, and ensureAbsent's own reply).
+    expect(await s.checkAndSet({ table: 'tp', key: 'k', expected: null, state })).toEqual({
+      ok: false,
+      current: row,
+    });
+    expect(await s.checkAndSet({ table: 'tp', key: 'k', expected: null, state: null })).toEqual({
+      ok: false,
+      current: row,
+    });
+    expect(await s.incrementCounter('c', 1)).toBe(2);
+  }
+
+  it('a pool whose bytea parser returns the text changes nothing the store reads', async () => {
+    // Before: states read as 0 bytes and the scanned key as '\x6b'.
+    const types = {
+      getTypeParser: (oid: number, format?: string) =>
+        oid === 17 ? (value: string) => value : pg.types.getTypeParser(oid, format as 'text'),
+    };
+    const pool = new pg.Pool({ connectionString: url, max: 2, types });
+    pool.on('error', () => {});
+    try {
+      await decodesAsWritten(await openStore({ pool, namespace: uniqueNamespace() }));
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it("pg's global parsers changed (pg.types.setTypeParser) change nothing the store reads", async () => {
+    const parsers = [17, 16, 23, 20, 25].map((oid) => [oid, pg.types.getTypeParser(oid, 'text')] as const);
+    for (const [oid] of parsers) pg.types.setTypeParser(oid, 'text', (value: string) => `parsed:${value}`);
+    try {
+      await decodesAsWritten(await openStore({ namespace: uniqueNamespace() }));
+    } finally {
+      for (const [oid, parser] of parsers) pg.types.setTypeParser(oid, 'text', parser);
+    }
+    expect(pg.types.getTypeParser(17, 'text')('\\x6b')).toEqual(Buffer.from('k'));
+  });
+
+  it("a session with bytea_output = 'escape' reads the same bytes", async () => {
+    const pool = new pg.Pool({ connectionString: url, max: 2, options: '-c bytea_output=escape' });
+    pool.on('error', () => {});
+    try {
+      expect((await pool.query('SHOW bytea_output')).rows[0].bytea_output).toBe('escape');
+      await decodesAsWritten(await openStore({ pool, namespace: uniqueNamespace() }));
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('a state or key that is not bytes is a StoreError, not a row made of the wrong bytes', async () => {
+    // Reply rows changed on the way (as a parser other than the store's would leave them).
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    pool.on('error', () => {});
+    const connect = pool.connect.bind(pool) as () => Promise<PgPoolClient>;
+    let tamper = false;
+    const wrapped = new WeakSet<PgPoolClient>();
+    (pool as unknown as { connect: () => Promise<PgPoolClient> }).connect = async () => {
+      const client = await connect();
+      if (wrapped.has(client)) return client;
+      wrapped.add(client);
+      const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+      (client as unknown as { query: (...args: unknown[]) => unknown }).query = (config, ...rest) => {
+        const c = config as { callback?: (error: unknown, result: unknown) => void };
+        const callback = c.callback;
+        if (tamper && typeof callback === 'function') {
+          c.callback = (error, result) => {
+            for (const row of (result as { rows?: Record<string, unknown>[] } | undefined)?.rows ?? []) {
+              for (const column of ['state', 'key']) {
+                if (Buffer.isBuffer(row[column])) row[column] = `\\x${row[column].toString('hex')}`;
+              }
+            }
+            callback(error, result);
+          };
+        }
+        return query(config, ...rest);
+      };
+      return client;
+    };
+    try {
+      const s = await openStore({ pool, namespace: uniqueNamespace() });
+      version(
+        await s.checkAndSet({ table: 'tp', key: 'k', expected: null, state: bytes('v'), notified: true }),
+      );
+      tamper = true;
+      for (const call of [
+        () => s.read('tp', 'k'),
+        () => s.readMany([{ table: 'tp', key: 'k' }]),
+        () => s.scan('tp', { limit: 10 }),
+        () => s.scanNotified('tp', { limit: 10 }),
+      ]) {
+        const error = await call().then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(StoreError);
+        expect(error).toMatchObject({ applied: 'no', retryable: false });
+        expect((error as Error).message).toMatch(/not bytes/);
+      }
+    } finally {
       await pool.end();
     }
   });

@@ -342,14 +342,17 @@ describe('postgres readStamped: a timestamp above a stamp sees the stamped write
     const writer = await admin.connect();
     try {
       await writer.query('BEGIN');
-      const w = await writer.query(sql.stampedCreate, [
-        Buffer.from('hold'),
-        Buffer.from(key),
+      // A stamped create of one row, as checkAndSetStamped sends it.
+      const w = await writer.query(sql.casStampedMany, [
         Buffer.from(counter),
-        Buffer.from(template('held')),
-        false,
+        [Buffer.from('hold')],
+        [Buffer.from(key)],
+        [null],
+        [Buffer.from(template('held'))],
+        [false],
+        '10000',
       ]);
-      const stamp = Number(w.rows[0].ts);
+      const stamp = Number(w.rows.find((row: { i: number }) => row.i === 0).version);
       let done = false;
       const pending = read([{ table: 'hold', key }], counter).finally(() => {
         done = true;
@@ -371,7 +374,7 @@ describe('postgres readStamped: a timestamp above a stamp sees the stamped write
       await writer.query('COMMIT');
       const result = await pending;
       expect(result.timestamp).toBe(stamp + 1);
-      return { stamp, version: String(w.rows[0].version), result };
+      return { stamp, version: String(w.rows.find((row: { i: number }) => row.i === 1).version), result };
     } finally {
       await writer.query('ROLLBACK').catch(() => {});
       writer.release();

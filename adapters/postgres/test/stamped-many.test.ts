@@ -24,8 +24,8 @@ import { admin, openStore, store, uniqueNamespace, url, usePostgresFixture } fro
 /*
  * checkAndSetStampedMany (capability stampedCheckAndSetMany) against a real server: one
  * stamp for every row, versions in request order, all or nothing (a stale request, a
- * create on a present row, a row changed after the draw), the lock order (counter first,
- * then rows in (table, key) order) and no deadlock under concurrent overlapping calls,
+ * create on a present row, a row changed while the call waited), the lock order (rows in
+ * (table, key) order, then the counter) and no deadlock under concurrent overlapping calls,
  * the property the core relies on (whoever draws later and then reads sees every row),
  * the schema's function and an older schema without it, failure mapping, and no text
  * spliced into SQL.
@@ -63,15 +63,15 @@ async function snapshot(s: PostgresStore, refs: readonly { table: string; key: s
   return s.readMany(refs);
 }
 
-/** Waits until a backend of `applicationName` waits on a lock. */
-async function waitForLockWait(applicationName: string): Promise<void> {
+/** Waits until `atLeast` backends of `applicationName` wait on a lock. */
+async function waitForLockWait(applicationName: string, atLeast = 1): Promise<void> {
   await vi.waitFor(
     async () => {
       const r = await admin.query(
         `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
         [applicationName],
       );
-      expect(r.rows[0].n).toBeGreaterThan(0);
+      expect(r.rows[0].n).toBeGreaterThanOrEqual(atLeast);
     },
     { timeout: 10_000, interval: 20 },
   );
@@ -268,12 +268,12 @@ describe('postgres checkAndSetStampedMany: the step', () => {
   });
 });
 
-describe('postgres checkAndSetStampedMany: all or nothing after the draw', () => {
+describe('postgres checkAndSetStampedMany: all or nothing when a row changes while it waits', () => {
   /**
-   * Another transaction writes one of the rows (`write`) and stays open, so the call's
-   * check (a snapshot without that write) passes, the call draws, writes the rows before
-   * it in key order and then waits on it; the commit makes that row not match any more.
-   * Returns the call's result.
+   * Another transaction writes one of the rows (`write`) and stays open, so the call (its
+   * snapshot without that write) takes the rows before it in key order and then waits on
+   * it, not holding the counter; the commit makes that row not match any more. Returns the
+   * call's result.
    */
   async function loseRaceOn(
     s: PostgresStore,
@@ -288,12 +288,12 @@ describe('postgres checkAndSetStampedMany: all or nothing after the draw', () =>
       const pending = many(s, requests, counter);
       pending.catch(() => {});
       await waitForLockWait(`percolator:${s.namespace}`);
-      // It holds the counter (drawn) while it waits for that row.
+      // It has not drawn: the counter is free while it waits for that row.
       expect(
         await tryLock(`SELECT 1 FROM "${s.namespace}_counters" WHERE name = $1 FOR UPDATE NOWAIT`, [
           Buffer.from(counter),
         ]),
-      ).toBe('55P03');
+      ).toBe('free');
       await other.query('COMMIT');
       return await pending;
     } finally {
@@ -302,7 +302,7 @@ describe('postgres checkAndSetStampedMany: all or nothing after the draw', () =>
     }
   }
 
-  it('an update that waited on a concurrent writer no longer matches: every write and the draw are rolled back', async () => {
+  it('an update that waited on a concurrent writer no longer matches: nothing written, nothing drawn, the rows as they are', async () => {
     const s = await openStore({ namespace: uniqueNamespace() });
     const counter = 'sm.race';
     const refs = ['a', 'b', 'c'].map((key) => ({ table: 'race', key }));
@@ -318,7 +318,7 @@ describe('postgres checkAndSetStampedMany: all or nothing after the draw', () =>
           `UPDATE ${n.rows} SET version = nextval('${n.versionSeq}'), state = $3 WHERE tbl = $1 AND key = $2`,
           [Buffer.from('race'), Buffer.from('b'), Buffer.from(template('other'))],
         ),
-      // In request order c, b, a; applied in key order a (written), b (waits), c.
+      // In request order c, b, a; locked in key order a, b (waits), c.
       [
         { table: 'race', key: 'c', expected: v[2]!, state: template('c1') },
         { table: 'race', key: 'b', expected: v[1]!, state: template('b1') },
@@ -328,13 +328,13 @@ describe('postgres checkAndSetStampedMany: all or nothing after the draw', () =>
     );
     expect(result.ok).toBe(false);
     const after = await snapshot(s, refs);
-    // a was written inside the call before it waited on b: rolled back with everything else.
+    // a was locked before the call waited on b, and is left as it was.
     expect(after[0]).toEqual(before[0]);
     expect(after[2]).toEqual(before[2]);
     expect(tailOf(after[1]!.state)).toBe('other');
-    // current: the rows as they are now, in request order.
+    // current: the rows as they are now, in request order (from the function's reply).
     expect(!result.ok && result.current).toEqual([after[2], after[1], after[0]]);
-    // The draw was rolled back too.
+    // Nothing was drawn.
     expect(await s.incrementCounter(counter, 1)).toBe(11);
   });
 
@@ -359,7 +359,7 @@ describe('postgres checkAndSetStampedMany: all or nothing after the draw', () =>
       counter,
     );
     expect(result.ok).toBe(false);
-    expect(await s.read('rc', 'm')).toBeNull(); // written before the wait, rolled back
+    expect(await s.read('rc', 'm')).toBeNull(); // inserted before the wait, rolled back
     expect(tailOf((await s.read('rc', 'n'))!.state)).toBe('other');
     expect((await s.read('rc', 'z'))?.version).toBe(vz);
     expect(!result.ok && result.current?.map((row) => row && tailOf(row.state))).toEqual([
@@ -422,7 +422,7 @@ describe('postgres checkAndSetStampedMany: lock order and concurrency', () => {
     }
   });
 
-  it('takes the counter first, then rows in (table, key) order whatever the request order', async () => {
+  it('takes rows in (table, key) order whatever the request order, then the counter: waiting for a row, it holds no counter', async () => {
     const s = await openStore({ namespace: uniqueNamespace() });
     const rows = `"${s.namespace}_rows"`;
     const counter = 'sm.order';
@@ -442,7 +442,7 @@ describe('postgres checkAndSetStampedMany: lock order and concurrency', () => {
         counter,
       );
       await waitForLockWait(`percolator:${s.namespace}`);
-      // It holds a (taken first) and the counter while it waits for b.
+      // It holds a (taken first) while it waits for b, and not the counter.
       expect(
         await tryLock(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE NOWAIT`, [
           Buffer.from('d'),
@@ -453,15 +453,82 @@ describe('postgres checkAndSetStampedMany: lock order and concurrency', () => {
         await tryLock(`SELECT 1 FROM "${s.namespace}_counters" WHERE name = $1 FOR UPDATE NOWAIT`, [
           Buffer.from(counter),
         ]),
-      ).toBe('55P03');
+      ).toBe('free');
+      // So draws go on meanwhile: the oracle is not held up by a call waiting for a row.
+      const drawn = await s.incrementCounter(counter, 1);
       await blocker.query('ROLLBACK');
       const { versions, timestamp } = applied(await call);
+      // Drawn once it held every row, so after the draw above.
+      expect(timestamp).toBe(drawn + 1);
       expect((await s.read('d', 'b'))?.version).toBe(versions[0]);
       expect((await s.read('d', 'a'))?.version).toBe(versions[1]);
       expect(stampOf((await s.read('d', 'a'))!.state)).toBe(timestamp);
     } finally {
       await blocker.query('ROLLBACK').catch(() => {});
       blocker.release();
+    }
+  });
+
+  it('with a checkAndSetMany over the same rows, takes them in one order whatever the plan: no deadlock', async () => {
+    // The reviewer's case: row b stored before a, 30 more rows, statistics. A plain batch of
+    // two updates then hashed its requests and scanned the table, taking b before a, while
+    // the stamped call took a before b (having drawn first): a deadlock, broken after
+    // deadlock_timeout (1 s) with the counter held, and the statement sent again.
+    // Deterministic: a third session holds a; the stamped call queues for a first, then the
+    // batch; both run when a is released.
+    const namespace = uniqueNamespace();
+    await openStore({ namespace });
+    const appName = `dl:${namespace}`;
+    const { pool, texts, errorCodes } = recordingPool(4, appName);
+    const s = await openStore({ pool, namespace, createSchema: false });
+    const rows = `"${namespace}_rows"`;
+    const counter = 'sm.plan';
+    const vb = await create(s, 'dl', 'b', 'b0');
+    for (let i = 0; i < 30; i++) await create(s, 'dl', `f${String(i).padStart(2, '0')}`, 'filler');
+    const va = await create(s, 'dl', 'a', 'a0');
+    await admin.query(`ANALYZE ${rows}`);
+    const blocker = await admin.connect();
+    try {
+      await holdRow(blocker, rows, 'dl', 'a');
+      texts.length = 0;
+      const stamped = many(
+        s,
+        [
+          { table: 'dl', key: 'a', expected: va, state: template('a1') },
+          { table: 'dl', key: 'b', expected: vb, state: template('b1') },
+        ],
+        counter,
+      );
+      await waitForLockWait(appName, 1);
+      const batch = s.checkAndSetMany([
+        { table: 'dl', key: 'b', expected: vb, state: template('b2') },
+        { table: 'dl', key: 'a', expected: va, state: template('a2') },
+      ]);
+      await waitForLockWait(appName, 2);
+      // The batch waits for a holding nothing: b is free.
+      expect(
+        await tryLock(`SELECT 1 FROM ${rows} WHERE tbl = $1 AND key = $2 FOR UPDATE NOWAIT`, [
+          Buffer.from('dl'),
+          Buffer.from('b'),
+        ]),
+      ).toBe('free');
+      await blocker.query('ROLLBACK');
+      const [one, two] = await Promise.all([stamped, batch]);
+      // The stamped call queued first, so it applied; the batch then found both rows changed.
+      const { timestamp } = applied(one);
+      expect(two.map((r) => r.ok)).toEqual([false, false]);
+      expect((await s.readMany([{ table: 'dl', key: 'a' }]))[0]?.state).toEqual(
+        writeStamp(template('a1'), timestamp),
+      );
+      expect(errorCodes).not.toContain('40P01');
+      // Each statement sent once (a deadlock victim is sent again).
+      const sql = postgresStatements(postgresNames(namespace));
+      expect(texts.filter((t) => t === sql.casStampedMany)).toHaveLength(1);
+      expect(texts.filter((t) => t === sql.casMany || t === sql.casManyLocking)).toHaveLength(1);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      await pool.end();
     }
   });
 
@@ -597,6 +664,7 @@ describe('postgres checkAndSetStampedMany: a later counter value sees every writ
         [null, vb, null],
         refs.map((ref) => Buffer.from(template(`${ref.key}1`))),
         [false, false, false],
+        '10000',
       ]);
       const stamp = before + 1;
       expect(r.rows.find((row: { i: number }) => row.i === 0)?.version).toBe(String(stamp));
@@ -799,11 +867,12 @@ describe('postgres checkAndSetStampedMany: SQL text and schema', () => {
       }
       // The text does not depend on the request at all.
       expect(new Set(sent).size).toBe(1);
-      // The namespace appears only as the function's fixed, quoted identifier.
+      // The namespace appears only as the function's fixed, quoted identifier, and the one
+      // string literal is the setting's name.
       const names = postgresNames(s.namespace);
       expect(sent[0]).toContain(names.casStampedMany);
       expect(sent[0]!.replaceAll(names.casStampedMany, '')).not.toContain(s.namespace);
-      expect(sent[0]).not.toContain("'");
+      expect(sent[0]!.replaceAll("'lock_timeout'", '')).not.toContain("'");
     } finally {
       await s.close();
       await pool.end();
@@ -848,6 +917,18 @@ describe('postgres checkAndSetStampedMany: SQL text and schema', () => {
     expect((error as StoreError).retryable).toBe(false);
     expect((error as StoreError).message).toMatch(/postgresSchemaSql/);
     expect((await old.read('t', 'a'))?.version).toBe(va);
+    // A stamped create of one row still works, with the statement that needs no function.
+    const created = await old.checkAndSetStamped(
+      { table: 't', key: 'n', expected: null, state: template('n1') },
+      'c.single',
+    );
+    expect(created).toEqual({ ok: true, version: expect.any(String), timestamp: 1 });
+    expect(
+      await old.checkAndSetStamped(
+        { table: 't', key: 'n', expected: null, state: template('n2') },
+        'c.single',
+      ),
+    ).toEqual({ ok: false, current: await old.read('t', 'n') });
 
     // Both functions missing: both capabilities off (one probe answers both).
     await admin.query(`DROP FUNCTION ${names.readStampedSignature}`);
@@ -874,6 +955,34 @@ describe('postgres checkAndSetStampedMany: SQL text and schema', () => {
     const dropped = await dropPostgresNamespace(other.namespace, { connectionString: url });
     expect(dropped?.objects).not.toContain(`${other.namespace}_cas_stamped_many`);
     expect(await gone(otherNames.casStampedManySignature)).toBe(true);
+  });
+});
+
+describe('postgres checkAndSetStampedMany: a schema with an older function', () => {
+  it('counts as one without it: the older body drew before it locked its rows, which deadlocks with the current statements', async () => {
+    const namespace = uniqueNamespace();
+    const names = postgresNames(namespace);
+    await openStore({ namespace });
+    const { prosrc } = (
+      await admin.query('SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure($1)', [
+        names.casStampedManySignature,
+      ])
+    ).rows[0];
+    // Another body (the same with a line added), as an older postgresSchemaSql() made it.
+    await admin.query(`CREATE OR REPLACE FUNCTION ${names.casStampedMany}(counter_name bytea, tbls bytea[],
+  keys bytea[], expected bigint[], states bytea[], notified_flags boolean[])
+RETURNS TABLE (ordinal bigint, row_version bigint, row_state bytea)
+LANGUAGE plpgsql VOLATILE
+AS $fn$${prosrc}-- older
+$fn$`);
+    const old = await openStore({ namespace, createSchema: false });
+    expect(old.capabilities.stampedCheckAndSetMany).toBe(false);
+    expect(old.capabilities.stampedCheckAndSet).toBe(true);
+    // Opened with createSchema, the body is replaced.
+    expect((await openStore({ namespace })).capabilities.stampedCheckAndSetMany).toBe(true);
+    expect((await openStore({ namespace, createSchema: false })).capabilities.stampedCheckAndSetMany).toBe(
+      true,
+    );
   });
 });
 

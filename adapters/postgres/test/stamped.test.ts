@@ -12,7 +12,7 @@ import {
   postgresNames,
 } from '@percolator/postgres';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { postgresStatements } from '../src/statements.js';
 import { admin, openStore, store, uniqueNamespace, url, usePostgresFixture } from './fixture.js';
 
@@ -28,6 +28,39 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** A format byte, the 8-byte stamp slot (zeros), then `tail`. */
 const template = (tail: Uint8Array | string) =>
   Uint8Array.from([2, 0, 0, 0, 0, 0, 0, 0, 0, ...(typeof tail === 'string' ? bytes(tail) : tail)]);
+
+/** Resolves to 'pending' if `promise` has not settled within `ms`. */
+async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | 'pending'> {
+  return Promise.race([promise, sleep(ms).then(() => 'pending' as const)]);
+}
+
+/** How many backends of `s`'s own pool wait for a lock now. */
+async function lockWaiters(s: PostgresStore): Promise<number> {
+  const r = await admin.query(
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+    [`percolator:${s.namespace}`],
+  );
+  return r.rows[0].n;
+}
+
+/** Waits until a backend of `s`'s own pool waits for a lock. */
+async function untilLockWait(s: PostgresStore): Promise<void> {
+  await vi.waitFor(async () => expect(await lockWaiters(s)).toBeGreaterThan(0), {
+    timeout: 10_000,
+    interval: 20,
+  });
+}
+
+/** Another session that holds row (table, key) of `s` FOR UPDATE until it ends. */
+async function holdRow(s: PostgresStore, table: string, key: string): Promise<PgPoolClient> {
+  const blocker = await admin.connect();
+  await blocker.query('BEGIN');
+  await blocker.query(`SELECT 1 FROM "${s.namespace}_rows" WHERE tbl = $1 AND key = $2 FOR UPDATE`, [
+    Buffer.from(table),
+    Buffer.from(key),
+  ]);
+  return blocker;
+}
 
 usePostgresFixture('s');
 
@@ -76,10 +109,14 @@ describe('postgres checkAndSetStamped: SQL text', () => {
             expect(t).not.toContain(fragment);
           }
         }
-        // Everything from the request travels as a bound parameter.
-        expect(values[0]).toContainEqual(Buffer.from(table));
-        expect(values[0]).toContainEqual(Buffer.from(key));
-        expect(values[0]).toContainEqual(Buffer.from(counter));
+        // Everything from the request travels as a bound parameter (a create's as the
+        // multi-row function's arrays of one).
+        for (const sentValues of values) {
+          const flat = sentValues.flat();
+          expect(flat).toContainEqual(Buffer.from(table));
+          expect(flat).toContainEqual(Buffer.from(key));
+          expect(flat).toContainEqual(Buffer.from(counter));
+        }
         sent.push(...texts);
         const row = await s.read(table, key);
         expect(row?.state).toEqual(writeStamp(template(key), stampOf(row!.state)));
@@ -87,13 +124,16 @@ describe('postgres checkAndSetStamped: SQL text', () => {
       // The text does not depend on the request at all.
       expect(sent[0]).toBe(sent[2]);
       expect(sent[1]).toBe(sent[3]);
-      // The namespace appears only in the adapter's fixed, quoted identifiers.
+      // The namespace appears only in the adapter's fixed, quoted identifiers, and the one
+      // string literal is the setting's name.
       const names = postgresNames(s.namespace);
       for (const t of sent) {
         const stripped = t
           .replaceAll(names.rows, '')
           .replaceAll(names.counters, '')
-          .replaceAll(`'${names.versionSeq}'`, '');
+          .replaceAll(names.casStampedMany, '')
+          .replaceAll(`'${names.versionSeq}'`, '')
+          .replaceAll("'lock_timeout'", '');
         expect(stripped).not.toContain(s.namespace);
         expect(stripped).not.toContain("'");
       }
@@ -224,15 +264,19 @@ describe('postgres checkAndSetStamped: a later counter value sees the write', ()
     const sql = postgresStatements(postgresNames(store.namespace));
     const counter = 'st.hold';
     const before = await store.incrementCounter(counter, 1);
+    const old = await store.checkAndSet({ table: 'sh', key: 'k', expected: null, state: template('old') });
+    if (!old.ok) throw new Error('setup failed');
     const writer = await admin.connect();
     try {
       await writer.query('BEGIN');
-      const r = await writer.query(sql.stampedCreate, [
+      const r = await writer.query(sql.stampedUpdate, [
         Buffer.from('sh'),
         Buffer.from('k'),
         Buffer.from(counter),
         Buffer.from(template('held')),
         false,
+        old.version,
+        '10000',
       ]);
       expect(r.rows).toEqual([{ version: expect.any(String), ts: String(before + 1) }]);
       let drawn: number | undefined;
@@ -242,7 +286,8 @@ describe('postgres checkAndSetStamped: a later counter value sees the write', ()
       });
       await sleep(300);
       expect(drawn).toBeUndefined(); // waiting on the counter row's lock
-      expect(await store.read('sh', 'k')).toBeNull(); // not committed, so not visible
+      // Not committed, so not visible.
+      expect(await store.read('sh', 'k')).toEqual({ version: old.version, state: template('old') });
       await writer.query('COMMIT');
       expect(await later).toBe(before + 2);
       expect(await store.read('sh', 'k')).toEqual({
@@ -256,4 +301,121 @@ describe('postgres checkAndSetStamped: a later counter value sees the write', ()
   });
   // The race itself (whoever draws later sees the write) is the conformance suite's
   // (store: checkAndSetStamped draws a timestamp ...), run on every store that declares it.
+});
+
+describe('postgres checkAndSetStamped: a stamped CAS waiting for a busy row does not hold up the counter', () => {
+  // Before, the statement drew first and then waited for its row with the counter locked:
+  // every draw, stamped read and stamped write of the namespace queued behind one busy row.
+  it('an update waits for the row holding nothing: draws and stamped reads go on, and its stamp comes after them', async () => {
+    const s = await openStore({ namespace: uniqueNamespace() });
+    const counter = 'st.busy';
+    const v = applied(
+      await s.checkAndSetStamped(
+        { table: 'busy', key: 'k', expected: null, state: template('old') },
+        counter,
+      ),
+    );
+    await s.checkAndSet({ table: 'busy', key: 'other', expected: null, state: template('other') });
+    const blocker = await holdRow(s, 'busy', 'k');
+    try {
+      const stamped = s.checkAndSetStamped(
+        { table: 'busy', key: 'k', expected: v.version, state: template('new') },
+        counter,
+      );
+      stamped.catch(() => {});
+      await untilLockWait(s);
+      const drawn = await settledWithin(s.incrementCounter(counter, 1), 5_000);
+      expect(drawn).toBe(v.timestamp + 1);
+      const read = await settledWithin(s.readStamped([{ table: 'busy', key: 'other' }], counter), 5_000);
+      expect(read).not.toBe('pending');
+      const readTs = (read as { timestamp: number }).timestamp;
+      expect(readTs).toBe(v.timestamp + 2);
+      await blocker.query('ROLLBACK');
+      // Drawn once it held the row: after every draw made while it waited.
+      const r = applied(await stamped);
+      expect(r.timestamp).toBe(readTs + 1);
+      expect(await s.read('busy', 'k')).toEqual({
+        version: r.version,
+        state: writeStamp(template('new'), r.timestamp),
+      });
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+  });
+
+  it('a create waits for a concurrent insert of its key holding nothing, then applies (rolled back) or fails (committed) with the row', async () => {
+    const s = await openStore({ namespace: uniqueNamespace() });
+    const counter = 'st.busy.create';
+    const rows = `"${s.namespace}_rows"`;
+    const insertOther = async (key: string): Promise<PgPoolClient> => {
+      const other = await admin.connect();
+      await other.query('BEGIN');
+      await other.query(`INSERT INTO ${rows} (tbl, key, version, state) VALUES ($1, $2, 1, $3)`, [
+        Buffer.from('busy'),
+        Buffer.from(key),
+        Buffer.from(template('other')),
+      ]);
+      return other;
+    };
+    for (const end of ['ROLLBACK', 'COMMIT'] as const) {
+      const key = `k.${end}`;
+      const other = await insertOther(key);
+      try {
+        const stamped = s.checkAndSetStamped(
+          { table: 'busy', key, expected: null, state: template('mine') },
+          counter,
+        );
+        stamped.catch(() => {});
+        await untilLockWait(s);
+        const drawn = await settledWithin(s.incrementCounter(counter, 1), 5_000);
+        expect(typeof drawn).toBe('number');
+        await other.query(end);
+        const result = await stamped;
+        if (end === 'ROLLBACK') {
+          expect(applied(result).timestamp).toBe((drawn as number) + 1);
+          expect((await s.read('busy', key))?.state).toEqual(
+            writeStamp(template('mine'), (drawn as number) + 1),
+          );
+        } else {
+          // The row is the other session's, and the call drew nothing.
+          expect(result).toEqual({ ok: false, current: { version: '1', state: template('other') } });
+          expect(await s.incrementCounter(counter, 1)).toBe((drawn as number) + 1);
+        }
+      } finally {
+        await other.query('ROLLBACK').catch(() => {});
+        other.release();
+      }
+    }
+  });
+
+  it('a backend waiting for a row gives up just before queryTimeoutMs (server lock_timeout): StoreError unknown, nothing left waiting', async () => {
+    // pg's query_timeout only stops the client waiting; the backend, waiting for a lock, does
+    // not notice its connection was closed and would wait as long as the row is held.
+    const s = await openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 1_500 });
+    const counter = 'st.timeout';
+    const v = applied(
+      await s.checkAndSetStamped({ table: 'to', key: 'k', expected: null, state: template('old') }, counter),
+    );
+    const blocker = await holdRow(s, 'to', 'k');
+    try {
+      const error = await errorOf(
+        s.checkAndSetStamped({ table: 'to', key: 'k', expected: v.version, state: template('new') }, counter),
+      );
+      expect(error).toBeInstanceOf(StoreError);
+      // As the client's own timeout would say: it may or may not have been applied.
+      expect((error as StoreError).applied).toBe('unknown');
+      expect((error as StoreError).message).toMatch(/lock timeout/);
+      // The server ended the wait: no backend of the store is left waiting for the row.
+      expect(await lockWaiters(s)).toBe(0);
+      expect(await s.incrementCounter(counter, 1)).toBe(v.timestamp + 1);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+    expect(await s.read('to', 'k')).toEqual({
+      version: v.version,
+      state: writeStamp(template('old'), v.timestamp),
+    });
+  });
 });
