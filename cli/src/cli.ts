@@ -10,7 +10,9 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { NamespaceAdmin } from '@percolator/connect';
 import {
+  CorruptRowError,
   InvalidArgumentError,
+  LockNotResolvedError,
   type RowStore,
   UnsupportedOperationError,
   validateRowKey,
@@ -54,8 +56,9 @@ const CONNECTION = `Connection (every command):
   -h, --help         this text, or a command's own with \`percolator <command> --help\``;
 
 const EXITS = `Exit codes: 0 done, nothing wrong; 1 a problem found or left (locks listed, a live lock
-not settled, commit records gc could not settle); 2 bad usage; 3 store unreachable or failing;
-4 not there (no such row, a table with no rows, no such namespace).`;
+not settled or waited out, commit records gc could not settle, a row that cannot be decoded);
+2 bad usage; 3 store unreachable or failing; 4 not there (no such row, a table with no rows,
+no such namespace).`;
 
 interface CommandSpec {
   readonly usage: string;
@@ -290,7 +293,8 @@ Commands:
   resolve TABLE ROW [--wait D]     settle a row's stuck locks exactly as a reader would
   notifications TABLE... [--observer NAME] [--column C]   pending notifications, oldest change per column
   gc TABLE [--dry-run]             prune what the retention policy allows; versions and bytes freed
-  dump TABLE [--row KEY]           the latest committed values (read as a snapshot, never written)
+  dump TABLE [--row KEY]           the latest committed values (a snapshot read; a lock whose owner is
+                                   gone is settled as any reader would, so run inspect first)
   namespaces                       the namespaces a store holds
   drop-namespace NAME --yes        drop one namespace's data
 ${CONNECTION}
@@ -480,6 +484,13 @@ function report(error: unknown, name: string, spec: CommandSpec, io: CliIo, wher
     return EXIT.notFound;
   }
   const e = error as Error;
+  if (error instanceof LockNotResolvedError || error instanceof CorruptRowError) {
+    // Found, not a failing store: a live lock the command's lock wait did not see go (its
+    // owner is committing: retry later, or inspect the row), or a row no reader can decode
+    // (the message names it). A retry of the same command would not fix the second.
+    io.err(`${name}: ${e.message}${at}\n`);
+    return EXIT.found;
+  }
   if (error instanceof UnsupportedOperationError) {
     // The store cannot do what the command needs (a scan): not something a retry fixes.
     io.err(`${e.message}${at}\n`);

@@ -104,7 +104,7 @@ export async function* readCommitted(
     // each value is then read through the transaction, which resolves any lock first.
     const stored = await store.read(table, row);
     if (stored === null) return;
-    const columns = inspectHeadRow(stored.state)
+    const columns = inspectHeadRow(stored.state, { table, key: row })
       .cells.map((c) => c.column)
       .filter((c) => !isReservedColumn(c))
       .sort(compareKeys);

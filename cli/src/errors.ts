@@ -1,7 +1,8 @@
 /**
  * Exit codes (docs/operations.md), so scripts can tell the cases apart:
  * 0 done, nothing wrong found; 1 a problem found or left (locks listed, a live lock not
- * settled, commit records gc could not settle); 2 bad usage (arguments, names, config file); 3 the store could not be reached
+ * settled or waited out, commit records gc could not settle, a row that cannot be decoded);
+ * 2 bad usage (arguments, names, config file); 3 the store could not be reached
  * or failed; 4 not there (no such row, a table with no rows, a namespace that does not exist).
  */
 export const EXIT = { ok: 0, found: 1, usage: 2, unreachable: 3, notFound: 4 } as const;

@@ -76,7 +76,11 @@ function connectOptions(t: Omit<StoreTarget, 'backend' | 'namespace'>) {
 async function classify(error: unknown, t: StoreTarget, namespace: string): Promise<Error> {
   if (error instanceof UsageError) return error;
   if (error instanceof InvalidArgumentError) return new UsageError(error.message);
-  if ((t.backend === 'postgres' || t.backend === 'mysql') && (await namespaceMissing(t, namespace)))
+  if (
+    (t.backend === 'postgres' || t.backend === 'mysql') &&
+    missingTable(error) &&
+    (await namespaceMissing(t, namespace))
+  )
     return new NamespaceNotFoundError(`namespace ${namespace} not found on ${t.backend}`);
   return new UnreachableError(`cannot open ${t.backend}: ${(error as Error).message}`);
 }
@@ -105,6 +109,28 @@ export async function openBackend(t: StoreTarget): Promise<OpenedStore> {
 }
 
 /** After a failed open of a SQL store: whether the server answers and has no such namespace. */
+/**
+ * Whether opening failed on a table or function that is not there (PostgreSQL 42P01 or
+ * 42883, MySQL ER_NO_SUCH_TABLE or ER_SP_DOES_NOT_EXIST), anywhere in the causes: only
+ * then is the namespace worth looking for. After a connection that was refused or timed
+ * out, the look opened a second connection and waited out a second timeout (20 s for one
+ * unreachable store, found in review).
+ */
+export function missingTable(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e instanceof Object && depth < 8; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (
+      code === '42P01' ||
+      code === '42883' ||
+      code === 'ER_NO_SUCH_TABLE' ||
+      code === 'ER_SP_DOES_NOT_EXIST'
+    )
+      return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 async function namespaceMissing(t: StoreTarget, namespace: string): Promise<boolean> {
   let admin: NamespaceAdmin | undefined;
   try {
@@ -161,7 +187,7 @@ export async function openComposite(config: CompositeConfig): Promise<OpenedStor
     // A SQL store whose namespace is not there is "not found" (exit 4), as for one backend,
     // not "unreachable" (exit 3, which a script would retry).
     for (const [name, s] of Object.entries(config.stores)) {
-      if (s.backend !== 'postgres' && s.backend !== 'mysql') continue;
+      if ((s.backend !== 'postgres' && s.backend !== 'mysql') || !missingTable(error)) continue;
       const url = s.url ?? (s.urlEnv === undefined ? undefined : process.env[s.urlEnv]);
       const namespace = s.namespace ?? DEFAULT_NAMESPACE;
       if (await namespaceMissing({ backend: s.backend, ...(url === undefined ? {} : { url }) }, namespace))

@@ -8,6 +8,7 @@ import {
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { runCli } from '../src/cli.js';
+import { missingTable } from '../src/open.js';
 
 /**
  * How runCli maps what goes wrong inside a command to an exit code, on in-process stores
@@ -157,5 +158,43 @@ describe('runCli exit codes from inside a command', () => {
       /^t\/x: 1 lock settled before the failure\n {2}rolled back {4}a \(startTs \d+, primary t\/p1\/v\)/,
     );
     expect(run.err()).toContain('resolve failed: write to p2 refused (test store)');
+  });
+
+  it('a row no reader can decode: locks, gc, dump and inspect exit 1 and name the row', async () => {
+    // Found in review: the message named a row format and nothing else, and the exit code
+    // was 3 ("the store failed"), which a script retries; retrying never fixes it.
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => {
+      tx.set('t', 'good', 'v', '1');
+      tx.set('t', 'zzz', 'v', '1');
+    });
+    await db.close();
+    const row = await store.read('t', 'zzz');
+    const bad = new Uint8Array([103, ...new Uint8Array(16)]); // format 103: unknown
+    expect((await store.checkAndSet({ table: 't', key: 'zzz', expected: row!.version, state: bad })).ok).toBe(
+      true,
+    );
+    for (const argv of [
+      ['locks', 't'],
+      ['gc', 't', '--dry-run'],
+      ['dump', 't'],
+      ['inspect', 't', 'zzz'],
+    ]) {
+      const run = capture(store);
+      expect(await runCli(argv, run.io), argv.join(' ')).toBe(1);
+      expect(run.err(), argv.join(' ')).toContain('head row t/"zzz"');
+      expect(run.err(), argv.join(' ')).toMatch(/format 103/);
+    }
+  });
+
+  it('missingTable: a missing table or function, not a refused or timed-out connection', () => {
+    const wrapped = (code: string) =>
+      new StoreError('open failed', 'no', { cause: Object.assign(new Error('x'), { code }) });
+    expect(missingTable(wrapped('42P01'))).toBe(true);
+    expect(missingTable(wrapped('ER_NO_SUCH_TABLE'))).toBe(true);
+    expect(missingTable(wrapped('ECONNREFUSED'))).toBe(false);
+    expect(missingTable(wrapped('ETIMEDOUT'))).toBe(false);
+    expect(missingTable(new Error('timeout'))).toBe(false);
   });
 });

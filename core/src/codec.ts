@@ -556,6 +556,28 @@ export function formatOf(bytes: Uint8Array): number {
   return new Reader(bytes).uint();
 }
 
+/**
+ * `decodeRow` of the head row (table, key): a CorruptRowError names the row, so that one
+ * bad row in a scan (an operator's `locks`, a `dump`) can be found (found in review: the
+ * message named a format and nothing else).
+ */
+export function decodeRowAt(bytes: Uint8Array, table: string, key: string): RowState {
+  return atRow(table, key, () => decodeRow(bytes));
+}
+
+/** Runs `fn`; a CorruptRowError it throws is thrown again naming the row (table, key). */
+export function atRow<T>(table: string, key: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (error) {
+    const at = `head row ${table}/${JSON.stringify(key)}: `;
+    if (error instanceof CorruptRowError && !error.message.startsWith('head row ')) {
+      throw new CorruptRowError(`${at}${error.message}`);
+    }
+    throw error;
+  }
+}
+
 export function decodeRow(bytes: Uint8Array): RowState {
   const r = new Reader(bytes);
   const format = r.uint();

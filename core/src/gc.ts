@@ -1,5 +1,5 @@
 import { BLOCK_ENTRY_BYTES, heldRecords, movingBlocks, pruneCell } from './cells.js';
-import { decodeRow, encodeRow } from './codec.js';
+import { decodeRow, decodeRowAt, encodeRow } from './codec.js';
 import type { ProtocolEnv } from './env.js';
 import { inspectHeadRow, namedVersionRows } from './inspect.js';
 import type { GcReport } from './reports.js';
@@ -86,7 +86,7 @@ export async function gcRow(
   const first = await readRow(env, table, key);
   if (!first) return report;
   report.rows = 1;
-  const before = decodeRow(first.state);
+  const before = decodeRowAt(first.state, table, key);
   const recordsBefore = countRecords(before);
   const now = env.clock();
   report.held = countHeld(env, before, now);

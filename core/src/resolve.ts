@@ -1,5 +1,5 @@
 import { backoffMs, sleep } from './backoff.js';
-import { decodeRow } from './codec.js';
+import { decodeRowAt } from './codec.js';
 import type { ProtocolEnv } from './env.js';
 import { primaryFate } from './inspect.js';
 import { resolveLock } from './lock-resolver.js';
@@ -61,7 +61,7 @@ export async function resolveRowLocks(
     const stored = await readRow(env, table, row);
     const locks: { column: string; lock: Lock }[] = [];
     if (stored)
-      for (const [column, cell] of decodeRow(stored.state).cells)
+      for (const [column, cell] of decodeRowAt(stored.state, table, row).cells)
         if (cell.lock && !done.has(`${column}\u0000${cell.lock.startTs}`))
           locks.push({ column, lock: cell.lock });
     alive = [];

@@ -1,5 +1,5 @@
 import { backoffMs, sleep } from './backoff.js';
-import { decodeRow, encodeRow } from './codec.js';
+import { decodeRowAt, encodeRow } from './codec.js';
 import { fence } from './commit/fence.js';
 import type { ProtocolEnv } from './env.js';
 import { InvalidArgumentError, PercolatorError, RowTooLargeError, StoreError } from './errors.js';
@@ -150,7 +150,7 @@ export async function updateRow<T>(
       // again on the row as it is.
       guessed = false;
       try {
-        decision = decide(current ? decodeRow(current.state) : undefined, { ambiguous });
+        decision = decide(current ? decodeRowAt(current.state, table, key) : undefined, { ambiguous });
       } catch {
         current = undefined;
         continue;
@@ -161,7 +161,7 @@ export async function updateRow<T>(
       }
     } else {
       try {
-        decision = decide(current ? decodeRow(current.state) : undefined, { ambiguous });
+        decision = decide(current ? decodeRowAt(current.state, table, key) : undefined, { ambiguous });
       } catch (error) {
         // A decision's own verdict (a conflict, a lock) is certain whatever landed: the row
         // as read shows it. A bad argument is no verdict on the row (a clock reading that
@@ -322,7 +322,7 @@ export async function startRowUpdates<T>(
     if (row === undefined) continue;
     let decision: RowDecision<T>;
     try {
-      decision = u.decide(row ? decodeRow(row.state) : undefined, { ambiguous: false });
+      decision = u.decide(row ? decodeRowAt(row.state, u.table, u.key) : undefined, { ambiguous: false });
       if ('write' in decision) {
         const request = casRequest(
           env,

@@ -1,6 +1,6 @@
 import { backoffMs, onAbort } from './backoff.js';
 import { visibleWrite } from './cells.js';
-import { decodeRow, decodeVersionRow, STAMP } from './codec.js';
+import { decodeRowAt, decodeVersionRow, STAMP } from './codec.js';
 import { abortedError, timed } from './commit/context.js';
 import {
   type CommitContext,
@@ -389,7 +389,7 @@ export class Transaction {
         this.checkStop();
         const stored = await this.untilAborted(this.readRow(table, row));
         const id = this.remember(table, row, stored);
-        const state = stored ? decodeRow(stored.state) : undefined;
+        const state = stored ? decodeRowAt(stored.state, table, row) : undefined;
         // Index loops, no closures: this runs for every read. The first locked column stops
         // the loop: an error a later column would raise (snapshot too old) comes after the
         // lock is settled and the row read again, or not at all if the wait gives up.
@@ -1018,7 +1018,7 @@ export class Transaction {
           if (met) this.waited(table, key, met, waitStart, undefined);
           return columns;
         }
-        const state: RowState = decodeRow(stored.state);
+        const state: RowState = decodeRowAt(stored.state, table, key);
         let blocking: Lock | undefined;
         const moved: { column: string; view: CellView }[] = [];
         for (const [column, cell] of state.cells) {

@@ -238,6 +238,50 @@ describe('operator APIs', () => {
     expect(await scanNotifications(store, 't', { observer: 'indexer' })).toEqual([]);
   });
 
+  it("scanLocks reads a pending transaction's primary once, not once per lock, and judges expiry again as time passes", async () => {
+    // Found in review: a transaction that crashed over 10,000 rows left 10,000 locks, and
+    // its primary row, listing them all, was read and decoded once per lock (56 s).
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    const clock = fakeClock();
+    const crasher = new Percolator({
+      store,
+      clock,
+      lockTtlMs: 1000,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: (e) => {
+          if (e.step === 'beforeCommitPrimary') throw new ClientCrash();
+        },
+      },
+    });
+    const rows = Array.from({ length: 200 }, (_, i) => `r${String(i).padStart(3, '0')}`);
+    await crasher
+      .transact(
+        async (tx) => {
+          for (const r of rows) tx.set('t', r, 'v', 'x');
+        },
+        { maxAttempts: 1 },
+      )
+      .catch(() => undefined);
+    await crasher.close();
+    const reads = store.calls.read;
+    const live: LockedCell[] = [];
+    for await (const l of scanLocks(store, 't', { clock, pageSize: 16 })) live.push(l);
+    expect(live).toHaveLength(200);
+    expect(live.every((l) => l.fate.state === 'pending' && !l.expired)).toBe(true);
+    expect(store.calls.read - reads).toBe(1);
+    // Past the TTL while listing: the verdict is read again, and says expired from there on.
+    const expiredFrom = 100;
+    const listed: LockedCell[] = [];
+    let n = 0;
+    for await (const l of scanLocks(store, 't', { clock, pageSize: 16 })) {
+      listed.push(l);
+      if (++n === expiredFrom) clock.advance(1001);
+    }
+    expect(listed.slice(0, expiredFrom).every((l) => !l.expired)).toBe(true);
+    expect(listed.slice(expiredFrom).every((l) => l.expired)).toBe(true);
+  });
+
   it('scanLocks: bad options are typed errors before anything is read', async () => {
     const store = new MemoryStore();
     for (const bad of [

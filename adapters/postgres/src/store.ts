@@ -493,7 +493,10 @@ class PostgresRowStore implements PostgresStore {
     try {
       await this.query('probe', 'read', []);
     } catch (error) {
-      if (error instanceof Error) {
+      // Only where a table or function is missing: a refused or timed-out connection got
+      // the hint too, and sent operators looking for a schema problem (found in review).
+      const code = (error as { cause?: { code?: unknown } }).cause?.code;
+      if (error instanceof Error && (code === '42P01' || code === '42883')) {
         error.message += ` (is the schema of namespace ${this.namespace} created? see postgresSchemaSql())`;
       }
       throw error;

@@ -1,5 +1,5 @@
 import { backoffMs, sleep } from '../backoff.js';
-import { decodeRow } from '../codec.js';
+import { decodeRowAt } from '../codec.js';
 import { observedKey, type ProtocolEnv } from '../env.js';
 import {
   ClosedError,
@@ -497,7 +497,7 @@ export class ObserverWorker {
     this.stats.rowsScanned++;
     if (!stored) return IDLE;
     const work: { column: string; notifyTs: number; observers: Observer[] }[] = [];
-    for (const [column, cell] of decodeRow(stored.state).cells) {
+    for (const [column, cell] of decodeRowAt(stored.state, table, key).cells) {
       const observers = this.byCell.get(observedKey(table, column));
       if (cell.notifyTs > 0 && observers) work.push({ column, notifyTs: cell.notifyTs, observers });
       else if (observers === undefined && isReservedColumn(column)) this.checkAck(table, column);
