@@ -402,6 +402,13 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
     io.out(`${commandHelp(spec)}\n`);
     return EXIT.ok;
   }
+  // An option given twice: parseArgs keeps the last, so `--retention 1h --retention 0s`
+  // would prune at 0 s and `--row a --row b` work on b alone (found in review).
+  const repeated = repeatedOption(args.slice(1));
+  if (repeated) {
+    io.err(`--${repeated} is given more than once\n\n${commandHelp(spec)}\n`);
+    return EXIT.usage;
+  }
   if (positionals.length < spec.positionals.min || positionals.length > spec.positionals.max) {
     io.err(`wrong number of arguments for ${name}\n\n${commandHelp(spec)}\n`);
     return EXIT.usage;
@@ -545,3 +552,16 @@ export function isMainModule(file: string | undefined, moduleUrl: string = impor
 }
 
 if (isMainModule(process.argv[1])) await main();
+
+/** The first option named twice in `args` (`--name` or `--name=value`), if any; after `--`, none. */
+export function repeatedOption(args: readonly string[]): string | undefined {
+  const seen = new Set<string>();
+  for (const arg of args) {
+    if (arg === '--') return undefined;
+    if (!arg.startsWith('--')) continue;
+    const name = arg.slice(2).split('=', 1)[0]!;
+    if (seen.has(name)) return name;
+    seen.add(name);
+  }
+  return undefined;
+}

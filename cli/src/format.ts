@@ -43,8 +43,14 @@ export function parseDuration(text: string): number {
         : `not a duration: ${JSON.stringify(text)} (e.g. 30s, 500ms, 5m, 1h)`,
     );
   }
-  return Math.round(Number(m[1]) * UNITS[m[2]!]!);
+  const ms = Math.round(Number(m[1]) * UNITS[m[2]!]!);
+  // Bounded here, so the error names the option, not a library setting it reaches.
+  if (ms > MAX_DURATION_MS) throw new Error(`${JSON.stringify(text)} is too long: at most 100 years`);
+  return ms;
 }
+
+/** The longest duration an option takes (100 years, well inside a safe integer of ms). */
+const MAX_DURATION_MS = 100 * 365.25 * 86_400_000;
 
 /** Aligned columns; the first row is the header. */
 export function table(rows: readonly (readonly string[])[]): string {

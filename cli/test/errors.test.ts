@@ -197,4 +197,23 @@ describe('runCli exit codes from inside a command', () => {
     expect(missingTable(wrapped('ETIMEDOUT'))).toBe(false);
     expect(missingTable(new Error('timeout'))).toBe(false);
   });
+
+  it('an option given twice, or a duration past 100 years, is bad usage (exit 2) naming the option', async () => {
+    // Found in review: the last of two --retention won (0 s would prune everything), and a
+    // huge --older-than failed inside the library with its setting's name.
+    const store = new MemoryStore();
+    for (const [argv, message] of [
+      [['gc', 't', '--dry-run', '--row', 'a', '--row', 'b'], /--row is given more than once/],
+      [
+        ['gc', 't', '--retention=1h', '--max-versions', '3', '--retention', '0s'],
+        /--retention is given more than once/,
+      ],
+      [['locks', 't', '--older-than', '99999999999999d'], /too long: at most 100 years/],
+    ] as const) {
+      const run = capture(store);
+      expect(await runCli([...argv], run.io), argv.join(' ')).toBe(2);
+      expect(run.err()).toMatch(message);
+      expect(run.err()).not.toMatch(/scanLocks|olderThanMs/);
+    }
+  });
 });

@@ -108,6 +108,20 @@ const URL_SCHEMES: Record<'postgres' | 'mysql' | 'redis', readonly string[]> = {
 };
 
 /**
+ * A URL as an error may show it: redacted, and only if it parses as a URL with a host. A
+ * value that does not (a typo, a password pasted in the wrong place) is not echoed at all:
+ * redaction finds a password only where a URL puts one (found in review).
+ */
+function shownUrl(url: string): string {
+  try {
+    if (new URL(url).host !== '') return redactUrl(url);
+  } catch {
+    // not a URL
+  }
+  return `a value that is not a URL with a host (${url.length} characters, not shown)`;
+}
+
+/**
  * A connection URL checked before any driver sees it: a driver's own parse error is an
  * untyped TypeError that carries the whole URL, password included, in its `input`.
  */
@@ -117,7 +131,7 @@ function checkedUrl(backend: 'postgres' | 'mysql' | 'redis', url: string, source
     // socket), `socket:/run/pg?db=x`, a bare socket path; its errors carry no password.
     if (!/^(postgres(ql)?:\/\/|socket:|\/)/i.test(url)) {
       throw new InvalidArgumentError(
-        `${source} must start with postgres://, postgresql:// or socket:, got ${redactUrl(url)}`,
+        `${source} must start with postgres://, postgresql:// or socket:, got ${shownUrl(url)}`,
       );
     }
     return url;
@@ -126,11 +140,11 @@ function checkedUrl(backend: 'postgres' | 'mysql' | 'redis', url: string, source
   try {
     parsed = new URL(url);
   } catch {
-    throw new InvalidArgumentError(`${source} is not a valid ${backend} URL: ${redactUrl(url)}`);
+    throw new InvalidArgumentError(`${source} is not a valid ${backend} URL: ${shownUrl(url)}`);
   }
   if (!URL_SCHEMES[backend].includes(parsed.protocol)) {
     throw new InvalidArgumentError(
-      `${source} must start with ${URL_SCHEMES[backend].map((p) => `${p}//`).join(' or ')}, got ${redactUrl(url)}`,
+      `${source} must start with ${URL_SCHEMES[backend].map((p) => `${p}//`).join(' or ')}, got ${shownUrl(url)}`,
     );
   }
   // ioredis takes the path as the database number; anything else it ignores (db 0).

@@ -108,6 +108,10 @@ describe('openStore', () => {
     expect(await refused('postgres', { url: 'mysql://u:topsecret@h/d' })).toMatch(
       /must start with postgres:\/\//,
     );
+    // Not a URL at all (a password typed where the URL goes): not echoed (found in review).
+    for (const backend of ['postgres', 'mysql', 'redis'] as const) {
+      expect(await refused(backend, { url: 'not a url topsecret' })).toMatch(/not a URL with a host/);
+    }
     // ioredis took a name in the path as db 0, silently.
     expect(await refused('redis', { url: 'redis://:topsecret@127.0.0.1:6379/cache' })).toMatch(
       /database number/,
