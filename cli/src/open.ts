@@ -108,7 +108,6 @@ export async function openBackend(t: StoreTarget): Promise<OpenedStore> {
   }
 }
 
-/** After a failed open of a SQL store: whether the server answers and has no such namespace. */
 /**
  * Whether opening failed on a table or function that is not there (PostgreSQL 42P01 or
  * 42883, MySQL ER_NO_SUCH_TABLE or ER_SP_DOES_NOT_EXIST), anywhere in the causes: only
@@ -131,6 +130,7 @@ export function missingTable(error: unknown): boolean {
   return false;
 }
 
+/** After a failed open of a SQL store: whether the server answers and has no such namespace. */
 async function namespaceMissing(t: StoreTarget, namespace: string): Promise<boolean> {
   let admin: NamespaceAdmin | undefined;
   try {

@@ -146,23 +146,23 @@ export async function gcRow(
   report.headBytes = Math.max(0, first.state.length - (after?.state.length ?? 0));
   report.held = countHeld(env, afterState, env.clock());
   const namedAfter = await readAll(env, named);
-  namedBefore.forEach((row, i) => {
-    const now = namedAfter[i];
-    if (row && !now) {
+  namedBefore.forEach((was, i) => {
+    const is = namedAfter[i];
+    if (was && !is) {
       report.versionRows++;
-      report.versionRowBytes += row.state.length;
-    } else if (!row && now) {
+      report.versionRowBytes += was.state.length;
+    } else if (!was && is) {
       // Named and absent before (a `moving` value's block), there now: made by the run's
       // tidy step. Its bytes left the head row: moved, not freed.
       report.versionRowsCreated++;
-      report.versionRowBytesCreated += now.state.length;
+      report.versionRowBytesCreated += is.state.length;
     }
   });
   // Version rows the head row names now and did not name before: made by the run too.
   if (after) {
-    const before = new Set(named.map((r) => `${r.table}\u0000${r.key}`));
+    const namedFirst = new Set(named.map((r) => `${r.table}\u0000${r.key}`));
     const created = namedVersionRows(table, key, inspectHeadRow(after.state)).named.filter(
-      (r) => !before.has(`${r.table}\u0000${r.key}`),
+      (r) => !namedFirst.has(`${r.table}\u0000${r.key}`),
     );
     for (const row of await readAll(env, created)) {
       if (!row) continue;

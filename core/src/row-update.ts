@@ -20,9 +20,15 @@ import { type CasRequest, type CasResult, type StoredRow, writeStampInPlace } fr
  */
 /**
  * `reserve`: the write adds to the row (a prewrite, a one-step commit), so it must leave
- * room for every lock in the row to be settled (settle-cells.ts, `checkRoomToSettle`).
+ * room for every lock in the row to be settled (settle-cells.ts, `checkRoomToSettle`):
+ * 'puts' with the slack kept for rollback records, 'deletes' (a write of deletes only)
+ * without it.
  */
-export type RowDecision<T> = { write: RowState | null; result: T; reserve?: boolean } | { done: T };
+export type RowDecision<T> =
+  | { write: RowState | null; result: T; reserve?: Reserve | undefined }
+  | { done: T };
+
+export type Reserve = 'puts' | 'deletes';
 
 export interface AttemptInfo {
   /** An earlier CAS in this loop may have been applied. */
@@ -384,12 +390,12 @@ function casRequest(
   key: string,
   expected: string | null,
   state: RowState | null,
-  reserve = false,
+  reserve?: Reserve,
 ): CasRequest {
   if (!state) return { table, key, expected, state: null, notified: false };
   env.tidier.beforeWrite(table, key, state);
   const bytes = encodeState(env, table, key, state);
-  if (reserve) checkRoomToSettle(env, table, key, bytes);
+  if (reserve) checkRoomToSettle(env, table, key, bytes, reserve === 'puts');
   return { table, key, expected, state: bytes, notified: rowHasNotification(state) };
 }
 

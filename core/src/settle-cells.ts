@@ -28,11 +28,18 @@ export function rollBackCells(state: RowState, startTs: number): boolean {
   return changed;
 }
 
+/**
+ * Replaces every lock of `startTs` in the row with its write record. `keepSecondaries`: the
+ * commit point's own, on the primary row, where the commit record keeps the lock's list of
+ * secondaries until they are known committed (docs/protocol.md 7.4); a reader's
+ * roll-forward of a secondary has no list to keep.
+ */
 export function rollForwardCells(
   env: ProtocolEnv,
   state: RowState,
   startTs: number,
   commitTs: number,
+  keepSecondaries = false,
 ): boolean {
   let changed = false;
   const now = env.clock();
@@ -40,7 +47,14 @@ export function rollForwardCells(
     const lock = cell.lock;
     if (lock?.startTs !== startTs) continue;
     cell.lock = undefined;
-    addRecord(cell, { commitTs, startTs, kind: lock.kind, wallTimeMs: now, value: 'inline' });
+    addRecord(cell, {
+      commitTs,
+      startTs,
+      kind: lock.kind,
+      wallTimeMs: now,
+      value: 'inline',
+      secondaries: keepSecondaries ? lock.secondaries : undefined,
+    });
     tidyCell(cell, env.prune, now);
     changed = true;
   }
@@ -67,9 +81,19 @@ export const SETTLE_SLACK_BYTES = 256;
  *
  * Only rows past half the store's limit are checked (a decode and an encode of the row):
  * below it, settling would have to more than double the row. The commit timestamps are
- * taken as the largest there is, so each record is encoded at its largest.
+ * taken as the largest there is, so each record is encoded at its largest, and a primary
+ * lock settles as the commit point writes it, its list of secondaries kept (without it, a
+ * long list was missed and the secondary of another transaction became unreadable, found
+ * in review). `slack` (SETTLE_SLACK_BYTES more) for a write that puts values; one that only
+ * deletes needs the settled row to fit, no more, so a full row can still be emptied.
  */
-export function checkRoomToSettle(env: ProtocolEnv, table: string, key: string, bytes: Uint8Array): void {
+export function checkRoomToSettle(
+  env: ProtocolEnv,
+  table: string,
+  key: string,
+  bytes: Uint8Array,
+  slack: boolean,
+): void {
   const limit = env.store.capabilities.maxStateBytes;
   if (bytes.length <= limit / 2) return;
   // The stamp slot of a stamped write is filled by the store: a copy with the largest
@@ -77,12 +101,14 @@ export function checkRoomToSettle(env: ProtocolEnv, table: string, key: string, 
   const settled = decodeRow(writeStampInPlace(bytes.slice(), MAX_TIMESTAMP));
   const locks = new Set<number>();
   for (const cell of settled.cells.values()) if (cell.lock) locks.add(cell.lock.startTs);
-  for (const startTs of locks) rollForwardCells(env, settled, startTs, MAX_TIMESTAMP);
-  const size = (locks.size > 0 ? encodeRow(settled).length : bytes.length) + SETTLE_SLACK_BYTES;
+  // As the commit point writes a primary: its commit record keeps the secondaries list.
+  for (const startTs of locks) rollForwardCells(env, settled, startTs, MAX_TIMESTAMP, true);
+  const settledBytes = locks.size > 0 ? encodeRow(settled).length : bytes.length;
+  const size = settledBytes + (slack ? SETTLE_SLACK_BYTES : 0);
   if (size > limit) {
     throw new RowTooLargeError(
-      `row ${table}/${JSON.stringify(key)} would be ${size} bytes once its locks are settled ` +
-        `(with ${SETTLE_SLACK_BYTES} bytes kept for rollback records); ${env.store.name} allows ${limit}`,
+      `row ${table}/${JSON.stringify(key)} would be ${size} bytes once its locks are settled` +
+        `${slack ? ` (with ${SETTLE_SLACK_BYTES} bytes kept for rollback records)` : ''}; ${env.store.name} allows ${limit}`,
     );
   }
 }

@@ -984,10 +984,12 @@ class MySqlRowStore implements MySqlStore {
     sql: string,
     values: unknown[],
   ): Promise<unknown> {
+    // Read before waiting for a connection: a close() during that wait must count as one
+    // during the CALL (found in review: the statement stayed prepared).
+    const epoch = this.preparedCalls.epoch;
     const connection = await this.connector.connect();
     const core = coreOf(connection);
     const timeout = this.connector.queryTimeoutMs;
-    const epoch = this.preparedCalls.epoch;
     const prepare = this.prepareCalls;
     // Noted before sending: close() may come while the PREPARE is out.
     if (prepare) this.preparedCalls.note(core, sql);

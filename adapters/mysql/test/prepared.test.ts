@@ -154,6 +154,24 @@ describe('mysql prepared CALLs on a pool passed in', () => {
     expect(await preparedOnServer()).toBe(0);
   });
 
+  it('a CALL still waiting for a connection when close() ran closes its statement when it ends', async () => {
+    // Found in review: the CALL read close()'s count after its wait for a connection, so a
+    // close() during that wait went unseen and the statement stayed prepared.
+    const pool = userPool(1);
+    const store = await createMySqlStore({ pool, namespace: namespace() });
+    const held = await pool.getConnection(); // the application holds the only connection
+    const call = store.checkAndSetStamped(
+      { table: 't', key: 'k', expected: null, state: template('x') },
+      'c',
+    );
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the CALL waits for the pool
+    await store.close();
+    held.release();
+    await call.catch(() => undefined);
+    await settle(pool, 1);
+    expect(await preparedOnServer()).toBe(0);
+  });
+
   it('two stores of one namespace share a statement: when one closes, the other prepares it again', async () => {
     const pool = userPool(1);
     const ns = namespace();

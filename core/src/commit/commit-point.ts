@@ -1,8 +1,8 @@
-import { addRecord, findRecord, tidyCell } from '../cells.js';
+import { findRecord } from '../cells.js';
 import { STAMP } from '../codec.js';
 import { CommitUnknownError, ConflictError } from '../errors.js';
-import { cellOf } from '../row-state.js';
 import { AmbiguousOutcome, updateRow } from '../row-update.js';
+import { rollForwardCells } from '../settle-cells.js';
 import { alive, type CommitContext, isPrimaryRow, rowId } from './context.js';
 
 /**
@@ -30,22 +30,8 @@ export async function commitPrimary(ctx: CommitContext, commitTs: number): Promi
       (state, attempt) => {
         const cell = state?.cells.get(primary.column);
         if (state && cell?.lock?.startTs === startTs) {
-          const now = env.clock();
-          for (const column of m.cells.keys()) {
-            const c = cellOf(state, column);
-            const lock = c.lock;
-            if (lock?.startTs !== startTs) continue;
-            c.lock = undefined;
-            addRecord(c, {
-              commitTs,
-              startTs,
-              kind: lock.kind,
-              wallTimeMs: now,
-              value: 'inline',
-              secondaries: lock.secondaries,
-            });
-            tidyCell(c, env.prune, now);
-          }
+          // Every lock of ours in the row; the commit record keeps its list of secondaries.
+          rollForwardCells(env, state, startTs, commitTs, true);
           return { write: state, result: commitTs };
         }
         const record = cell ? findRecord(cell, startTs) : undefined;

@@ -3,6 +3,7 @@ import type { CommitStepEvent, ProtocolEnv } from '../env.js';
 import { AbortedError } from '../errors.js';
 import type { CommitStepEndEvent, CommitStepName, TransactionRef } from '../events.js';
 import type { CellRef, Lock, RowKey, RowState } from '../row-state.js';
+import type { Reserve } from '../row-update.js';
 import type { StoredRow } from '../store.js';
 
 /** What every commit step shares (docs/protocol.md section 4). */
@@ -165,4 +166,10 @@ export function decodeKnown(ctx: CommitContext, id: string, stored: StoredRow): 
   if (kept?.stored !== stored) return decodeRow(stored.state);
   ctx.decodedRows!.delete(id);
   return kept.state;
+}
+
+/** How much room a write of `m` must leave in its row (row-update.ts, `Reserve`). */
+export function reserveFor(m: RowMutations): Reserve {
+  for (const value of m.cells.values()) if (value !== null) return 'puts';
+  return 'deletes';
 }

@@ -32,6 +32,7 @@ import {
   decodeKnown,
   notAborted,
   type RowMutations,
+  reserveFor,
   rowId,
 } from './context.js';
 import { fence } from './fence.js';
@@ -170,7 +171,7 @@ export async function commitOnePhase(ctx: CommitContext): Promise<number> {
     }
     const state = current ?? emptyRow();
     applyOnePhase(ctx, m, state);
-    return { write: state, result: STAMP, reserve: true };
+    return { write: state, result: STAMP, reserve: reserveFor(m) };
   };
   const send = async (known: Known) => {
     // Fenced after a lost reply where its records carry no identity we know (fence.ts).
@@ -390,7 +391,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
           table: m.table,
           key: m.row,
           expected: known[i]?.version ?? null,
-          state: encodeRoomy(env, m.table, m.row, state),
+          state: encodeRoomy(env, m, state),
           notified: rowHasNotification(state),
         });
       } catch (error) {
@@ -473,8 +474,8 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
 }
 
 /** A one-step commit's row, encoded, with room left for the row's other locks to settle. */
-function encodeRoomy(env: ProtocolEnv, table: string, key: string, state: RowState): Uint8Array {
-  const bytes = encodeState(env, table, key, state);
-  checkRoomToSettle(env, table, key, bytes);
+function encodeRoomy(env: ProtocolEnv, m: RowMutations, state: RowState): Uint8Array {
+  const bytes = encodeState(env, m.table, m.row, state);
+  checkRoomToSettle(env, m.table, m.row, bytes, reserveFor(m) === 'puts');
   return bytes;
 }

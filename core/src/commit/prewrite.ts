@@ -21,6 +21,7 @@ import {
   isPrimaryRow,
   notAborted,
   type RowMutations,
+  reserveFor,
   rowId,
   secondaryRows,
   step,
@@ -177,7 +178,7 @@ function prewriteDecision(ctx: CommitContext, m: RowMutations): Decide<undefined
   return (state) => {
     const next = state ?? emptyRow();
     return applyPrewrite(ctx, m, next, 'lock')
-      ? { write: next, result: undefined, reserve: true }
+      ? { write: next, result: undefined, reserve: reserveFor(m) }
       : { done: undefined };
   };
 }
