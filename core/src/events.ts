@@ -99,7 +99,11 @@ export interface TransactionEndEvent extends Timed {
   readonly error?: unknown;
 }
 
-/** `db.transact` runs its function again after a retryable failure (the attempt's end came first). */
+/**
+ * `db.transact` runs its function again after a retryable failure (the attempt's end came
+ * first). Emitted after the backoff, once the next attempt will run (`time` is when the
+ * retry was decided): none when a signal or `close()` ends `transact` during the backoff.
+ */
 export interface TransactionRetryEvent {
   readonly type: 'transaction.retry';
   /** The attempt that failed. */

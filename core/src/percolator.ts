@@ -499,18 +499,22 @@ export class Percolator {
     signal: AbortSignal | undefined,
   ): Promise<void> {
     const ms = backoffMs(attempt, 2, 100);
+    const decided = performance.now();
+    await sleep(ms, signal);
+    // Emitted once the next attempt will run: a signal or close() during the backoff ends
+    // `transact` with no next attempt, and the event counted a retry that never ran (found
+    // in review). Its time is still the decision's.
     const events = this.env.events;
-    if (events) {
+    if (events && !this.closed && !signal?.aborted) {
       events.emit({
         type: 'transaction.retry',
         transaction: tx.ref!,
         nextAttempt: attempt + 1,
         backoffMs: ms,
         error,
-        time: performance.now(),
+        time: decided,
       });
     }
-    await sleep(ms, signal);
   }
 
   /**

@@ -14,6 +14,7 @@ import {
 } from './cells.js';
 import { decodeRow, encodeVersionBlock } from './codec.js';
 import { rowId } from './commit/context.js';
+import { detached } from './detached.js';
 import { keepInBackground, type ProtocolEnv, type RowTidier } from './env.js';
 import type { TidyEvent } from './events.js';
 import type { TidyOptions, TidyReport } from './reports.js';
@@ -270,6 +271,11 @@ export class Tidier implements RowTidier {
   private startBatches(): void {
     if (this.startScheduled || this.queue.size === 0 || this.inFlight >= MAX_BATCHES_IN_FLIGHT) return;
     this.startScheduled = true;
+    // The batches serve every commit queued, in no caller's context (detached.ts).
+    detached(() => this.scheduleBatches());
+  }
+
+  private scheduleBatches(): void {
     const { background } = this.env;
     const job = new Promise<void>((resolve) => {
       // A full batch goes on the next turn; else it waits TIDY_DELAY_MS for more rows, or

@@ -710,6 +710,14 @@ export class Transaction {
   }
 
   private async commitOnce(options: { signal?: AbortSignal }): Promise<CommitResult> {
+    if (this.status === 'active' && this.env.lifecycle.closed) {
+      // The client closed while this transaction was open: it ends here, failed, and says
+      // so (a listener's span for it was left open, found in review).
+      this.status = 'failed';
+      const error = new ClosedError('this Percolator client is closed');
+      this.ended('failed', undefined, error);
+      throw error;
+    }
     this.assertActive();
     checkOptionKeys<{ signal?: AbortSignal }>('commit', options, { signal: true });
     checkSignal('commit', options.signal);

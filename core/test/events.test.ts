@@ -1,5 +1,7 @@
 import {
+  AbortedError,
   ClientCrash,
+  ClosedError,
   LockNotResolvedError,
   MemoryStore,
   Percolator,
@@ -112,6 +114,54 @@ describe('onEvent', () => {
       [25, 12],
     ]);
     await db.close();
+  });
+
+  it('no retry event when a signal ends transact at the backoff (no next attempt runs)', async () => {
+    // Found in review: the retry was reported before the backoff, for an attempt that a
+    // signal (or close()) then never ran. The signal fires during the backoff: a timer
+    // set as the failed attempt ends, due before the backoff's (its longest, ~4 ms).
+    vi.spyOn(Math, 'random').mockReturnValue(0.99);
+    const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+    const rec = recorder();
+    const controller = new AbortController();
+    const db = new Percolator({
+      store,
+      onEvent: (e) => {
+        rec.onEvent(e);
+        if (e.type === 'transaction.end' && e.outcome === 'conflict') setTimeout(() => controller.abort(), 0);
+      },
+    });
+    const other = new Percolator({ store });
+    let attempts = 0;
+    const run = db.transact(
+      async (tx) => {
+        attempts++;
+        await tx.getString('accounts', 'alice', 'balance');
+        await other.transact(async (o) => o.set('accounts', 'alice', 'balance', String(attempts)));
+        tx.set('accounts', 'alice', 'balance', 'mine');
+      },
+      { signal: controller.signal },
+    );
+    await expect(run).rejects.toBeInstanceOf(AbortedError);
+    expect(attempts).toBe(1);
+    expect(rec.of('transaction.end').map((e) => e.outcome)).toEqual(['conflict']);
+    expect(rec.of('transaction.retry')).toEqual([]);
+    await other.close();
+    await db.close();
+  });
+
+  it('a transaction open when the client closes ends, failed, when its commit is refused (its span is ended)', async () => {
+    // Found in review: commit() after close() threw before any end event, so a listener's
+    // span for the transaction stayed open.
+    const rec = recorder();
+    const db = new Percolator({ store: new MemoryStore(), onEvent: rec.onEvent });
+    const tx = await db.begin();
+    tx.set('t', 'r', 'c', 'x');
+    await db.close();
+    await expect(tx.commit()).rejects.toBeInstanceOf(ClosedError);
+    expect(rec.of('transaction.end').map((e) => [e.outcome, (e.error as Error).name])).toEqual([
+      ['failed', 'ClosedError'],
+    ]);
   });
 
   it('reports a conflict, the retry and the committed second attempt', async () => {

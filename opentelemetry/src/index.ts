@@ -346,7 +346,15 @@ export class PercolatorTelemetry {
         // retry follows the attempt it retries, so a traced attempt's retry is traced and
         // linked to it.
         const retried = e.retryOf ? this.stateOf(e.retryOf) : undefined;
-        if (retried instanceof Untraced || (retried === undefined && !this.drawn(parent))) {
+        // An attempt the SDK's sampler dropped (its span not recording): its retry is not
+        // traced either, so no trace holds a retry whose first attempt is missing. (One the
+        // SDK kept still goes to the SDK, whose sampler decides it anew, found in review:
+        // `traceRatio` is what keeps a transaction's attempts together.)
+        if (
+          retried instanceof Untraced ||
+          (retried instanceof OpenTransaction && !retried.recording) ||
+          (retried === undefined && !this.drawn(parent))
+        ) {
           this.keep(e.transaction, this.untraced);
           return;
         }
@@ -474,7 +482,9 @@ export class PercolatorTelemetry {
           }
         }
         if (e.type === 'tidy' && !this.tidySpans && e.error === undefined) return;
-        const parent = this.parentOf(undefined);
+        // A tidy pass serves every commit queued, no one caller: a trace of its own, even
+        // when it runs (a pressure pass) inside a caller's span. A gc run is the caller's.
+        const parent = e.type === 'tidy' ? this.rootParent() : this.parentOf(undefined);
         if (!parent) return;
         // With tidySpans, a pass that went well is root work: drawn like a transaction.
         if (e.type === 'tidy' && e.error === undefined && !this.drawn(parent)) return;
@@ -566,6 +576,11 @@ export class PercolatorTelemetry {
     const span = this.child(parent, name, e.time, e.durationMs, undefined);
     span.setAttributes(attributes());
     span.end(epochMs(e.time + e.durationMs));
+  }
+
+  /** The root context, where tracing is on. */
+  private rootParent(): Context | undefined {
+    return this.tracer ? this.api.ROOT_CONTEXT : undefined;
   }
 
   private parentOf(tx: TransactionRef | undefined): Context | undefined {

@@ -194,6 +194,87 @@ describe('PercolatorTelemetry traceRatio', () => {
     }
   });
 
+  it("the worker's observer runs and the tidy step's passes are roots, whatever span was active where they started", async () => {
+    // Found in review: the worker's loops and the tidy batches inherited the context of
+    // worker.start() or of the commit that queued them, so a startup or request span
+    // became the parent of every run and pass after it (a trace that never ended).
+    const sdk = setUp({ traceRatio: 1, tidySpans: true, commitSteps: 'attributes' });
+    const db = new Percolator({
+      store: new MemoryStore(),
+      gc: { inlineHistoryBytes: 0 },
+      onePhaseMaxRows: 1,
+      onEvent: sdk.telemetry.onEvent,
+    });
+    const worker = db.worker({
+      observers: [
+        {
+          name: 'copy',
+          table: 'docs',
+          column: 'body',
+          handler: async (tx, { row }) => {
+            tx.set('copies', row, 'body', (await tx.getString('docs', row, 'body')) ?? '');
+          },
+        },
+      ],
+      idlePollMs: 5,
+    });
+    sdk.tracer.startActiveSpan('startup', (span) => {
+      worker.start();
+      span.end();
+    });
+    await sdk.tracer.startActiveSpan('request', async (request) => {
+      for (let i = 0; i < 4; i++)
+        await db.transact(async (tx) => tx.set('docs', 'd1', 'body', 'x'.repeat(100 + i)));
+      request.end();
+    });
+    while (worker.stats.runs < 1) await new Promise((r) => setTimeout(r, 5));
+    await worker.stop();
+    await db.close();
+    const spans = sdk.spans.getFinishedSpans();
+    const byId = new Map(spans.map((s) => [s.spanContext().spanId, s.name]));
+    const parentName = (name: string) =>
+      spans.filter((s) => s.name === name).map((s) => byId.get(s.parentSpanContext?.spanId ?? '') ?? 'root');
+    expect(parentName('percolator.observer_run').length).toBeGreaterThan(0);
+    expect(new Set(parentName('percolator.observer_run'))).toEqual(new Set(['root']));
+    expect(parentName('percolator.tidy').length).toBeGreaterThan(0);
+    expect(new Set(parentName('percolator.tidy'))).toEqual(new Set(['root']));
+    // The handlers' transactions are not under the startup span either.
+    expect(parentName('percolator.transaction')).not.toContain('startup');
+    await sdk.shutDown();
+  });
+
+  it("a retry of an attempt the SDK's sampler dropped is not traced either", async () => {
+    // Found in review: the retry went to the SDK on its own, so a ratio sampler kept
+    // retries whose first attempt it had dropped.
+    const exporter = new InMemorySpanExporter();
+    const tracerProvider = new BasicTracerProvider({
+      spanProcessors: [new SimpleSpanProcessor(exporter)],
+      // Drops every first attempt, keeps the rest.
+      sampler: {
+        shouldSample: (_context, _traceId, _name, _kind, attributes) => ({
+          decision: attributes['percolator.attempt'] === 1 ? 0 : 2,
+        }),
+        toString: () => 'drop-first-attempts',
+      },
+    });
+    const telemetry = new PercolatorTelemetry({ tracerProvider, metrics: false, commitSteps: 'attributes' });
+    const store = new MemoryStore();
+    const db = new Percolator({ store, onEvent: telemetry.onEvent });
+    const other = new Percolator({ store });
+    let attempts = 0;
+    await db.transact(async (tx) => {
+      attempts++;
+      await tx.getString('accounts', 'alice', 'balance');
+      if (attempts === 1) await other.transact(async (o) => o.set('accounts', 'alice', 'balance', 'x'));
+      tx.set('accounts', 'alice', 'balance', 'y');
+    });
+    await db.close();
+    await other.close();
+    expect(attempts).toBe(2);
+    expect(exporter.getFinishedSpans().filter((s) => s.name === 'percolator.transaction')).toEqual([]);
+    await tracerProvider.shutdown();
+  });
+
   it('0 with tidySpans: passes that went well make no span; their metrics are recorded', async () => {
     const sdk = setUp({ traceRatio: 0, tidySpans: true });
     // Every superseded value moves out, so every commit after the first schedules a pass.

@@ -1,5 +1,6 @@
 import { backoffMs, sleep } from '../backoff.js';
 import { decodeRowAt } from '../codec.js';
+import { detached } from '../detached.js';
 import { observedKey, type ProtocolEnv } from '../env.js';
 import {
   ClosedError,
@@ -229,12 +230,15 @@ export class ObserverWorker {
     if (this.running) return;
     this.running = true;
     const generation = this.generation;
-    for (let i = 0; i < this.concurrency; i++) {
-      const loop = this.loop(generation);
-      this.loops.set(loop, generation);
-      const forget = () => this.loops.delete(loop);
-      loop.then(forget, forget);
-    }
+    // In no caller's context: the loops outlive the call (detached.ts).
+    detached(() => {
+      for (let i = 0; i < this.concurrency; i++) {
+        const loop = this.loop(generation);
+        this.loops.set(loop, generation);
+        const forget = () => this.loops.delete(loop);
+        loop.then(forget, forget);
+      }
+    });
   }
 
   /**
