@@ -26,11 +26,6 @@ export function isAuthFailure(error: unknown): boolean {
   return typeof code === 'string' && (code.startsWith('28') || code === '42501');
 }
 
-/** SQLSTATE 55P03 lock_not_available: a lock wait ended by lock_timeout (or NOWAIT). */
-export function isLockTimeout(error: unknown): boolean {
-  return fields(error).code === '55P03';
-}
-
 export function isTransientRollback(error: unknown): boolean {
   const { code } = fields(error);
   return typeof code === 'string' && TRANSIENT_ROLLBACK.has(code);

@@ -36,14 +36,7 @@ import {
   toSafeCounter,
 } from '@percolator/core/kit';
 import { POSTGRES_URL } from './env.js';
-import {
-  connectError,
-  isConnectionBroken,
-  isLockTimeout,
-  isTransientRollback,
-  readError,
-  writeError,
-} from './errors.js';
+import { connectError, isConnectionBroken, isTransientRollback, readError, writeError } from './errors.js';
 import type { OptionKeys } from './options.js';
 import {
   createPgPool,
@@ -77,18 +70,6 @@ export const POSTGRES_BATCH_STATE_BYTES = 2 * POSTGRES_MAX_STATE_BYTES;
 
 /** The kinds of write a casMany batch holds, as bits: one bit set is one kind. */
 const KIND_BIT = { update: 1, delete: 2, create: 4 } as const;
-
-/**
- * The statements that set a server-side lock_timeout (statements.ts): when it ends one of
- * their lock waits (SQLSTATE 55P03), the call is reported as a client-side timeout is,
- * 'unknown', so what a timed-out stamped call answers does not depend on which of the two
- * timers fired first.
- */
-const SERVER_LOCK_TIMEOUT: ReadonlySet<string> = new Set([
-  'stampedUpdate',
-  'stampedCreate',
-  'casStampedMany',
-]);
 
 /**
  * The lock_timeout (ms) the stamped statements set for their transaction: a little below
@@ -645,8 +626,11 @@ class PostgresRowStore implements PostgresStore {
         client.release();
       }
       if (mode === 'read') throw readError(what, error);
-      // writeError's third argument makes the outcome 'unknown' (see SERVER_LOCK_TIMEOUT).
-      throw writeError(what, error, SERVER_LOCK_TIMEOUT.has(what) && isLockTimeout(error));
+      // The server's lock_timeout (SQLSTATE 55P03) ends a stamped statement with an error:
+      // it is its own transaction, rolled back, so 'no' (retryable), which a blocked one-step
+      // commit can retry, where 'unknown' made it a CommitUnknownError (found in review).
+      // Only the client's own timeout, which leaves the statement running, is 'unknown'.
+      throw writeError(what, error);
     }
   }
 

@@ -1032,7 +1032,8 @@ describe('postgres checkAndSetStampedMany: failures', () => {
     expect(applied(await many(s, two('y'), 'sm.kill')).timestamp).toBe(2);
   });
 
-  it('gives up after queryTimeoutMs with StoreError applied=unknown', async () => {
+  it("a wait for the counter ends before queryTimeoutMs, by the server's lock_timeout: StoreError applied=no", async () => {
+    // The statement, its own transaction, is rolled back by the server: not applied.
     const s = await openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 300 });
     const blocker = await holdCounter(s, 'sm.slow');
     let error: unknown;
@@ -1043,8 +1044,8 @@ describe('postgres checkAndSetStampedMany: failures', () => {
       blocker.release();
     }
     expect(error).toBeInstanceOf(StoreError);
-    expect((error as StoreError).applied).toBe('unknown');
-    expect((error as StoreError).message).toMatch(/timeout/i);
+    expect((error as StoreError).applied).toBe('no');
+    expect((error as StoreError).message).toMatch(/lock timeout/i);
   });
 
   it('maps a server error to StoreError applied=no (the function gone under a running store)', async () => {

@@ -190,7 +190,9 @@ describe('postgres checkAndSetStamped: failures', () => {
     );
   });
 
-  it('gives up after queryTimeoutMs with StoreError applied=unknown', async () => {
+  it("a wait for the counter ends before queryTimeoutMs, by the server's lock_timeout: StoreError applied=no, nothing written", async () => {
+    // The statement, its own transaction, is rolled back by the server, so 'no' (retryable).
+    // (A client-side timeout, which leaves the statement running, is 'unknown'.)
     const s = await openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 300 });
     const blocker = await holdCounter(s, 'st.slow');
     let error: unknown;
@@ -203,8 +205,9 @@ describe('postgres checkAndSetStamped: failures', () => {
       blocker.release();
     }
     expect(error).toBeInstanceOf(StoreError);
-    expect((error as StoreError).applied).toBe('unknown');
-    expect((error as StoreError).message).toMatch(/timeout/i);
+    expect((error as StoreError).applied).toBe('no');
+    expect((error as StoreError).message).toMatch(/lock timeout/i);
+    expect(await s.read('ss', 'k')).toBeNull();
   });
 
   it('reports a refused connection as StoreError applied=no', async () => {
@@ -389,7 +392,7 @@ describe('postgres checkAndSetStamped: a stamped CAS waiting for a busy row does
     }
   });
 
-  it('a backend waiting for a row gives up just before queryTimeoutMs (server lock_timeout): StoreError unknown, nothing left waiting', async () => {
+  it('a backend waiting for a row gives up just before queryTimeoutMs (server lock_timeout): StoreError no, nothing left waiting', async () => {
     // pg's query_timeout only stops the client waiting; the backend, waiting for a lock, does
     // not notice its connection was closed and would wait as long as the row is held.
     const s = await openStore({ namespace: uniqueNamespace(), queryTimeoutMs: 1_500 });
@@ -403,8 +406,8 @@ describe('postgres checkAndSetStamped: a stamped CAS waiting for a busy row does
         s.checkAndSetStamped({ table: 'to', key: 'k', expected: v.version, state: template('new') }, counter),
       );
       expect(error).toBeInstanceOf(StoreError);
-      // As the client's own timeout would say: it may or may not have been applied.
-      expect((error as StoreError).applied).toBe('unknown');
+      // The statement, its own transaction, was rolled back by the server: not applied.
+      expect((error as StoreError).applied).toBe('no');
       expect((error as StoreError).message).toMatch(/lock timeout/);
       // The server ended the wait: no backend of the store is left waiting for the row.
       expect(await lockWaiters(s)).toBe(0);
