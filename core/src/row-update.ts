@@ -394,9 +394,21 @@ function casRequest(
 ): CasRequest {
   if (!state) return { table, key, expected, state: null, notified: false };
   env.tidier.beforeWrite(table, key, state);
+  const bytes = encodeReserving(env, table, key, state, reserve);
+  return { table, key, expected, state: bytes, notified: rowHasNotification(state) };
+}
+
+/** `encodeState`, then, for a write that adds to the row, its room-to-settle check (`Reserve`). */
+export function encodeReserving(
+  env: ProtocolEnv,
+  table: string,
+  key: string,
+  state: RowState,
+  reserve: Reserve | undefined,
+): Uint8Array {
   const bytes = encodeState(env, table, key, state);
   if (reserve) checkRoomToSettle(env, table, key, bytes, reserve === 'puts');
-  return { table, key, expected, state: bytes, notified: rowHasNotification(state) };
+  return bytes;
 }
 
 /** A read, retried on failure (reads change nothing, so retrying is always safe). */

@@ -54,6 +54,27 @@ async function transfers(db: Percolator, n: number) {
   }
 }
 
+/**
+ * One db.transact whose first attempt conflicts (another client writes the row it read)
+ * and whose second commits, traced by `telemetry`; resolves to the attempts run.
+ */
+async function conflictOnce(telemetry: PercolatorTelemetry): Promise<number> {
+  const store = new MemoryStore();
+  const db = new Percolator({ store, onEvent: telemetry.onEvent });
+  const other = new Percolator({ store });
+  let attempts = 0;
+  await db.transact(async (tx) => {
+    attempts++;
+    await tx.getString('accounts', 'alice', 'balance');
+    // Another client writes the row after this attempt read it: its commit conflicts.
+    if (attempts === 1) await other.transact(async (o) => o.set('accounts', 'alice', 'balance', 'x'));
+    tx.set('accounts', 'alice', 'balance', 'y');
+  });
+  await db.close();
+  await other.close();
+  return attempts;
+}
+
 describe('PercolatorTelemetry traceRatio', () => {
   it('0: a transaction outside any span gets no span, nor do its lock waits; its metrics are all recorded', async () => {
     const sdk = setUp({ traceRatio: 0 });
@@ -163,20 +184,7 @@ describe('PercolatorTelemetry traceRatio', () => {
           return first;
         },
       });
-      const store = new MemoryStore();
-      const db = new Percolator({ store, onEvent: sdk.telemetry.onEvent });
-      const other = new Percolator({ store });
-      let attempts = 0;
-      await db.transact(async (tx) => {
-        attempts++;
-        await tx.getString('accounts', 'alice', 'balance');
-        // Another client writes the row after this attempt read it: its commit conflicts.
-        if (attempts === 1) await other.transact(async (o) => o.set('accounts', 'alice', 'balance', 'x'));
-        tx.set('accounts', 'alice', 'balance', 'y');
-      });
-      await db.close();
-      await other.close();
-      expect(attempts).toBe(2);
+      expect(await conflictOnce(sdk.telemetry)).toBe(2);
       expect(draws).toBe(1);
       const txs = sdk.spans.getFinishedSpans().filter((s) => s.name === 'percolator.transaction');
       if (first === 0.5) expect(txs).toEqual([]);
@@ -258,19 +266,7 @@ describe('PercolatorTelemetry traceRatio', () => {
       },
     });
     const telemetry = new PercolatorTelemetry({ tracerProvider, metrics: false, commitSteps: 'attributes' });
-    const store = new MemoryStore();
-    const db = new Percolator({ store, onEvent: telemetry.onEvent });
-    const other = new Percolator({ store });
-    let attempts = 0;
-    await db.transact(async (tx) => {
-      attempts++;
-      await tx.getString('accounts', 'alice', 'balance');
-      if (attempts === 1) await other.transact(async (o) => o.set('accounts', 'alice', 'balance', 'x'));
-      tx.set('accounts', 'alice', 'balance', 'y');
-    });
-    await db.close();
-    await other.close();
-    expect(attempts).toBe(2);
+    expect(await conflictOnce(telemetry)).toBe(2);
     expect(exporter.getFinishedSpans().filter((s) => s.name === 'percolator.transaction')).toEqual([]);
     await tracerProvider.shutdown();
   });

@@ -159,7 +159,7 @@ function nextRow(indent: string): string {
  * The exit handler of the procedures that write rows: roll back, and an error once COMMIT
  * was issued (v_committing) is resignalled as ER_ERROR_DURING_COMMIT (1180), 'unknown'.
  */
-const WRITE_EXIT_HANDLER = `  DECLARE EXIT HANDLER FOR SQLEXCEPTION
+export const WRITE_EXIT_HANDLER = `  DECLARE EXIT HANDLER FOR SQLEXCEPTION
   BEGIN
     ROLLBACK;
     IF v_committing THEN

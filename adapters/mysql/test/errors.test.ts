@@ -9,6 +9,7 @@ import { StoreError } from '@percolator/core';
 import type { PoolConnection, RowDataPacket } from 'mysql2/promise';
 import { describe, expect, it } from 'vitest';
 import { isConnectionBroken, readError, writeError } from '../src/errors.js';
+import { WRITE_EXIT_HANDLER } from '../src/schema.js';
 import { admin, uniqueNamespace, useMySqlFixture } from './fixture.js';
 
 useMySqlFixture('te');
@@ -70,14 +71,7 @@ describe('mysql failure mapping: errors no stored procedure handler can catch', 
       await session.query(`CREATE PROCEDURE ${procedure}()
 BEGIN
   DECLARE v_committing BOOLEAN DEFAULT FALSE;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION
-  BEGIN
-    ROLLBACK;
-    IF v_committing THEN
-      RESIGNAL SET MYSQL_ERRNO = 1180;
-    END IF;
-    RESIGNAL;
-  END;
+${WRITE_EXIT_HANDLER}
   START TRANSACTION;
   INSERT INTO ${table} (k) VALUES (1);
   SET v_committing = TRUE;

@@ -1,7 +1,6 @@
 import { backoffMs, sleep } from '../backoff.js';
 import { addRecord, findRecord, movingBlocks, tidyCell } from '../cells.js';
 import { encodeVersionBlock, STAMP } from '../codec.js';
-import type { ProtocolEnv } from '../env.js';
 import {
   CommitUnknownError,
   ConflictError,
@@ -13,7 +12,7 @@ import { cellOf, emptyRow, type RowState, rowHasNotification } from '../row-stat
 import {
   AmbiguousOutcome,
   type AttemptInfo,
-  encodeState,
+  encodeReserving,
   Guess,
   type Known,
   knownOrGuess,
@@ -21,7 +20,6 @@ import {
   type RowDecision,
   updateRow,
 } from '../row-update.js';
-import { checkRoomToSettle } from '../settle-cells.js';
 import type { CasRequest, RowRef, StoredRow } from '../store.js';
 import { writeStampInPlace } from '../store.js';
 import { versionKey, versionTable } from '../versions.js';
@@ -391,7 +389,7 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
           table: m.table,
           key: m.row,
           expected: known[i]?.version ?? null,
-          state: encodeRoomy(env, m, state),
+          state: encodeReserving(env, m.table, m.row, state, reserveFor(m)),
           notified: rowHasNotification(state),
         });
       } catch (error) {
@@ -471,11 +469,4 @@ export async function commitOnePhaseMany(ctx: CommitContext): Promise<number | u
       'no',
     )
   );
-}
-
-/** A one-step commit's row, encoded, with room left for the row's other locks to settle. */
-function encodeRoomy(env: ProtocolEnv, m: RowMutations, state: RowState): Uint8Array {
-  const bytes = encodeState(env, m.table, m.row, state);
-  checkRoomToSettle(env, m.table, m.row, bytes, reserveFor(m) === 'puts');
-  return bytes;
 }
