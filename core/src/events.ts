@@ -74,6 +74,8 @@ export interface TransactionBeginEvent {
   readonly store: string;
   /** In `db.transact`, from the second attempt on: the attempt that failed before this one. */
   readonly retryOf?: TransactionRef;
+  /** The observer run this transaction is an attempt of (its `observer.begin` came first). */
+  readonly observerRun?: ObserverRunRef;
   /** performance.now() at the start. */
   readonly time: number;
 }
@@ -213,9 +215,39 @@ export interface GcEvent extends Timed {
   readonly error?: unknown;
 }
 
+/**
+ * The same object in the `observer.begin` and `observer.run` events of one observer run, and
+ * in the `transaction.begin` of each transaction the run makes (`observerRun`), so a
+ * listener can put those transactions under the run (the OpenTelemetry adapter makes the
+ * run's span their parent).
+ */
+export interface ObserverRunRef {
+  readonly observer: string;
+  /** The listener's own slot, as `TransactionRef.listenerState`. The library never reads it. */
+  listenerState: unknown;
+}
+
+/**
+ * An observer worker starts one run of one observer on one notified cell. Fires at once;
+ * its `observer.run` follows when the run ends, whatever the outcome.
+ */
+export interface ObserverBeginEvent {
+  readonly type: 'observer.begin';
+  readonly run: ObserverRunRef;
+  readonly store: string;
+  readonly observer: string;
+  readonly table: string;
+  readonly row: string;
+  readonly column: string;
+  /** performance.now() at the start (the `time` of its `observer.run` too). */
+  readonly time: number;
+}
+
 /** One observer run of an observer worker on one notified cell, its retries included. */
 export interface ObserverRunEvent extends Timed {
   readonly type: 'observer.run';
+  /** The ref its `observer.begin` carried. */
+  readonly run: ObserverRunRef;
   readonly observer: string;
   readonly table: string;
   readonly row: string;
@@ -237,6 +269,7 @@ export type PercolatorEvent =
   | LockResolveEvent
   | TidyEvent
   | GcEvent
+  | ObserverBeginEvent
   | ObserverRunEvent;
 
 export type PercolatorEventListener = (event: PercolatorEvent) => void;

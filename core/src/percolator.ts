@@ -5,7 +5,7 @@ import { abortedError } from './commit/context.js';
 import { SharedSteps } from './commit/shared-steps.js';
 import { Lifecycle, observedKey, type PercolatorHooks, type ProtocolEnv, StampedReadGauge } from './env.js';
 import { ClosedError, InvalidArgumentError, isRetryable, UnsupportedOperationError } from './errors.js';
-import { EventSink, type PercolatorEventListener } from './events.js';
+import { EventSink, type ObserverRunRef, type PercolatorEventListener } from './events.js';
 import { addGcReports, emptyGcReport, type GcOptions, type GcReport, gcRow } from './gc.js';
 import { LocalCommits } from './local-commits.js';
 import { validateColumn, validateRowKey, validateUserTable } from './names.js';
@@ -387,9 +387,17 @@ export class Percolator {
    * snapshot can equal a later commit timestamp, docs/protocol.md 4.10), and its commit is
    * named by it, which the next run compares with the ack.
    */
-  async beginDrawn(): Promise<Transaction> {
+  async beginDrawn(observerRun?: ObserverRunRef): Promise<Transaction> {
     if (this.closed) throw new ClosedError('this Percolator client is closed');
-    return new Transaction(this.env, await this.env.oracle.next());
+    return new Transaction(
+      this.env,
+      await this.env.oracle.next(),
+      undefined,
+      1,
+      undefined,
+      false,
+      observerRun,
+    );
   }
 
   /**

@@ -23,7 +23,7 @@ import {
   SnapshotTooOldError,
   UnsupportedOperationError,
 } from './errors.js';
-import type { TransactionOutcome, TransactionRef } from './events.js';
+import type { ObserverRunRef, TransactionOutcome, TransactionRef } from './events.js';
 import { decodeJson, encodeJson, type JsonValue } from './json.js';
 import { resolveLock } from './lock-resolver.js';
 import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUserTable } from './names.js';
@@ -207,6 +207,8 @@ export class Transaction {
     retryOf?: Transaction,
     /** Reads only: writes are refused, and the snapshot is peeked where the store can (see `peeked`). */
     readonly readOnly = false,
+    /** The observer run this transaction is an attempt of, for events. */
+    observerRun?: ObserverRunRef,
   ) {
     this.ts = startTs;
     const events = env.events;
@@ -218,6 +220,7 @@ export class Transaction {
         transaction: this.ref,
         store: events.store,
         retryOf: retryOf?.ref,
+        observerRun,
         time: this.began,
       });
     }

@@ -350,6 +350,28 @@ describe('onEvent', () => {
     const outcomes = rec.of('transaction.end').map((e: TransactionEndEvent) => e.outcome);
     // The write, the failed attempt, the attempt that committed.
     expect(outcomes).toEqual(['committed', 'lockNotResolved', 'committed']);
+    // Both attempts belong to the one run: its begin came first, its end last, one ref.
+    const [begin] = rec.of('observer.begin');
+    const [run] = rec.of('observer.run');
+    expect(begin).toMatchObject({
+      observer: 'flaky',
+      table: 'docs',
+      row: 'd1',
+      column: 'body',
+      store: store.name,
+    });
+    expect(run!.run).toBe(begin!.run);
+    expect(run!.time).toBe(begin!.time);
+    const order = rec.events.filter(
+      (e) => e.type === 'observer.begin' || e.type === 'observer.run' || e.type === 'transaction.begin',
+    );
+    expect(order.map((e) => [e.type, e.type === 'transaction.begin' ? e.observerRun : undefined])).toEqual([
+      ['transaction.begin', undefined],
+      ['observer.begin', undefined],
+      ['transaction.begin', begin!.run],
+      ['transaction.begin', begin!.run],
+      ['observer.run', undefined],
+    ]);
     await db.close();
   });
 

@@ -11,6 +11,7 @@ import type {
 import type {
   CommitStepEndEvent,
   CommitStepName,
+  ObserverRunRef,
   PercolatorEvent,
   PercolatorEventListener,
   TransactionEndEvent,
@@ -277,7 +278,7 @@ export class PercolatorTelemetry {
    * Transactions whose `listenerState` another listener holds (two telemetries on one
    * client, say): their spans are kept here instead. Made only when needed.
    */
-  private others: WeakMap<TransactionRef, OpenTransaction | Untraced> | undefined;
+  private others: WeakMap<Ref, OpenSpan | Untraced> | undefined;
 
   constructor(options: PercolatorTelemetryOptions = {}) {
     if (!api) {
@@ -340,20 +341,23 @@ export class PercolatorTelemetry {
       case 'transaction.begin': {
         const tracer = this.tracer;
         if (!tracer) return;
-        // Under the caller's active span, if any (db.transact inside a request's span, say).
-        const parent = this.api.context.active();
+        // An observer run's transaction goes under the run's span, and is traced exactly
+        // when the run is (no draw of its own).
+        const run = e.observerRun ? this.stateOf(e.observerRun) : undefined;
+        // Else under the caller's active span, if any (db.transact inside a request's span, say).
+        const parent = run instanceof OpenSpan ? this.contextOf(run) : this.api.context.active();
         // A root transaction not drawn costs no SDK call at all (nor do its lock waits). A
         // retry follows the attempt it retries, so a traced attempt's retry is traced and
         // linked to it.
-        const retried = e.retryOf ? this.stateOf(e.retryOf) : undefined;
+        const decided = run ?? (e.retryOf ? this.stateOf(e.retryOf) : undefined);
         // An attempt the SDK's sampler dropped (its span not recording): its retry is not
         // traced either, so no trace holds a retry whose first attempt is missing. (One the
         // SDK kept still goes to the SDK, whose sampler decides it anew, found in review:
         // `traceRatio` is what keeps a transaction's attempts together.)
         if (
-          retried instanceof Untraced ||
-          (retried instanceof OpenTransaction && !retried.recording) ||
-          (retried === undefined && !this.drawn(parent))
+          decided instanceof Untraced ||
+          (decided instanceof OpenSpan && !decided.recording) ||
+          (decided === undefined && !this.drawn(parent))
         ) {
           this.keep(e.transaction, this.untraced);
           return;
@@ -368,7 +372,7 @@ export class PercolatorTelemetry {
           parent,
         );
         if (this.hasAttributes) span.setAttributes(this.attributes);
-        this.keep(e.transaction, new OpenTransaction(this, span, parent));
+        this.keep(e.transaction, new OpenSpan(this, span, parent));
         return;
       }
       case 'transaction.end': {
@@ -499,25 +503,49 @@ export class PercolatorTelemetry {
         span.end(epochMs(e.time + e.durationMs));
         return;
       }
+      case 'observer.begin': {
+        // The run's span opens now, so the transactions it makes go under it.
+        const parent = this.parentOf(undefined);
+        if (!parent) return;
+        // An observer run is root work too: drawn like a transaction begun outside any span.
+        if (!this.drawn(parent)) {
+          this.keep(e.run, this.untraced);
+          return;
+        }
+        const span = this.tracer!.startSpan(
+          'percolator.observer_run',
+          {
+            startTime: epochMs(e.time),
+            attributes: {
+              'percolator.store': e.store,
+              'percolator.observer': e.observer,
+              'percolator.table': e.table,
+              'percolator.row': e.row,
+              'percolator.column': e.column,
+            },
+          },
+          parent,
+        );
+        if (this.hasAttributes) span.setAttributes(this.attributes);
+        this.keep(e.run, new OpenSpan(this, span, parent));
+        return;
+      }
       case 'observer.run': {
         if (this.histograms) {
           const attributes = this.attrs('percolator.observer', e.observer, 'percolator.outcome', e.outcome);
           this.counts!.add('percolator.observer.runs', `${e.observer}/${e.outcome}`, attributes);
           this.durations!.record(this.histograms.observerRunDuration, e.durationMs, attributes);
         }
-        const parent = this.parentOf(undefined);
-        // An observer run is root work too: drawn like a transaction begun outside any span.
-        if (!parent || !this.drawn(parent)) return;
-        const span = this.child(parent, 'percolator.observer_run', e.time, e.durationMs, e.error);
+        const open = this.stateOf(e.run);
+        if (!(open instanceof OpenSpan)) return;
+        const { span } = open;
+        open.ended = true;
         span.setAttributes({
-          'percolator.observer': e.observer,
-          'percolator.table': e.table,
-          'percolator.row': e.row,
-          'percolator.column': e.column,
           'percolator.outcome': e.outcome,
           ...(e.startTs !== undefined ? { 'percolator.start_ts': e.startTs } : {}),
           ...(e.commitTs !== undefined ? { 'percolator.commit_ts': e.commitTs } : {}),
         });
+        if (e.error !== undefined) markFailed(span, e.error, e.time + e.durationMs);
         span.end(epochMs(e.time + e.durationMs));
         return;
       }
@@ -535,22 +563,22 @@ export class PercolatorTelemetry {
   }
 
   /** Keeps a transaction's state in its ref, or here if another listener holds the ref's slot. */
-  private keep(tx: TransactionRef, state: OpenTransaction | Untraced): void {
+  private keep(tx: Ref, state: OpenSpan | Untraced): void {
     if (tx.listenerState === undefined) tx.listenerState = state;
     else (this.others ??= new WeakMap()).set(tx, state);
   }
 
   /** What this listener keeps of a transaction it saw begin: its open span, or that it is untraced. */
-  private stateOf(tx: TransactionRef): OpenTransaction | Untraced | undefined {
+  private stateOf(tx: Ref): OpenSpan | Untraced | undefined {
     const state = tx.listenerState;
-    if ((state instanceof OpenTransaction || state instanceof Untraced) && state.owner === this) return state;
+    if ((state instanceof OpenSpan || state instanceof Untraced) && state.owner === this) return state;
     return this.others?.get(tx);
   }
 
   /** The open span of a transaction this listener began, if any. */
-  private openOf(tx: TransactionRef): OpenTransaction | undefined {
+  private openOf(tx: TransactionRef): OpenSpan | undefined {
     const state = this.stateOf(tx);
-    return state instanceof OpenTransaction ? state : undefined;
+    return state instanceof OpenSpan ? state : undefined;
   }
 
   /**
@@ -588,7 +616,12 @@ export class PercolatorTelemetry {
     if (!tx) return this.api.context.active();
     const open = this.stateOf(tx);
     if (!open) return this.api.context.active();
-    if (!(open instanceof OpenTransaction) || !open.recording) return undefined;
+    if (!(open instanceof OpenSpan) || !open.recording) return undefined;
+    return this.contextOf(open);
+  }
+
+  /** The context an open span's children go under, made when the first child needs it. */
+  private contextOf(open: OpenSpan): Context {
     open.context ??= this.api.trace.setSpan(open.parent, open.span);
     return open.context;
   }
@@ -597,10 +630,7 @@ export class PercolatorTelemetry {
   private child(parent: Context, name: string, time: number, durationMs: number, error: unknown): Span {
     const span = this.tracer!.startSpan(name, { startTime: epochMs(time) }, parent);
     if (this.hasAttributes) span.setAttributes(this.attributes);
-    if (error !== undefined) {
-      span.setStatus({ code: ERROR, message: error instanceof Error ? error.message : String(error) });
-      recordError(span, error, time + durationMs, isExpected(error));
-    }
+    if (error !== undefined) markFailed(span, error, time + durationMs);
     return span;
   }
 }
@@ -610,8 +640,14 @@ class Untraced {
   constructor(readonly owner: PercolatorTelemetry) {}
 }
 
-/** A transaction's span, kept in its ref's `listenerState`, and the context its child spans go under. */
-class OpenTransaction {
+/** What a listener keeps its state in: a transaction's ref, or an observer run's. */
+type Ref = TransactionRef | ObserverRunRef;
+
+/**
+ * A transaction's (or an observer run's) span, kept in its ref's `listenerState`, and the
+ * context its child spans go under.
+ */
+class OpenSpan {
   /** The context child spans go under: made when the first child needs it. */
   context: Context | undefined = undefined;
   /** Asked once: an ended span is not recording, and the secondaries end after it. */
@@ -652,6 +688,12 @@ const EXPECTED_ERRORS: ReadonlySet<string> = new Set([
 
 function isExpected(error: unknown): boolean {
   return error instanceof Error && EXPECTED_ERRORS.has(error.name);
+}
+
+/** An error status and its `exception` event. */
+function markFailed(span: Span, error: unknown, time: number): void {
+  span.setStatus({ code: ERROR, message: error instanceof Error ? error.message : String(error) });
+  recordError(span, error, time, isExpected(error));
 }
 
 /** An `exception` event: the error itself, or for an expected one its type and message only. */

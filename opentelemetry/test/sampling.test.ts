@@ -16,6 +16,9 @@ import { useAsyncContext } from './async-context.js';
 
 useAsyncContext();
 
+/** An SDK time ([seconds, nanoseconds]) in milliseconds. */
+const msOf = ([seconds, nanos]: readonly [number, number]) => seconds * 1000 + nanos / 1e6;
+
 /** A telemetry on a real SDK, its finished spans, and its histograms' counts per name. */
 function setUp(options: PercolatorTelemetryOptions) {
   const spans = new InMemorySpanExporter();
@@ -171,6 +174,69 @@ describe('PercolatorTelemetry traceRatio', () => {
       expect((await sdk.histogramCounts()).get('percolator.observer.run.duration')).toBe(3);
       await sdk.shutDown();
     }
+  });
+
+  it("an observer run's span is the parent of its transactions (each attempt), which are traced exactly when the run is", async () => {
+    // Found in review: the run's span was made when the run ended, a sibling of its
+    // handler's transactions, each drawn on its own; at a ratio below 1 a run and its
+    // transactions went to different traces, or only one of them was kept.
+    let draw = 0;
+    // The two writes below are not drawn (0.95 >= 0.5); then the runs: d1's drawn (0.05),
+    // d2's not. Nothing else may draw.
+    const sdk = setUp({ traceRatio: 0.5, random: () => [0.95, 0.95, 0.05, 0.95][draw++] ?? 0.05 });
+    const store = new MemoryStore();
+    const db = new Percolator({ store, onEvent: sdk.telemetry.onEvent });
+    const other = new Percolator({ store });
+    let conflicted = false;
+    const worker = db.worker({
+      observers: [
+        {
+          name: 'copy',
+          table: 'docs',
+          column: 'body',
+          handler: async (tx, { row }) => {
+            const body = (await tx.getString('docs', row, 'body')) ?? '';
+            tx.set('copies', row, 'body', body);
+            // The first run's first attempt conflicts: another client writes the copy.
+            if (!conflicted) {
+              conflicted = true;
+              await other.transact(async (o) => o.set('copies', row, 'body', 'theirs'));
+            }
+          },
+        },
+      ],
+    });
+    await db.transact(async (tx) => tx.set('docs', 'd1', 'body', 'one'));
+    await db.transact(async (tx) => tx.set('docs', 'd2', 'body', 'two'));
+    await worker.runUntilIdle();
+    await db.close();
+    await other.close();
+    expect(worker.stats.runs).toBe(2);
+    expect(draw).toBe(4);
+    const spans = sdk.spans.getFinishedSpans();
+    const runs = spans.filter((s) => s.name === 'percolator.observer_run');
+    // d1's run was drawn (with its conflict and retry), d2's was not.
+    expect(runs.map((r) => r.attributes['percolator.row'])).toEqual(['d1']);
+    const [run] = runs;
+    expect(run!.attributes['percolator.outcome']).toBe('ran');
+    expect(run!.parentSpanContext).toBeUndefined();
+    const txs = spans.filter((s) => s.name === 'percolator.transaction');
+    expect(txs.map((t) => t.attributes['percolator.outcome'])).toEqual(['conflict', 'committed']);
+    for (const tx of txs) {
+      expect(tx.parentSpanContext?.spanId).toBe(run!.spanContext().spanId);
+      expect(tx.spanContext().traceId).toBe(run!.spanContext().traceId);
+    }
+    // The run spans its transactions; the committed one's commit steps are under it.
+    const committed = txs[1]!;
+    expect(run!.attributes['percolator.commit_ts']).toBe(committed.attributes['percolator.commit_ts']);
+    const steps = spans.filter((s) => s.parentSpanContext?.spanId === committed.spanContext().spanId);
+    expect(steps.length).toBeGreaterThan(0);
+    expect(msOf(run!.startTime)).toBeLessThanOrEqual(msOf(txs[0]!.startTime));
+    expect(msOf(run!.endTime)).toBeGreaterThanOrEqual(msOf(committed.endTime));
+    // Every span is in the drawn run's trace: nothing of d2's run was made.
+    expect(new Set(spans.map((s) => s.spanContext().traceId))).toEqual(new Set([run!.spanContext().traceId]));
+    expect((await sdk.histogramCounts()).get('percolator.observer.run.duration')).toBe(2);
+    await sdk.shutDown();
   });
 
   it('a retry follows the attempt it retries: traced and linked to it, or untraced, with no draw of its own', async () => {

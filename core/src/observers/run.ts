@@ -1,5 +1,6 @@
 import { backoffMs, sleep } from '../backoff.js';
 import { InvalidArgumentError, isRetryable } from '../errors.js';
+import type { ObserverRunRef } from '../events.js';
 import type { Transaction } from '../transaction.js';
 import { ackColumn } from './reserved.js';
 import type { NotifiedCell, Observer, WorkerStats } from './types.js';
@@ -9,7 +10,8 @@ import type { NotifiedCell, Observer, WorkerStats } from './types.js';
  * timestamp (never a peeked one: the ack below is the run's start timestamp).
  */
 export interface TransactionSource {
-  beginDrawn(): Promise<Transaction>;
+  /** `run`: the observer run the transaction is an attempt of, named in its begin event. */
+  beginDrawn(run?: ObserverRunRef): Promise<Transaction>;
 }
 
 export type RunResult =
@@ -41,11 +43,13 @@ export async function runObserver(
   cell: NotifiedCell,
   maxAttempts: number,
   stats: WorkerStats,
+  /** For events: the run every attempt's transaction belongs to. */
+  run?: ObserverRunRef,
 ): Promise<RunResult> {
   const { table, row, column } = cell;
   const ack = ackColumn(observer.name, column);
   for (let attempt = 1; ; attempt++) {
-    const tx = await db.beginDrawn();
+    const tx = await db.beginDrawn(run);
     try {
       // Both kinds read the observed cell first, as any reader: a lock there (a write in
       // flight, or a dead client's) is waited for, or settled by its primary once expired.

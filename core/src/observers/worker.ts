@@ -9,6 +9,7 @@ import {
   PercolatorError,
   UnsupportedOperationError,
 } from '../errors.js';
+import type { ObserverRunRef } from '../events.js';
 import { compareKeys, TABLE_NAME, validateColumn, validateUserTable } from '../names.js';
 import {
   checkBooleans,
@@ -540,10 +541,28 @@ export class ObserverWorker {
       const backoff = this.retries.get(retryKey(observer));
       const events = this.env.events;
       const time = events ? performance.now() : 0;
+      // With a listener: one ref for the run's begin and end events and its transactions'.
+      const run: ObserverRunRef | undefined = events
+        ? { observer: observer.name, listenerState: undefined }
+        : undefined;
+      if (run) {
+        const { table, row, column } = cell;
+        events!.emit({
+          type: 'observer.begin',
+          run,
+          store: events!.store,
+          observer: observer.name,
+          table,
+          row,
+          column,
+          time,
+        });
+      }
       try {
-        const result = await runObserver(this.db, observer, cell, this.maxRunAttempts, this.stats);
+        const result = await runObserver(this.db, observer, cell, this.maxRunAttempts, this.stats, run);
         events?.emit({
           type: 'observer.run',
+          run: run!,
           observer: observer.name,
           table: cell.table,
           row: cell.row,
@@ -574,6 +593,7 @@ export class ObserverWorker {
       } catch (error) {
         events?.emit({
           type: 'observer.run',
+          run: run!,
           observer: observer.name,
           table: cell.table,
           row: cell.row,
