@@ -1113,12 +1113,20 @@ export class Transaction {
     // Resolved once is the common case. Resolved again and again means our re-reads keep
     // seeing the lock (a lagging store, or a stream of new owners): back off all the same.
     if (resolved && attempt < 2) return;
-    if (performance.now() - waitStart >= this.env.lockWaitMs) {
+    const remaining = this.env.lockWaitMs - (performance.now() - waitStart);
+    if (remaining <= 0) {
       throw new LockNotResolvedError(
         `${table}/${JSON.stringify(row)} stayed locked by live transaction ${lock.startTs}; retry later`,
       );
     }
-    await this.env.lifecycle.pause(backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4)), this.signal);
+    // The backoff ends at the deadline at the latest: the read then goes once more (a
+    // re-read and its primary's fate) and gives up if the lock still lives. Uncapped, the
+    // last backoff (up to a quarter of the TTL) ran past lockWaitMs: a reader with
+    // lockWaitMs 1000 gave up after up to 2 s (found by a user following the docs).
+    await this.env.lifecycle.pause(
+      Math.min(remaining, backoffMs(attempt, 5, Math.max(10, this.env.lockTtlMs / 4))),
+      this.signal,
+    );
     this.checkStopWaiting();
   }
 

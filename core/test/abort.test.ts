@@ -7,7 +7,8 @@ import {
   MemoryStore,
   Percolator,
 } from '@percolator/core';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { Lifecycle } from '../src/env.js';
 import { InstrumentedStore, stoppedBeforeCommitPrimary } from './support.js';
 
 const ROWS = ['a', 'b', 'c'];
@@ -95,6 +96,44 @@ describe('cancellation and deadlines', () => {
       .catch((e) => e);
     expect(error).toBeInstanceOf(AbortedError);
     expect(error).not.toBeInstanceOf(LockNotResolvedError);
+    await reader.close();
+    await crashed.close();
+  });
+
+  it("a reader's backoffs on a live lock never run past lockWaitMs: they add up to at most it", async () => {
+    // Found by a user following the docs: with lockWaitMs 1000 a reader gave up after up
+    // to 2 s, its last backoff (up to a quarter of the TTL) uncapped by the deadline. The
+    // sleeps asked for are what is checked, not the clock: with full jitter at its top,
+    // the backoffs go 5, 10, 20, ... 320 ms (635 in all), then 640, past 950.
+    const store = new MemoryStore();
+    const crashed = await stoppedBeforeCommitPrimary(store, 60_000);
+    const reader = new Percolator({ store, lockTtlMs: 60_000, lockWaitMs: 950 });
+    const pauses: number[] = [];
+    const original = Lifecycle.prototype.pause;
+    const pause = vi.spyOn(Lifecycle.prototype, 'pause').mockImplementation(function (
+      this: Lifecycle,
+      ms,
+      signal,
+      until,
+    ) {
+      pauses.push(ms);
+      return original.call(this, ms, signal, until);
+    });
+    const random = vi.spyOn(Math, 'random').mockReturnValue(0.999);
+    try {
+      const error = await reader
+        .transact((tx) => tx.getString('t', 'x', 'v'), { maxAttempts: 1 })
+        .catch((e) => e);
+      expect(error).toBeInstanceOf(LockNotResolvedError);
+    } finally {
+      random.mockRestore();
+      pause.mockRestore();
+    }
+    expect(pauses.length).toBeGreaterThan(3);
+    // Each sleep is cut to what is left by the clock, and Node's timers can end one up to a
+    // millisecond early by that clock: so at most 950 plus a millisecond a sleep (the old
+    // code asked for 1,275 in all).
+    expect(pauses.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(950 + pauses.length);
     await reader.close();
     await crashed.close();
   });
