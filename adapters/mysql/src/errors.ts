@@ -79,6 +79,16 @@ export function isAuthFailure(error: unknown): boolean {
   return (errno !== undefined && AUTH_ERRNOS.has(errno)) || fields(error).sqlState === '28000';
 }
 
+/**
+ * ER_NO_SUCH_TABLE (1146) and ER_SP_DOES_NOT_EXIST (1305): a table or procedure of the
+ * namespace is not there (dropped, or never created). Not retryable
+ * (core/src/kit/failures.ts).
+ */
+export function isMissingSchema(error: unknown): boolean {
+  const errno = errnoOf(error);
+  return errno === 1146 || errno === 1305;
+}
+
 /** mysql2 refuses to send on a connection it already knows is closed. */
 function refusedToSend(error: unknown): boolean {
   const { message } = fields(error);
@@ -113,4 +123,5 @@ export const { readError, writeError, connectError } = failureMapping({
   store: 'mysql',
   certainlyNotApplied: certainlyRolledBack,
   isAuthFailure,
+  isMissingSchema,
 });

@@ -4,7 +4,7 @@
 // setup is ./fixture.ts.
 import { readFileSync } from 'node:fs';
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
-import { type CasResult, ClosedError, InvalidArgumentError, StoreError } from '@percolator/core';
+import { type CasResult, ClosedError, InvalidArgumentError, Percolator, StoreError } from '@percolator/core';
 import { fullCapabilities } from '@percolator/core/kit';
 import {
   assertMySqlReachable,
@@ -362,6 +362,29 @@ describe('mysql store: namespaces and lifecycle', () => {
     );
     expect(error).toBeInstanceOf(StoreError);
     expect((error as StoreError).applied).toBe('no');
+    // Not retryable: the namespace stays missing until an operator acts, so a transaction
+    // fails at its first attempt, not after its retries and backoffs (found by a user).
+    expect((error as StoreError).retryable).toBe(false);
+    const readError = await one!.read('iso', 'k').then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(readError).toBeInstanceOf(StoreError);
+    expect((readError as StoreError).retryable).toBe(false);
+    const db = new Percolator({ store: one! });
+    let attempts = 0;
+    const failed = await db
+      .transact(async (tx) => {
+        attempts++;
+        tx.set('iso', 'k', 'v', 'x');
+      })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(failed).toBeInstanceOf(StoreError);
+    expect(attempts).toBe(1);
+    await db.close();
   });
 
   it('reads CAS outcomes right on a user pool without CLIENT_FOUND_ROWS (affected = changed rows)', async () => {

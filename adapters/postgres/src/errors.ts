@@ -26,6 +26,15 @@ export function isAuthFailure(error: unknown): boolean {
   return typeof code === 'string' && (code.startsWith('28') || code === '42501');
 }
 
+/**
+ * 42P01 undefined_table and 42883 undefined_function: a table or function of the namespace
+ * is not there (dropped, or never created). Not retryable (core/src/kit/failures.ts).
+ */
+export function isMissingSchema(error: unknown): boolean {
+  const { code } = fields(error);
+  return code === '42P01' || code === '42883';
+}
+
 export function isTransientRollback(error: unknown): boolean {
   const { code } = fields(error);
   return typeof code === 'string' && TRANSIENT_ROLLBACK.has(code);
@@ -95,4 +104,5 @@ export const { readError, writeError, connectError } = failureMapping({
   store: 'postgres',
   certainlyNotApplied: certainlyRolledBack,
   isAuthFailure,
+  isMissingSchema,
 });

@@ -36,7 +36,14 @@ import {
   toSafeCounter,
 } from '@percolator/core/kit';
 import { POSTGRES_URL } from './env.js';
-import { connectError, isConnectionBroken, isTransientRollback, readError, writeError } from './errors.js';
+import {
+  connectError,
+  isConnectionBroken,
+  isMissingSchema,
+  isTransientRollback,
+  readError,
+  writeError,
+} from './errors.js';
 import type { OptionKeys } from './options.js';
 import {
   createPgPool,
@@ -476,8 +483,7 @@ class PostgresRowStore implements PostgresStore {
     } catch (error) {
       // Only where a table or function is missing: a refused or timed-out connection got
       // the hint too, and sent operators looking for a schema problem (found in review).
-      const code = (error as { cause?: { code?: unknown } }).cause?.code;
-      if (error instanceof Error && (code === '42P01' || code === '42883')) {
+      if (error instanceof Error && isMissingSchema((error as { cause?: unknown }).cause)) {
         error.message += ` (is the schema of namespace ${this.namespace} created? see postgresSchemaSql())`;
       }
       throw error;

@@ -3,7 +3,7 @@
 // conformance suite's. Their test shapes match on purpose (`duplicates` pairs them); their
 // setup is ./fixture.ts.
 import { readFileSync } from 'node:fs';
-import { type CasResult, ClosedError, InvalidArgumentError, StoreError } from '@percolator/core';
+import { type CasResult, ClosedError, InvalidArgumentError, Percolator, StoreError } from '@percolator/core';
 import { fullCapabilities } from '@percolator/core/kit';
 import {
   assertPostgresReachable,
@@ -622,6 +622,29 @@ describe('postgres store: namespaces and lifecycle', () => {
     );
     expect(error).toBeInstanceOf(StoreError);
     expect((error as StoreError).applied).toBe('no');
+    // Not retryable: the namespace stays missing until an operator acts, so a transaction
+    // fails at its first attempt, not after its retries and backoffs (found by a user).
+    expect((error as StoreError).retryable).toBe(false);
+    const readError = await one!.read('iso', 'k').then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(readError).toBeInstanceOf(StoreError);
+    expect((readError as StoreError).retryable).toBe(false);
+    const db = new Percolator({ store: one! });
+    let attempts = 0;
+    const failed = await db
+      .transact(async (tx) => {
+        attempts++;
+        tx.set('iso', 'k', 'v', 'x');
+      })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(failed).toBeInstanceOf(StoreError);
+    expect(attempts).toBe(1);
+    await db.close();
   });
 
   it('two store instances on one namespace never issue the same version', async () => {

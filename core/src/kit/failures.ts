@@ -6,7 +6,10 @@ import { StoreError } from '../errors.js';
  * 'no'. A write is 'no' only when the server certainly did not apply it (it answered with
  * an error that rolled the statement back, or nothing was sent); anything else (a lost
  * connection, a timeout after sending) is 'unknown'. Authentication and authorization
- * failures are not retryable: running the transaction again cannot fix them.
+ * failures are not retryable: running the transaction again cannot fix them. Nor is a
+ * table or stored routine of the namespace that is not there (dropped under a running
+ * client, or never created): it stays missing until an operator acts, and retrying it
+ * only delayed the error by a transaction's retries and backoffs (found by a user).
  */
 export interface FailureRules {
   /** For messages: "postgres", "mysql". */
@@ -14,6 +17,8 @@ export interface FailureRules {
   /** Whether a failed write certainly did not apply. */
   readonly certainlyNotApplied: (error: unknown) => boolean;
   readonly isAuthFailure: (error: unknown) => boolean;
+  /** Whether the error says a table or routine of the namespace does not exist. */
+  readonly isMissingSchema?: (error: unknown) => boolean;
 }
 
 export interface FailureMapping {
@@ -39,7 +44,7 @@ export function failureMapping(rules: FailureRules): FailureMapping {
   const fail = (message: string, applied: 'no' | 'unknown', error: unknown) =>
     new StoreError(`${rules.store}: ${message}: ${messageOf(error)}`, applied, {
       cause: error,
-      retryable: !rules.isAuthFailure(error),
+      retryable: !rules.isAuthFailure(error) && !rules.isMissingSchema?.(error),
     });
   return {
     readError: (what, error) => fail(`${what} failed`, 'no', error),
