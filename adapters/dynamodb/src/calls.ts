@@ -107,6 +107,17 @@ export function isAuthFailure(error: unknown): boolean {
   return AUTH_FAILURES.has(errorName(error));
 }
 
+/**
+ * Whether running the transaction again cannot help: an authentication or authorization
+ * failure, or a table that is not there (ResourceNotFoundException: deleted under a running
+ * client; the store waits for a new table to be ACTIVE before its first call). Such a
+ * StoreError is not retryable: a transaction failed with it only after its ten attempts
+ * and their backoffs (found by a user, on PostgreSQL).
+ */
+export function isPermanentFailure(error: unknown): boolean {
+  return isAuthFailure(error) || errorName(error) === 'ResourceNotFoundException';
+}
+
 interface SdkError {
   name?: string;
   message?: string;
@@ -260,7 +271,7 @@ export class Caller {
       if (isConditionFailure(error)) throw error;
       throw new StoreError(`DynamoDB ${operation} was not applied: ${describeError(error)}`, 'no', {
         cause: error,
-        retryable: !isAuthFailure(error),
+        retryable: !isPermanentFailure(error),
       });
     }
   }
@@ -296,7 +307,7 @@ function sentMoreThanOnce(error: unknown): boolean {
 function notApplied(operation: string, error: unknown): StoreError {
   return new StoreError(`DynamoDB ${operation} failed: ${describeError(error)}`, 'no', {
     cause: error,
-    retryable: !isAuthFailure(error),
+    retryable: !isPermanentFailure(error),
   });
 }
 

@@ -1,5 +1,5 @@
 import { DeleteTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { StoreError } from '@percolator/core';
+import { Percolator, StoreError } from '@percolator/core';
 import { type DynamoDbLocal, startDynamoDbLocal } from '@percolator/testkit/dynamodb';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createDynamoDbStore, type DynamoDbRowStore } from '../src/store.js';
@@ -161,6 +161,53 @@ describe('dynamodb store: ambiguous outcomes', () => {
       expect(created.ok).toBe(true);
     } finally {
       await client.send(new DeleteTableCommand({ TableName: tableName })).catch(() => {});
+      client.destroy();
+    }
+  });
+
+  it('a table deleted under a running store: every call fails "no", not retryable, and a transaction at its first attempt', async () => {
+    // Found by a user (on PostgreSQL): a dropped namespace was retried ten times, with
+    // backoffs, before the error came; it stays missing until an operator acts.
+    const target = db.target();
+    const client = new DynamoDBClient({
+      endpoint: target.endpoint,
+      region: target.region,
+      ...(target.credentials ? { credentials: target.credentials } : {}),
+      maxAttempts: 1,
+    });
+    const tableName = `percolator_gone_${uniqueNamespace('t')}`;
+    try {
+      const store = db.track(
+        await createDynamoDbStore({ client, tableName, namespace: uniqueNamespace('g'), createTable: true }),
+      );
+      await client.send(new DeleteTableCommand({ TableName: tableName }));
+      for (const call of [
+        () => store.checkAndSet({ table: 't', key: 'k', expected: null, state: bytes('v') }),
+        () => store.read('t', 'k'),
+      ]) {
+        const error = await call().then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(StoreError);
+        expect((error as StoreError).applied).toBe('no');
+        expect((error as StoreError).retryable).toBe(false);
+      }
+      const percolator = new Percolator({ store });
+      let attempts = 0;
+      const failed = await percolator
+        .transact(async (tx) => {
+          attempts++;
+          tx.set('t', 'k', 'v', 'x');
+        })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      expect(failed).toBeInstanceOf(StoreError);
+      expect(attempts).toBe(1);
+      await percolator.close();
+    } finally {
       client.destroy();
     }
   });
