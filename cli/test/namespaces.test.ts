@@ -70,7 +70,8 @@ const CASES: Record<string, Case> = {
       await fill(store);
       await store.close();
     },
-    dropped: (ns) => new RegExp(`${ns}_counters, ${ns}_rows, ${ns}_version_seq`),
+    dropped: (ns) =>
+      new RegExp(`${ns}_cas_stamped_many, ${ns}_counters, ${ns}_read_stamped, ${ns}_rows, ${ns}_version_seq`),
   },
   mysql: {
     backend: ['--backend', 'mysql'],

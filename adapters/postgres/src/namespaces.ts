@@ -9,17 +9,24 @@ import { postgresNames, schemaLockKey } from './schema.js';
  * Listing and dropping namespaces, for operators (the conformance CLI's `namespaces` and
  * `drop-namespace`). A namespace is the set of objects schema.ts creates in the
  * connection's current schema: tables `<ns>_rows` and `<ns>_counters`, sequence
- * `<ns>_version_seq`. Only objects with that name AND that shape count (a rows table has
- * the columns tbl, key, version, state, notified; a counters table name, value), so an
- * application table that merely ends in "_rows" is neither listed nor dropped. A namespace
- * is listed when one of its tables is there; half-dropped leftovers are listed too.
+ * `<ns>_version_seq`, functions `<ns>_read_stamped` and `<ns>_cas_stamped_many`. Only
+ * objects with that name AND that shape count (a rows table has the columns tbl, key,
+ * version, state, notified; a counters table name, value; a function the argument types
+ * schema.ts gives it), so an application table that merely ends in "_rows" is neither
+ * listed nor dropped. A namespace is listed when one of its tables is there; half-dropped
+ * leftovers are listed too. The functions hold no data, but they are listed: the drop
+ * removes them, and it drops exactly what the list shows (they were left out of the list
+ * and dropped all the same, found by a user).
  */
 
 export interface PostgresNamespace {
   readonly namespace: string;
   /** Its objects that exist, e.g. ["ns_counters", "ns_rows", "ns_version_seq"]. */
   readonly objects: string[];
-  /** Whether every object the schema creates is there. */
+  /**
+   * Whether every table and sequence the schema creates is there (the functions may be
+   * missing from a schema made by an older version: the store works without them).
+   */
   readonly complete: boolean;
 }
 
@@ -63,6 +70,34 @@ interface CatalogRow {
   readonly columns: string[];
 }
 
+/** The schema's functions of the current schema, with their argument types (compared below). */
+const FUNCTIONS_SQL = `SELECT p.proname AS name, oidvectortypes(p.proargtypes) AS args
+FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace
+WHERE s.nspname = current_schema() AND p.proname ~ $1
+ORDER BY p.proname`;
+const FUNCTIONS_PATTERN = '^[a-z][a-z0-9_]*_(read_stamped|cas_stamped_many)$';
+
+interface FunctionRow {
+  readonly name: string;
+  readonly args: string;
+}
+
+/** `"name"(a, b)` -> `a, b`: the argument types of a signature of postgresNames. */
+const argsOf = (signature: string) => signature.slice(signature.indexOf('(') + 1, -1);
+
+/** The namespace a function of the schema belongs to, with its drop signature, or undefined. */
+function classifyFunction(row: FunctionRow): { namespace: string; signature: string } | undefined {
+  for (const suffix of ['_read_stamped', '_cas_stamped_many'] as const) {
+    if (!row.name.endsWith(suffix)) continue;
+    const namespace = row.name.slice(0, -suffix.length);
+    if (!NAMESPACE_PATTERN.test(namespace)) return undefined;
+    const names = postgresNames(namespace);
+    const signature = suffix === '_read_stamped' ? names.readStampedSignature : names.casStampedManySignature;
+    return row.args === argsOf(signature) ? { namespace, signature } : undefined;
+  }
+  return undefined;
+}
+
 /** The namespace and kind an object belongs to, or undefined if it is not one of ours. */
 function classify(row: CatalogRow): { namespace: string; kind: Kind } | undefined {
   for (const kind of KINDS) {
@@ -78,7 +113,7 @@ function classify(row: CatalogRow): { namespace: string; kind: Kind } | undefine
   return undefined;
 }
 
-function group(rows: readonly CatalogRow[]): PostgresNamespace[] {
+function group(rows: readonly CatalogRow[], functions: readonly FunctionRow[]): PostgresNamespace[] {
   const found = new Map<string, Map<Kind, string>>();
   for (const row of rows) {
     const hit = classify(row);
@@ -87,13 +122,19 @@ function group(rows: readonly CatalogRow[]): PostgresNamespace[] {
     if (objects === undefined) found.set(hit.namespace, (objects = new Map()));
     objects.set(hit.kind, row.name);
   }
+  const functionsOf = new Map<string, string[]>();
+  for (const row of functions) {
+    const hit = classifyFunction(row);
+    if (hit !== undefined)
+      functionsOf.set(hit.namespace, [...(functionsOf.get(hit.namespace) ?? []), row.name]);
+  }
   const result: PostgresNamespace[] = [];
   for (const [namespace, objects] of [...found].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
-    // A lone sequence is not enough to call it a namespace.
+    // A lone sequence (or function) is not enough to call it a namespace.
     if (!objects.has('rows') && !objects.has('counters')) continue;
     result.push({
       namespace,
-      objects: [...objects.values()].sort(),
+      objects: [...objects.values(), ...(functionsOf.get(namespace) ?? [])].sort(),
       complete: KINDS.every((k) => objects.has(k)),
     });
   }
@@ -146,7 +187,8 @@ async function withClient<T>(
 
 async function catalog(client: PgPoolClient): Promise<PostgresNamespace[]> {
   const result = await client.query(CATALOG_SQL, [CATALOG_PATTERN]);
-  return group(result.rows as unknown as CatalogRow[]);
+  const functions = await client.query(FUNCTIONS_SQL, [FUNCTIONS_PATTERN]);
+  return group(result.rows as unknown as CatalogRow[], functions.rows as unknown as FunctionRow[]);
 }
 
 /** The namespaces in the connection's current schema, by name. */
@@ -188,18 +230,21 @@ export async function dropPostgresNamespace(
         return undefined;
       }
       const quoted = (name: string) => `"${name}"`;
-      const expected = new Set(KINDS.map((k) => `${ns}_${k}`));
-      // Every name comes from the catalog AND equals "<validated ns>_<fixed suffix>".
+      const names = postgresNames(ns);
+      const signatures = new Map([
+        [`${ns}_read_stamped`, names.readStampedSignature],
+        [`${ns}_cas_stamped_many`, names.casStampedManySignature],
+      ]);
+      const expected = new Set([...KINDS.map((k) => `${ns}_${k}`), ...signatures.keys()]);
+      // Every name comes from the catalog AND equals "<validated ns>_<fixed suffix>"; a
+      // function is dropped by the signature schema.ts gives it (the one the list matched).
       const objects = found.objects.filter((o) => expected.has(o));
-      const tables = objects.filter((o) => o !== `${ns}_version_seq`);
+      const tables = objects.filter((o) => o === `${ns}_rows` || o === `${ns}_counters`);
       if (tables.length > 0) await client.query(`DROP TABLE ${tables.map(quoted).join(', ')}`);
       if (objects.includes(`${ns}_version_seq`))
         await client.query(`DROP SEQUENCE ${quoted(`${ns}_version_seq`)}`);
-      // The schema's functions (schema.ts) go with their namespace. They hold no data, so
-      // they are not listed among the objects.
-      const names = postgresNames(ns);
-      await client.query(`DROP FUNCTION IF EXISTS ${names.readStampedSignature}`);
-      await client.query(`DROP FUNCTION IF EXISTS ${names.casStampedManySignature}`);
+      for (const [name, signature] of signatures)
+        if (objects.includes(name)) await client.query(`DROP FUNCTION ${signature}`);
       await client.query('COMMIT');
       return { ...found, objects };
     } catch (error) {

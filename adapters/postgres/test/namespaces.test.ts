@@ -17,6 +17,20 @@ async function exists(relname: string): Promise<boolean> {
   return result.rows.length === 1;
 }
 
+async function functionExists(name: string): Promise<boolean> {
+  const result = await admin.query('SELECT 1 FROM pg_proc WHERE proname = $1', [name]);
+  return result.rows.length > 0;
+}
+
+/** Every object the schema creates for `ns`, as listed (sorted). */
+const allObjects = (ns: string) => [
+  `${ns}_cas_stamped_many`,
+  `${ns}_counters`,
+  `${ns}_read_stamped`,
+  `${ns}_rows`,
+  `${ns}_version_seq`,
+];
+
 async function appTable(name: string, columns: string): Promise<void> {
   appTables.push(name);
   await admin.query(`CREATE TABLE "${name}" (${columns})`);
@@ -41,16 +55,16 @@ describe('postgres namespaces: list and drop', () => {
     const store = await createPostgresStore({ connectionString: url, namespace: ns });
     await store.close();
     const listed = (await listPostgresNamespaces({ connectionString: url })).find((n) => n.namespace === ns);
-    expect(listed).toEqual({
-      namespace: ns,
-      objects: [`${ns}_counters`, `${ns}_rows`, `${ns}_version_seq`],
-      complete: true,
-    });
+    // The functions too: the drop removes them, and it drops exactly what is listed (they
+    // were dropped but not listed, found by a user).
+    expect(listed).toEqual({ namespace: ns, objects: allObjects(ns), complete: true });
     // An application table that shares the prefix is no part of it.
     await appTable(`${ns}_audit`, 'id int');
 
     const dropped = await dropPostgresNamespace(ns, { connectionString: url });
-    expect(dropped?.objects).toEqual([`${ns}_counters`, `${ns}_rows`, `${ns}_version_seq`]);
+    expect(dropped?.objects).toEqual(allObjects(ns));
+    expect(await functionExists(`${ns}_read_stamped`)).toBe(false);
+    expect(await functionExists(`${ns}_cas_stamped_many`)).toBe(false);
     expect((await listPostgresNamespaces({ connectionString: url })).map((n) => n.namespace)).not.toContain(
       ns,
     );
@@ -78,10 +92,37 @@ describe('postgres namespaces: list and drop', () => {
     await store.close();
     await admin.query(`DROP TABLE "${ns}_counters"`);
     await admin.query(`DROP SEQUENCE "${ns}_version_seq"`);
+    await admin.query(`DROP FUNCTION "${ns}_read_stamped"(bytea, bytea[], bytea[])`);
+    const left = [`${ns}_cas_stamped_many`, `${ns}_rows`];
     const listed = (await listPostgresNamespaces({ connectionString: url })).find((n) => n.namespace === ns);
-    expect(listed).toEqual({ namespace: ns, objects: [`${ns}_rows`], complete: false });
-    expect((await dropPostgresNamespace(ns, { connectionString: url }))?.objects).toEqual([`${ns}_rows`]);
+    expect(listed).toEqual({ namespace: ns, objects: left, complete: false });
+    expect((await dropPostgresNamespace(ns, { connectionString: url }))?.objects).toEqual(left);
     expect(await exists(`${ns}_rows`)).toBe(false);
+    expect(await functionExists(`${ns}_cas_stamped_many`)).toBe(false);
+  });
+
+  it("lists and drops no application function that only shares a name with the schema's", async () => {
+    const ns = fresh();
+    const store = await createPostgresStore({ connectionString: url, namespace: ns });
+    await store.close();
+    // Same name as the schema's read function, other arguments: an application's.
+    await admin.query(
+      `CREATE FUNCTION "${ns}_read_stamped"(integer) RETURNS integer LANGUAGE sql AS 'SELECT 1'`,
+    );
+    try {
+      const listed = (await listPostgresNamespaces({ connectionString: url })).find(
+        (n) => n.namespace === ns,
+      );
+      expect(listed?.objects).toEqual(allObjects(ns));
+      await dropPostgresNamespace(ns, { connectionString: url });
+      const left = await admin.query(
+        'SELECT oidvectortypes(proargtypes) AS args FROM pg_proc WHERE proname = $1',
+        [`${ns}_read_stamped`],
+      );
+      expect(left.rows.map((r) => r.args)).toEqual(['integer']);
+    } finally {
+      await admin.query(`DROP FUNCTION IF EXISTS "${ns}_read_stamped"(integer)`);
+    }
   });
 
   it('works on a pool you pass, and leaves it open', async () => {
