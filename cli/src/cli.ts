@@ -55,6 +55,12 @@ const CONNECTION = `Connection (every command):
   --json             print the result as JSON
   -h, --help         this text, or a command's own with \`percolator <command> --help\``;
 
+const NAMES = `Names: a table, row or column name that is not plain (NUL, spaces, quotes, emoji, ...)
+prints as a JSON string, e.g. "a\\u0000😀". To pass one back exactly as printed, add
+  --json-names   every TABLE, ROW, --row and --column is then a JSON string literal, plain
+                 names too: percolator inspect --json-names '"accounts"' '"a\\u0000😀"'
+Without it every name is taken as typed, quotes and backslashes included.`;
+
 const EXITS = `Exit codes: 0 done, nothing wrong; 1 a problem found or left (locks listed, a live lock
 not settled or waited out, commit records gc could not settle, a row that cannot be decoded);
 2 bad usage; 3 store unreachable or failing; 4 not there (no such row, a table with no rows,
@@ -65,6 +71,11 @@ interface CommandSpec {
   readonly about: string;
   readonly positionals: { min: number; max: number };
   readonly options: Record<string, { type: 'string' | 'boolean' }>;
+  /**
+   * The command takes table and row names (its positionals, and --row / --column): it
+   * accepts --json-names, which reads every one of them as a JSON string literal.
+   */
+  readonly takesNames?: boolean;
   /** Checks the arguments before anything is opened (UsageError). */
   check?(positionals: string[], values: Values): void;
   /** A command on one namespace's data. */
@@ -111,19 +122,22 @@ function names(table: string, row?: string): void {
 
 export const COMMANDS: Record<string, CommandSpec> = {
   inspect: {
-    usage: 'percolator inspect TABLE ROW [connection options]',
+    usage: 'percolator inspect TABLE ROW [--json-names] [connection options]',
     about: `One row as stored, decoded: each cell's versions (commit and start timestamps, wall
 times, sizes, where each value lives), its lock (owner start timestamp, primary, age
 against its TTL, and the owner transaction's fate as the primary says), pending
 notification and observer acks. Reads that row (and the primaries of its locks) only.
+A primary's commit record lists its secondaries until the cell's next write, settled or
+not: \`locks TABLE\` shows whether any is still locked.
 Exit 4 if the row is not stored.`,
     positionals: { min: 2, max: 2 },
-    options: {},
+    options: { 'json-names': { type: 'boolean' } },
+    takesNames: true,
     check: ([table, row]) => names(table!, row),
     run: (store, [table, row]) => inspectCommand(store, { table: table!, row: row! }),
   },
   locks: {
-    usage: 'percolator locks TABLE [--older-than DURATION] [connection options]',
+    usage: 'percolator locks TABLE [--older-than DURATION] [--json-names] [connection options]',
     about: `Every lock in TABLE (a walk over its rows), each with its transaction's fate as its
 primary says: committed at ts, rolled back, or pending (owner live, or presumed dead:
 its primary's lock past its TTL, and the next reader rolls it back). A secondary lock
@@ -131,7 +145,8 @@ is as live as its primary's, which the owner's heartbeat refreshes. Reads only.
   --older-than D   only locks at least this old (30s, 5m, 500ms)
 Exit 0 if none, 1 if any lock is listed (for monitoring), 4 if TABLE holds no rows.`,
     positionals: { min: 1, max: 1 },
-    options: { 'older-than': { type: 'string' } },
+    options: { 'json-names': { type: 'boolean' }, 'older-than': { type: 'string' } },
+    takesNames: true,
     check: ([table], values) => {
       names(table!);
       durationOption(values, 'older-than');
@@ -140,7 +155,7 @@ Exit 0 if none, 1 if any lock is listed (for monitoring), 4 if TABLE holds no ro
       locksCommand(store, { table: table!, olderThanMs: durationOption(values, 'older-than') }),
   },
   resolve: {
-    usage: 'percolator resolve TABLE ROW [--wait DURATION] [connection options]',
+    usage: 'percolator resolve TABLE ROW [--wait DURATION] [--json-names] [connection options]',
     about: `Settles the locks in one row exactly as a reader that met them would: the primary
 decides; a committed transaction's lock is rolled forward, one that did not commit (or
 whose owner is presumed dead: its lock past its TTL) is rolled back. It never decides a
@@ -148,12 +163,15 @@ fate itself and never breaks a live lock: a committing client refreshes its lock
 a dead client's lock expires. Prints what it did, per lock.
   --wait D   wait up to D for live locks to be released or to expire, as a reader waits
              (default: report them and stop)
-Other rows the same transaction locked are settled when read, or with resolve on them
-(inspect lists them as the primary lock's secondaries).
+A lock still live after --wait is reported with how long it waited: run again with a
+longer --wait, or after its TTL. Other rows the same transaction locked are settled when
+read, or with resolve on them (inspect lists them as the primary's secondaries, kept until
+its next write, settled or not; locks TABLE shows those still locked).
 Exit 0 if every lock is settled (or there was none), 1 if a live lock was left, 4 if the
 row is not stored.`,
     positionals: { min: 2, max: 2 },
-    options: { wait: { type: 'string' } },
+    options: { 'json-names': { type: 'boolean' }, wait: { type: 'string' } },
+    takesNames: true,
     check: ([table, row], values) => {
       names(table!, row);
       durationOption(values, 'wait');
@@ -162,11 +180,13 @@ row is not stored.`,
       resolveCommand(store, { table: table!, row: row!, waitMs: durationOption(values, 'wait') }),
   },
   notifications: {
-    usage: 'percolator notifications TABLE... [--observer NAME] [--column C] [connection options]',
+    usage:
+      'percolator notifications TABLE... [--observer NAME] [--column C] [--json-names] [connection options]',
     about: `Pending notifications per observed column of each TABLE, with the oldest change not yet
 handled (its row, its age, its notification timestamp): what observer workers still have to
 do. Found through the store's notification index. Stores keep no table list: name the
 observed tables.
+--json: oldest.sinceMs is the oldest change's wall time (epoch ms), oldest.ageMs its age.
   --observer NAME   only what observer NAME has not handled yet (its ack is older than the
                     cell's newest write: the test a run makes before calling its handler).
                     The store does not know which columns it watches: every notified
@@ -174,7 +194,8 @@ observed tables.
   --column C        only column C
 Exit 0 (with or without a backlog), 4 if a TABLE holds no rows.`,
     positionals: { min: 1, max: Number.POSITIVE_INFINITY },
-    options: { observer: { type: 'string' }, column: { type: 'string' } },
+    options: { 'json-names': { type: 'boolean' }, observer: { type: 'string' }, column: { type: 'string' } },
+    takesNames: true,
     check: (tables) => {
       for (const t of tables) names(t);
     },
@@ -186,7 +207,7 @@ Exit 0 (with or without a backlog), 4 if a TABLE holds no rows.`,
       }),
   },
   dump: {
-    usage: 'percolator dump TABLE [--row KEY] [--limit N] [connection options]',
+    usage: 'percolator dump TABLE [--row KEY] [--limit N] [--full] [--json-names] [connection options]',
     about: `The latest committed value of every column of every row of TABLE (or of one row),
 read through a Percolator snapshot transaction that is rolled back, never committed. Values
 print as JSON strings when they are valid UTF-8, else as 0x and hex. An uncommitted value is
@@ -196,9 +217,18 @@ counter as a read-only transaction's does (peeked where the store can, writing n
 else drawn).
   --row KEY   only this row
   --limit N   at most N rows
+  --full      print long values whole: the text shows a value's first 256 bytes, then
+              "... (cut: first 256 of N bytes; --full prints it whole)". --json always
+              has whole values (it is for scripts)
 Exit 0 done, 4 if the table or row holds no committed value.`,
     positionals: { min: 1, max: 1 },
-    options: { row: { type: 'string' }, limit: { type: 'string' } },
+    options: {
+      'json-names': { type: 'boolean' },
+      row: { type: 'string' },
+      limit: { type: 'string' },
+      full: { type: 'boolean' },
+    },
+    takesNames: true,
     check: ([table], values) => {
       names(table!, values.row === undefined ? undefined : String(values.row));
       integerOption(values, 'limit', 1);
@@ -208,6 +238,7 @@ Exit 0 done, 4 if the table or row holds no committed value.`,
         table: table!,
         ...(values.row === undefined ? {} : { row: String(values.row) }),
         ...(values.limit === undefined ? {} : { limit: integerOption(values, 'limit', 1)! }),
+        full: values.full === true,
       }),
   },
   namespaces: {
@@ -231,10 +262,13 @@ Exit 0 dropped, 1 refused without --yes, 4 no such namespace.`,
       dropNamespaceCommand(admin, { name: name!, yes: values.yes === true }),
   },
   gc: {
-    usage: 'percolator gc TABLE [--dry-run] [--row KEY] [retention options] [connection options]',
+    usage:
+      'percolator gc TABLE [--dry-run] [--row KEY] [retention options] [--json-names] [connection options]',
     about: `Prunes old versions now, as far as the retention policy allows (the pruning a commit
-does, docs/protocol.md section 7), settles commit records kept for their secondaries, and
-deletes the version rows that frees. Reports versions and bytes freed. Snapshots older than
+does, docs/protocol.md section 7), and deletes the version rows that frees. A commit record
+it prunes that still lists secondaries is settled first (their locks rolled forward); a
+record that is still its cell's newest write is not pruned, so its secondaries are left to
+readers or \`resolve\` (\`locks TABLE\` lists any still locked). Reports versions and bytes freed. Snapshots older than
 the policy's safe point then fail with SnapshotTooOldError, as they would after any commit.
   --dry-run                 report what would be freed; write nothing
   --row KEY                 only this row
@@ -243,17 +277,19 @@ the policy's safe point then fail with SnapshotTooOldError, as they would after 
   --inline-history-bytes N  (default 512)
 A run that writes needs --retention and --max-versions: pass your clients' values (their
 \`gc\` option). The CLI cannot know them, and a shorter policy makes their older snapshots
-fail sooner. A dry run defaults to the library's. Exit 0 done, 1 if commit records are
-still held for their secondaries (run again), 4 if TABLE holds no rows (or ROW is not
-stored).`,
+fail sooner. A dry run defaults to the library's. Exit 0 done, 1 if a real run left
+records it would prune still held for their secondaries (one could not be settled: run
+again), 4 if TABLE holds no rows (or ROW is not stored).`,
     positionals: { min: 1, max: 1 },
     options: {
+      'json-names': { type: 'boolean' },
       'dry-run': { type: 'boolean' },
       row: { type: 'string' },
       retention: { type: 'string' },
       'max-versions': { type: 'string' },
       'inline-history-bytes': { type: 'string' },
     },
+    takesNames: true,
     check: ([table], values) => {
       names(table!, values.row === undefined ? undefined : String(values.row));
       durationOption(values, 'retention');
@@ -297,6 +333,7 @@ Commands:
                                    gone is settled as any reader would, so run inspect first)
   namespaces                       the namespaces a store holds
   drop-namespace NAME --yes        drop one namespace's data
+${NAMES}
 ${CONNECTION}
 ${EXITS}`;
 
@@ -326,7 +363,117 @@ const processIo: CliIo = {
 };
 
 function commandHelp(spec: CommandSpec): string {
-  return `usage: ${spec.usage}\n${spec.about}\n${CONNECTION}\n${EXITS}`;
+  return `usage: ${spec.usage}\n${spec.about}\n${spec.takesNames ? `${NAMES}\n` : ''}${CONNECTION}\n${EXITS}`;
+}
+
+/**
+ * A usage error as printed: the one line that says what is wrong, the command's usage line
+ * and where the rest is (the whole help buried the error under 25 lines; found in review).
+ */
+function usageError(message: string, name: string, spec: CommandSpec): string {
+  return `${message}\nusage: ${spec.usage}\nrun \`percolator ${name} --help\` for more\n`;
+}
+
+/** The arguments a command takes, as its usage line names them ("TABLE ROW"). */
+function argumentsOf(spec: CommandSpec): string {
+  const words = spec.usage.split(' ').slice(2);
+  const end = words.findIndex((w) => w.startsWith('[') || w.startsWith('--'));
+  return (end < 0 ? words : words.slice(0, end)).join(' ');
+}
+
+const DURATION_OPTIONS = new Set(['older-than', 'wait', 'retention']);
+const INTEGER_OPTIONS: Record<string, number> = { limit: 1, 'max-versions': 1, 'inline-history-bytes': 0 };
+
+/**
+ * What parseArgs refused, said in the CLI's words (its own messages name its internals:
+ * "argument is ambiguous. Did you forget to specify the option argument..."). A value
+ * that starts with "-" after an option is checked as that option's value would be, so
+ * `--older-than -5s` says "not a duration" as `--older-than=-5s` does.
+ */
+function parseErrorMessage(error: unknown, name: string, spec: CommandSpec, args: readonly string[]): string {
+  const options: Record<string, { type: string; short?: string }> = {
+    ...CONNECTION_OPTIONS,
+    ...spec.options,
+  };
+  for (const [i, arg] of args.entries()) {
+    if (arg === '--') break;
+    if (!arg.startsWith('--') || arg.includes('=')) continue;
+    const option = arg.slice(2);
+    const next = args[i + 1];
+    if (options[option]?.type !== 'string' || next === undefined || !next.startsWith('-')) continue;
+    if (next === '--' || next === '-h' || /^--[a-z]/.test(next))
+      return `--${option} needs a value (the next argument, ${next}, is an option)`;
+    const values = { [option]: next };
+    try {
+      if (DURATION_OPTIONS.has(option)) durationOption(values, option);
+      if (option in INTEGER_OPTIONS) integerOption(values, option, INTEGER_OPTIONS[option]!);
+    } catch (e) {
+      return (e as Error).message;
+    }
+    return `--${option} ${next}: a value that starts with "-" is written joined to its option, --${option}=${next}`;
+  }
+  const e = error as { code?: string; message?: string };
+  const message = String(e?.message ?? error);
+  const quoted = /'([^']*)'/.exec(message)?.[1] ?? '';
+  if (e?.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
+    const dash = /^-[^-]|^--?\d/.test(quoted)
+      ? ` (an argument that starts with "-" goes after "--", at the end: percolator ${name} ... -- ${quoted})`
+      : '';
+    return `unknown option ${quoted} for ${name}${dash}`;
+  }
+  if (e?.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
+    const option = quoted.split(' ')[0]!;
+    if (/argument missing/.test(message)) return `${option} needs a value`;
+    if (/does not take an argument/.test(message)) return `${option} takes no value`;
+  }
+  return message;
+}
+
+/** The names given, as the command reads them: with --json-names, each parsed as a JSON string literal. */
+function decodeNames(positionals: string[], values: Values, spec: CommandSpec): string[] {
+  if (values['json-names'] !== true) return positionals;
+  const what = argumentsOf(spec).split(' ');
+  const decoded = positionals.map((p, i) =>
+    jsonName(p, (what[Math.min(i, what.length - 1)] ?? 'TABLE').replace('...', '')),
+  );
+  for (const option of ['row', 'column']) {
+    const v = values[option];
+    if (typeof v === 'string') values[option] = jsonName(v, `--${option}`);
+  }
+  return decoded;
+}
+
+function jsonName(text: string, what: string): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // reported below
+  }
+  if (typeof parsed !== 'string')
+    throw new UsageError(
+      `--json-names: ${what} must be a JSON string literal, in double quotes as the CLI prints names (e.g. '"accounts"', '"a\\u0000b"'), got ${JSON.stringify(text)}`,
+    );
+  return parsed;
+}
+
+/**
+ * For a name not found: when one given without --json-names is itself a JSON string literal,
+ * it was most likely copied from the CLI's output, and was taken with its quotes.
+ */
+function quotedNameHint(positionals: readonly string[], values: Values, spec: CommandSpec): string {
+  if (!spec.takesNames || values['json-names'] === true) return '';
+  const given = [...positionals, values.row, values.column].filter((v): v is string => typeof v === 'string');
+  const quoted = given.find((v) => {
+    try {
+      return v.length >= 2 && typeof JSON.parse(v) === 'string';
+    } catch {
+      return false;
+    }
+  });
+  return quoted === undefined
+    ? ''
+    : `\n  (${JSON.stringify(quoted)} was taken as typed, quotes included: to pass names as the CLI prints them, in JSON, add --json-names and quote every name)`;
 }
 
 function checkedBackend(values: Values): BackendName {
@@ -382,7 +529,9 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
   }
   const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
   if (spec === undefined) {
-    io.err(`unknown command ${JSON.stringify(name)}\n\n${USAGE}\n`);
+    io.err(
+      `unknown command ${JSON.stringify(name)}: one of ${Object.keys(COMMANDS).join(', ')}\nrun \`percolator --help\` for more\n`,
+    );
     return EXIT.usage;
   }
   let values: Values;
@@ -395,7 +544,7 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
       options: { ...CONNECTION_OPTIONS, ...spec.options },
     }));
   } catch (error) {
-    io.err(`${(error as Error).message}\n\n${commandHelp(spec)}\n`);
+    io.err(usageError(parseErrorMessage(error, name, spec, args.slice(1)), name, spec));
     return EXIT.usage;
   }
   if (values.help === true) {
@@ -406,14 +555,26 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
   // would prune at 0 s and `--row a --row b` work on b alone (found in review).
   const repeated = repeatedOption(args.slice(1));
   if (repeated) {
-    io.err(`--${repeated} is given more than once\n\n${commandHelp(spec)}\n`);
+    io.err(usageError(`--${repeated} is given more than once`, name, spec));
     return EXIT.usage;
   }
   if (positionals.length < spec.positionals.min || positionals.length > spec.positionals.max) {
-    io.err(`wrong number of arguments for ${name}\n\n${commandHelp(spec)}\n`);
+    const n = positionals.length;
+    const afterDashes = args.slice(1).includes('--')
+      ? ' (everything after "--" is an argument, options too: put options before it)'
+      : '';
+    io.err(
+      usageError(
+        `wrong number of arguments for ${name}: it takes ${argumentsOf(spec) || 'none'}, got ${n}${n > 0 ? ` (${positionals.map((p) => JSON.stringify(p)).join(', ')})` : ''}${afterDashes}`,
+        name,
+        spec,
+      ),
+    );
     return EXIT.usage;
   }
+  const hint = quotedNameHint(positionals, values, spec);
   try {
+    positionals = decodeNames(positionals, values, spec);
     spec.check?.(positionals, values);
   } catch (error) {
     return report(error, name, spec, io);
@@ -430,7 +591,7 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
     print(result, values, opened.target, io);
     return result.code;
   } catch (error) {
-    return report(error, name, spec, io, opened.target);
+    return report(error, name, spec, io, opened.target, hint);
   } finally {
     await opened.close().catch(() => undefined);
   }
@@ -476,18 +637,25 @@ async function runAdminCommand(
   }
 }
 
-function report(error: unknown, name: string, spec: CommandSpec, io: CliIo, where?: string): ExitCode {
+function report(
+  error: unknown,
+  name: string,
+  spec: CommandSpec,
+  io: CliIo,
+  where?: string,
+  hint = '',
+): ExitCode {
   if (error instanceof IncompleteError) {
     io.err(`${error.done}\n`);
-    return report(error.cause, name, spec, io, where);
+    return report(error.cause, name, spec, io, where, hint);
   }
   const at = where ? ` (${where})` : '';
   if (error instanceof UsageError) {
-    io.err(`${error.message}\n\n${commandHelp(spec)}\n`);
+    io.err(usageError(error.message, name, spec));
     return EXIT.usage;
   }
   if (error instanceof NotFoundError || error instanceof NamespaceNotFoundError) {
-    io.err(`${error.message}${at}\n`);
+    io.err(`${error.message}${at}${error instanceof NotFoundError ? hint : ''}\n`);
     return EXIT.notFound;
   }
   const e = error as Error;

@@ -279,10 +279,15 @@ export function formatInspected(r: InspectedRow): string {
       lines.push(
         `    write     commitTs ${w.commitTs}, startTs ${w.startTs}, ${w.kind}${where}, at ${new Date(w.wallTimeMs).toISOString()}`,
       );
-      if (w.secondaries?.length)
+      if (w.secondaries?.length) {
+        // Kept until the cell's next write whether or not they are settled (by design): on a
+        // healthy commit's primary too, so they must not read as work left (found in review).
+        const tables = [...new Set(w.secondaries.map((s) => shown(s.table)))];
         lines.push(
-          `              secondaries not yet settled: ${w.secondaries.map((s) => cellRef(s)).join(', ')}`,
+          `              secondaries: ${w.secondaries.map((s) => cellRef(s)).join(', ')}`,
+          `                (listed by the commit record until this cell's next write, settled or not: ${tables.map((t) => `\`percolator locks ${t}\``).join(', ')} shows whether any is still locked)`,
         );
+      }
     }
     const extra = [`inline ${bytes(c.inlineBytes)}`];
     if (c.prunedThrough > 0) extra.push(`pruned through ${c.prunedThrough}`);
@@ -377,7 +382,7 @@ export async function resolveCommand(
     const empty = emptyHeadRow(stored.state);
     return { code: EXIT.ok, data: results, text: `no locks in ${where}${empty ? `\n  ${empty}` : ''}` };
   }
-  const lines = results.map(resolvedLine);
+  const lines = results.map((r) => resolvedLine(r, args.waitMs));
   const alive = results.filter((r) => r.outcome.action === 'alive').length;
   return {
     code: alive > 0 ? EXIT.found : EXIT.ok,
@@ -386,22 +391,34 @@ export async function resolveCommand(
   };
 }
 
-function resolvedLine(r: ResolvedLock): string {
+function resolvedLine(r: ResolvedLock, waitMs = 0): string {
   const what = `${shown(r.column)} (startTs ${r.startTs}, primary ${r.isPrimary ? 'this cell' : cellRef(r.primary)})`;
   const o = r.outcome;
   if (o.action === 'rolled-forward')
     return `  rolled forward ${what}: its transaction committed at ${o.commitTs}`;
   if (o.action === 'rolled-back') return `  rolled back    ${what}: its transaction did not commit`;
-  return `  left alone     ${what}: its owner may still be committing (expires in ${duration(o.expiresInMs)} unless its heartbeat refreshes the primary's lock); retry later or pass --wait`;
+  const expires = `expires in ${duration(o.expiresInMs)} unless its heartbeat refreshes the primary's lock`;
+  if (waitMs > 0)
+    return `  left alone     ${what}: still live after waiting ${duration(waitMs)}, its owner may still be committing (${expires}); run again with a longer --wait (more than ${duration(o.expiresInMs)}), or after its TTL, or inspect its primary if it stays live`;
+  return `  left alone     ${what}: its owner may still be committing (${expires}); retry later or pass --wait`;
 }
 
 // ---------------------------------------------------------------------------------------
 // notifications TABLE... [--observer NAME]
 
+/**
+ * A pending column as `notifications --json` prints it: core's PendingColumn, whose
+ * `oldest.sinceMs` is the oldest change's wall time (epoch ms), plus `oldest.ageMs`, how
+ * long ago that was (what the text shows), when the wall time is known.
+ */
+export type NotifiedColumn = PendingColumn & {
+  readonly oldest: PendingColumn['oldest'] & { readonly ageMs?: number };
+};
+
 export async function notificationsCommand(
   store: RowStore,
   args: { tables: readonly string[]; observer?: string; column?: string; now?: () => number },
-): Promise<CommandResult<PendingColumn[]>> {
+): Promise<CommandResult<NotifiedColumn[]>> {
   if (args.tables.length === 0) throw new UsageError('name at least one TABLE (stores keep no table list)');
   for (const t of args.tables) checkNames(t);
   if (args.observer !== undefined && !/^[A-Za-z0-9_.-]{1,64}$/.test(args.observer))
@@ -413,16 +430,22 @@ export async function notificationsCommand(
       throw new UsageError(`not a column name: ${(error as Error).message}`);
     }
   }
-  const data: PendingColumn[] = [];
+  const found: PendingColumn[] = [];
   for (const t of args.tables) {
     await assertTableHasRows(store, t);
-    data.push(
+    found.push(
       ...(await scanNotifications(store, t, {
         ...(args.observer ? { observer: args.observer } : {}),
         ...(args.column !== undefined ? { column: args.column } : {}),
       })),
     );
   }
+  const nowMs = (args.now ?? Date.now)();
+  // `sinceMs` is a wall time (kept as it was); `ageMs` is what the text shows.
+  const data: NotifiedColumn[] = found.map((p) => ({
+    ...p,
+    oldest: { ...p.oldest, ...(p.oldest.sinceMs === undefined ? {} : { ageMs: nowMs - p.oldest.sinceMs }) },
+  }));
   const forWhom = `${args.observer ? ` for observer ${args.observer}` : ''}${args.column !== undefined ? ` in column ${shown(args.column)}` : ''}`;
   if (data.length === 0)
     return {
@@ -430,7 +453,6 @@ export async function notificationsCommand(
       data,
       text: `no pending notifications${forWhom} in ${args.tables.map(shown).join(', ')}`,
     };
-  const nowMs = (args.now ?? Date.now)();
   const rows = [['table', 'column', 'pending', 'oldest row', 'oldest change']];
   for (const p of data)
     rows.push([
@@ -438,9 +460,9 @@ export async function notificationsCommand(
       shown(p.column),
       String(p.pending),
       shown(p.oldest.row),
-      p.oldest.sinceMs === undefined
+      p.oldest.ageMs === undefined
         ? `notified at ts ${p.oldest.notifyTs}`
-        : `${ago(nowMs - p.oldest.sinceMs)} (notified at ts ${p.oldest.notifyTs})`,
+        : `${ago(p.oldest.ageMs)} (notified at ts ${p.oldest.notifyTs})`,
     ]);
   const total = data.reduce((n, p) => n + p.pending, 0);
   return {

@@ -136,13 +136,40 @@ export async function dumpTable(
   return cells;
 }
 
-function cellText(c: DumpedCell): string {
-  return c.encoding === 'utf8' ? JSON.stringify(c.value) : `0x${c.value}`;
+/**
+ * How many bytes of a value the text shows unless told `full` (a 1 MiB value of zero bytes
+ * printed 6 MB of "\u0000", found in review). --json always has whole values.
+ */
+export const DUMP_TEXT_BYTES = 256;
+
+/** A value as the text shows it: whole, or its first `maxBytes` bytes and a marker with its size. */
+export function cellText(c: DumpedCell, maxBytes: number = Number.POSITIVE_INFINITY): string {
+  if (c.encoding === 'hex') {
+    const size = c.value.length / 2;
+    if (size <= maxBytes) return `0x${c.value}`;
+    return `0x${c.value.slice(0, maxBytes * 2)}${cutMarker(maxBytes, size)}`;
+  }
+  const size = Buffer.byteLength(c.value, 'utf8');
+  if (size <= maxBytes) return JSON.stringify(c.value);
+  // Whole characters only: a cut inside one would show a broken one.
+  let kept = 0;
+  let end = 0;
+  for (const ch of c.value) {
+    const n = Buffer.byteLength(ch, 'utf8');
+    if (kept + n > maxBytes) break;
+    kept += n;
+    end += ch.length;
+  }
+  return `${JSON.stringify(c.value.slice(0, end))}${cutMarker(kept, size)}`;
+}
+
+function cutMarker(shown: number, size: number): string {
+  return ` ... (cut: first ${shown} of ${size} bytes; --full prints it whole)`;
 }
 
 export async function dumpCommand(
   store: RowStore,
-  args: { table: string; row?: string; limit?: number },
+  args: { table: string; row?: string; limit?: number; full?: boolean },
 ): Promise<CommandResult<DumpedCell[]>> {
   const cells = await dumpTable(store, args.table, {
     ...(args.row === undefined ? {} : { row: args.row }),
@@ -157,7 +184,9 @@ export async function dumpCommand(
       lastRow = cell.row;
       lines.push(shown(cell.row));
     }
-    lines.push(`  ${shown(cell.column)}  ${cellText(cell)}`);
+    lines.push(
+      `  ${shown(cell.column)}  ${cellText(cell, args.full === true ? undefined : DUMP_TEXT_BYTES)}`,
+    );
   }
   lines.push(`${plural(rows, 'row')}, ${plural(cells.length, 'value')}`);
   return { code: EXIT.ok, data: cells, text: lines.join('\n') };

@@ -8,6 +8,7 @@ export {
   inspectCommand,
   inspectRow,
   locksCommand,
+  type NotifiedColumn,
   notificationsCommand,
   resolveCommand,
 } from './commands.js';

@@ -72,17 +72,31 @@ function connectOptions(t: Omit<StoreTarget, 'backend' | 'namespace'>) {
   };
 }
 
+/**
+ * A message of @percolator/connect in the CLI's words: connect names its own `url` option
+ * as where a URL came from; here the user passed --url (found in review: "from the
+ * connectionString option"). A URL from an environment variable or a config file is named
+ * as such by connect already.
+ */
+export function cliWords(message: string, urlGiven: boolean): string {
+  if (!urlGiven) return message;
+  return message.replace(/\bfrom the url option\b/g, 'from --url').replace(/^url(?=[ :])/, '--url');
+}
+
 /** Bad settings are usage errors; anything else while connecting means the store is not reachable. */
 async function classify(error: unknown, t: StoreTarget, namespace: string): Promise<Error> {
   if (error instanceof UsageError) return error;
-  if (error instanceof InvalidArgumentError) return new UsageError(error.message);
+  const urlGiven = t.url !== undefined;
+  if (error instanceof InvalidArgumentError) return new UsageError(cliWords(error.message, urlGiven));
   if (
     (t.backend === 'postgres' || t.backend === 'mysql') &&
     missingTable(error) &&
     (await namespaceMissing(t, namespace))
   )
     return new NamespaceNotFoundError(`namespace ${namespace} not found on ${t.backend}`);
-  return new UnreachableError(`cannot open ${t.backend}: ${(error as Error).message}`);
+  return new UnreachableError(
+    `cannot open ${t.backend} namespace ${namespace}: ${cliWords((error as Error).message, urlGiven)}`,
+  );
 }
 
 /** Opens one backend's store on one namespace. */
@@ -150,8 +164,9 @@ export async function openNamespaceAdmin(t: Omit<StoreTarget, 'namespace'>): Pro
   try {
     return await connectNamespaceAdmin(t.backend, connectOptions(t));
   } catch (error) {
-    if (error instanceof InvalidArgumentError) throw new UsageError(error.message);
-    throw new UnreachableError(`cannot open ${t.backend}: ${(error as Error).message}`);
+    const urlGiven = t.url !== undefined;
+    if (error instanceof InvalidArgumentError) throw new UsageError(cliWords(error.message, urlGiven));
+    throw new UnreachableError(`cannot open ${t.backend}: ${cliWords((error as Error).message, urlGiven)}`);
   }
 }
 
@@ -183,7 +198,12 @@ export async function openComposite(config: CompositeConfig): Promise<OpenedStor
     return { store: opened.store, target: `composite of ${opened.target}`, close: () => opened.close() };
   } catch (error) {
     if (error instanceof UsageError) throw error;
-    if (error instanceof InvalidArgumentError) throw new UsageError(`composite config: ${error.message}`);
+    if (error instanceof InvalidArgumentError)
+      // connect's own messages about the file start with "composite config:" already
+      // (it was said twice, found in review).
+      throw new UsageError(
+        error.message.startsWith('composite config') ? error.message : `composite config: ${error.message}`,
+      );
     // A SQL store whose namespace is not there is "not found" (exit 4), as for one backend,
     // not "unreachable" (exit 3, which a script would retry).
     for (const [name, s] of Object.entries(config.stores)) {

@@ -111,7 +111,7 @@ describe('the percolator bin', () => {
         ['locks', 'accounts', '--config', '/nonexistent/deployment.json', '--region', 'eu-west-1'],
         'leave out --region',
       ],
-      [['locks', 'accounts', '--backend', 'redis', '--bogus'], "Unknown option '--bogus'"],
+      [['locks', 'accounts', '--backend', 'redis', '--bogus'], 'unknown option --bogus for locks'],
       [['locks', 'accounts', '--backend', 'oracle'], '--backend must be one of'],
       [['locks', 'accounts'], '--backend (or --config) is required'],
       [['locks', 'accounts', '--backend', 'memory'], 'the memory store lives inside one process'],

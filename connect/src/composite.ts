@@ -9,7 +9,7 @@ import {
   validateUserTable,
 } from '@percolator/core';
 import { BACKENDS, type BackendName, isBackendName } from './backends.js';
-import { type ConnectedStore, type ConnectOptions, openStore } from './open.js';
+import { type ConnectedStore, type ConnectOptions, openStoreFrom } from './open.js';
 
 /**
  * A composite deployment written down (JSON): named stores, and how tables route to them.
@@ -244,7 +244,22 @@ export async function openComposite(
         ...(s.dynamoTable === undefined ? {} : { table: s.dynamoTable }),
         ...(s.create === undefined ? {} : { create: s.create }),
       };
-      stores.set(name, await openStore(s.backend, connect));
+      // Messages name what the file says (stores.NAME.url, or the variable urlEnv names),
+      // not connect's url option.
+      const label =
+        s.urlEnv !== undefined
+          ? `${s.urlEnv} (stores.${name}.urlEnv)`
+          : s.url !== undefined
+            ? `stores.${name}.url`
+            : undefined;
+      try {
+        stores.set(name, await openStoreFrom(s.backend, connect, label));
+      } catch (error) {
+        // Which store, for a setting refused (the message names the field, not the store).
+        if (error instanceof InvalidArgumentError && !error.message.startsWith('composite config'))
+          throw bad(`stores.${name}`, error.message);
+        throw error;
+      }
     }
     const store = (name: string): RowStore => stores.get(name)!.store;
     const placement = (p: string | { readonly shards: readonly string[] }): Placement =>

@@ -346,6 +346,52 @@ export async function describeTarget(backend: BackendName, options: ConnectOptio
  * backend chosen. The returned `target` never contains a password.
  */
 export async function openStore(backend: BackendName, options: ConnectOptions = {}): Promise<ConnectedStore> {
+  return await openStoreFrom(backend, options);
+}
+
+/**
+ * Where a store's URL came from, as a message names it: `label` (a composite config's
+ * `stores.NAME.url`, say), else connect's own `url` option, the backend's variable, or the
+ * adapter's default. The adapters name their own option (pg's "connectionString", mysql2's
+ * "uri"), which is not what a user of connect (or of a tool built on it) set.
+ */
+function urlOrigin(backend: Exclude<BackendName, 'memory'>, options: ConnectOptions, label?: string): string {
+  if (label !== undefined) return label;
+  if (options.url !== undefined) return 'the url option';
+  if (configuredUrl(backend, options) !== undefined) return BACKEND_ENV[backend];
+  return `the adapter's default (no url option, ${BACKEND_ENV[backend]} not set)`;
+}
+
+/**
+ * A failure to open, said the same way for every backend: where it connected and where that
+ * came from (DynamoDB's said neither, found in review), never the adapter's option name.
+ */
+function explainOpenError(
+  error: unknown,
+  backend: Exclude<BackendName, 'memory'>,
+  target: string,
+  options: ConnectOptions,
+  label?: string,
+): void {
+  if (!(error instanceof Error)) return;
+  const origin = urlOrigin(backend, options, label);
+  const named = error.message.replace(/\bfrom the (connectionString|uri|url) option\b/g, `from ${origin}`);
+  error.message = named;
+  if (backend === 'redis-cluster' || /connecting to |cannot connect to /.test(named)) return;
+  // DynamoDB without an endpoint goes to AWS itself: no URL to say the origin of.
+  const from =
+    backend === 'dynamodb' && configuredUrl(backend, options) === undefined && label === undefined
+      ? ''
+      : `, from ${origin}`;
+  error.message = `${named} (connecting to ${target}${from})`;
+}
+
+/** openStore, naming where the URL came from as `label` in messages (openComposite). */
+export async function openStoreFrom(
+  backend: BackendName,
+  options: ConnectOptions = {},
+  label?: string,
+): Promise<ConnectedStore> {
   checkOptions(backend, options);
   if (backend === 'memory') {
     const store = new MemoryStore();
@@ -397,6 +443,7 @@ export async function openStore(backend: BackendName, options: ConnectOptions = 
     if (backend === 'redis-cluster' && error instanceof Error) {
       error.message += ` (Redis Cluster at ${c.target}; set ${BACKEND_ENV[backend]} or pass a node list)`;
     }
+    explainOpenError(error, backend, c.target, options, label);
     throw error;
   }
   return connected(backend, store, c.target, c.release);

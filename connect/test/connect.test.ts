@@ -205,6 +205,27 @@ describe('openStore', () => {
     expect(error?.message).toContain('127.0.0.1:1');
     expect(error?.message).not.toContain('topsecret');
   });
+
+  it("an unreachable server's error names connect's url option, the variable, or the default: never the driver's option", async () => {
+    const failure = (backend: 'postgres' | 'mysql' | 'dynamodb', options: Parameters<typeof openStore>[1]) =>
+      openStore(backend, { create: false, ...options }).then(
+        () => undefined,
+        (e: unknown) => (e as Error).message,
+      );
+    for (const backend of ['postgres', 'mysql'] as const) {
+      const url = `${backend}://root:s3cret@127.0.0.1:5999/test`;
+      const given = await failure(backend, { url });
+      expect(given).toContain('from the url option)');
+      expect(given).not.toMatch(/connectionString|uri option|s3cret/);
+      const variable = backend === 'postgres' ? 'PERCOLATOR_POSTGRES_URL' : 'PERCOLATOR_MYSQL_URL';
+      expect(await failure(backend, { env: { [variable]: url } })).toContain(`from ${variable})`);
+    }
+    // DynamoDB said neither where it connected nor where that came from.
+    const dynamo = await failure('dynamodb', { url: 'http://127.0.0.1:8999' });
+    expect(dynamo).toContain(
+      '(connecting to http://127.0.0.1:8999 table percolator_test, from the url option)',
+    );
+  });
 });
 
 describe('storeFactory', () => {
