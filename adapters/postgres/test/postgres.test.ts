@@ -22,10 +22,20 @@ const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array) => new TextDecoder().decode(data);
 
 /** Resolves once some session of the server waits for a lock. */
-async function untilSomeoneWaits(probe: pg.PoolClient): Promise<void> {
+/**
+ * Until some session waits for a lock `blocker` holds: the batch under test (only it
+ * touches the blocker's rows, in a namespace of the test's own). Any lock wait on the
+ * server did before, and another client's (a test file or process beside this one) let a
+ * check run before the batch had locked anything (seen in CI).
+ */
+async function untilBlockedBy(probe: pg.PoolClient, blocker: pg.PoolClient): Promise<void> {
+  const pid = (await blocker.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
   await vi.waitFor(
     async () => {
-      const waiting = await probe.query(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted`);
+      const waiting = await probe.query(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))',
+        [pid],
+      );
       expect(waiting.rows[0].n).toBeGreaterThan(0);
     },
     { timeout: 10_000, interval: 20 },
@@ -209,7 +219,7 @@ describe('postgres store: limits and failures', () => {
         { table: 'd', key: 'b', expected: vb, state: bytes('b1') },
         { table: 'd', key: 'a', expected: va, state: bytes('a1') },
       ]);
-      await untilSomeoneWaits(probe);
+      await untilBlockedBy(probe, blocker);
       // The batch waits for b holding a: it took a first. In request order it would hold nothing.
       const tryA = await lockNow(probe, rows, 'd', 'a');
       expect(tryA).toBe('55P03'); // lock_not_available
@@ -255,7 +265,7 @@ describe('postgres store: limits and failures', () => {
         { table: 'h', key: 'a', expected: va, state: bytes('a1') },
         { table: 'h', key: 'b', expected: vb, state: bytes('b1') },
       ]);
-      await untilSomeoneWaits(probe);
+      await untilBlockedBy(probe, blocker);
       // It waits for a, the first row in key order, holding nothing: b is free.
       expect(await lockNow(probe, rows, 'h', 'b')).toBe('free');
       await blocker.query('ROLLBACK');
@@ -293,7 +303,7 @@ describe('postgres store: limits and failures', () => {
         { table: 'd', key: 'b', expected: vb, state: bytes('bX') },
         { table: 'd', key: 'c', expected: vc, state: bytes('cX') },
       ]);
-      await untilSomeoneWaits(probe);
+      await untilBlockedBy(probe, blocker);
       // A waits for c holding a, the row its create will find there.
       const tryA = await lockNow(probe, rows, 'd', 'a');
       expect(tryA).toBe('55P03'); // lock_not_available
