@@ -144,6 +144,38 @@ describe('postgres checkAndSetStamped: SQL text', () => {
   });
 });
 
+describe('postgres checkAndSetStamped: a schema without the multi-row function', () => {
+  // Such a schema (made by hand from an older postgresSchemaSql()) creates with the
+  // statement stampedCreate, which the conformance suite never reaches: the step's bytes,
+  // counter and notified flag are checked here.
+  it('a stamped create writes the drawn value at STAMP_OFFSET and keeps the notified flag, as with the function', async () => {
+    const namespace = uniqueNamespace();
+    await openStore({ namespace });
+    await admin.query(`DROP FUNCTION ${postgresNames(namespace).casStampedManySignature}`);
+    const s = await openStore({ namespace, createSchema: false });
+    expect(s.capabilities.stampedCheckAndSetMany).toBe(false);
+    expect(await s.incrementCounter('c', 41)).toBe(41);
+
+    const tail = Uint8Array.from([...Array.from({ length: 256 }, (_, i) => i), 0, 0]);
+    const a = applied(
+      await s.checkAndSetStamped(
+        { table: 't', key: 'a', expected: null, state: template(tail), notified: true },
+        'c',
+      ),
+    );
+    expect(a.timestamp).toBe(42);
+    expect(await s.read('t', 'a')).toEqual({ version: a.version, state: writeStamp(template(tail), 42) });
+    const b = applied(
+      await s.checkAndSetStamped({ table: 't', key: 'b', expected: null, state: template('b') }, 'c'),
+    );
+    expect(b.timestamp).toBe(43);
+    expect(await s.read('t', 'b')).toEqual({ version: b.version, state: writeStamp(template('b'), 43) });
+    expect(await s.scanNotified('t', { limit: 10 })).toEqual(['a']);
+    // The next draw comes after both stamps.
+    expect(await s.incrementCounter('c', 1)).toBe(44);
+  });
+});
+
 describe('postgres checkAndSetStamped: failures', () => {
   /** Holds the counter row's lock from another connection, so a stamped statement waits on it. */
   async function holdCounter(s: PostgresStore, counter: string): Promise<PgPoolClient> {

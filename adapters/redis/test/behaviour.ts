@@ -1,6 +1,6 @@
 import { ClosedError, compareKeys, InvalidArgumentError, type RowStore } from '@percolator/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import { scanIndexName } from '../src/keys.js';
+import { memberKey, notifyIndexName, scanIndexName } from '../src/keys.js';
 import type { RedisClient, RedisStore } from '../src/store.js';
 import { bytes, namespaceKeys, text, uniqueNamespace } from './helpers.js';
 
@@ -95,6 +95,37 @@ export function describeStoreBehaviour(label: string, setup: BehaviourSetup): vo
       await setup.client().zadd(index, ...before.flatMap((m) => [0, m] as [number, Buffer]));
       const rows = await s.scan(T, { limit: 5 });
       expect(rows.map((r) => r.key)).toEqual(['g290', 'g291', 'g292', 'g293', 'g294']);
+    });
+
+    it("a delete takes its row's index entries with it: none is left behind by a plain, batched or stamped-created row", async () => {
+      const s = await store();
+      const client = setup.client();
+      const keysIn = async (index: string) =>
+        (await client.zrangeBuffer(index, 0, -1)).map((member) => memberKey(member));
+      const versions = new Map<string, string>();
+      for (const key of ['a', 'b', 'c', 'd']) {
+        const r = await s.checkAndSet({ table: T, key, expected: null, state: bytes(key), notified: true });
+        if (!r.ok) throw new Error(`create ${key}`);
+        versions.set(key, r.version);
+      }
+      const stampedMany = s.checkAndSetStampedMany?.bind(s);
+      if (stampedMany) {
+        // Created by the multi-row script, which makes the entries itself.
+        const state = Uint8Array.from([2, 0, 0, 0, 0, 0, 0, 0, 0, 0x65]);
+        const r = await stampedMany([{ table: T, key: 'e', expected: null, state, notified: true }], 'c');
+        if (!r.ok) throw new Error('stamped create e');
+        versions.set('e', r.versions[0]!);
+      }
+      const all = [...versions.keys()];
+      expect(await keysIn(scanIndexName(s.namespace, T))).toEqual(all);
+      expect(await keysIn(notifyIndexName(s.namespace, T))).toEqual(all);
+
+      const del = (key: string) => ({ table: T, key, expected: versions.get(key)!, state: null });
+      expect(await s.checkAndSet(del('a'))).toMatchObject({ ok: true });
+      expect((await s.checkAndSetMany([del('b'), del('c')])).map((r) => r.ok)).toEqual([true, true]);
+      if (stampedMany) expect(await s.checkAndSet(del('e'))).toMatchObject({ ok: true });
+      expect(await keysIn(scanIndexName(s.namespace, T))).toEqual(['d']);
+      expect(await keysIn(notifyIndexName(s.namespace, T))).toEqual(['d']);
     });
 
     it('never drops a set notification while setters and clearers race', async () => {
