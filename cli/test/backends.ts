@@ -14,10 +14,30 @@ import { createMySqlStore } from '@percolator/mysql';
 import { createPostgresStore } from '@percolator/postgres';
 import { createRedisClusterClient, createRedisStore, defaultClusterNodes } from '@percolator/redis';
 import { dynamoDbTarget } from '@percolator/testkit/dynamodb';
+import { runCli } from '../src/cli.js';
 
 export const POSTGRES_URL = process.env.PERCOLATOR_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/test';
 export const MYSQL_URL = process.env.PERCOLATOR_MYSQL_URL || 'mysql://root@127.0.0.1:3306/test';
 export const REDIS_URL = process.env.PERCOLATOR_REDIS_URL || 'redis://127.0.0.1:6379';
+
+/** Runs the CLI in this process on `store` (its connection options ignored): exit code, stdout, stderr. */
+export async function onStore(
+  store: RowStore,
+  ...argv: string[]
+): Promise<{ code: number; out: string; err: string }> {
+  let out = '';
+  let err = '';
+  const code = await runCli(argv, {
+    out: (t) => {
+      out += t;
+    },
+    err: (t) => {
+      err += t;
+    },
+    openStore: async () => ({ store, target: 'the test store', close: async () => {} }),
+  });
+  return { code, out, err };
+}
 
 export function uniqueNamespace(label = 'cli'): string {
   return `${label}_${randomBytes(5).toString('hex')}`;

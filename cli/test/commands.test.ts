@@ -11,7 +11,6 @@ import {
   StoreError,
 } from '@percolator/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli.js';
 import {
   gcCommand,
   inspectCommand,
@@ -20,7 +19,7 @@ import {
   resolveCommand,
 } from '../src/commands.js';
 import { UsageError } from '../src/errors.js';
-import { BACKEND_NAMES, openTestBackend, type TestBackend } from './backends.js';
+import { BACKEND_NAMES, onStore, openTestBackend, type TestBackend } from './backends.js';
 
 /**
  * Every command on every store (the issue's "done when"): memory, PostgreSQL, MariaDB,
@@ -47,23 +46,6 @@ async function percolator(...args: string[]): Promise<{ code: number; out: strin
 }
 
 /** The CLI as the bin runs it (argument parsing, text or --json printing), on an open store. */
-async function onStore(
-  store: RowStore,
-  ...argv: string[]
-): Promise<{ code: number; out: string; err: string }> {
-  let out = '';
-  let err = '';
-  const code = await runCli(argv, {
-    out: (t) => {
-      out += t;
-    },
-    err: (t) => {
-      err += t;
-    },
-    openStore: async () => ({ store, target: 'the test store', close: async () => {} }),
-  });
-  return { code, out, err };
-}
 
 const TTL = 2000;
 const TABLE = 'accounts';

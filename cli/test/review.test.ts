@@ -11,25 +11,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClientCrash, MemoryStore, Percolator, type RowStore } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli.js';
 import { inspectCommand, notificationsCommand, resolveCommand } from '../src/commands.js';
 import { dumpCommand } from '../src/dump.js';
 import { loadCompositeConfig, openBackend, openComposite } from '../src/open.js';
-
-async function onStore(store: RowStore, ...argv: string[]) {
-  let out = '';
-  let err = '';
-  const code = await runCli(argv, {
-    out: (t) => {
-      out += t;
-    },
-    err: (t) => {
-      err += t;
-    },
-    openStore: async () => ({ store, target: 'the test store', close: async () => {} }),
-  });
-  return { code, out, err };
-}
+import { onStore } from './backends.js';
 
 /** A client stopped after `step`: its locks stay (a dead client's, past `ttlMs` once that passes). */
 async function stopped(
