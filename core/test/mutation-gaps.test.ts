@@ -8,6 +8,7 @@ import {
   Percolator,
   type StoredRow,
   StoreError,
+  type Transaction,
 } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { fakeClock, InstrumentedStore } from './support.js';
@@ -16,6 +17,16 @@ import { fakeClock, InstrumentedStore } from './support.js';
  * Cases found by mutation testing of the core protocol: each one fails with a small,
  * plausible bug in the protocol that the rest of the suite let through.
  */
+
+/** Sets t/a, t/b and t/c (a the primary) to `value` in `tx`. */
+function setRows(tx: Transaction, value: string): void {
+  for (const row of ['a', 'b', 'c']) tx.set('t', row, 'v', value);
+}
+
+/** Writes the primary cell t/a `times` times, each a transaction of its own. */
+async function rewritePrimary(db: Percolator, times: number): Promise<void> {
+  for (let i = 0; i < times; i++) await db.transact(async (tx) => tx.set('t', 'a', 'v', `later${i}`));
+}
 
 /** t/b and t/c as a new client reads them (settling any lock it meets through its primary). */
 async function readSecondaries(
@@ -203,15 +214,11 @@ describe('mutation-testing gaps', () => {
         },
       },
     });
-    await db.transact(async (tx) => {
-      for (const row of ['a', 'b', 'c']) tx.set('t', row, 'v', 'old');
-    });
+    await db.transact(async (tx) => setRows(tx, 'old'));
     await db.flush();
 
     armed = true;
-    await db.transact(async (tx) => {
-      for (const row of ['a', 'b', 'c']) tx.set('t', row, 'v', 'new');
-    });
+    await db.transact(async (tx) => setRows(tx, 'new'));
     await db.flush(); // the background secondaries step: b committed, c's commit failed
     armed = false;
     store.casFault = () => undefined;
@@ -219,11 +226,7 @@ describe('mutation-testing gaps', () => {
     expect((await lockOn(inner, 't', 'b'))[0]).toBeUndefined();
 
     // The same client rewrites the primary cell past its version cap.
-    for (let i = 0; i < 4; i++) {
-      await db.transact(async (tx) => {
-        tx.set('t', 'a', 'v', `later${i}`);
-      });
-    }
+    await rewritePrimary(db, 4);
     await db.flush();
     clock.advance(10 * lockTtlMs); // c's lock is long expired: a reader settles it through the primary
 
@@ -241,9 +244,7 @@ describe('mutation-testing gaps', () => {
     const lockTtlMs = 1000;
     const gc = { maxVersionsPerCell: 1 };
     const setup = new Percolator({ store, clock, lockTtlMs, gc });
-    await setup.transact(async (tx) => {
-      for (const row of ['a', 'b', 'c']) tx.set('t', row, 'v', 'old');
-    });
+    await setup.transact(async (tx) => setRows(tx, 'old'));
     await setup.close();
     // A client stops right after its commit point: b and c stay locked, a's record lists them.
     const crasher = new Percolator({
@@ -258,9 +259,7 @@ describe('mutation-testing gaps', () => {
       },
     });
     const crashed = await crasher
-      .transact(async (tx) => {
-        for (const row of ['a', 'b', 'c']) tx.set('t', row, 'v', 'new');
-      })
+      .transact(async (tx) => setRows(tx, 'new'))
       .then(
         () => undefined,
         (e: unknown) => e,
@@ -270,11 +269,7 @@ describe('mutation-testing gaps', () => {
 
     const db = new Percolator({ store, clock, lockTtlMs, gc });
     // The primary cell is rewritten past its version cap: the record is held for its list.
-    for (let i = 0; i < 3; i++) {
-      await db.transact(async (tx) => {
-        tx.set('t', 'a', 'v', `later${i}`);
-      });
-    }
+    await rewritePrimary(db, 3);
     await db.flush();
     expect((await lockOn(inner, 't', 'c'))[0]).toBeDefined();
 

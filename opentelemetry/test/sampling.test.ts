@@ -9,12 +9,22 @@ import {
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import { ClientCrash, InvalidArgumentError, MemoryStore, Percolator } from '@percolator/core';
+import { ClientCrash, InvalidArgumentError, MemoryStore, type Observer, Percolator } from '@percolator/core';
 import { PercolatorTelemetry, type PercolatorTelemetryOptions } from '@percolator/opentelemetry';
 import { describe, expect, it } from 'vitest';
 import { useAsyncContext } from './async-context.js';
 
 useAsyncContext();
+
+/** An observer that copies docs/body to copies/body. */
+const copyObserver: Observer = {
+  name: 'copy',
+  table: 'docs',
+  column: 'body',
+  handler: async (tx, { row }) => {
+    tx.set('copies', row, 'body', (await tx.getString('docs', row, 'body')) ?? '');
+  },
+};
 
 /** An SDK time ([seconds, nanoseconds]) in milliseconds. */
 const msOf = ([seconds, nanos]: readonly [number, number]) => seconds * 1000 + nanos / 1e6;
@@ -154,16 +164,7 @@ describe('PercolatorTelemetry traceRatio', () => {
       const sdk = setUp({ traceRatio, commitSteps: 'attributes' });
       const db = new Percolator({ store: new MemoryStore(), onEvent: sdk.telemetry.onEvent });
       const worker = db.worker({
-        observers: [
-          {
-            name: 'copy',
-            table: 'docs',
-            column: 'body',
-            handler: async (tx, { row }) => {
-              tx.set('copies', row, 'body', (await tx.getString('docs', row, 'body')) ?? '');
-            },
-          },
-        ],
+        observers: [copyObserver],
       });
       for (const row of ['d1', 'd2', 'd3']) await db.transact(async (tx) => tx.set('docs', row, 'body', row));
       await worker.runUntilIdle();
@@ -280,16 +281,7 @@ describe('PercolatorTelemetry traceRatio', () => {
       onEvent: sdk.telemetry.onEvent,
     });
     const worker = db.worker({
-      observers: [
-        {
-          name: 'copy',
-          table: 'docs',
-          column: 'body',
-          handler: async (tx, { row }) => {
-            tx.set('copies', row, 'body', (await tx.getString('docs', row, 'body')) ?? '');
-          },
-        },
-      ],
+      observers: [copyObserver],
       idlePollMs: 5,
     });
     sdk.tracer.startActiveSpan('startup', (span) => {
