@@ -26,7 +26,7 @@ import {
   notificationsCommand,
   resolveCommand,
 } from './commands.js';
-import { dumpCommand } from './dump.js';
+import { type DumpSink, dumpTo } from './dump.js';
 import { EXIT, type ExitCode, IncompleteError, NotFoundError, UsageError } from './errors.js';
 import { parseDuration } from './format.js';
 import { dropNamespaceCommand, namespacesCommand } from './namespaces.js';
@@ -80,6 +80,16 @@ interface CommandSpec {
   check?(positionals: string[], values: Values): void;
   /** A command on one namespace's data. */
   run?(store: RowStore, positionals: string[], values: Values): Promise<CommandResult>;
+  /**
+   * The same, for a command that writes its output as it goes (dump): it prints everything,
+   * `--json` or text with the target line, and returns the exit code.
+   */
+  stream?(
+    store: RowStore,
+    positionals: string[],
+    values: Values,
+    output: { sink: DumpSink; json: boolean; target: string },
+  ): Promise<ExitCode>;
   /** A command on a backend's catalog of namespaces (no --namespace, no --config). */
   runAdmin?(admin: NamespaceAdmin, positionals: string[], values: Values): Promise<CommandResult>;
 }
@@ -233,13 +243,18 @@ Exit 0 done, 4 if the table or row holds no committed value.`,
       names(table!, values.row === undefined ? undefined : String(values.row));
       integerOption(values, 'limit', 1);
     },
-    run: (store, [table], values) =>
-      dumpCommand(store, {
-        table: table!,
-        ...(values.row === undefined ? {} : { row: String(values.row) }),
-        ...(values.limit === undefined ? {} : { limit: integerOption(values, 'limit', 1)! }),
-        full: values.full === true,
-      }),
+    stream: (store, [table], values, { sink, json, target }) =>
+      dumpTo(
+        store,
+        {
+          table: table!,
+          ...(values.row === undefined ? {} : { row: String(values.row) }),
+          ...(values.limit === undefined ? {} : { limit: integerOption(values, 'limit', 1)! }),
+          full: values.full === true,
+        },
+        sink,
+        { json, target },
+      ),
   },
   namespaces: {
     usage: 'percolator namespaces --backend B [--url URL] [--json]',
@@ -349,8 +364,14 @@ const CONNECTION_OPTIONS = {
 } as const;
 
 export interface CliIo {
-  readonly out: (text: string) => void;
+  /** Writes to stdout; false (as a stream's write): wait for `drained` before writing more. */
+  // biome-ignore lint/suspicious/noConfusingVoidType: a writer that returns nothing (never full) fits too
+  readonly out: (text: string) => boolean | void;
   readonly err: (text: string) => void;
+  /** Resolves when stdout takes more again, or has closed. Absent: it is never full. */
+  readonly drained?: () => Promise<void>;
+  /** Whether stdout's reader went away (a closed pipe). Absent: never. */
+  readonly outClosed?: () => boolean;
   /** Replaces opening the store from the connection options (tests: an in-process store). */
   readonly openStore?: () => Promise<OpenedStore>;
   /** Replaces opening a backend's namespace catalog. */
@@ -360,7 +381,21 @@ export interface CliIo {
 const processIo: CliIo = {
   out: (text) => process.stdout.write(text),
   err: (text) => process.stderr.write(text),
+  drained: () => drainedOrClosed(process.stdout),
+  outClosed: () => process.stdout.destroyed || !process.stdout.writable,
 };
+
+/** Resolves on the stream's next 'drain', or when it closes or fails (a 'drain' then never comes). */
+function drainedOrClosed(stream: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => {
+    if (stream.destroyed || !stream.writable) return resolve();
+    const done = () => {
+      stream.off('drain', done).off('close', done).off('error', done);
+      resolve();
+    };
+    stream.on('drain', done).on('close', done).on('error', done);
+  });
+}
 
 function commandHelp(spec: CommandSpec): string {
   return `usage: ${spec.usage}\n${spec.about}\n${spec.takesNames ? `${NAMES}\n` : ''}${CONNECTION}\n${EXITS}`;
@@ -587,6 +622,18 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
     return report(error, name, spec, io);
   }
   try {
+    if (spec.stream) {
+      const sink: DumpSink = {
+        write: (text) => io.out(text) !== false,
+        drained: io.drained ?? (async () => {}),
+        closed: io.outClosed ?? (() => false),
+      };
+      return await spec.stream(opened.store, positionals, values, {
+        sink,
+        json: values.json === true,
+        target: opened.target,
+      });
+    }
     const result = await spec.run!(opened.store, positionals, values);
     print(result, values, opened.target, io);
     return result.code;

@@ -22,7 +22,7 @@ import {
   validateUserTable,
 } from '@percolator/core';
 import { type CommandResult, emptyHeadRow, KEEP_EVERY_VERSION } from './commands.js';
-import { EXIT, NotFoundError } from './errors.js';
+import { EXIT, type ExitCode, NotFoundError } from './errors.js';
 import { plural, shown } from './format.js';
 
 export interface DumpedCell {
@@ -127,12 +127,7 @@ export async function dumpTable(
   const cells: DumpedCell[] = [];
   for await (const c of readCommitted(store, table, options))
     cells.push({ row: c.row, column: c.column, ...showValue(c.value) });
-  if (cells.length === 0)
-    throw new NotFoundError(
-      options.row === undefined
-        ? `table ${shown(table)} has no committed values`
-        : `row ${shown(options.row)} of ${shown(table)} has no committed values`,
-    );
+  if (cells.length === 0) throw noValues({ table, ...options });
   return cells;
 }
 
@@ -167,15 +162,30 @@ function cutMarker(shown: number, size: number): string {
   return ` ... (cut: first ${shown} of ${size} bytes; --full prints it whole)`;
 }
 
-export async function dumpCommand(
-  store: RowStore,
-  args: { table: string; row?: string; limit?: number; full?: boolean },
-): Promise<CommandResult<DumpedCell[]>> {
-  const cells = await dumpTable(store, args.table, {
+export interface DumpArgs {
+  readonly table: string;
+  readonly row?: string;
+  readonly limit?: number;
+  readonly full?: boolean;
+}
+
+function readOptions(args: DumpArgs): ReadCommittedOptions {
+  return {
     ...(args.row === undefined ? {} : { row: args.row }),
     ...(args.limit === undefined ? {} : { limit: args.limit }),
-  });
-  const lines = [`${shown(args.table)} (latest committed values)`];
+  };
+}
+
+/** The text's lines, as `dump` prints them. */
+const header = (table: string) => `${shown(table)} (latest committed values)`;
+const cellLine = (cell: DumpedCell, full: boolean | undefined) =>
+  `  ${shown(cell.column)}  ${cellText(cell, full === true ? undefined : DUMP_TEXT_BYTES)}`;
+const summary = (rows: number, values: number) => `${plural(rows, 'row')}, ${plural(values, 'value')}`;
+
+/** Every value dumped, collected: the `--json` data, and the text without the target line. */
+export async function dumpCommand(store: RowStore, args: DumpArgs): Promise<CommandResult<DumpedCell[]>> {
+  const cells = await dumpTable(store, args.table, readOptions(args));
+  const lines = [header(args.table)];
   let lastRow: string | undefined;
   let rows = 0;
   for (const cell of cells) {
@@ -184,10 +194,83 @@ export async function dumpCommand(
       lastRow = cell.row;
       lines.push(shown(cell.row));
     }
-    lines.push(
-      `  ${shown(cell.column)}  ${cellText(cell, args.full === true ? undefined : DUMP_TEXT_BYTES)}`,
-    );
+    lines.push(cellLine(cell, args.full));
   }
-  lines.push(`${plural(rows, 'row')}, ${plural(cells.length, 'value')}`);
+  lines.push(summary(rows, cells.length));
   return { code: EXIT.ok, data: cells, text: lines.join('\n') };
+}
+
+/** Where a streamed dump goes: the CLI's stdout, with its backpressure. */
+export interface DumpSink {
+  /** Writes text; false: wait for `drained()` before writing more. */
+  write(text: string): boolean;
+  /** Resolves when the output takes more again, or has closed. */
+  drained(): Promise<void>;
+  /** The reader went away (a closed pipe, as after `| head`): nothing more is wanted. */
+  closed(): boolean;
+}
+
+/** Text handed to the sink at once, at most about this much (one write per value is too many). */
+const CHUNK_CHARS = 64 * 1024;
+
+/**
+ * `dump` as the CLI runs it: each value is written as the scan reads it, so a table of any
+ * size takes the memory of one page of its scan and one chunk of output, not of the whole
+ * table (the collected form, `dumpCommand`, held every value, and `--json` the whole
+ * array's text on top). The output is byte for byte what `dumpCommand` gives and the CLI
+ * prints: the text, then `target` on its own line (`  (target)`); or with `json` the same
+ * array as `JSON.stringify(cells, null, 2)`. It waits whenever the sink is full, and stops
+ * reading when the sink has closed (exit code as if it had finished: the reader chose to
+ * stop). Nothing is written before the first value is found, so "no committed values"
+ * stays a NotFoundError with empty output. A failure after some output leaves that output
+ * cut short (the JSON array unterminated, so no script takes it for a whole one).
+ */
+export async function dumpTo(
+  store: RowStore,
+  args: DumpArgs,
+  sink: DumpSink,
+  options: { readonly json: boolean; readonly target: string },
+): Promise<ExitCode> {
+  let chunk = '';
+  const flush = async () => {
+    if (chunk.length === 0) return;
+    const ok = sink.write(chunk);
+    chunk = '';
+    if (!ok) await sink.drained();
+  };
+  let values = 0;
+  let rows = 0;
+  let lastRow: string | undefined;
+  for await (const c of readCommitted(store, args.table, readOptions(args))) {
+    const cell: DumpedCell = { row: c.row, column: c.column, ...showValue(c.value) };
+    if (options.json) {
+      // An element of JSON.stringify(cells, null, 2): its own text, indented one level.
+      chunk += `${values === 0 ? '[\n' : ',\n'}  ${JSON.stringify(cell, null, 2).replaceAll('\n', '\n  ')}`;
+    } else {
+      if (values === 0) chunk += `${header(args.table)}\n`;
+      if (cell.row !== lastRow) {
+        rows++;
+        lastRow = cell.row;
+        chunk += `${shown(cell.row)}\n`;
+      }
+      chunk += `${cellLine(cell, args.full)}\n`;
+    }
+    values++;
+    if (chunk.length >= CHUNK_CHARS) {
+      await flush();
+      if (sink.closed()) return EXIT.ok;
+    }
+  }
+  if (values === 0) throw noValues(args);
+  chunk += options.json ? '\n]\n' : `${summary(rows, values)}\n  (${options.target})\n`;
+  await flush();
+  return EXIT.ok;
+}
+
+function noValues(args: DumpArgs): NotFoundError {
+  return new NotFoundError(
+    args.row === undefined
+      ? `table ${shown(args.table)} has no committed values`
+      : `row ${shown(args.row)} of ${shown(args.table)} has no committed values`,
+  );
 }

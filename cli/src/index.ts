@@ -13,9 +13,12 @@ export {
   resolveCommand,
 } from './commands.js';
 export {
+  type DumpArgs,
   type DumpedCell,
+  type DumpSink,
   dumpCommand,
   dumpTable,
+  dumpTo,
   type ReadCommittedOptions,
   readCommitted,
   showValue,

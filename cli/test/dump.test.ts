@@ -3,11 +3,12 @@ import { stopAt } from '@percolator/conformance';
 import { ClientCrash, MemoryStore, Percolator, type RowStore } from '@percolator/core';
 import { createPostgresStore } from '@percolator/postgres';
 import { createRedisStore, listRedisNamespaces } from '@percolator/redis';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { runCli } from '../src/cli.js';
 import { inspectRow } from '../src/commands.js';
-import { type DumpedCell, dumpTable } from '../src/dump.js';
-import { NotFoundError } from '../src/errors.js';
+import { type DumpedCell, type DumpSink, dumpCommand, dumpTable, dumpTo } from '../src/dump.js';
+import { EXIT, NotFoundError } from '../src/errors.js';
+import { onStore } from './backends.js';
 
 /**
  * `percolator dump` / `inspect` (moved from the conformance CLI) against the real servers (PostgreSQL and
@@ -301,6 +302,144 @@ describe('dumpTable / inspectRow on the memory store', () => {
     expect(writes[0]).toMatchObject({ value: 'inline' });
     expect(writes[1]).toMatchObject({ value: 'moved', versionRow: { table: '__v.t' } });
     expect(await dumpTable(store, 't')).toEqual([{ row: 'r', column: 'c', value: 'new', encoding: 'utf8' }]);
+    await store.close();
+  });
+});
+
+describe('dump streams its output', () => {
+  /** 1,200 rows of two columns (one value is 200 bytes of hex): several scan pages and output chunks. */
+  async function bigTable(): Promise<{ store: MemoryStore; scans: () => number }> {
+    const store = new MemoryStore();
+    const db = new Percolator({ store });
+    for (let from = 0; from < 1200; from += 100) {
+      await db.transact(async (tx) => {
+        for (let i = from; i < from + 100; i++) {
+          const row = `r${String(i).padStart(5, '0')}`;
+          tx.set('big', row, 'name', `row ${i} "quoted" \u00e9`);
+          tx.set(
+            'big',
+            row,
+            'blob',
+            new Uint8Array(100).fill(i % 256).map((b, j) => (j === 0 ? 0xff : b)),
+          );
+        }
+      });
+    }
+    await db.close();
+    let scans = 0;
+    const scan = store.scan.bind(store);
+    store.scan = (table, options) => {
+      scans++;
+      return scan(table, options);
+    };
+    return { store, scans: () => scans };
+  }
+
+  /** A sink that records each write and the scan calls made before it. */
+  function recordingSink(scans: () => number) {
+    const writes: { text: string; scansBefore: number }[] = [];
+    let closed = false;
+    let full = false;
+    let release: (() => void) | undefined;
+    const sink: DumpSink = {
+      write: (text) => {
+        writes.push({ text, scansBefore: scans() });
+        return !full;
+      },
+      drained: () => new Promise<void>((resolve) => (release = resolve)),
+      closed: () => closed,
+    };
+    return {
+      sink,
+      writes,
+      text: () => writes.map((w) => w.text).join(''),
+      close: () => (closed = true),
+      fill: (value: boolean) => (full = value),
+      release: () => release?.(),
+    };
+  }
+
+  it('writes exactly what the collected dump prints, text and --json, while it is still scanning', async () => {
+    const { store, scans } = await bigTable();
+    const collected = await dumpCommand(store, { table: 'big' });
+    const target = 'the test store';
+    for (const json of [false, true]) {
+      const before = scans();
+      const out = recordingSink(scans);
+      expect(await dumpTo(store, { table: 'big' }, out.sink, { json, target })).toBe(EXIT.ok);
+      expect(out.text()).toBe(
+        json ? `${JSON.stringify(collected.data, null, 2)}\n` : `${collected.text}\n  (${target})\n`,
+      );
+      // More than one write, the first before the scan reached its last page.
+      expect(out.writes.length).toBeGreaterThan(2);
+      expect(out.writes[0]!.scansBefore).toBeLessThan(scans());
+      expect(scans() - before).toBeGreaterThan(2);
+    }
+    // The CLI writes as it goes too (several writes, not one at the end).
+    let writes = 0;
+    const streamed = await runCli(['dump', 'big'], {
+      out: () => void writes++,
+      err: () => undefined,
+      openStore: async () => ({ store, target, close: async () => {} }),
+    });
+    expect({ streamed, writes: writes > 2 }).toEqual({ streamed: 0, writes: true });
+    // Through the CLI: the same bytes as the collected text, with --full and --limit too.
+    for (const extra of [[], ['--full'], ['--limit', '300'], ['--row', 'r00007']]) {
+      const args = {
+        table: 'big',
+        ...(extra[0] === '--limit' ? { limit: 300 } : {}),
+        ...(extra[0] === '--row' ? { row: 'r00007' } : {}),
+        full: extra[0] === '--full',
+      };
+      const expected = await dumpCommand(store, args);
+      const text = await onStore(store, 'dump', 'big', ...extra);
+      expect(text).toEqual({ code: 0, out: `${expected.text}\n  (the test store)\n`, err: '' });
+      const json = await onStore(store, 'dump', 'big', ...extra, '--json');
+      expect(json).toEqual({ code: 0, out: `${JSON.stringify(expected.data, null, 2)}\n`, err: '' });
+    }
+    await store.close();
+  });
+
+  it('waits while the output is full, and stops reading once the reader has gone', async () => {
+    const { store, scans } = await bigTable();
+    const out = recordingSink(scans);
+    out.fill(true);
+    const done = dumpTo(store, { table: 'big' }, out.sink, { json: false, target: 't' });
+    await vi.waitFor(() => expect(out.writes.length).toBe(1));
+    // Full: nothing more is written (nor read beyond what the scan had in hand) until it drains.
+    const scansWhileFull = scans();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(out.writes.length).toBe(1);
+    expect(scans()).toBe(scansWhileFull);
+    // Drained: one more chunk, and it waits again.
+    out.release();
+    await vi.waitFor(() => expect(out.writes.length).toBe(2));
+    // The reader goes away (a closed pipe): the dump ends there, exit 0, the rest unread.
+    out.close();
+    out.release();
+    expect(await done).toBe(EXIT.ok);
+    expect(out.writes.length).toBe(2);
+    const scansClosed = scans();
+    const whole = recordingSink(scans);
+    await dumpTo(store, { table: 'big' }, whole.sink, { json: false, target: 't' });
+    expect(whole.writes.length).toBeGreaterThan(3);
+    expect(scansClosed).toBeLessThan(scans() - scansClosed);
+    // Its snapshot transaction ended (rolled back): a new one writes and reads as usual.
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('big', 'r00000', 'name', 'after'));
+    expect(await db.transact(async (tx) => tx.getString('big', 'r00000', 'name'))).toBe('after');
+    await db.close();
+    await store.close();
+  });
+
+  it('writes nothing for a table with no committed value: exit 4 as before', async () => {
+    const store = new MemoryStore();
+    const out = recordingSink(() => 0);
+    await expect(
+      dumpTo(store, { table: 'none' }, out.sink, { json: true, target: 't' }),
+    ).rejects.toBeInstanceOf(NotFoundError);
+    expect(out.writes).toEqual([]);
+    expect(await onStore(store, 'dump', 'none', '--json')).toMatchObject({ code: 4, out: '' });
     await store.close();
   });
 });
