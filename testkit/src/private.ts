@@ -18,7 +18,7 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createServer, Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -432,9 +432,8 @@ async function clusterOk(ports: readonly number[]): Promise<boolean> {
 /** A free port whose cluster bus port (port + 10000) is free too. */
 async function freeClusterPort(taken: readonly number[]): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
-    const port = await freePort();
-    if (port + 10000 > 65535 || taken.includes(port)) continue;
-    if (await portFree(port + 10000)) return port;
+    const port = await freePort(undefined, [10_000]);
+    if (!taken.includes(port)) return port;
   }
   throw new Error('no free port pair for a Redis Cluster node');
 }
@@ -533,14 +532,6 @@ async function httpAnswers(endpoint: string): Promise<boolean> {
   } catch {
     return false;
   }
-}
-
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.once('error', () => resolve(false));
-    server.listen(port, () => server.close(() => resolve(true)));
-  });
 }
 
 /** True once something accepts a TCP connection on the port. */
