@@ -27,6 +27,25 @@ export function pastMaxTimestamp(what: string, value: number, applied: 'no' | 'u
   );
 }
 
+/**
+ * A failed timestamp draw, as the transaction that asked for it sees it: a draw changes no
+ * row, so whatever became of it (a counter increment whose reply was lost may have landed,
+ * and then timestamps were skipped, which the protocol allows) nothing of the transaction
+ * was applied. `StoreError(..., 'unknown')` from the store (STORE_AMBIGUOUS, not retried)
+ * becomes `StoreError(..., 'no')`, retryable: without this a stalled counter server failed
+ * every transaction as "may have been applied", a rolled-back write included (found by a
+ * new user's walkthrough). Any other failure is its own. Steps that draw and write in one
+ * call (a stamped CAS) do not come here: their 'unknown' is real.
+ */
+export function drawFailed(error: unknown): unknown {
+  if (!(error instanceof StoreError) || error.applied !== 'unknown') return error;
+  return new StoreError(
+    `${error.message} (a timestamp draw, which changes no row: nothing of the transaction was applied)`,
+    'no',
+    { cause: error },
+  );
+}
+
 /** A store's stamped reply (`readStamped`, a stamped CAS): its timestamp, if below the limit. */
 export function usableTimestamp(what: string, value: number, applied: 'no' | 'unknown' = 'no'): number {
   if (value > MAX_TIMESTAMP) throw pastMaxTimestamp(what, value, applied);
@@ -102,7 +121,7 @@ class CheckedOracle implements TimestampOracle {
       },
       (error: unknown) => {
         this.settled(floor);
-        throw error;
+        throw drawFailed(error);
       },
     );
   }
@@ -214,7 +233,8 @@ abstract class BatchingOracle implements TimestampOracle {
         this.afterFetch();
       },
       (error: unknown) => {
-        for (const w of batch) w.reject(error);
+        const failed = drawFailed(error);
+        for (const w of batch) w.reject(failed);
         this.afterFetch();
       },
     );

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   ClientCrash,
+  inspectHeadRow,
   isRetryable,
   LocalOracle,
   MemoryStore,
@@ -8,7 +9,7 @@ import {
   StoreError,
   type Transaction,
 } from '../src/index.js';
-import { fakeClock } from './support.js';
+import { fakeClock, InstrumentedStore } from './support.js';
 
 describe('StoreError retryable', () => {
   it('defaults to retryable exactly when the call was not applied (as before)', () => {
@@ -219,5 +220,139 @@ describe('a store method that throws instead of rejecting', () => {
       await tx.commit();
       await db.close();
     }
+  });
+});
+
+describe('a timestamp draw whose outcome is unknown', () => {
+  /**
+   * Every timestamp from the oracle's counter (no stamped or peeked steps), and a counter
+   * whose next `lost` increments land but lose their reply: StoreError 'unknown', as a
+   * Redis INCRBY that timed out.
+   */
+  function lossyCounter() {
+    const store = new InstrumentedStore(new MemoryStore(), {
+      stampedCheckAndSet: false,
+      stampedCheckAndSetMany: false,
+      stampedRead: false,
+      peekedRead: false,
+    });
+    const control = { lost: 0 };
+    const increment = store.incrementCounter.bind(store);
+    store.incrementCounter = async (name, delta) => {
+      const value = await increment(name, delta);
+      if (control.lost > 0) {
+        control.lost--;
+        throw new StoreError('redis INCRBY failed: Command timed out', 'unknown');
+      }
+      return value;
+    };
+    return { store, control };
+  }
+
+  const expectNotApplied = (error: unknown) => {
+    expect(error).toBeInstanceOf(StoreError);
+    expect(error).toMatchObject({ applied: 'no', code: 'STORE_UNAVAILABLE', retryable: true });
+    expect((error as StoreError).cause).toMatchObject({ applied: 'unknown' });
+  };
+
+  it('a start timestamp: the transaction fails as not applied (retryable), and db.transact retries it', async () => {
+    const { store, control } = lossyCounter();
+    const db = new Percolator({ store });
+    await db.transact(async (tx) => tx.set('t', 'a', 'v', '1'));
+    control.lost = 1;
+    const failed = await db
+      .transact((tx) => tx.getString('t', 'a', 'v'), { readOnly: true, maxAttempts: 1 })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expectNotApplied(failed);
+    control.lost = 1;
+    let attempts = 0;
+    const read = await db.transact(
+      (tx) => {
+        attempts++;
+        return tx.getString('t', 'a', 'v');
+      },
+      { readOnly: true, maxAttempts: 2 },
+    );
+    expect({ read, attempts }).toEqual({ read: '1', attempts: 2 });
+    await db.close();
+  });
+
+  it('a commit timestamp: the prewrites are rolled back, the error says not applied, and a retry commits once', async () => {
+    const { store, control } = lossyCounter();
+    let loseAfterPrewrite = false;
+    const db = new Percolator({
+      store,
+      hooks: {
+        onCommitStep: ({ step }) => {
+          if (step === 'afterPrewrite' && loseAfterPrewrite) {
+            loseAfterPrewrite = false;
+            control.lost = 1; // the commit timestamp's draw, next
+          }
+        },
+      },
+    });
+    await db.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '10');
+      tx.set('t', 'b', 'v', '10');
+    });
+    loseAfterPrewrite = true;
+    const tx = await db.begin();
+    const a = Number(await tx.getString('t', 'a', 'v'));
+    tx.set('t', 'a', 'v', String(a - 1));
+    tx.set('t', 'b', 'v', '11');
+    expectNotApplied(
+      await tx.commit().then(
+        () => undefined,
+        (e: unknown) => e,
+      ),
+    );
+    // Rolled back: no lock is left, and the values are as before.
+    for (const row of ['a', 'b']) {
+      const cells = inspectHeadRow((await store.inner.read('t', row))!.state).cells;
+      expect(cells.every((c) => c.lock === undefined)).toBe(true);
+    }
+    const read = (tx: Transaction) => Promise.all(['a', 'b'].map((r) => tx.getString('t', r, 'v')));
+    expect(await db.transact(read, { readOnly: true })).toEqual(['10', '10']);
+    // db.transact retries it (the hook fires again: the retry's draw is lost too, once more).
+    loseAfterPrewrite = true;
+    let attempts = 0;
+    await db.transact(
+      async (tx) => {
+        attempts++;
+        const a = Number(await tx.getString('t', 'a', 'v'));
+        tx.set('t', 'a', 'v', String(a - 1));
+        tx.set('t', 'b', 'v', String(20 - a + 1));
+      },
+      { maxAttempts: 2 },
+    );
+    expect(attempts).toBe(2);
+    expect(await db.transact(read, { readOnly: true })).toEqual(['9', '11']);
+    await db.close();
+  });
+
+  it("a caller's oracle that rejects with an unknown outcome: the same", async () => {
+    const store = new MemoryStore();
+    let lost = 1;
+    const inner = new LocalOracle();
+    const oracle = {
+      next: async () => {
+        const ts = await inner.next();
+        if (lost-- > 0) throw new StoreError('oracle service: reply lost', 'unknown');
+        return ts;
+      },
+    };
+    const db = new Percolator({ store, oracle });
+    const failed = await db
+      .transact(async (tx) => tx.set('t', 'a', 'v', '1'), { maxAttempts: 1 })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expectNotApplied(failed);
+    expect(await store.read('t', 'a')).toBeNull();
+    await db.close();
   });
 });
