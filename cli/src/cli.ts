@@ -33,6 +33,7 @@ import { dropNamespaceCommand, namespacesCommand } from './namespaces.js';
 import {
   BACKENDS,
   type BackendName,
+  dynamoTableNotFound,
   loadCompositeConfig,
   NamespaceNotFoundError,
   type OpenedStore,
@@ -697,6 +698,8 @@ function report(
     return report(error.cause, name, spec, io, where, hint);
   }
   const at = where ? ` (${where})` : '';
+  // A DynamoDB table that is not there, met after opening (namespaces, drop-namespace).
+  error = dynamoTableNotFound(error) ?? error;
   if (error instanceof UsageError) {
     io.err(usageError(error.message, name, spec));
     return EXIT.usage;

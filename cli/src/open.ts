@@ -83,9 +83,31 @@ export function cliWords(message: string, urlGiven: boolean): string {
   return message.replace(/\bfrom the url option\b/g, 'from --url').replace(/^url(?=[ :])/, '--url');
 }
 
+/**
+ * The DynamoDB table the options name is not there: the adapter's DynamoDbTableNotFoundError
+ * anywhere in the causes (found by its name: the adapters are optional peers), as
+ * NamespaceNotFoundError (exit 4, "not there", as for a SQL namespace; it was a usage error,
+ * exit 2, that told the user to pass an option of the library's API, found by a new user's
+ * walkthrough). `store`: the composite config's store it belongs to.
+ */
+export function dynamoTableNotFound(error: unknown, store?: string): NamespaceNotFoundError | undefined {
+  for (let e: unknown = error, depth = 0; e instanceof Object && depth < 8; depth++) {
+    if ((e as Error).name === 'DynamoDbTableNotFoundError') {
+      const table = (e as { tableName?: unknown }).tableName;
+      return new NamespaceNotFoundError(
+        `${store === undefined ? '' : `store ${store}: `}DynamoDB table ${typeof table === 'string' ? table : '(unnamed)'} not found: the CLI creates nothing; name the table your clients use (${store === undefined ? '--dynamodb-table or PERCOLATOR_DYNAMODB_TABLE' : 'its table in the config'})`,
+      );
+    }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
 /** Bad settings are usage errors; anything else while connecting means the store is not reachable. */
 async function classify(error: unknown, t: StoreTarget, namespace: string): Promise<Error> {
   if (error instanceof UsageError) return error;
+  const noTable = dynamoTableNotFound(error);
+  if (noTable) return noTable;
   const urlGiven = t.url !== undefined;
   if (error instanceof InvalidArgumentError) return new UsageError(cliWords(error.message, urlGiven));
   if (
@@ -198,6 +220,10 @@ export async function openComposite(config: CompositeConfig): Promise<OpenedStor
     return { store: opened.store, target: `composite of ${opened.target}`, close: () => opened.close() };
   } catch (error) {
     if (error instanceof UsageError) throw error;
+    for (const [name, s] of Object.entries(config.stores)) {
+      const noTable = s.backend === 'dynamodb' ? dynamoTableNotFound(error, name) : undefined;
+      if (noTable && (error as Error).message.includes(`stores.${name}:`)) throw noTable;
+    }
     if (error instanceof InvalidArgumentError)
       // connect's own messages about the file start with "composite config:" already
       // (it was said twice, found in review).

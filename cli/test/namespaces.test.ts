@@ -1,4 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Percolator, type RowStore } from '@percolator/core';
 import { createMySqlStore } from '@percolator/mysql';
 import { createPostgresStore } from '@percolator/postgres';
@@ -223,6 +226,47 @@ describe('namespaces / drop-namespace on real servers', () => {
     ]) {
       const result = await cli(argv);
       expect(result.code, argv.join(' ')).toBe(3);
+    }
+  });
+
+  it('a DynamoDB table that is not there: exit 4 for every command, named, and nothing is created', async () => {
+    const table = `nosuch_${randomBytes(4).toString('hex')}`;
+    const where = ['--backend', 'dynamodb', '--url', dynamoEndpoint!, '--dynamodb-table', table];
+    const dir = mkdtempSync(join(tmpdir(), 'percolator-cli-'));
+    const config = join(dir, 'composite.json');
+    writeFileSync(
+      config,
+      JSON.stringify({
+        stores: {
+          cache: { backend: 'redis', url: 'redis://127.0.0.1:6379', namespace: 'app' },
+          ddb: { backend: 'dynamodb', url: dynamoEndpoint!, dynamoTable: table },
+        },
+        routes: [{ table: 'accounts', store: 'ddb' }],
+        default: 'cache',
+        counterStore: 'cache',
+      }),
+    );
+    try {
+      for (const argv of [
+        ['dump', 'accounts', ...where, '--namespace', 'app'],
+        ['locks', 'accounts', ...where],
+        ['namespaces', ...where],
+        ['drop-namespace', 'app', ...where, '--yes'],
+        ['inspect', 'accounts', 'a', '--config', config],
+      ]) {
+        const result = await cli(argv);
+        expect(result.code, argv.join(' ')).toBe(4);
+        expect(result.err, argv.join(' ')).toContain(`DynamoDB table ${table} not found`);
+        expect(result.err).not.toContain('createTable');
+        expect(result.err).not.toContain('usage:');
+      }
+      const composite = await cli(['inspect', 'accounts', 'a', '--config', config]);
+      expect(composite.err).toContain('store ddb: DynamoDB table');
+      expect(composite.err).toContain('its table in the config');
+      // Nothing created: the table is still not there.
+      expect((await cli(['namespaces', ...where])).code).toBe(4);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

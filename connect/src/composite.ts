@@ -68,8 +68,8 @@ const STORE_KEYS: Record<string, 'string' | 'number' | 'boolean'> = {
 };
 const STORE_NAME = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 
-function bad(where: string, why: string): InvalidArgumentError {
-  return new InvalidArgumentError(`composite config: ${where}: ${why}`);
+function bad(where: string, why: string, cause?: unknown): InvalidArgumentError {
+  return new InvalidArgumentError(`composite config: ${where}: ${why}`, { cause });
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
@@ -257,7 +257,7 @@ export async function openComposite(
       } catch (error) {
         // Which store, for a setting refused (the message names the field, not the store).
         if (error instanceof InvalidArgumentError && !error.message.startsWith('composite config'))
-          throw bad(`stores.${name}`, error.message);
+          throw bad(`stores.${name}`, error.message, error);
         throw error;
       }
     }

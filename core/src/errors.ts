@@ -69,8 +69,9 @@ export class SnapshotTooOldError extends PercolatorError {
 
 /** Bad input: names, keys, values, options. Nothing was changed. */
 export class InvalidArgumentError extends PercolatorError {
-  constructor(message: string) {
-    super('INVALID_ARGUMENT', message, { retryable: false });
+  /** `cause`: a more specific error this one says in other words (an option of a config file, say). */
+  constructor(message: string, options?: { readonly cause?: unknown }) {
+    super('INVALID_ARGUMENT', message, { retryable: false, cause: options?.cause });
   }
 }
 

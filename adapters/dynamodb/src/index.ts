@@ -14,3 +14,4 @@ export {
   type DynamoDbRowStore,
   type DynamoDbStoreOptions,
 } from './store.js';
+export { DynamoDbTableNotFoundError } from './table.js';

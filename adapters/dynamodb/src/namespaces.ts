@@ -10,7 +10,7 @@ import { validateNamespace } from '@percolator/core/kit';
 import { Caller, DEFAULT_RETRY } from './calls.js';
 import { type ClientOptions, resolveClient } from './client.js';
 import { ATTR, counterPartition, type Item, notifyPartition, rowPartition } from './layout.js';
-import { validateDynamoTableName } from './table.js';
+import { DynamoDbTableNotFoundError, describeTable, validateDynamoTableName } from './table.js';
 
 /*
  * Listing and dropping namespaces, for operators (the conformance CLI's `namespaces` and
@@ -87,12 +87,19 @@ async function scanKeys(
   } while (startKey !== undefined);
 }
 
+/** DynamoDbTableNotFoundError if the table is not there (a scan of it would fail with ResourceNotFoundException). */
+async function tableThere(caller: Caller, tableName: string): Promise<void> {
+  if ((await describeTable(caller, tableName)) === null)
+    throw new DynamoDbTableNotFoundError(tableName, 'no namespace can be in it');
+}
+
 /** The namespaces in the table, by name. Reads the whole table (keys only). */
 export async function listDynamoDbNamespaces(
   options: DynamoDbNamespaceOptions,
 ): Promise<DynamoDbNamespace[]> {
   return withCaller(options, async (caller) => {
     const found = new Map<string, { r: number; n: number; c: number }>();
+    await tableThere(caller, options.tableName);
     await scanKeys(caller, options.tableName, {}, async (items) => {
       for (const item of items) {
         const match = LAYOUT.exec(item[ATTR.partition]?.S ?? '');
@@ -124,6 +131,7 @@ export async function dropDynamoDbNamespace(
 ): Promise<{ namespace: string; items: number } | undefined> {
   validateNamespace(namespace);
   return withCaller(options, async (caller) => {
+    await tableThere(caller, options.tableName);
     const deleted = await deleteNamespaceItems(caller, options.tableName, namespace);
     return deleted === 0 ? undefined : { namespace, items: deleted };
   });

@@ -22,6 +22,21 @@ export function validateDynamoTableName(name: unknown): asserts name is string {
 }
 
 /**
+ * The table is not there, and the store was not asked to create it. An InvalidArgumentError
+ * (the options name a table that does not exist), with the table's name; the operator CLI
+ * reports it as not found (exit 4), like a SQL namespace that is not there.
+ */
+export class DynamoDbTableNotFoundError extends InvalidArgumentError {
+  override readonly name = 'DynamoDbTableNotFoundError';
+  constructor(
+    readonly tableName: string,
+    hint = 'pass createTable: true to create it',
+  ) {
+    super(`DynamoDB table ${tableName} does not exist (${hint})`);
+  }
+}
+
+/**
  * Makes sure the DynamoDB table exists with our key schema and is ACTIVE. With `create`,
  * creates it (on-demand billing) if missing; a concurrent creator is fine
  * (ResourceInUseException), so this is idempotent.
@@ -33,15 +48,11 @@ export async function ensureTable(
   timeoutMs: number,
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  let description = await describe(caller, tableName);
+  let description = await describeTable(caller, tableName);
   if (description === null) {
-    if (!create) {
-      throw new InvalidArgumentError(
-        `DynamoDB table ${tableName} does not exist (pass createTable: true to create it)`,
-      );
-    }
+    if (!create) throw new DynamoDbTableNotFoundError(tableName);
     await createTable(caller, tableName);
-    description = await describe(caller, tableName);
+    description = await describeTable(caller, tableName);
   }
   // UPDATING (a change of billing, capacity or indexes) takes reads and writes as ACTIVE
   // does: a store starting meanwhile waited out the whole change, and then failed.
@@ -53,7 +64,7 @@ export async function ensureTable(
       );
     }
     await sleep(500);
-    description = await describe(caller, tableName);
+    description = await describeTable(caller, tableName);
     // Missing again (a create whose lost reply hid that it never landed, or a table that
     // was being deleted when we looked): create it again; ResourceInUse means it is there.
     if (description === null && create) await createTable(caller, tableName);
@@ -77,7 +88,7 @@ function checkSingleRegion(tableName: string, table: TableDescription): void {
   );
 }
 
-async function describe(caller: Caller, tableName: string): Promise<TableDescription | null> {
+export async function describeTable(caller: Caller, tableName: string): Promise<TableDescription | null> {
   try {
     const out = await caller.maintenance<DescribeTableCommandOutput>(
       'DescribeTable',
