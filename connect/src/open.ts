@@ -377,7 +377,7 @@ function explainOpenError(
   const origin = urlOrigin(backend, options, label);
   const named = error.message.replace(/\bfrom the (connectionString|uri|url) option\b/g, `from ${origin}`);
   error.message = named;
-  if (backend === 'redis-cluster' || /connecting to |cannot connect to /.test(named)) return;
+  if (/connecting to |cannot connect to /.test(named)) return;
   // DynamoDB without an endpoint goes to AWS itself: no URL to say the origin of.
   const from =
     backend === 'dynamodb' && configuredUrl(backend, options) === undefined && label === undefined
@@ -441,7 +441,11 @@ export async function openStoreFrom(
   } catch (error) {
     await c.release();
     if (backend === 'redis-cluster' && error instanceof Error) {
-      error.message += ` (Redis Cluster at ${c.target}; set ${BACKEND_ENV[backend]} or pass a node list)`;
+      // The adapter speaks of "the redis client passed in": here connect made it, from a node
+      // list whose origin the user should see, as for every other backend (it said neither,
+      // and told a user who had passed --url to set the variable: found by a new user).
+      const cause = error.message.replace(/^the redis client passed in \([^)]*\) did not connect: /, '');
+      error.message = `cannot connect to the Redis Cluster at ${c.target}, from ${urlOrigin(backend, options, label)}: ${cause}`;
     }
     explainOpenError(error, backend, c.target, options, label);
     throw error;

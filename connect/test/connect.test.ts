@@ -225,7 +225,23 @@ describe('openStore', () => {
     expect(dynamo).toContain(
       '(connecting to http://127.0.0.1:8999 table percolator_test, from the url option)',
     );
-  });
+    // A Redis Cluster said "the redis client passed in" (connect made it) and no origin, and
+    // told a user who had passed a URL to set the variable (found by a new user).
+    const nodes = '127.0.0.1:7199';
+    const cluster = (options: Parameters<typeof openStore>[1]) =>
+      openStore('redis-cluster', options).then(
+        () => undefined,
+        (e: unknown) => (e as Error).message,
+      );
+    const fromUrl = await cluster({ url: nodes });
+    expect(fromUrl).toMatch(
+      /^cannot connect to the Redis Cluster at 127\.0\.0\.1:7199, from the url option: /,
+    );
+    expect(fromUrl).not.toMatch(/passed in|set PERCOLATOR_REDIS_CLUSTER_NODES/);
+    expect(await cluster({ env: { PERCOLATOR_REDIS_CLUSTER_NODES: nodes } })).toContain(
+      'from PERCOLATOR_REDIS_CLUSTER_NODES: ',
+    );
+  }, 30_000);
 });
 
 describe('storeFactory', () => {

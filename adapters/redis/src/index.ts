@@ -175,7 +175,7 @@ export async function createRedisStore(options: RedisStoreOptions = {}): Promise
     if (/^cluster_enabled:1\b/m.test(info)) {
       if (owns) client.disconnect();
       throw new InvalidArgumentError(
-        `the Redis at ${describeClient(client)} is a node of a Redis Cluster: connect with a Cluster client (createRedisClusterClient, or the redis-cluster backend with the node list), not a standalone one`,
+        `the ${describeClient(client)} is a node of a Redis Cluster: connect with a Cluster client (createRedisClusterClient, or the redis-cluster backend with the node list), not a standalone one`,
       );
     }
   }
