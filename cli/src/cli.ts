@@ -203,7 +203,7 @@ observed tables.
                     The store does not know which columns it watches: every notified
                     column counts unless --column names its own
   --column C        only column C
-Exit 0 (with or without a backlog), 4 if a TABLE holds no rows.`,
+Exit 0 (with or without a backlog), 4 if a TABLE holds no rows (the others are still shown).`,
     positionals: { min: 1, max: Number.POSITIVE_INFINITY },
     options: { 'json-names': { type: 'boolean' }, observer: { type: 'string' }, column: { type: 'string' } },
     takesNames: true,

@@ -431,8 +431,17 @@ export async function notificationsCommand(
     }
   }
   const found: PendingColumn[] = [];
+  // A table with no rows (a misspelt name, most often) does not hide the others' backlog
+  // (it stopped the command at the first, found by a new user): each is named, exit 4.
+  const empty: string[] = [];
   for (const t of args.tables) {
-    await assertTableHasRows(store, t);
+    try {
+      await assertTableHasRows(store, t);
+    } catch (error) {
+      if (!(error instanceof NotFoundError) || args.tables.length === 1) throw error;
+      empty.push(t);
+      continue;
+    }
     found.push(
       ...(await scanNotifications(store, t, {
         ...(args.observer ? { observer: args.observer } : {}),
@@ -447,11 +456,21 @@ export async function notificationsCommand(
     oldest: { ...p.oldest, ...(p.oldest.sinceMs === undefined ? {} : { ageMs: nowMs - p.oldest.sinceMs }) },
   }));
   const forWhom = `${args.observer ? ` for observer ${args.observer}` : ''}${args.column !== undefined ? ` in column ${shown(args.column)}` : ''}`;
+  if (empty.length === args.tables.length)
+    throw new NotFoundError(
+      `tables ${empty.map(shown).join(', ')} hold no rows (are the names right? stores keep no table list)`,
+    );
+  const code = empty.length > 0 ? EXIT.notFound : EXIT.ok;
+  const emptyLine =
+    empty.length > 0
+      ? `\n${empty.length === 1 ? 'table' : 'tables'} ${empty.map(shown).join(', ')} ${empty.length === 1 ? 'holds' : 'hold'} no rows (is the name right? stores keep no table list)`
+      : '';
+  const looked = args.tables.filter((t) => !empty.includes(t));
   if (data.length === 0)
     return {
-      code: EXIT.ok,
+      code,
       data,
-      text: `no pending notifications${forWhom} in ${args.tables.map(shown).join(', ')}`,
+      text: `no pending notifications${forWhom} in ${looked.map(shown).join(', ')}${emptyLine}`,
     };
   const rows = [['table', 'column', 'pending', 'oldest row', 'oldest change']];
   for (const p of data)
@@ -466,9 +485,9 @@ export async function notificationsCommand(
     ]);
   const total = data.reduce((n, p) => n + p.pending, 0);
   return {
-    code: EXIT.ok,
+    code,
     data,
-    text: `${plural(total, 'pending notification')}${forWhom}:\n${columns(rows)}`,
+    text: `${plural(total, 'pending notification')}${forWhom}:\n${columns(rows)}${emptyLine}`,
   };
 }
 

@@ -212,6 +212,19 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       await expect(notificationsCommand(store, { tables: ['docs'], column: '' })).rejects.toBeInstanceOf(
         UsageError,
       );
+      // A table with no rows among several: the others are still shown, the empty one named, exit 4
+      // (it stopped at the first empty table and showed nothing, found by a new user).
+      const some = await notificationsCommand(store, { tables: ['nosuch', 'docs'], now: clock });
+      expect(some.code).toBe(4);
+      expect(some.data).toMatchObject([{ table: 'docs', column: 'body', pending: 3 }]);
+      expect(some.text).toContain('3 pending notifications');
+      expect(some.text).toContain('table nosuch holds no rows');
+      await expect(notificationsCommand(store, { tables: ['nosuch', 'other'] })).rejects.toThrow(
+        'tables nosuch, other hold no rows',
+      );
+      await expect(notificationsCommand(store, { tables: ['nosuch'] })).rejects.toThrow(
+        'table nosuch holds no rows',
+      );
       const worker = db.worker({
         observers: [{ name: 'indexer', table: 'docs', column: 'body', handler: async () => {} }],
       });

@@ -349,7 +349,7 @@ export class ObserverWorker {
       if (performance.now() >= deadline) {
         const sample = pass.pending.slice(0, 5).map((r) => JSON.stringify(r));
         throw new ObserversNotIdleError(
-          `observers not idle after ${options.timeoutMs} ms: ${pass.pending.length} rows pending, e.g. ${sample.join(', ')}`,
+          `observers not idle after ${options.timeoutMs} ms: ${pass.pending.length} ${pass.pending.length === 1 ? 'row' : 'rows'} pending, e.g. ${sample.join(', ')}`,
         );
       }
       if (!pass.processed) {
