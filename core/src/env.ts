@@ -42,9 +42,13 @@ export interface CommitStepEvent {
 
 export interface PercolatorHooks {
   /**
-   * Called at each named commit step. It may await (to delay the client there). If it
-   * throws, the transaction's client behaves as if it crashed at that point: it makes no
-   * further store call for that transaction, and commit() rejects with the thrown error.
+   * Called at each named commit step of a two-phase commit. It may await (to delay the
+   * client there). If it throws, the transaction's client behaves as if it crashed at that
+   * point: it makes no further store call for that transaction, and commit() rejects with
+   * the thrown error. A one-step commit (up to `onePhaseMaxRows` rows where the store can
+   * stamp several rows at once: PostgreSQL, MariaDB, Redis, memory; a one-row one wherever
+   * the store stamps a row) takes no locks and calls no hook: with `onePhaseMaxRows: 1`, a
+   * transaction of two rows or more goes through the steps on every store.
    */
   onCommitStep?(event: CommitStepEvent): void | Promise<void>;
 }
