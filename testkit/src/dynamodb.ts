@@ -1,6 +1,7 @@
 import {
   DEFAULT_DYNAMODB_REGION,
   DEFAULT_DYNAMODB_TABLE,
+  isLoopbackUrl,
   LOCAL_DYNAMODB_CREDENTIALS,
 } from '@percolator/connect';
 import { checkOptionKeys, type OptionKeys } from '@percolator/core';
@@ -87,7 +88,9 @@ export interface DynamoDbTarget {
 /**
  * `PERCOLATOR_DYNAMODB_ENDPOINT` set: that endpoint (real AWS included), region from
  * `AWS_REGION` (or `AWS_DEFAULT_REGION`, default us-east-1), credentials from the default
- * chain. Otherwise: a fresh DynamoDB Local. Table name from `PERCOLATOR_DYNAMODB_TABLE`
+ * chain; for an endpoint on this machine with no `AWS_ACCESS_KEY_ID` set, DynamoDB
+ * Local's (the rule @percolator/connect and the CLI follow: a DynamoDB Local of one's own
+ * failed for want of credentials, found by a new user). Otherwise: a fresh DynamoDB Local. Table name from `PERCOLATOR_DYNAMODB_TABLE`
  * (default "percolator_test").
  */
 export async function dynamoDbTarget(env: NodeJS.ProcessEnv = process.env): Promise<DynamoDbTarget> {
@@ -95,12 +98,22 @@ export async function dynamoDbTarget(env: NodeJS.ProcessEnv = process.env): Prom
   const external = env.PERCOLATOR_DYNAMODB_ENDPOINT;
   if (external) {
     const region = env.AWS_REGION || env.AWS_DEFAULT_REGION || LOCAL_REGION;
+    const local = isLoopbackUrl(external) && !env.AWS_ACCESS_KEY_ID;
+    const credentials = () => (local ? { credentials: { ...LOCAL_CREDENTIALS } } : {});
     return {
       endpoint: external,
       region,
+      ...credentials(),
       tableName,
       local: false,
-      storeOptions: (namespace) => ({ endpoint: external, region, tableName, namespace, createTable: true }),
+      storeOptions: (namespace) => ({
+        endpoint: external,
+        region,
+        ...credentials(),
+        tableName,
+        namespace,
+        createTable: true,
+      }),
       stop: async () => {},
     };
   }
