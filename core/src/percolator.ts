@@ -161,7 +161,9 @@ export interface TransactOptions {
   readonly signal?: AbortSignal;
   /**
    * A deadline for the whole call, attempts and backoff included: as a signal firing after
-   * this many ms. 0 to 2^31 - 1 (the range of Node's timers); a fraction rounds up.
+   * this many ms. 0 to 2^31 - 1 (the range of Node's timers); a fraction rounds up. 0 is a
+   * deadline already past: AbortedError at once, `fn` never runs (as a timer of 0 ms, it
+   * depended on whether the store answered within one turn of the event loop).
    */
   readonly timeoutMs?: number;
   /**
@@ -434,11 +436,11 @@ export class Percolator {
     // a long-lived caller's signal on Node 20, and AbortSignal.timeout kept a timer for the
     // whole timeoutMs after the call was done (found in review).
     const own = new AbortController();
-    const timer = setTimeout(
-      () => own.abort(new DOMException(`transact timed out after ${timeoutMs} ms`, 'TimeoutError')),
-      Math.ceil(timeoutMs),
-    );
-    timer.unref?.();
+    const expire = () =>
+      own.abort(new DOMException(`transact timed out after ${timeoutMs} ms`, 'TimeoutError'));
+    if (timeoutMs === 0) expire();
+    const timer = timeoutMs === 0 ? undefined : setTimeout(expire, Math.ceil(timeoutMs));
+    timer?.unref?.();
     const caller = options.signal;
     let unfollow: (() => void) | undefined;
     if (caller?.aborted) own.abort(caller.reason);
