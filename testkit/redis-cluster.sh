@@ -66,9 +66,15 @@ start_node() {
 # A node we started: its pid file is in our work dir.
 ours() { [ "$(cli "$1" config get pidfile 2>/dev/null | sed -n 2p)" = "$DIR/$1/redis.pid" ]; }
 
+# Sets FOREIGN to the ports still served by a redis-server this script did not start
+# (left running: never ours to stop).
 stop_nodes() {
+  FOREIGN=""
   for port in $PORTS; do
-    if answers "$port" && ours "$port"; then cli "$port" shutdown nosave >/dev/null 2>&1 || true; fi
+    if answers "$port"; then
+      if ours "$port"; then cli "$port" shutdown nosave >/dev/null 2>&1 || true
+      else FOREIGN="$FOREIGN $port"; fi
+    fi
     local pidfile="$DIR/$port/redis.pid"
     if [ -f "$pidfile" ]; then
       local pid
@@ -86,6 +92,11 @@ stop_nodes() {
 stop_all() {
   rm -rf "$LEASES" "$AUTOSTOP"
   stop_nodes
+  if [ -n "$FOREIGN" ]; then
+    # It said "stopped" while those nodes went on serving (found by a new user).
+    echo "redis cluster stopped, except port(s)$FOREIGN: served by a redis-server this script did not start, left running" >&2
+    return 1
+  fi
   echo "redis cluster stopped"
 }
 
