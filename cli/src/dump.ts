@@ -86,6 +86,13 @@ export async function* readCommitted(
     if (empty)
       throw new NotFoundError(`row ${shown(row)} of ${shown(table)} has no committed values\n  ${empty}`);
   }
+  // The snapshot is a timestamp of the deployment's own: without its counter (a composite
+  // with counterStore: null) the Percolator client would say "pass an oracle shared by all
+  // clients", which a CLI user cannot (found by a new user).
+  if (!store.capabilities.atomicCounter || !store.incrementCounter)
+    throw new UnsupportedOperationError(
+      `dump reads through a snapshot, a timestamp from the deployment's counter, and store "${store.name}" has none (a composite deployment with counterStore: null): inspect shows a row's committed versions without one`,
+    );
   // Reads settle the locks they meet; like resolve, the CLI prunes nothing as it does.
   const db = new Percolator({ store, gc: KEEP_EVERY_VERSION });
   // The snapshot is taken now: every commit below it has its locks or records in the head

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { stopAt } from '@percolator/conformance';
-import { ClientCrash, MemoryStore, Percolator, type RowStore } from '@percolator/core';
+import { ClientCrash, CompositeStore, MemoryStore, Percolator, type RowStore } from '@percolator/core';
 import { createPostgresStore } from '@percolator/postgres';
 import { createRedisStore, listRedisNamespaces } from '@percolator/redis';
 import { describe, expect, it, vi } from 'vitest';
@@ -303,6 +303,24 @@ describe('dumpTable / inspectRow on the memory store', () => {
     expect(writes[1]).toMatchObject({ value: 'moved', versionRow: { table: '__v.t' } });
     expect(await dumpTable(store, 't')).toEqual([{ row: 'r', column: 'c', value: 'new', encoding: 'utf8' }]);
     await store.close();
+  });
+});
+
+describe('dump on a composite deployment without a counter', () => {
+  it('says it needs the deployment\'s counter (not "pass an oracle", which a CLI user cannot), and reads nothing', async () => {
+    const inner = new MemoryStore();
+    const db = new Percolator({ store: inner });
+    await db.transact(async (tx) => tx.set('accounts', 'a', 'balance', '1'));
+    await db.close();
+    const store = new CompositeStore({ default: inner, counterStore: null });
+    const result = await onStore(store, 'dump', 'accounts');
+    expect(result.code).toBe(EXIT.usage);
+    expect(result.out).toBe('');
+    expect(result.err).toContain("a timestamp from the deployment's counter");
+    expect(result.err).toContain('counterStore: null');
+    expect(result.err).not.toContain('pass an oracle');
+    // inspect, which it points at, works there.
+    expect((await onStore(store, 'inspect', 'accounts', 'a')).code).toBe(0);
   });
 });
 
