@@ -452,10 +452,14 @@ function parseErrorMessage(error: unknown, name: string, spec: CommandSpec, args
   const message = String(e?.message ?? error);
   const quoted = /'([^']*)'/.exec(message)?.[1] ?? '';
   if (e?.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
+    // parseArgs names the first letter of a word like "-dash" ("-d"): the hint names the word.
+    const word = /^-[^-]$/.test(quoted)
+      ? (args.find((a) => a.startsWith(quoted) && a !== '--') ?? quoted)
+      : quoted;
     const dash = /^-[^-]|^--?\d/.test(quoted)
-      ? ` (an argument that starts with "-" goes after "--", at the end: percolator ${name} ... -- ${quoted})`
+      ? ` (an argument that starts with "-" goes after "--", at the end: percolator ${name} ... -- ${word})`
       : '';
-    return `unknown option ${quoted} for ${name}${dash}`;
+    return `unknown option ${word === quoted ? quoted : `${quoted} (in ${word})`} for ${name}${dash}`;
   }
   if (e?.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
     const option = quoted.split(' ')[0]!;

@@ -169,6 +169,11 @@ describe('usage errors', () => {
         'unknown option -5 for inspect (an argument that starts with "-" goes after "--"',
       ],
       [
+        // parseArgs names only the first letter of a key like "-dash" (found by a new user).
+        ['inspect', 't', '-dash'],
+        'unknown option -d (in -dash) for inspect (an argument that starts with "-" goes after "--", at the end: percolator inspect ... -- -dash)',
+      ],
+      [
         ['inspect', 't', '--', '-5', '--backend', 'redis'],
         'wrong number of arguments for inspect: it takes TABLE ROW, got 4 ("t", "-5", "--backend", "redis") (everything after "--" is an argument, options too: put options before it)',
       ],
