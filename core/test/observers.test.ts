@@ -12,7 +12,6 @@ import {
   Percolator,
   type RowStore,
   StoreError,
-  scanNotifications,
   type Transaction,
 } from '@percolator/core';
 import { afterEach, describe, expect, test, vi } from 'vitest';
@@ -1060,46 +1059,6 @@ describe('observers: every worker of a column runs all of its observers', () => 
     expect(differ).toHaveLength(1);
     expect((differ[0] as Error).message).toContain('"B"');
     expect((differ[0] as ObserversDifferError).retryable).toBe(false);
-    await db.close();
-  });
-
-  test('it leaves the notification of a row where it met that ack for a worker that runs it, which then sees the change', async () => {
-    const store = new MemoryStore();
-    const db = new Percolator({ store, observedColumns: [{ table: 'docs', column: 'body' }] });
-    const seen = { A: [] as string[], B: [] as string[] };
-    const observer = (name: 'A' | 'B'): Observer => ({
-      name,
-      table: 'docs',
-      column: 'body',
-      handler: async (tx, { row }) => {
-        seen[name].push(`${row}=${await tx.getString('docs', row, 'body')}`);
-      },
-    });
-    const a = new Percolator({ store }).worker({ observers: [observer('A')], onError: () => undefined });
-    const b = new Percolator({ store }).worker({ observers: [observer('B')] });
-    await db.transact(async (tx) => tx.set('docs', 'd1', 'body', 'one'));
-    await b.runUntilIdle(); // B runs on d1 and acks it
-    await db.transact(async (tx) => {
-      tx.set('docs', 'd1', 'body', 'two');
-      tx.set('docs', 'd2', 'body', 'two'); // B has never run on d2: A cannot know
-    });
-    await a.runUntilIdle(); // idle: A's own observers have run
-    expect(seen.A.sort()).toEqual(['d1=two', 'd2=two']);
-    expect(a.stats).toMatchObject({ runs: 2, cleared: 1, leftForOthers: 1 });
-    // d1's notification is still there, and B sees the change A's worker would have cleared.
-    const pending = await scanNotifications(store, 'docs');
-    expect(pending).toMatchObject([{ column: 'body', pending: 1, oldest: { row: 'd1' } }]);
-    await b.runUntilIdle();
-    expect(seen.B).toEqual(['d1=one', 'd1=two']);
-    // B's worker meets A's ack there in turn, and leaves it too: with the sets apart, no worker
-    // clears it (safe, and `notifications` shows it). A worker that runs both clears it, and
-    // runs neither again.
-    expect(b.stats).toMatchObject({ leftForOthers: 1 });
-    expect(await scanNotifications(store, 'docs')).toMatchObject([{ pending: 1, oldest: { row: 'd1' } }]);
-    const both = new Percolator({ store }).worker({ observers: [observer('A'), observer('B')] });
-    await both.runUntilIdle();
-    expect(both.stats).toMatchObject({ runs: 0, cleared: 1 });
-    expect(await scanNotifications(store, 'docs')).toEqual([]);
     await db.close();
   });
 

@@ -94,12 +94,6 @@ export interface WorkerStats {
   cleared: number;
   /** Rows skipped because another worker held their lease. */
   leaseBusy: number;
-  /**
-   * Changes this worker's observers ran on whose notification it left in place, because an
-   * observer of the column that this worker does not run had acked the cell
-   * (ObserversDifferError): a worker that runs it clears them.
-   */
-  leftForOthers: number;
   /** Times a background loop jumped to a new random position. */
   jumps: number;
   /** Rows read because the index listed them. */

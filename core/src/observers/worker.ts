@@ -158,7 +158,6 @@ export class ObserverWorker {
     failures: 0,
     cleared: 0,
     leaseBusy: 0,
-    leftForOthers: 0,
     jumps: 0,
     rowsScanned: 0,
   };
@@ -503,27 +502,17 @@ export class ObserverWorker {
     this.stats.rowsScanned++;
     if (!stored) return IDLE;
     const work: { column: string; notifyTs: number; observers: Observer[] }[] = [];
-    /** Columns of this row on which an observer this worker does not run has acked. */
-    let foreign: Set<string> | undefined;
     for (const [column, cell] of decodeRowAt(stored.state, table, key).cells) {
       const observers = this.byCell.get(observedKey(table, column));
       if (cell.notifyTs > 0 && observers) work.push({ column, notifyTs: cell.notifyTs, observers });
-      else if (observers === undefined && isReservedColumn(column)) {
-        const observed = this.checkAck(table, column);
-        if (observed !== undefined) (foreign ??= new Set()).add(observed);
-      }
+      else if (observers === undefined && isReservedColumn(column)) this.checkAck(table, column);
     }
     if (work.length === 0) return IDLE;
     let processed = false;
     let pending = false;
     let retryAt: number | undefined;
     for (const { column, notifyTs, observers } of work) {
-      const result = await this.processCell(
-        { table, row: key, column },
-        notifyTs,
-        observers,
-        foreign?.has(column) === true,
-      );
+      const result = await this.processCell({ table, row: key, column }, notifyTs, observers);
       if (result.processed) processed = true;
       if (result.pending) pending = true;
       if (result.retryAt !== undefined) retryAt = Math.min(retryAt ?? Infinity, result.retryAt);
@@ -531,17 +520,11 @@ export class ObserverWorker {
     return { processed, pending, leased: false, retryAt };
   }
 
-  /**
-   * Every observer of one notified cell, then the clear. `othersObserve`: an observer this
-   * worker does not run has acked this cell (checkAck reported it): the notification is
-   * left in place for a worker that runs it, once ours have run. Cleared, that observer
-   * would never see the change (found by a new user's walkthrough: reported, then lost).
-   */
+  /** Every observer of one notified cell, then the clear. */
   private async processCell(
     cell: NotifiedCell,
     notifyTs: number,
     observers: readonly Observer[],
-    othersObserve = false,
   ): Promise<{ processed: boolean; pending: boolean; retryAt?: number }> {
     const retryKey = (o: Observer) => `${cell.table}\u0000${cell.row}\u0000${cell.column}\u0000${o.name}`;
     // While any observer of the cell backs off, leave the whole cell alone: the others
@@ -553,7 +536,6 @@ export class ObserverWorker {
     if (waiting.length > 0) return { processed: false, pending: true, retryAt: Math.min(...waiting) };
     let coveredBelow = Number.POSITIVE_INFINITY;
     let allDone = true;
-    let ran = false;
     let retryAt: number | undefined;
     for (const observer of observers) {
       const backoff = this.retries.get(retryKey(observer));
@@ -594,7 +576,6 @@ export class ObserverWorker {
         this.retries.delete(retryKey(observer));
         coveredBelow = Math.min(coveredBelow, result.startTs);
         if (result.ran) {
-          ran = true;
           this.stats.runs++;
           // The run committed: a callback that throws (or rejects) must not make it count
           // as a failed run, nor escape as an unhandled rejection.
@@ -634,13 +615,6 @@ export class ObserverWorker {
       }
     }
     if (!allDone) return { processed: true, pending: true, retryAt };
-    if (othersObserve) {
-      // Not pending for this worker: its observers are done, and the cell stays notified
-      // for another worker. Processed only if a handler ran (its writes may have notified
-      // other cells): a pass that finds it again, every run skipped, is an idle one.
-      if (ran) this.stats.leftForOthers++;
-      return { processed: ran, pending: false };
-    }
     try {
       const cleared = await clearNotification(
         this.env,
@@ -658,25 +632,21 @@ export class ObserverWorker {
     }
   }
 
-  /**
-   * An ack column of `table`: when it is the ack of an observer of a column we observe that
-   * we do not run, reports it (once) and returns that column.
-   */
-  private checkAck(table: string, name: string): string | undefined {
+  /** An ack column of `table`: reports, once, an observer of a column we observe that we do not run. */
+  private checkAck(table: string, name: string): void {
     const ack = parseAckColumn(name);
-    if (ack === undefined) return undefined;
+    if (ack === undefined) return;
     const ours = this.byCell.get(observedKey(table, ack.column));
-    if (ours === undefined || ours.some((o) => o.name === ack.observer)) return undefined;
+    if (ours === undefined || ours.some((o) => o.name === ack.observer)) return;
     const key = `${table}\u0000${ack.column}\u0000${ack.observer}`;
-    if (this.foreignObservers.has(key)) return ack.column;
+    if (this.foreignObservers.has(key)) return;
     this.foreignObservers.add(key);
     this.reportError(
       new ObserversDifferError(
-        `observer "${ack.observer}" has run on ${table}/${ack.column}, which this worker observes without it (it runs ${ours.map((o) => `"${o.name}"`).join(', ')}): this worker leaves the notifications of rows where it meets "${ack.observer}"'s ack for a worker that runs it, but clears those of other rows after its own observers, and "${ack.observer}" may never see those changes; run every observer of a column in every worker that observes it`,
+        `observer "${ack.observer}" has run on ${table}/${ack.column}, which this worker observes without it (it runs ${ours.map((o) => `"${o.name}"`).join(', ')}): a notification this worker clears after its own observers may never reach "${ack.observer}"; run every observer of a column in every worker that observes it`,
       ),
       undefined,
     );
-    return ack.column;
   }
 
   /** Runs a user callback: whatever it throws, or the promise it returns rejects with, is dropped. */
