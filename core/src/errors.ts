@@ -140,6 +140,15 @@ export class ClosedError extends PercolatorError {
  */
 export class StoreError extends PercolatorError {
   readonly applied: 'no' | 'unknown';
+  /**
+   * Whether running again could fix the failure, were the call known not to have applied:
+   * `retryable` for 'no'; for 'unknown' (never retryable as it stands: it may have applied)
+   * what the failure itself is, a lost reply (true) or a store that broke its contract or
+   * refused the credentials (false). A caller that learns the call did not apply, or that
+   * it changed nothing the transaction depends on (a timestamp draw), reports it as 'no'
+   * with this as its `retryable`.
+   */
+  readonly retryableIfNotApplied: boolean;
   constructor(
     message: string,
     applied: 'no' | 'unknown',
@@ -150,6 +159,7 @@ export class StoreError extends PercolatorError {
       retryable: applied === 'no' && options?.retryable !== false,
     });
     this.applied = applied;
+    this.retryableIfNotApplied = options?.retryable !== false;
   }
 }
 

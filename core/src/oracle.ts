@@ -32,17 +32,20 @@ export function pastMaxTimestamp(what: string, value: number, applied: 'no' | 'u
  * row, so whatever became of it (a counter increment whose reply was lost may have landed,
  * and then timestamps were skipped, which the protocol allows) nothing of the transaction
  * was applied. `StoreError(..., 'unknown')` from the store (STORE_AMBIGUOUS, not retried)
- * becomes `StoreError(..., 'no')`, retryable: without this a stalled counter server failed
+ * becomes `StoreError(..., 'no')`, retryable as its failure is (a lost reply: yes; a reply
+ * that broke the store's contract: no; `retryableIfNotApplied`): without this a stalled
+ * counter server failed
  * every transaction as "may have been applied", a rolled-back write included (found by a
  * new user's walkthrough). Any other failure is its own. Steps that draw and write in one
  * call (a stamped CAS) do not come here: their 'unknown' is real.
  */
 export function drawFailed(error: unknown): unknown {
   if (!(error instanceof StoreError) || error.applied !== 'unknown') return error;
+  // Retryable as a lost reply is; not a reply that broke the store's contract (review).
   return new StoreError(
     `${error.message} (a timestamp draw, which changes no row: nothing of the transaction was applied)`,
     'no',
-    { cause: error },
+    { cause: error, retryable: error.retryableIfNotApplied },
   );
 }
 

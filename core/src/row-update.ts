@@ -76,11 +76,12 @@ export class AmbiguousOutcome extends Error {
  */
 export function notAppliedAfter(error: AmbiguousOutcome, message: string): StoreError {
   const cause = error.cause;
-  const retryable = !(
-    cause instanceof PercolatorError &&
-    !cause.retryable &&
-    !(cause instanceof StoreError && cause.applied === 'unknown')
-  );
+  // A lost reply is retryable once the call is known not to have applied; a reply that broke
+  // the store's contract, or refused credentials, is not (StoreError.retryableIfNotApplied).
+  const retryable =
+    cause instanceof StoreError
+      ? cause.retryableIfNotApplied
+      : !(cause instanceof PercolatorError && !cause.retryable);
   return new StoreError(message, 'no', { cause, retryable });
 }
 

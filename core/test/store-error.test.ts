@@ -356,3 +356,48 @@ describe('a timestamp draw whose outcome is unknown', () => {
     await db.close();
   });
 });
+
+describe('a timestamp draw the store answered with nonsense', () => {
+  it('fails as not applied but stays not retryable (a store that broke its contract)', async () => {
+    // Every timestamp from the oracle's counter, as in lossyCounter above.
+    const store = new InstrumentedStore(new MemoryStore(), {
+      stampedCheckAndSet: false,
+      stampedCheckAndSetMany: false,
+      stampedRead: false,
+      peekedRead: false,
+    });
+    const increment = store.incrementCounter.bind(store);
+    let garbage = 1;
+    store.incrementCounter = async (name, delta) => {
+      const value = await increment(name, delta);
+      return garbage-- > 0 ? ('garbage' as unknown as number) : value;
+    };
+    const db = new Percolator({ store });
+    let attempts = 0;
+    const failed = await db
+      .transact(
+        async (tx) => {
+          attempts++;
+          return tx.getString('t', 'a', 'v');
+        },
+        { readOnly: true, maxAttempts: 3 },
+      )
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(failed).toMatchObject({ code: 'STORE_UNAVAILABLE', applied: 'no', retryable: false });
+    expect((failed as StoreError).message).toContain('broke the store contract');
+    expect(attempts).toBe(1);
+    await db.close();
+  });
+
+  it('StoreError.retryableIfNotApplied: what a lost reply is (true), and what a contract break or refused credentials are (false)', () => {
+    expect(new StoreError('timed out', 'unknown').retryableIfNotApplied).toBe(true);
+    expect(new StoreError('garbage reply', 'unknown', { retryable: false }).retryableIfNotApplied).toBe(
+      false,
+    );
+    expect(new StoreError('down', 'no').retryableIfNotApplied).toBe(true);
+    expect(new StoreError('denied', 'no', { retryable: false }).retryableIfNotApplied).toBe(false);
+  });
+});
