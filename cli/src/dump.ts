@@ -17,6 +17,7 @@ import {
   isReservedColumn,
   Percolator,
   type RowStore,
+  SnapshotTooOldError,
   UnsupportedOperationError,
   validateRowKey,
   validateUserTable,
@@ -69,6 +70,13 @@ export async function* readCommitted(
   validateUserTable(table);
   const { row, limit } = options;
   if (row !== undefined) validateRowKey(row);
+  // The snapshot is a timestamp of the deployment's own: without its counter (a composite
+  // with counterStore: null) the Percolator client would say "pass an oracle shared by all
+  // clients", which a CLI user cannot (found by a new user).
+  if (!store.capabilities.atomicCounter || !store.incrementCounter)
+    throw new UnsupportedOperationError(
+      `dump reads through a snapshot, a timestamp from the deployment's counter, and store "${store.name}" has none (a composite deployment with counterStore: null): inspect shows a row's committed versions without one`,
+    );
   if (row === undefined && (!store.capabilities.orderedScan || !store.scan)) {
     throw new UnsupportedOperationError(
       `store "${store.name}" cannot scan rows in key order: pass --row KEY to read one row`,
@@ -86,13 +94,6 @@ export async function* readCommitted(
     if (empty)
       throw new NotFoundError(`row ${shown(row)} of ${shown(table)} has no committed values\n  ${empty}`);
   }
-  // The snapshot is a timestamp of the deployment's own: without its counter (a composite
-  // with counterStore: null) the Percolator client would say "pass an oracle shared by all
-  // clients", which a CLI user cannot (found by a new user).
-  if (!store.capabilities.atomicCounter || !store.incrementCounter)
-    throw new UnsupportedOperationError(
-      `dump reads through a snapshot, a timestamp from the deployment's counter, and store "${store.name}" has none (a composite deployment with counterStore: null): inspect shows a row's committed versions without one`,
-    );
   // Reads settle the locks they meet; like resolve, the CLI prunes nothing as it does.
   const db = new Percolator({ store, gc: KEEP_EVERY_VERSION });
   // The snapshot is taken now: every commit below it has its locks or records in the head
@@ -248,25 +249,35 @@ export async function dumpTo(
   let values = 0;
   let rows = 0;
   let lastRow: string | undefined;
-  for await (const c of readCommitted(store, args.table, readOptions(args))) {
-    const cell: DumpedCell = { row: c.row, column: c.column, ...showValue(c.value) };
-    if (options.json) {
-      // An element of JSON.stringify(cells, null, 2): its own text, indented one level.
-      chunk += `${values === 0 ? '[\n' : ',\n'}  ${JSON.stringify(cell, null, 2).replaceAll('\n', '\n  ')}`;
-    } else {
-      if (values === 0) chunk += `${header(args.table)}\n`;
-      if (cell.row !== lastRow) {
-        rows++;
-        lastRow = cell.row;
-        chunk += `${shown(cell.row)}\n`;
+  try {
+    for await (const c of readCommitted(store, args.table, readOptions(args))) {
+      const cell: DumpedCell = { row: c.row, column: c.column, ...showValue(c.value) };
+      if (options.json) {
+        // An element of JSON.stringify(cells, null, 2): its own text, indented one level.
+        chunk += `${values === 0 ? '[\n' : ',\n'}  ${JSON.stringify(cell, null, 2).replaceAll('\n', '\n  ')}`;
+      } else {
+        if (values === 0) chunk += `${header(args.table)}\n`;
+        if (cell.row !== lastRow) {
+          rows++;
+          lastRow = cell.row;
+          chunk += `${shown(cell.row)}\n`;
+        }
+        chunk += `${cellLine(cell, args.full)}\n`;
       }
-      chunk += `${cellLine(cell, args.full)}\n`;
+      values++;
+      if (chunk.length >= CHUNK_CHARS) {
+        await flush();
+        if (sink.closed()) return EXIT.ok;
+      }
     }
-    values++;
-    if (chunk.length >= CHUNK_CHARS) {
-      await flush();
-      if (sink.closed()) return EXIT.ok;
-    }
+  } catch (error) {
+    // Its one snapshot lasts as long as the output: a reader that stopped reading (a paused
+    // pager) for longer than the writers keep history lets it be pruned (found in review).
+    if (error instanceof SnapshotTooOldError && values > 0)
+      throw new SnapshotTooOldError(
+        `${error.message} (the dump reads one snapshot while it writes, and its output waited longer than the writers' gc.retentionMs: dump to a file, then read that)`,
+      );
+    throw error;
   }
   if (values === 0) throw noValues(args);
   chunk += options.json ? '\n]\n' : `${summary(rows, values)}\n  (${options.target})\n`;

@@ -1,6 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { stopAt } from '@percolator/conformance';
-import { ClientCrash, CompositeStore, MemoryStore, Percolator, type RowStore } from '@percolator/core';
+import {
+  ClientCrash,
+  CompositeStore,
+  MemoryStore,
+  Percolator,
+  type RowStore,
+  SnapshotTooOldError,
+} from '@percolator/core';
 import { createPostgresStore } from '@percolator/postgres';
 import { createRedisStore, listRedisNamespaces } from '@percolator/redis';
 import { describe, expect, it, vi } from 'vitest';
@@ -442,11 +449,28 @@ describe('dump streams its output', () => {
     await dumpTo(store, { table: 'big' }, whole.sink, { json: false, target: 't' });
     expect(whole.writes.length).toBeGreaterThan(3);
     expect(scansClosed).toBeLessThan(scans() - scansClosed);
-    // Its snapshot transaction ended (rolled back): a new one writes and reads as usual.
-    const db = new Percolator({ store });
-    await db.transact(async (tx) => tx.set('big', 'r00000', 'name', 'after'));
-    expect(await db.transact(async (tx) => tx.getString('big', 'r00000', 'name'))).toBe('after');
-    await db.close();
+    await store.close();
+  });
+
+  it('fails with a hint when its output waited longer than the writers keep history (a paused pager)', async () => {
+    const { store, scans } = await bigTable();
+    const out = recordingSink(scans);
+    out.fill(true);
+    const done = dumpTo(store, { table: 'big' }, out.sink, { json: false, target: 't' }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    await vi.waitFor(() => expect(out.writes.length).toBe(1));
+    // Meanwhile writers that keep one version (retention 0) rewrite rows the dump has not read.
+    const writer = new Percolator({ store, gc: { retentionMs: 0, maxVersionsPerCell: 1 } });
+    for (let i = 0; i < 3; i++)
+      await writer.transact(async (tx) => tx.set('big', 'r01100', 'name', `rewritten ${i}`));
+    await writer.close();
+    out.fill(false);
+    out.release();
+    const failure = await done;
+    expect(failure).toBeInstanceOf(SnapshotTooOldError);
+    expect((failure as Error).message).toContain('dump to a file, then read that');
     await store.close();
   });
 
