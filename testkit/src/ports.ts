@@ -18,6 +18,21 @@ import { createServer } from 'node:net';
 const LOWEST = 20_000;
 const handedOut = new Set<number>();
 
+/** Whether the port, or one at an offset from it, was handed out already in this process. */
+function taken(port: number, offsets: readonly number[]): boolean {
+  return handedOut.has(port) || offsets.some((o) => handedOut.has(port + o));
+}
+
+/**
+ * Marks the port and those at its offsets as handed out: a Cluster node's bus port (port +
+ * 10000) must not go to another server while the node is down for a restart (review).
+ */
+function reserve(port: number, offsets: readonly number[]): number {
+  handedOut.add(port);
+  for (const offset of offsets) handedOut.add(port + offset);
+  return port;
+}
+
 /** The first port of the ephemeral range, or undefined where it cannot be read. */
 function ephemeralStart(): number | undefined {
   try {
@@ -49,19 +64,21 @@ export function portFree(port: number, host?: string): Promise<boolean> {
  * range as well.
  */
 export async function freePort(host?: string, offsets: readonly number[] = []): Promise<number> {
+  for (const offset of offsets)
+    if (!Number.isSafeInteger(offset) || offset < 1 || offset > 60_000)
+      throw new RangeError(`freePort: an offset is an integer from 1 to 60000, got ${offset}`);
   const start = ephemeralStart();
   const top = Math.max(0, ...offsets);
   if (start !== undefined && start - top - LOWEST >= 1000) {
     const room = start - top - LOWEST;
     for (let attempt = 0; attempt < 100; attempt++) {
       const port = LOWEST + Math.floor(Math.random() * room);
-      if (handedOut.has(port)) continue;
+      if (taken(port, offsets)) continue;
       if (!(await portFree(port, host))) continue;
       let others = true;
       for (const offset of offsets) if (!(await portFree(port + offset, host))) others = false;
       if (!others) continue;
-      handedOut.add(port);
-      return port;
+      return reserve(port, offsets);
     }
   }
   return kernelPort(host, offsets);
@@ -84,12 +101,11 @@ async function kernelPort(host: string | undefined, offsets: readonly number[]):
       if (host === undefined) server.listen(0, done);
       else server.listen(0, host, done);
     });
-    if (handedOut.has(port) || port + Math.max(0, ...offsets) > 65_535) continue;
+    if (taken(port, offsets) || port + Math.max(0, ...offsets) > 65_535) continue;
     let others = true;
     for (const offset of offsets) if (!(await portFree(port + offset, host))) others = false;
     if (!others) continue;
-    handedOut.add(port);
-    return port;
+    return reserve(port, offsets);
   }
   throw new Error('could not find a free port');
 }
