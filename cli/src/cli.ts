@@ -653,6 +653,7 @@ function print(result: CommandResult, values: Values, target: string, io: CliIo)
   if (values.json === true) io.out(`${JSON.stringify(result.data, null, 2)}\n`);
   else if (result.refused) io.err(`${result.text}\n  (${target})\n`);
   else io.out(`${result.text}\n  (${target})\n`);
+  if (result.notes !== undefined) io.err(`${result.notes}\n`);
 }
 
 /** namespaces / drop-namespace: on a backend's catalog, not on one namespace's data. */

@@ -37,6 +37,8 @@ export interface CommandResult<T = unknown> {
   readonly text: string;
   /** The command declined to act (printed on stderr). */
   readonly refused?: boolean;
+  /** Said on stderr after the result, text or --json: what the command could not look at. */
+  readonly notes?: string;
 }
 
 /** Names are checked before the store is asked anything: a bad one is a usage error. */
@@ -49,13 +51,16 @@ function checkNames(table: string, row?: string): void {
   }
 }
 
-/** A table with no stored row at all: most often a misspelt name (stores keep no table list). */
+/** What is said of tables with no stored row at all: most often misspelt names (stores keep no table list). */
+function noRows(tables: readonly string[]): string {
+  const one = tables.length === 1;
+  return `${one ? 'table' : 'tables'} ${tables.map(shown).join(', ')} ${one ? 'holds' : 'hold'} no rows (${one ? 'is the name' : 'are the names'} right? stores keep no table list)`;
+}
+
+/** NotFoundError for a table with no stored row at all. */
 async function assertTableHasRows(store: RowStore, table: string): Promise<void> {
   if (!store.capabilities.orderedScan || !store.scan) return;
-  if ((await store.scan(table, { limit: 1 })).length === 0)
-    throw new NotFoundError(
-      `table ${shown(table)} holds no rows (is the name right? stores keep no table list)`,
-    );
+  if ((await store.scan(table, { limit: 1 })).length === 0) throw new NotFoundError(noRows([table]));
 }
 
 /**
@@ -456,21 +461,17 @@ export async function notificationsCommand(
     oldest: { ...p.oldest, ...(p.oldest.sinceMs === undefined ? {} : { ageMs: nowMs - p.oldest.sinceMs }) },
   }));
   const forWhom = `${args.observer ? ` for observer ${args.observer}` : ''}${args.column !== undefined ? ` in column ${shown(args.column)}` : ''}`;
-  if (empty.length === args.tables.length)
-    throw new NotFoundError(
-      `tables ${empty.map(shown).join(', ')} hold no rows (are the names right? stores keep no table list)`,
-    );
+  if (empty.length === args.tables.length) throw new NotFoundError(noRows(empty));
   const code = empty.length > 0 ? EXIT.notFound : EXIT.ok;
-  const emptyLine =
-    empty.length > 0
-      ? `\n${empty.length === 1 ? 'table' : 'tables'} ${empty.map(shown).join(', ')} ${empty.length === 1 ? 'holds' : 'hold'} no rows (is the name right? stores keep no table list)`
-      : '';
+  // On stderr, with --json too (the JSON holds only the backlog; it said nothing of them).
+  const notes = empty.length > 0 ? { notes: noRows(empty) } : {};
   const looked = args.tables.filter((t) => !empty.includes(t));
   if (data.length === 0)
     return {
       code,
       data,
-      text: `no pending notifications${forWhom} in ${looked.map(shown).join(', ')}${emptyLine}`,
+      text: `no pending notifications${forWhom} in ${looked.map(shown).join(', ')}`,
+      ...notes,
     };
   const rows = [['table', 'column', 'pending', 'oldest row', 'oldest change']];
   for (const p of data)
@@ -487,7 +488,8 @@ export async function notificationsCommand(
   return {
     code,
     data,
-    text: `${plural(total, 'pending notification')}${forWhom}:\n${columns(rows)}${emptyLine}`,
+    text: `${plural(total, 'pending notification')}${forWhom}:\n${columns(rows)}`,
+    ...notes,
   };
 }
 

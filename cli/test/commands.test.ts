@@ -218,7 +218,12 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       expect(some.code).toBe(4);
       expect(some.data).toMatchObject([{ table: 'docs', column: 'body', pending: 3 }]);
       expect(some.text).toContain('3 pending notifications');
-      expect(some.text).toContain('table nosuch holds no rows');
+      expect(some.notes).toBe('table nosuch holds no rows (is the name right? stores keep no table list)');
+      // Through the CLI: the note on stderr, with --json too (whose output stays the backlog).
+      const json = await onStore(store, 'notifications', 'nosuch', 'docs', '--json');
+      expect(json.code).toBe(4);
+      expect(JSON.parse(json.out)).toMatchObject([{ table: 'docs', pending: 3 }]);
+      expect(json.err).toBe('table nosuch holds no rows (is the name right? stores keep no table list)\n');
       await expect(notificationsCommand(store, { tables: ['nosuch', 'other'] })).rejects.toThrow(
         'tables nosuch, other hold no rows',
       );
