@@ -66,15 +66,13 @@ start_node() {
 # A node we started: its pid file is in our work dir.
 ours() { [ "$(cli "$1" config get pidfile 2>/dev/null | sed -n 2p)" = "$DIR/$1/redis.pid" ]; }
 
-# Sets FOREIGN to the ports still served by a redis-server this script did not start
-# (left running: never ours to stop).
+# Sets FOREIGN to the ports still served afterwards: by a redis-server this script did not
+# start (left running: never ours to stop). Found after the kills, not before: a node of
+# ours too busy to answer "config get pidfile" in time is still killed through its pidfile.
 stop_nodes() {
   FOREIGN=""
   for port in $PORTS; do
-    if answers "$port"; then
-      if ours "$port"; then cli "$port" shutdown nosave >/dev/null 2>&1 || true
-      else FOREIGN="$FOREIGN $port"; fi
-    fi
+    if answers "$port" && ours "$port"; then cli "$port" shutdown nosave >/dev/null 2>&1 || true; fi
     local pidfile="$DIR/$port/redis.pid"
     if [ -f "$pidfile" ]; then
       local pid
@@ -83,6 +81,9 @@ stop_nodes() {
       kill -9 "$pid" 2>/dev/null || true
     fi
     rm -rf "${DIR:?}/$port"
+  done
+  for port in $PORTS; do
+    if answers "$port"; then FOREIGN="$FOREIGN $port"; fi
   done
   rm -f "$DIR/create-$KEY.log"
   rmdir "$DIR" 2>/dev/null || true

@@ -25,4 +25,5 @@ export {
   type NamespaceAdmin,
   openNamespaceAdmin,
   openStore,
+  usesLocalDynamoDbCredentials,
 } from './open.js';

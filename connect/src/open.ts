@@ -174,6 +174,19 @@ export function isLoopbackUrl(url: string): boolean {
   return /^[a-z]+:\/\/(127\.\d+\.\d+\.\d+|localhost|\[::1\])(?=[:/]|$)/i.test(url);
 }
 
+/**
+ * The one rule for DynamoDB Local's placeholder credentials (LOCAL_DYNAMODB_CREDENTIALS): an
+ * endpoint on this machine, and no AWS_ACCESS_KEY_ID in the environment (then the AWS SDK's
+ * default chain, which finds nothing on a machine without AWS settings). connect, the CLI
+ * and the testkit's dynamoDbTarget all follow it.
+ */
+export function usesLocalDynamoDbCredentials(
+  endpoint: string,
+  env: NodeJS.ProcessEnv = process.env,
+): boolean {
+  return isLoopbackUrl(endpoint) && !env.AWS_ACCESS_KEY_ID;
+}
+
 interface Droppable extends RowStore {
   dropNamespace(): Promise<void>;
 }
@@ -314,7 +327,7 @@ function dynamoDbSettings(url: string | undefined, options: ConnectOptions) {
     region,
     tableName,
     // DynamoDB Local wants some credentials, whatever they are.
-    local: url !== undefined && isLoopbackUrl(url) && !env.AWS_ACCESS_KEY_ID,
+    local: url !== undefined && usesLocalDynamoDbCredentials(url, env),
     target: `${where} table ${tableName}`,
   };
 }
@@ -444,8 +457,11 @@ export async function openStoreFrom(
       // The adapter speaks of "the redis client passed in": here connect made it, from a node
       // list whose origin the user should see, as for every other backend (it said neither,
       // and told a user who had passed --url to set the variable: found by a new user).
-      const cause = error.message.replace(/^the redis client passed in \([^)]*\) did not connect: /, '');
-      error.message = `cannot connect to the Redis Cluster at ${c.target}, from ${urlOrigin(backend, options, label)}: ${cause}`;
+      // Only that message: a failure after connecting (a refused SCRIPT LOAD) gets the
+      // origin appended below, as on the other backends (review).
+      const notConnected = /^the redis client passed in \([^)]*\) did not connect: /;
+      if (notConnected.test(error.message))
+        error.message = `cannot connect to the Redis Cluster at ${c.target}, from ${urlOrigin(backend, options, label)}: ${error.message.replace(notConnected, '')}`;
     }
     explainOpenError(error, backend, c.target, options, label);
     throw error;

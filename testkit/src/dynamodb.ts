@@ -1,8 +1,8 @@
 import {
   DEFAULT_DYNAMODB_REGION,
   DEFAULT_DYNAMODB_TABLE,
-  isLoopbackUrl,
   LOCAL_DYNAMODB_CREDENTIALS,
+  usesLocalDynamoDbCredentials,
 } from '@percolator/connect';
 import { checkOptionKeys, type OptionKeys } from '@percolator/core';
 import type { DynamoDbStoreOptions } from '@percolator/dynamodb';
@@ -98,7 +98,7 @@ export async function dynamoDbTarget(env: NodeJS.ProcessEnv = process.env): Prom
   const external = env.PERCOLATOR_DYNAMODB_ENDPOINT;
   if (external) {
     const region = env.AWS_REGION || env.AWS_DEFAULT_REGION || LOCAL_REGION;
-    const local = isLoopbackUrl(external) && !env.AWS_ACCESS_KEY_ID;
+    const local = usesLocalDynamoDbCredentials(external, env);
     const credentials = () => (local ? { credentials: { ...LOCAL_CREDENTIALS } } : {});
     return {
       endpoint: external,
