@@ -566,6 +566,15 @@ export async function gcCommand(
     ...(empty ? [`  ${empty}`] : []),
     ...freed(report),
   ];
+  // A dry run by the library's defaults promised what a run by the clients' policy did not
+  // free (found by an operator's walkthrough): say which policy it counted by.
+  const defaulted = ['retentionMs', 'maxVersionsPerCell'].filter(
+    (k) => args.policy?.[k as 'retentionMs' | 'maxVersionsPerCell'] === undefined,
+  );
+  if (args.dryRun && defaulted.length > 0)
+    lines.push(
+      `  (counted by the library's default ${defaulted.map((k) => (k === 'retentionMs' ? '--retention 60s' : '--max-versions 32')).join(' and ')}: pass your clients' policy for what a run with it frees)`,
+    );
   if (report.held > 0)
     lines.push(
       args.dryRun

@@ -306,6 +306,20 @@ describe.each(BACKEND_NAMES)('percolator commands on %s', (name) => {
       await expect(gcCommand(store, { table: 'docs' })).rejects.toBeInstanceOf(UsageError);
       const dry = await gcCommand(store, { table: 'docs', row: 'big', dryRun: true, policy, now: clock });
       expect(dry.data.versions).toBe(3);
+      expect(dry.text).not.toContain("library's default");
+      // Without the policy, the dry run says which defaults it counted by (found by an operator).
+      const byDefault = await gcCommand(store, { table: 'docs', row: 'big', dryRun: true, now: clock });
+      expect(byDefault.text).toContain(
+        "(counted by the library's default --retention 60s and --max-versions 32: pass your clients' policy for what a run with it frees)",
+      );
+      const half = await gcCommand(store, {
+        table: 'docs',
+        row: 'big',
+        dryRun: true,
+        policy: { retentionMs: 1000 },
+        now: clock,
+      });
+      expect(half.text).toContain("(counted by the library's default --max-versions 32:");
       expect(dry.data.headBytes + dry.data.versionRowBytes).toBeGreaterThan(0);
       const done = await gcCommand(store, { table: 'docs', policy, now: clock });
       expect(done.code).toBe(0);

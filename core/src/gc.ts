@@ -94,9 +94,6 @@ export async function gcRow(
     const pruned = decodeRow(first.state);
     pruneRow(env, pruned, now);
     report.versions = recordsBefore - countRecords(pruned);
-    // As the real run reports it: a pruning that re-encodes the row a few bytes larger (a
-    // longer garbage list) frees nothing, never a negative amount.
-    report.headBytes = Math.max(0, first.state.length - encodeRow(pruned).length);
     // Version rows the tidy step would delete: those already in `garbage` and those the
     // pruning adds to it. Read (never written) to report their size.
     const vt = versionTable(table);
@@ -116,6 +113,21 @@ export async function gcRow(
         report.versionRowBytesCreated += block.bytes + block.entries.length * BLOCK_ENTRY_BYTES;
       }
     }
+    // The head row as the real run leaves it, whose size it reports: the moved values out
+    // of it, the deleted version rows' names out of `garbage` (tidy.ts, recordConfirmed).
+    // Encoded as pruned only, the estimate came out lower than the run with nothing to
+    // settle (1,241 B against 1,326 on a hot cell, found by an operator's walkthrough).
+    for (const cell of pruned.cells.values()) {
+      for (const rec of cell.writes) {
+        if (rec.value !== 'moving') continue;
+        rec.value = 'moved';
+        cell.dropValue(rec.startTs);
+      }
+      cell.garbage = [];
+    }
+    // As the real run reports it: a row re-encoded a few bytes larger frees nothing, never
+    // a negative amount.
+    report.headBytes = Math.max(0, first.state.length - encodeRow(pruned).length);
     return report;
   }
   // Every version row the head row names now; whichever of them is gone at the end was freed.

@@ -313,7 +313,7 @@ export interface PendingColumn {
   readonly oldest: {
     readonly row: string;
     readonly notifyTs: number;
-    /** Wall time of the oldest committed change not yet acknowledged; undefined if none is (a weak notification, or a write still locked). */
+    /** Wall time of the oldest committed change not yet acknowledged; undefined if none is known (a weak notification, a write still locked, or, without `observer`, a change only an observer that never ran on the row has not handled). */
     readonly sinceMs?: number;
   };
 }
