@@ -402,6 +402,10 @@ function resolvedLine(r: ResolvedLock, waitMs = 0): string {
   if (o.action === 'rolled-forward')
     return `  rolled forward ${what}: its transaction committed at ${o.commitTs}`;
   if (o.action === 'rolled-back') return `  rolled back    ${what}: its transaction did not commit`;
+  if (o.action === 'released')
+    return o.commitTs === undefined
+      ? `  released       ${what}: settled by its owner (or a reader) while this waited: its transaction did not commit`
+      : `  released       ${what}: settled by its owner (or a reader) while this waited: its transaction committed at ${o.commitTs}`;
   const expires = `expires in ${duration(o.expiresInMs)} unless its heartbeat refreshes the primary's lock`;
   if (waitMs > 0)
     return `  left alone     ${what}: still live after waiting ${duration(waitMs)}, its owner may still be committing (${expires}); run again with a longer --wait (more than ${duration(o.expiresInMs)}), or after its TTL, or inspect its primary if it stays live`;

@@ -22,7 +22,8 @@ export interface ResolveOptions {
   /** Stops the wait early (the locks still live are reported). */
   readonly signal?: AbortSignal;
   /**
-   * Called as each lock is settled (rolled forward or back), before the next is looked at:
+   * Called as each lock is settled (rolled forward or back, or found released by its owner
+   * while the call waited), before the next is looked at:
    * should a later step fail, the caller knows what was already done (the resolver's writes
    * are not undone by a failure after them). Live locks are only in the result. An error
    * it throws ends the call.
@@ -41,6 +42,12 @@ export interface ResolvedLock {
     | { readonly action: 'rolled-forward'; readonly commitTs: number }
     | { readonly action: 'rolled-back' }
     /**
+     * Live when first seen, and gone while the call waited (`waitMs`): settled by its owner
+     * (or a reader): committed at `commitTs`, or, without it, rolled back. Such a lock was
+     * left out of the result, and an operator who waited on a lock read "no locks".
+     */
+    | { readonly action: 'released'; readonly commitTs?: number }
+    /**
      * Its owner may still be committing: left alone. `expiresInMs`: until its primary's lock
      * expires (a heartbeat extends it; a secondary lock's own TTL does not count), or the
      * lock found's while the primary holds no lock of the transaction.
@@ -57,6 +64,7 @@ export async function resolveRowLocks(
   const waitUntil = performance.now() + (options.waitMs ?? 0);
   const done = new Map<string, ResolvedLock>();
   let alive: ResolvedLock[] = [];
+  const aliveLocks = new Map<string, Lock>();
   for (let attempt = 0; ; attempt++) {
     const stored = await readRow(env, table, row);
     const locks: { column: string; lock: Lock }[] = [];
@@ -64,7 +72,25 @@ export async function resolveRowLocks(
       for (const [column, cell] of decodeRowAt(stored.state, table, row).cells)
         if (cell.lock && !done.has(`${column}\u0000${cell.lock.startTs}`))
           locks.push({ column, lock: cell.lock });
+    // Live last round and gone now: its owner (or a reader) settled it meanwhile. Its primary
+    // tells which way (a secondary's lock leaves before its primary decides only when its
+    // transaction is being rolled back).
+    for (const was of alive) {
+      const id = `${was.column}\u0000${was.startTs}`;
+      if (locks.some((l) => `${l.column}\u0000${l.lock.startTs}` === id)) continue;
+      const fate = await primaryFate(env.store, aliveLocks.get(id)!, env.clock());
+      const released: ResolvedLock = {
+        ...was,
+        outcome:
+          fate.state === 'committed'
+            ? { action: 'released', commitTs: fate.commitTs }
+            : { action: 'released' },
+      };
+      done.set(id, released);
+      options.onSettled?.(released);
+    }
     alive = [];
+    aliveLocks.clear();
     // Locks of one transaction share a primary: settle them one after another, so the
     // first settles the primary and the rest only read its verdict.
     for (const { column, lock } of locks) {
@@ -79,6 +105,7 @@ export async function resolveRowLocks(
       if (fate === 'alive') {
         const expiresInMs = await expiresIn(env, lock, base.isPrimary);
         alive.push({ ...base, outcome: { action: 'alive', expiresInMs } });
+        aliveLocks.set(`${column}\u0000${lock.startTs}`, lock);
       } else {
         const settled: ResolvedLock = {
           ...base,

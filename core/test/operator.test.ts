@@ -1,4 +1,5 @@
 import {
+  AbortedError,
   ClientCrash,
   type CommitStep,
   InvalidArgumentError,
@@ -9,7 +10,7 @@ import {
   scanLocks,
   scanNotifications,
 } from '@percolator/core';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { fakeClock, InstrumentedStore, text } from './support.js';
 
 /**
@@ -200,6 +201,81 @@ describe('operator APIs', () => {
     expect(settled).toEqual(results.map((r) => `${r.column}:${r.outcome.action}`));
     expect(settled).toEqual(['v:rolled-back']);
     await resolver.close();
+  });
+
+  it('resolveLocks with waitMs reports a live lock its owner settled meanwhile as released, committed or not', async () => {
+    // Found by an operator: a lock whose owner finished during `resolve --wait` was left out of
+    // the result, and the operator who had waited on it read "no locks".
+    for (const outcome of ['committed', 'rolled back'] as const) {
+      const store = new MemoryStore();
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      let paused!: () => void;
+      const atPause = new Promise<void>((resolve) => (paused = resolve));
+      const owner = new Percolator({
+        store,
+        onePhaseMaxRows: 1,
+        hooks: {
+          onCommitStep: async (e) => {
+            if (e.step !== 'beforeCommitPrimary') return;
+            paused();
+            await gate;
+          },
+        },
+      });
+      const tx = await owner.begin();
+      for (const r of ROWS) tx.set('t', r, 'v', 'new');
+      const abort = new AbortController();
+      const commit = tx.commit({ signal: abort.signal }).then(
+        (r) => r,
+        (e: unknown) => e,
+      );
+      await atPause;
+      // The resolver on a view of the store that counts its reads of the primary row: once it
+      // has read it twice (the verdict, then how long the lock has), it has found it live.
+      let primaryReads = 0;
+      const counting = new Proxy(store, {
+        get(target, property, receiver) {
+          const value = Reflect.get(target, property, receiver);
+          if (property === 'read')
+            return (table: string, key: string) => {
+              if (key === 'a') primaryReads++;
+              return target.read(table, key);
+            };
+          if (property === 'readMany')
+            return (refs: readonly { table: string; key: string }[]) => {
+              primaryReads += refs.filter((r) => r.key === 'a').length;
+              return target.readMany(refs);
+            };
+          return typeof value === 'function' ? value.bind(target) : value;
+        },
+      });
+      const resolver = new Percolator({ store: counting });
+      const settled: string[] = [];
+      const waiting = resolver.resolveLocks('t', 'b', {
+        waitMs: 30_000,
+        onSettled: (lock) => settled.push(lock.outcome.action),
+      });
+      // Its first look finds the lock live (the owner refreshes it); then the owner goes on.
+      await vi.waitFor(() => expect(primaryReads).toBeGreaterThanOrEqual(2), { timeout: 10_000 });
+      if (outcome === 'rolled back') abort.abort();
+      open();
+      const [result] = await waiting;
+      const committed = await commit;
+      if (outcome === 'committed') {
+        expect(result!.outcome).toEqual({
+          action: 'released',
+          commitTs: (committed as { commitTs: number }).commitTs,
+        });
+      } else {
+        expect(committed).toBeInstanceOf(AbortedError);
+        expect(result!.outcome).toEqual({ action: 'released' });
+      }
+      expect(result).toMatchObject({ column: 'v', isPrimary: false, primary: { row: 'a' } });
+      expect(settled).toEqual(['released']);
+      await owner.close();
+      await resolver.close();
+    }
   });
 
   it('gc prunes the records its settling releases: a second gc finds nothing left', async () => {
