@@ -407,6 +407,8 @@ function resolvedLine(r: ResolvedLock, waitMs = 0): string {
       ? `  released       ${what}: settled by its owner (or a reader) while this waited: its transaction did not commit`
       : `  released       ${what}: settled by its owner (or a reader) while this waited: its transaction committed at ${o.commitTs}`;
   const expires = `expires in ${duration(o.expiresInMs)} unless its heartbeat refreshes the primary's lock`;
+  if (waitMs > 0 && o.refreshed)
+    return `  left alone     ${what}: still live after waiting ${duration(waitMs)}, and its owner is alive: its heartbeat refreshed the primary's lock meanwhile (${expires}), so it is still committing; a longer --wait settles it only once the owner finishes or stops: inspect its primary (the stuck-lock runbook in docs/operations.md)`;
   if (waitMs > 0)
     return `  left alone     ${what}: still live after waiting ${duration(waitMs)}, its owner may still be committing (${expires}); run again with a longer --wait (more than ${duration(o.expiresInMs)}), or after its TTL, or inspect its primary if it stays live`;
   return `  left alone     ${what}: its owner may still be committing (${expires}); retry later or pass --wait`;

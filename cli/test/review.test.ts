@@ -282,3 +282,37 @@ describe('connection errors name what the user passed', () => {
     }
   });
 });
+
+describe('resolve --wait on a lock whose owner is alive (found by an operator)', () => {
+  it('says the owner refreshed it while it waited, instead of "run again with a longer --wait"', async () => {
+    const store = new MemoryStore();
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let paused!: () => void;
+    const atPause = new Promise<void>((resolve) => (paused = resolve));
+    const owner = new Percolator({
+      store,
+      lockTtlMs: 1500,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: async (e) => {
+          if (e.step !== 'beforeCommitPrimary') return;
+          paused();
+          await gate;
+        },
+      },
+    });
+    const commit = owner.transact(async (tx) => {
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '1');
+    });
+    await atPause;
+    const result = await onStore(store, 'resolve', 't', 'b', '--wait', '2s');
+    expect(result.code).toBe(1);
+    expect(result.out).toContain("its owner is alive: its heartbeat refreshed the primary's lock meanwhile");
+    expect(result.out).not.toContain('run again with a longer --wait');
+    open();
+    await commit;
+    await owner.close();
+  });
+});

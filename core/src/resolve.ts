@@ -52,8 +52,20 @@ export interface ResolvedLock {
      * expires (a heartbeat extends it; a secondary lock's own TTL does not count), or the
      * lock found's while the primary holds no lock of the transaction.
      */
-    | { readonly action: 'alive'; readonly expiresInMs: number };
+    | {
+        readonly action: 'alive';
+        readonly expiresInMs: number;
+        /**
+         * Seen refreshed while the call waited: the primary's lock expires later than it did
+         * when first seen, less the time waited. Its owner is alive and still committing:
+         * waiting longer settles it only once the owner finishes or stops.
+         */
+        readonly refreshed?: true;
+      };
 }
+
+/** How much later than expected a live lock must expire to count as refreshed (clock steps). */
+const REFRESH_SLACK_MS = 50;
 
 export async function resolveRowLocks(
   env: ProtocolEnv,
@@ -65,6 +77,8 @@ export async function resolveRowLocks(
   const done = new Map<string, ResolvedLock>();
   let alive: ResolvedLock[] = [];
   const aliveLocks = new Map<string, Lock>();
+  /** When each live lock was first seen, and how long it then had. */
+  const firstSeen = new Map<string, { expiresInMs: number; at: number }>();
   for (let attempt = 0; ; attempt++) {
     const stored = await readRow(env, table, row);
     const locks: { column: string; lock: Lock }[] = [];
@@ -104,8 +118,17 @@ export async function resolveRowLocks(
       };
       if (fate === 'alive') {
         const expiresInMs = await expiresIn(env, lock, base.isPrimary);
-        alive.push({ ...base, outcome: { action: 'alive', expiresInMs } });
-        aliveLocks.set(`${column}\u0000${lock.startTs}`, lock);
+        const id = `${column}\u0000${lock.startTs}`;
+        const now = performance.now();
+        const first = firstSeen.get(id) ?? { expiresInMs, at: now };
+        firstSeen.set(id, first);
+        // Later than first seen, less the time waited (with room for clock steps): a beat.
+        const refreshed = expiresInMs + (now - first.at) > first.expiresInMs + REFRESH_SLACK_MS;
+        alive.push({
+          ...base,
+          outcome: { action: 'alive', expiresInMs, ...(refreshed ? { refreshed } : {}) },
+        });
+        aliveLocks.set(id, lock);
       } else {
         const settled: ResolvedLock = {
           ...base,

@@ -278,6 +278,45 @@ describe('operator APIs', () => {
     }
   });
 
+  it("resolveLocks with waitMs says when a live lock's owner refreshed it meanwhile (alive, still committing)", async () => {
+    // Found by an operator: "run again with a longer --wait" cannot settle the lock of an
+    // owner that is alive and refreshing it.
+    for (const [lockTtlMs, waitMs, refreshed] of [
+      [1500, 2000, true],
+      [30_000, 300, false],
+    ] as const) {
+      const store = new MemoryStore();
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      let paused!: () => void;
+      const atPause = new Promise<void>((resolve) => (paused = resolve));
+      const owner = new Percolator({
+        store,
+        lockTtlMs,
+        onePhaseMaxRows: 1,
+        hooks: {
+          onCommitStep: async (e) => {
+            if (e.step !== 'beforeCommitPrimary') return;
+            paused();
+            await gate;
+          },
+        },
+      });
+      const commit = owner.transact(async (tx) => {
+        for (const r of ROWS) tx.set('t', r, 'v', 'new');
+      });
+      await atPause;
+      const resolver = new Percolator({ store, lockTtlMs });
+      const [result] = await resolver.resolveLocks('t', 'b', { waitMs });
+      expect(result!.outcome.action).toBe('alive');
+      expect((result!.outcome as { refreshed?: true }).refreshed === true).toBe(refreshed);
+      open();
+      await commit;
+      await owner.close();
+      await resolver.close();
+    }
+  });
+
   it('gc prunes the records its settling releases: a second gc finds nothing left', async () => {
     // Row a's commit record of a transaction stopped after its commit point lists b and c,
     // still locked: the record is held until they are settled. A newer write to a leaves
