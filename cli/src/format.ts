@@ -1,9 +1,11 @@
 /** Text helpers shared by the commands' readable output. */
+import { shownName } from '@percolator/core';
 
-/** A name as typed: bare when plain, else a JSON string (NUL, spaces, quotes visible). */
-export function shown(text: string): string {
-  return /^[\w.:@/+-]+$/u.test(text) ? text : JSON.stringify(text);
-}
+/**
+ * A name as typed: bare when plain, else a JSON string (NUL, spaces, quotes visible). The
+ * library's one rule (core's shownName), which its own messages follow too.
+ */
+export const shown = shownName;
 
 export function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;

@@ -183,7 +183,7 @@ describe('runCli exit codes from inside a command', () => {
     ]) {
       const run = capture(store);
       expect(await runCli(argv, run.io), argv.join(' ')).toBe(1);
-      expect(run.err(), argv.join(' ')).toContain('head row t/"zzz"');
+      expect(run.err(), argv.join(' ')).toContain('head row t/zzz');
       expect(run.err(), argv.join(' ')).toMatch(/format 103/);
     }
   });

@@ -1,5 +1,13 @@
 import { InvalidArgumentError, RowTooLargeError, StoreError } from './errors.js';
-import { compareKeys, describe, MAX_KEY_BYTES, utf8Length, validateRowKey, validateTable } from './names.js';
+import {
+  compareKeys,
+  describe,
+  MAX_KEY_BYTES,
+  shownName,
+  utf8Length,
+  validateRowKey,
+  validateTable,
+} from './names.js';
 // The RowStore contract's own types: every store (and the contract check) names the same
 // list, by necessity; `duplicates` pairs these import lists.
 import {
@@ -403,7 +411,7 @@ function checkCasRequest(request: CasRequest, maxStateBytes: number): void {
   }
   if (state !== null && state.byteLength > maxStateBytes) {
     throw new RowTooLargeError(
-      `state of ${table}/${JSON.stringify(key).slice(0, 80)} is ${state.byteLength} bytes; ` +
+      `state of ${table}/${shownName(key).slice(0, 80)} is ${state.byteLength} bytes; ` +
         `this store accepts at most ${maxStateBytes} (capabilities.maxStateBytes)`,
     );
   }
@@ -425,7 +433,7 @@ export function checkStampedManyRequests(requests: readonly StampedRequest[], ma
     const id = `${request.table}\u0000${request.key}`;
     if (seen.has(id)) {
       throw new InvalidArgumentError(
-        `checkAndSetStampedMany names row ${request.table}/${JSON.stringify(request.key).slice(0, 80)} twice`,
+        `checkAndSetStampedMany names row ${request.table}/${shownName(request.key).slice(0, 80)} twice`,
       );
     }
     seen.add(id);

@@ -1,5 +1,6 @@
 import { copyBytes } from './byte-pool.js';
 import { CorruptRowError } from './errors.js';
+import { shownName } from './names.js';
 import {
   Cell,
   type EncodedHistory,
@@ -570,7 +571,7 @@ export function atRow<T>(table: string, key: string, fn: () => T): T {
   try {
     return fn();
   } catch (error) {
-    const at = `head row ${table}/${JSON.stringify(key)}: `;
+    const at = `head row ${table}/${shownName(key)}: `;
     if (error instanceof CorruptRowError && !error.message.startsWith('head row ')) {
       throw new CorruptRowError(`${at}${error.message}`);
     }

@@ -54,6 +54,7 @@ export {
   compareKeys,
   MAX_KEY_BYTES,
   MAX_VALUE_BYTES,
+  shownName,
   validateColumn,
   validateRowKey,
   validateTable,

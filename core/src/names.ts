@@ -9,6 +9,16 @@ export const MAX_VALUE_BYTES = 1024 * 1024;
 
 const encoder = new TextEncoder();
 
+/**
+ * A table, row or column name as messages show it: bare when it is plain (letters, digits,
+ * `_ . : @ / + -`), else as a JSON string, so a key with spaces, quotes, NUL or emoji reads
+ * unambiguously. The one rule for the library's messages and the operator CLI's output
+ * (core's messages quoted every row key, found by an operator's walkthrough).
+ */
+export function shownName(text: string): string {
+  return /^[\w.:@/+-]+$/u.test(text) ? text : JSON.stringify(text);
+}
+
 export function utf8Length(text: string): number {
   let bytes = 0;
   for (let i = 0; i < text.length; i++) {

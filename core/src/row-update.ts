@@ -4,6 +4,7 @@ import { fence } from './commit/fence.js';
 import type { ProtocolEnv } from './env.js';
 import { InvalidArgumentError, PercolatorError, RowTooLargeError, StoreError } from './errors.js';
 import type { TransactionRef } from './events.js';
+import { shownName } from './names.js';
 import { isCellEmpty, type RowState, rowHasNotification } from './row-state.js';
 import { checkRoomToSettle } from './settle-cells.js';
 import { type CasRequest, type CasResult, type StoredRow, writeStampInPlace } from './store.js';
@@ -429,7 +430,7 @@ export function encodeState(env: ProtocolEnv, table: string, key: string, row: R
   const bytes = encodeRow(row);
   if (bytes.length > env.store.capabilities.maxStateBytes) {
     throw new RowTooLargeError(
-      `row ${table}/${JSON.stringify(key)} would be ${bytes.length} bytes; ${env.store.name} allows ${env.store.capabilities.maxStateBytes}`,
+      `row ${table}/${shownName(key)} would be ${bytes.length} bytes; ${env.store.name} allows ${env.store.capabilities.maxStateBytes}`,
     );
   }
   return bytes;

@@ -2,6 +2,7 @@ import { addRecord, tidyCell } from './cells.js';
 import { decodeRow, encodeRow, MAX_TIMESTAMP } from './codec.js';
 import type { ProtocolEnv } from './env.js';
 import { RowTooLargeError } from './errors.js';
+import { shownName } from './names.js';
 import type { Cell, RowState } from './row-state.js';
 import { writeStampInPlace } from './store.js';
 
@@ -107,7 +108,7 @@ export function checkRoomToSettle(
   const size = settledBytes + (slack ? SETTLE_SLACK_BYTES : 0);
   if (size > limit) {
     throw new RowTooLargeError(
-      `row ${table}/${JSON.stringify(key)} would be ${size} bytes once its locks are settled` +
+      `row ${table}/${shownName(key)} would be ${size} bytes once its locks are settled` +
         `${slack ? ` (with ${SETTLE_SLACK_BYTES} bytes kept for rollback records)` : ''}; ${env.store.name} allows ${limit}`,
     );
   }

@@ -26,7 +26,14 @@ import {
 import type { ObserverRunRef, TransactionOutcome, TransactionRef } from './events.js';
 import { decodeJson, encodeJson, type JsonValue } from './json.js';
 import { resolveLock } from './lock-resolver.js';
-import { compareKeys, toValueBytes, validateColumn, validateRowKey, validateUserTable } from './names.js';
+import {
+  compareKeys,
+  shownName,
+  toValueBytes,
+  validateColumn,
+  validateRowKey,
+  validateUserTable,
+} from './names.js';
 import { markNotifications, raiseMarksLater } from './observers/notifications.js';
 import { isReservedColumn } from './observers/reserved.js';
 import { checkInteger, checkOptionKeys, checkSignal } from './options.js';
@@ -500,7 +507,7 @@ export class Transaction {
       // A block holds every value its records name, from its creation on (cells.ts, markMoving).
       if (value === undefined) {
         throw new CorruptRowError(
-          `${table}/${JSON.stringify(row)}/${column}: the version row at ${view.block} does not hold the version at ${view.moved} its head row names`,
+          `${table}/${shownName(row)}/${shownName(column)}: the version row at ${view.block} does not hold the version at ${view.moved} its head row names`,
         );
       }
       return value;
@@ -508,7 +515,7 @@ export class Transaction {
     const id = `${column}\u0000${view.moved}`;
     if (gone.has(id)) {
       throw new CorruptRowError(
-        `${table}/${JSON.stringify(row)}/${column}: the head row names a version at ${view.moved} whose version row is missing`,
+        `${table}/${shownName(row)}/${shownName(column)}: the head row names a version at ${view.moved} whose version row is missing`,
       );
     }
     gone.add(id);
@@ -525,7 +532,7 @@ export class Transaction {
     const bytes = buffered !== UNBUFFERED ? buffered : (await this.readCells(table, row, [column]))[0]!.value;
     return bytes === undefined
       ? undefined
-      : (decodeJson(bytes, `${table}/${JSON.stringify(row)}/${column}`) as T);
+      : (decodeJson(bytes, `${table}/${shownName(row)}/${shownName(column)}`) as T);
   }
 
   /**
@@ -1116,7 +1123,7 @@ export class Transaction {
     const remaining = this.env.lockWaitMs - (performance.now() - waitStart);
     if (remaining <= 0) {
       throw new LockNotResolvedError(
-        `${table}/${JSON.stringify(row)} stayed locked by live transaction ${lock.startTs}; retry later`,
+        `${table}/${shownName(row)} stayed locked by live transaction ${lock.startTs}; retry later`,
       );
     }
     // The backoff ends at the deadline at the latest: the read then goes once more (a

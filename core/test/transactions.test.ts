@@ -277,7 +277,7 @@ describe('transactions on the memory store', () => {
     const failure = await tx.commit().catch((error: unknown) => error);
     expect(failure).toBeInstanceOf(ConflictError);
     const conflict = failure as ConflictError;
-    expect(conflict.message).toBe('write conflict on t/"r"/c');
+    expect(conflict.message).toBe('write conflict on t/r/c');
     expect(conflict.stack).toBe(`ConflictError: ${conflict.message}`);
     expect(conflict.retryable).toBe(true);
     expect(conflict.code).toBe('CONFLICT');

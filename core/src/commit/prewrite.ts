@@ -4,6 +4,7 @@ import { decodeRow } from '../codec.js';
 import { observedKey } from '../env.js';
 import { ConflictError, RowTooLargeError, SnapshotTooOldError } from '../errors.js';
 import { resolveLock } from '../lock-resolver.js';
+import { shownName } from '../names.js';
 import { cellOf, emptyRow, type Lock, type RowState } from '../row-state.js';
 import {
   type Decide,
@@ -67,7 +68,7 @@ export function applyPrewrite(
       throw new SnapshotTooOldError(`history of ${m.table}/${column} was pruned past start ${oldest}`);
     }
     if (hasWriteAtOrAfter(cell, snapshot)) {
-      throw new ConflictError(`write conflict on ${m.table}/${JSON.stringify(m.row)}/${column}`);
+      throw new ConflictError(`write conflict on ${m.table}/${shownName(m.row)}/${shownName(column)}`);
     }
     // An identity at or above the snapshot meets its own rollback record (a reader rolled
     // it back, and this prewrite came late) in the check above; one drawn ahead, below the
@@ -150,7 +151,7 @@ export async function settleBlockingLock(
   // settled now; a live one wins, as in the paper.
   const fate = await resolveLock(env, m.table, m.row, lock, ctx.trace, 'prewrite');
   if (fate === 'alive' || attempt >= 3) {
-    throw new ConflictError(`${m.table}/${JSON.stringify(m.row)} is locked by transaction ${lock.startTs}`);
+    throw new ConflictError(`${m.table}/${shownName(m.row)} is locked by transaction ${lock.startTs}`);
   }
 }
 

@@ -10,7 +10,7 @@ import {
   UnsupportedOperationError,
 } from '../errors.js';
 import type { ObserverRunRef } from '../events.js';
-import { compareKeys, TABLE_NAME, validateColumn, validateUserTable } from '../names.js';
+import { compareKeys, shownName, TABLE_NAME, validateColumn, validateUserTable } from '../names.js';
 import {
   checkBooleans,
   checkedClock,
@@ -673,7 +673,7 @@ export class ObserverWorker {
     // that outlasted a run's attempts is retried later anyway and shows in `stats`.
     if (isRetryable(error)) return;
     const where = failure
-      ? `observer "${failure.observer}" failed on ${failure.table}/${JSON.stringify(failure.row)}/${failure.column} (attempt ${failure.attempt}, retry in ${failure.retryInMs} ms)`
+      ? `observer "${failure.observer}" failed on ${failure.table}/${shownName(failure.row)}/${shownName(failure.column)} (attempt ${failure.attempt}, retry in ${failure.retryInMs} ms)`
       : 'observer worker error';
     console.warn(`${where}:`, error);
   }
