@@ -97,6 +97,27 @@ interface CommandSpec {
 
 type Values = Record<string, string | boolean | undefined>;
 
+/**
+ * What the value of each option that takes a number is: a duration, or an integer with its
+ * least value. One table for the commands' own checks and for the message of a value
+ * parseArgs refused (parseErrorMessage), which kept a second list of them.
+ */
+const NUMBER_OPTIONS: Readonly<Record<string, 'duration' | { readonly min: number }>> = {
+  'older-than': 'duration',
+  wait: 'duration',
+  retention: 'duration',
+  limit: { min: 1 },
+  'max-versions': { min: 1 },
+  'inline-history-bytes': { min: 0 },
+};
+
+/** The option's value as its kind in NUMBER_OPTIONS says; UsageError if it is not one. */
+function numberOption(values: Values, name: string): number | undefined {
+  const kind = NUMBER_OPTIONS[name];
+  if (kind === undefined) throw new Error(`internal: --${name} is not in NUMBER_OPTIONS`);
+  return kind === 'duration' ? durationOption(values, name) : integerOption(values, name, kind.min);
+}
+
 function durationOption(values: Values, name: string): number | undefined {
   const v = values[name];
   if (v === undefined) return undefined;
@@ -160,10 +181,10 @@ Exit 0 if none, 1 if any lock is listed (for monitoring), 4 if TABLE holds no ro
     takesNames: true,
     check: ([table], values) => {
       names(table!);
-      durationOption(values, 'older-than');
+      numberOption(values, 'older-than');
     },
     run: (store, [table], values) =>
-      locksCommand(store, { table: table!, olderThanMs: durationOption(values, 'older-than') }),
+      locksCommand(store, { table: table!, olderThanMs: numberOption(values, 'older-than') }),
   },
   resolve: {
     usage: 'percolator resolve TABLE ROW [--wait DURATION] [--json-names] [connection options]',
@@ -185,10 +206,10 @@ row is not stored.`,
     takesNames: true,
     check: ([table, row], values) => {
       names(table!, row);
-      durationOption(values, 'wait');
+      numberOption(values, 'wait');
     },
     run: (store, [table, row], values) =>
-      resolveCommand(store, { table: table!, row: row!, waitMs: durationOption(values, 'wait') }),
+      resolveCommand(store, { table: table!, row: row!, waitMs: numberOption(values, 'wait') }),
   },
   notifications: {
     usage:
@@ -242,7 +263,7 @@ Exit 0 done, 4 if the table or row holds no committed value.`,
     takesNames: true,
     check: ([table], values) => {
       names(table!, values.row === undefined ? undefined : String(values.row));
-      integerOption(values, 'limit', 1);
+      numberOption(values, 'limit');
     },
     stream: (store, [table], values, { sink, json, target }) =>
       dumpTo(
@@ -250,7 +271,7 @@ Exit 0 done, 4 if the table or row holds no committed value.`,
         {
           table: table!,
           ...(values.row === undefined ? {} : { row: String(values.row) }),
-          ...(values.limit === undefined ? {} : { limit: integerOption(values, 'limit', 1)! }),
+          ...(values.limit === undefined ? {} : { limit: numberOption(values, 'limit')! }),
           full: values.full === true,
         },
         sink,
@@ -308,9 +329,9 @@ again), 4 if TABLE holds no rows (or ROW is not stored).`,
     takesNames: true,
     check: ([table], values) => {
       names(table!, values.row === undefined ? undefined : String(values.row));
-      durationOption(values, 'retention');
-      integerOption(values, 'max-versions', 1);
-      integerOption(values, 'inline-history-bytes', 0);
+      numberOption(values, 'retention');
+      numberOption(values, 'max-versions');
+      numberOption(values, 'inline-history-bytes');
       // Pruning is for good: the policy it prunes by is the deployment's, so it is stated.
       const missing = ['retention', 'max-versions'].filter((name) => values[name] === undefined);
       if (values['dry-run'] !== true && missing.length > 0) {
@@ -320,9 +341,9 @@ again), 4 if TABLE holds no rows (or ROW is not stored).`,
       }
     },
     run: (store, [table], values) => {
-      const retentionMs = durationOption(values, 'retention');
-      const maxVersionsPerCell = integerOption(values, 'max-versions', 1);
-      const inlineHistoryBytes = integerOption(values, 'inline-history-bytes', 0);
+      const retentionMs = numberOption(values, 'retention');
+      const maxVersionsPerCell = numberOption(values, 'max-versions');
+      const inlineHistoryBytes = numberOption(values, 'inline-history-bytes');
       return gcCommand(store, {
         table: table!,
         dryRun: values['dry-run'] === true,
@@ -417,9 +438,6 @@ function argumentsOf(spec: CommandSpec): string {
   return (end < 0 ? words : words.slice(0, end)).join(' ');
 }
 
-const DURATION_OPTIONS = new Set(['older-than', 'wait', 'retention']);
-const INTEGER_OPTIONS: Record<string, number> = { limit: 1, 'max-versions': 1, 'inline-history-bytes': 0 };
-
 /**
  * What parseArgs refused, said in the CLI's words (its own messages name its internals:
  * "argument is ambiguous. Did you forget to specify the option argument..."). A value
@@ -441,8 +459,7 @@ function parseErrorMessage(error: unknown, name: string, spec: CommandSpec, args
       return `--${option} needs a value (the next argument, ${next}, is an option)`;
     const values = { [option]: next };
     try {
-      if (DURATION_OPTIONS.has(option)) durationOption(values, option);
-      if (option in INTEGER_OPTIONS) integerOption(values, option, INTEGER_OPTIONS[option]!);
+      if (option in NUMBER_OPTIONS) numberOption(values, option);
     } catch (e) {
       return (e as Error).message;
     }
