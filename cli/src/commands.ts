@@ -7,6 +7,7 @@
  */
 import {
   type CellView,
+  DEFAULT_PRUNE_POLICY,
   type GcReport,
   inspectHeadRow,
   isReservedColumn,
@@ -403,9 +404,13 @@ function resolvedLine(r: ResolvedLock, waitMs = 0): string {
     return `  rolled forward ${what}: its transaction committed at ${o.commitTs}`;
   if (o.action === 'rolled-back') return `  rolled back    ${what}: its transaction did not commit`;
   if (o.action === 'released')
-    return o.commitTs === undefined
-      ? `  released       ${what}: settled by its owner (or a reader) while this waited: its transaction did not commit`
-      : `  released       ${what}: settled by its owner (or a reader) while this waited: its transaction committed at ${o.commitTs}`;
+    return `  released       ${what}: settled by its owner (or a reader) while this waited: ${
+      o.fate === 'committed'
+        ? `its transaction committed at ${o.commitTs}`
+        : o.fate === 'rolled-back'
+          ? 'its transaction did not commit'
+          : 'its record is gone from the row and its primary (pruned): inspect the row for its value'
+    }`;
   const expires = `expires in ${duration(o.expiresInMs)} unless its heartbeat refreshes the primary's lock`;
   if (waitMs > 0 && o.refreshed)
     return `  left alone     ${what}: still live after waiting ${duration(waitMs)}, and its owner is alive: its heartbeat refreshed the primary's lock meanwhile (${expires}), so it is still committing; a longer --wait settles it only once the owner finishes or stops: inspect its primary (the stuck-lock runbook in docs/operations.md)`;
@@ -579,7 +584,7 @@ export async function gcCommand(
   );
   if (args.dryRun && defaulted.length > 0)
     lines.push(
-      `  (counted by the library's default ${defaulted.map((k) => (k === 'retentionMs' ? '--retention 60s' : '--max-versions 32')).join(' and ')}: pass your clients' policy for what a run with it frees)`,
+      `  (counted by the library's default ${defaulted.map((k) => (k === 'retentionMs' ? `--retention ${DEFAULT_PRUNE_POLICY.retentionMs / 1000}s` : `--max-versions ${DEFAULT_PRUNE_POLICY.maxVersionsPerCell}`)).join(' and ')}: pass your clients' policy for what a run with it frees)`,
     );
   if (report.held > 0)
     lines.push(

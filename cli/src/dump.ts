@@ -240,11 +240,16 @@ export async function dumpTo(
   options: { readonly json: boolean; readonly target: string },
 ): Promise<ExitCode> {
   let chunk = '';
+  /** Whether the output ever made the dump wait (a reader slower than the scan). */
+  let waited = false;
   const flush = async () => {
     if (chunk.length === 0) return;
     const ok = sink.write(chunk);
     chunk = '';
-    if (!ok) await sink.drained();
+    if (!ok) {
+      waited = true;
+      await sink.drained();
+    }
   };
   let values = 0;
   let rows = 0;
@@ -273,9 +278,13 @@ export async function dumpTo(
   } catch (error) {
     // Its one snapshot lasts as long as the output: a reader that stopped reading (a paused
     // pager) for longer than the writers keep history lets it be pruned (found in review).
+    // Only a dump whose output made it wait gets the pager's hint; its history can also go
+    // to a cell's version cap (gc.maxVersionsPerCell newer commits), whatever the time (review).
     if (error instanceof SnapshotTooOldError && values > 0)
       throw new SnapshotTooOldError(
-        `${error.message} (the dump reads one snapshot while it writes, and its output waited longer than the writers' gc.retentionMs: dump to a file, then read that)`,
+        waited
+          ? `${error.message} (the dump reads one snapshot while it writes, and its output waited: the writers pruned history it still needed, after gc.retentionMs or gc.maxVersionsPerCell newer commits of a cell; dump to a file, then read that)`
+          : `${error.message} (the dump reads one snapshot while it writes, and the writers pruned history it still needed, after gc.retentionMs or gc.maxVersionsPerCell newer commits of a cell: run it again)`,
       );
     throw error;
   }

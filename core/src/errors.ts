@@ -159,7 +159,15 @@ export class StoreError extends PercolatorError {
       retryable: applied === 'no' && options?.retryable !== false,
     });
     this.applied = applied;
-    this.retryableIfNotApplied = options?.retryable !== false;
+    // Not said: what its cause is (an 'unknown' built from a refused call must not become
+    // retryable once found not applied; review).
+    const cause = options?.cause;
+    this.retryableIfNotApplied =
+      options?.retryable !== undefined
+        ? options.retryable
+        : cause instanceof StoreError
+          ? cause.retryableIfNotApplied
+          : !(cause instanceof PercolatorError && !cause.retryable);
   }
 }
 

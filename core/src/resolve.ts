@@ -1,9 +1,10 @@
 import { backoffMs, sleep } from './backoff.js';
+import { findRecord } from './cells.js';
 import { decodeRowAt } from './codec.js';
 import type { ProtocolEnv } from './env.js';
 import { primaryFate } from './inspect.js';
 import { resolveLock } from './lock-resolver.js';
-import type { Lock } from './row-state.js';
+import type { Cell, Lock, WriteRecord } from './row-state.js';
 import { readRow } from './row-update.js';
 
 /**
@@ -43,10 +44,16 @@ export interface ResolvedLock {
     | { readonly action: 'rolled-back' }
     /**
      * Live when first seen, and gone while the call waited (`waitMs`): settled by its owner
-     * (or a reader): committed at `commitTs`, or, without it, rolled back. Such a lock was
-     * left out of the result, and an operator who waited on a lock read "no locks".
+     * (or a reader). Such a lock was left out of the result, and an operator who waited on
+     * a lock read "no locks".
      */
-    | { readonly action: 'released'; readonly commitTs?: number }
+    | {
+        readonly action: 'released';
+        /** Its transaction's fate, from its record here or on its primary; 'unknown' when neither holds one. */
+        readonly fate: 'committed' | 'rolled-back' | 'unknown';
+        /** With fate 'committed'. */
+        readonly commitTs?: number;
+      }
     /**
      * Its owner may still be committing: left alone. `expiresInMs`: until its primary's lock
      * expires (a heartbeat extends it; a secondary lock's own TTL does not count), or the
@@ -56,16 +63,13 @@ export interface ResolvedLock {
         readonly action: 'alive';
         readonly expiresInMs: number;
         /**
-         * Seen refreshed while the call waited: the primary's lock expires later than it did
-         * when first seen, less the time waited. Its owner is alive and still committing:
+         * Seen refreshed while the call waited: the primary's lock was rewritten by its
+         * owner's heartbeat (its wall time grew). Its owner is alive and still committing:
          * waiting longer settles it only once the owner finishes or stops.
          */
         readonly refreshed?: true;
       };
 }
-
-/** How much later than expected a live lock must expire to count as refreshed (clock steps). */
-const REFRESH_SLACK_MS = 50;
 
 export async function resolveRowLocks(
   env: ProtocolEnv,
@@ -77,13 +81,14 @@ export async function resolveRowLocks(
   const done = new Map<string, ResolvedLock>();
   let alive: ResolvedLock[] = [];
   const aliveLocks = new Map<string, Lock>();
-  /** When each live lock was first seen, and how long it then had. */
-  const firstSeen = new Map<string, { expiresInMs: number; at: number }>();
+  /** The wall time of each live lock's primary lock when first seen. */
+  const firstPrimaryWall = new Map<string, number>();
   for (let attempt = 0; ; attempt++) {
     const stored = await readRow(env, table, row);
     const locks: { column: string; lock: Lock }[] = [];
-    if (stored)
-      for (const [column, cell] of decodeRowAt(stored.state, table, row).cells)
+    const cells = stored ? decodeRowAt(stored.state, table, row).cells : undefined;
+    if (cells)
+      for (const [column, cell] of cells)
         if (cell.lock && !done.has(`${column}\u0000${cell.lock.startTs}`))
           locks.push({ column, lock: cell.lock });
     // Live last round and gone now: its owner (or a reader) settled it meanwhile. Its primary
@@ -92,14 +97,8 @@ export async function resolveRowLocks(
     for (const was of alive) {
       const id = `${was.column}\u0000${was.startTs}`;
       if (locks.some((l) => `${l.column}\u0000${l.lock.startTs}` === id)) continue;
-      const fate = await primaryFate(env.store, aliveLocks.get(id)!, env.clock());
-      const released: ResolvedLock = {
-        ...was,
-        outcome:
-          fate.state === 'committed'
-            ? { action: 'released', commitTs: fate.commitTs }
-            : { action: 'released' },
-      };
+      const fate = await releasedFate(env, cells?.get(was.column), aliveLocks.get(id)!);
+      const released: ResolvedLock = { ...was, outcome: { action: 'released', ...fate } };
       done.set(id, released);
       options.onSettled?.(released);
     }
@@ -117,13 +116,15 @@ export async function resolveRowLocks(
         isPrimary: p.table === table && p.row === row && p.column === column,
       };
       if (fate === 'alive') {
-        const expiresInMs = await expiresIn(env, lock, base.isPrimary);
+        const { expiresInMs, primaryWallTimeMs } = await expiresIn(env, lock, base.isPrimary);
         const id = `${column}\u0000${lock.startTs}`;
-        const now = performance.now();
-        const first = firstSeen.get(id) ?? { expiresInMs, at: now };
-        firstSeen.set(id, first);
-        // Later than first seen, less the time waited (with room for clock steps): a beat.
-        const refreshed = expiresInMs + (now - first.at) > first.expiresInMs + REFRESH_SLACK_MS;
+        // A heartbeat rewrites the primary lock's wall time: seen larger than at first sight,
+        // the owner is alive. (Judged by elapsed time, a slow read or a clock step looked like
+        // a beat: review.)
+        const first = firstPrimaryWall.get(id);
+        if (first === undefined && primaryWallTimeMs !== undefined)
+          firstPrimaryWall.set(id, primaryWallTimeMs);
+        const refreshed = first !== undefined && primaryWallTimeMs !== undefined && primaryWallTimeMs > first;
         alive.push({
           ...base,
           outcome: { action: 'alive', expiresInMs, ...(refreshed ? { refreshed } : {}) },
@@ -157,12 +158,53 @@ export async function resolveRowLocks(
  * lock decides (only it is refreshed by the heartbeat, so a secondary of a long commit is
  * past its own TTL while its owner is alive); one more read of the primary for a secondary.
  */
-async function expiresIn(env: ProtocolEnv, lock: Lock, isPrimary: boolean): Promise<number> {
+async function expiresIn(
+  env: ProtocolEnv,
+  lock: Lock,
+  isPrimary: boolean,
+): Promise<{ expiresInMs: number; primaryWallTimeMs?: number }> {
   const now = env.clock();
   let decider: { wallTimeMs: number; ttlMs: number } = lock;
+  let fromPrimary = isPrimary;
   if (!isPrimary) {
     const fate = await primaryFate(env.store, lock, now);
-    if (fate.state === 'pending' && fate.primaryLock) decider = fate.primaryLock;
+    if (fate.state === 'pending' && fate.primaryLock) {
+      decider = fate.primaryLock;
+      fromPrimary = true;
+    }
   }
-  return Math.max(0, decider.wallTimeMs + decider.ttlMs - now);
+  return {
+    expiresInMs: Math.max(0, decider.wallTimeMs + decider.ttlMs - now),
+    ...(fromPrimary ? { primaryWallTimeMs: decider.wallTimeMs } : {}),
+  };
+}
+
+/**
+ * The fate of a lock that left this row while the call waited: its record in the row as
+ * just read (a commit record of its startTs, or on a primary a rollback record), else its
+ * record in the primary's cell; 'unknown' when neither holds one (pruned meanwhile, or the
+ * transaction still being rolled back). Never "did not commit" for want of a record: a
+ * committed transaction's record may be pruned once its locks are settled (review).
+ */
+async function releasedFate(
+  env: ProtocolEnv,
+  cell: Cell | undefined,
+  lock: Lock,
+): Promise<
+  { readonly fate: 'committed'; readonly commitTs: number } | { readonly fate: 'rolled-back' | 'unknown' }
+> {
+  const verdict = (rec: WriteRecord | undefined) =>
+    rec === undefined
+      ? undefined
+      : rec.kind === 'rollback'
+        ? ({ fate: 'rolled-back' } as const)
+        : ({ fate: 'committed', commitTs: rec.commitTs } as const);
+  const own = verdict(cell ? findRecord(cell, lock.startTs) : undefined);
+  if (own) return own;
+  const p = lock.primary;
+  const primaryRow = await readRow(env, p.table, p.row);
+  const primaryCell = primaryRow
+    ? decodeRowAt(primaryRow.state, p.table, p.row).cells.get(p.column)
+    : undefined;
+  return verdict(primaryCell ? findRecord(primaryCell, lock.startTs) : undefined) ?? { fate: 'unknown' };
 }

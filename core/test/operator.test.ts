@@ -265,17 +265,84 @@ describe('operator APIs', () => {
       if (outcome === 'committed') {
         expect(result!.outcome).toEqual({
           action: 'released',
+          fate: 'committed',
           commitTs: (committed as { commitTs: number }).commitTs,
         });
       } else {
         expect(committed).toBeInstanceOf(AbortedError);
-        expect(result!.outcome).toEqual({ action: 'released' });
+        expect(result!.outcome).toEqual({ action: 'released', fate: 'rolled-back' });
       }
       expect(result).toMatchObject({ column: 'v', isPrimary: false, primary: { row: 'a' } });
       expect(settled).toEqual(['released']);
       await owner.close();
       await resolver.close();
     }
+  });
+
+  it("a released lock whose primary's record was pruned meanwhile is still reported committed (its own row holds the record)", async () => {
+    // Found in review: the fate came from the primary alone, and a committed transaction whose
+    // primary record was pruned once its locks were settled was reported as not committed.
+    const store = new MemoryStore();
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let paused!: () => void;
+    const atPause = new Promise<void>((resolve) => (paused = resolve));
+    const owner = new Percolator({
+      store,
+      onePhaseMaxRows: 1,
+      hooks: {
+        onCommitStep: async (e) => {
+          if (e.step !== 'beforeCommitPrimary') return;
+          paused();
+          await gate;
+        },
+      },
+    });
+    const commit = owner.transact(async (tx) => {
+      for (const r of ROWS) tx.set('t', r, 'v', 'new');
+    });
+    await atPause;
+    // The resolver's view: its reads of the primary counted, its reads of b held when asked.
+    let primaryReads = 0;
+    let holdB: Promise<void> | undefined;
+    const view = new Proxy(store, {
+      get(target, property, receiver) {
+        const value = Reflect.get(target, property, receiver);
+        if (property === 'read')
+          return async (table: string, key: string) => {
+            if (key === 'a') primaryReads++;
+            if (key === 'b' && holdB) await holdB;
+            return target.read(table, key);
+          };
+        if (property === 'readMany')
+          return async (refs: readonly { table: string; key: string }[]) => {
+            primaryReads += refs.filter((r) => r.key === 'a').length;
+            if (holdB && refs.some((r) => r.key === 'b')) await holdB;
+            return target.readMany(refs);
+          };
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const resolver = new Percolator({ store: view });
+    const waiting = resolver.resolveLocks('t', 'b', { waitMs: 30_000 });
+    await vi.waitFor(() => expect(primaryReads).toBeGreaterThanOrEqual(2), { timeout: 10_000 });
+    let releaseB!: () => void;
+    holdB = new Promise<void>((resolve) => (releaseB = resolve));
+    open();
+    await commit;
+    await owner.flush(); // the secondaries committed: b's lock is gone, its commit record in its row
+    // Meanwhile writers that keep one version prune the primary's record of it.
+    const writer = new Percolator({ store, gc: { retentionMs: 0, maxVersionsPerCell: 1 } });
+    for (let i = 0; i < 3; i++) await writer.transact(async (tx) => tx.set('t', 'a', 'v', `later ${i}`));
+    await writer.gc('t', { row: 'a' });
+    await writer.close();
+    releaseB();
+    const [result] = await waiting;
+    expect(result!.outcome).toMatchObject({ action: 'released', fate: 'committed' });
+    expect((result!.outcome as { commitTs?: number }).commitTs).toBeGreaterThan(0);
+    expect(await resolver.transact((tx) => tx.getString('t', 'b', 'v'))).toBe('new');
+    await owner.close();
+    await resolver.close();
   });
 
   it("resolveLocks with waitMs says when a live lock's owner refreshed it meanwhile (alive, still committing)", async () => {

@@ -222,9 +222,11 @@ class DynamoDbStore implements DynamoDbRowStore {
     );
     const value = Number(out.Attributes?.[ATTR.counter]?.N);
     if (!Number.isSafeInteger(value)) {
+      // Not retryable (as on Redis): a counter past 2^53 stays past it; a retry only adds.
       throw new StoreError(
         `counter ${JSON.stringify(name)} is not a safe integer after the increment`,
         'unknown',
+        { retryable: false },
       );
     }
     return value;
