@@ -11,12 +11,14 @@ const encoder = new TextEncoder();
 
 /**
  * A table, row or column name as messages show it: bare when it is plain (letters, digits,
- * `_ . : @ / + -`), else as a JSON string, so a key with spaces, quotes, NUL or emoji reads
- * unambiguously. The one rule for the library's messages and the operator CLI's output
- * (core's messages quoted every row key, found by an operator's walkthrough).
+ * `_ . : @ + -`), else as a JSON string, so a key with spaces, quotes, NUL or emoji reads
+ * unambiguously. Not `/`: names are joined with it (table/row/column), and row `a/b` with
+ * column `c` would read as row `a` with column `b/c` (review). The one rule for the
+ * library's messages and the operator CLI's output (core's messages quoted every row key,
+ * found by an operator's walkthrough).
  */
 export function shownName(text: string): string {
-  return /^[\w.:@/+-]+$/u.test(text) ? text : JSON.stringify(text);
+  return /^[\w.:@+-]+$/u.test(text) ? text : JSON.stringify(text);
 }
 
 export function utf8Length(text: string): number {

@@ -1,4 +1,4 @@
-import { CorruptRowError } from '@percolator/core';
+import { CorruptRowError, shownName } from '@percolator/core';
 import { describe, expect, it } from 'vitest';
 import { decodeRow, decodeVersionRow, encodeRow, encodeVersionRow } from '../src/codec.js';
 import { Cell } from '../src/row-state.js';
@@ -175,5 +175,17 @@ describe('damaged head rows are refused, never misread', () => {
     longer.set(row);
     expect(() => decodeRow(longer)).toThrow(/bytes after its last cell/);
     expect(() => decodeRow(row.subarray(0, row.length - 1))).toThrow(CorruptRowError);
+  });
+});
+
+describe('shownName', () => {
+  it('shows plain names bare and the rest as JSON strings; a name with "/" is quoted (names are joined with it)', () => {
+    expect(shownName('accounts')).toBe('accounts');
+    expect(shownName('user:42@eu-1.x+y')).toBe('user:42@eu-1.x+y');
+    expect(shownName('a/b')).toBe('"a/b"');
+    expect(shownName('a b')).toBe('"a b"');
+    expect(shownName('a\u0000😀"b')).toBe('"a\\u0000😀\\"b"');
+    // Row a/b with column c, and row a with column b/c, read apart.
+    expect(`t/${shownName('a/b')}/${shownName('c')}`).not.toBe(`t/${shownName('a')}/${shownName('b/c')}`);
   });
 });
