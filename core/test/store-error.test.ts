@@ -409,3 +409,50 @@ describe('a timestamp draw the store answered with nonsense', () => {
     ).toBe(true);
   });
 });
+
+describe('a prewrite whose outcome could not be verified (notAppliedAfter)', () => {
+  /**
+   * Row b's prewrite loses its connection before the store ('unknown'), and its re-read
+   * fails too: the commit rolls back and fails as not applied, retryable as the re-read's
+   * failure is (a dropped connection: yes; refused credentials: no).
+   */
+  for (const [what, readError, retryable] of [
+    ['a dropped connection', new StoreError('injected read failure', 'no'), true],
+    ['refused credentials', new StoreError('permission denied', 'no', { retryable: false }), false],
+  ] as const) {
+    it(`re-read failing with ${what}: StoreError 'no', retryable ${retryable}, nothing applied`, async () => {
+      const store = new InstrumentedStore(new MemoryStore(), { stampedCheckAndSet: false });
+      let lose = true;
+      let failReads = false;
+      store.casFault = (r) => {
+        if (lose && r.key === 'b') {
+          lose = false;
+          failReads = true;
+          return 'fail-before';
+        }
+        return undefined;
+      };
+      store.readFault = (_table, key) => {
+        if (failReads && key === 'b') throw readError;
+        return false;
+      };
+      const db = new Percolator({ store, rowCacheBytes: 0 });
+      const tx = await db.begin();
+      tx.set('t', 'a', 'v', '1');
+      tx.set('t', 'b', 'v', '1');
+      const failed = await tx.commit().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(failed).toBeInstanceOf(StoreError);
+      expect(failed).toMatchObject({ applied: 'no', code: 'STORE_UNAVAILABLE', retryable });
+      expect((failed as Error).message).toContain('could not be verified');
+      failReads = false;
+      expect(await db.transact((t) => Promise.all(['a', 'b'].map((r) => t.getString('t', r, 'v'))))).toEqual([
+        undefined,
+        undefined,
+      ]);
+      await db.close();
+    });
+  }
+});
