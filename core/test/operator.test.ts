@@ -63,6 +63,68 @@ async function locksOf(store: MemoryStore, clock: () => number): Promise<LockedC
   return out;
 }
 
+/**
+ * A client committing ROWS (`v` = 'new') two-phase, paused just before its commit point:
+ * resolves once it is there. `go()` lets it on; `abort()` fires its commit's signal (then
+ * it rolls back when let on). `commit` is its commit's result, or the error it failed with.
+ */
+async function pausedOwner(store: MemoryStore, options: { lockTtlMs?: number } = {}) {
+  let go!: () => void;
+  const gate = new Promise<void>((resolve) => (go = resolve));
+  let paused!: () => void;
+  const atPause = new Promise<void>((resolve) => (paused = resolve));
+  const owner = new Percolator({
+    store,
+    ...options,
+    onePhaseMaxRows: 1,
+    hooks: {
+      onCommitStep: async (e) => {
+        if (e.step !== 'beforeCommitPrimary') return;
+        paused();
+        await gate;
+      },
+    },
+  });
+  const tx = await owner.begin();
+  for (const r of ROWS) tx.set('t', r, 'v', 'new');
+  const abort = new AbortController();
+  const commit = tx.commit({ signal: abort.signal }).then(
+    (r) => r,
+    (e: unknown) => e,
+  );
+  await atPause;
+  return { owner, commit, go, abort: () => abort.abort() };
+}
+
+/**
+ * A view of `store` for a resolver that counts its reads of the primary row `a` (once it has
+ * read it twice, the verdict then how long the lock has, it has found the lock live), and
+ * holds its reads of row `b` while `hold.b` is set.
+ */
+function countingView(store: MemoryStore) {
+  const seen = { primaryReads: 0 };
+  const hold: { b?: Promise<void> } = {};
+  const view = new Proxy(store, {
+    get(target, property, receiver) {
+      const value = Reflect.get(target, property, receiver);
+      if (property === 'read')
+        return async (table: string, key: string) => {
+          if (key === 'a') seen.primaryReads++;
+          if (key === 'b' && hold.b) await hold.b;
+          return target.read(table, key);
+        };
+      if (property === 'readMany')
+        return async (refs: readonly { table: string; key: string }[]) => {
+          seen.primaryReads += refs.filter((r) => r.key === 'a').length;
+          if (hold.b && refs.some((r) => r.key === 'b')) await hold.b;
+          return target.readMany(refs);
+        };
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  return { view, seen, hold };
+}
+
 describe('operator APIs', () => {
   const cases: [CommitStep, boolean | undefined, 'new' | 'old'][] = [
     ['afterPrewrite', true, 'old'],
@@ -208,58 +270,18 @@ describe('operator APIs', () => {
     // the result, and the operator who had waited on it read "no locks".
     for (const outcome of ['committed', 'rolled back'] as const) {
       const store = new MemoryStore();
-      let open!: () => void;
-      const gate = new Promise<void>((resolve) => (open = resolve));
-      let paused!: () => void;
-      const atPause = new Promise<void>((resolve) => (paused = resolve));
-      const owner = new Percolator({
-        store,
-        onePhaseMaxRows: 1,
-        hooks: {
-          onCommitStep: async (e) => {
-            if (e.step !== 'beforeCommitPrimary') return;
-            paused();
-            await gate;
-          },
-        },
-      });
-      const tx = await owner.begin();
-      for (const r of ROWS) tx.set('t', r, 'v', 'new');
-      const abort = new AbortController();
-      const commit = tx.commit({ signal: abort.signal }).then(
-        (r) => r,
-        (e: unknown) => e,
-      );
-      await atPause;
-      // The resolver on a view of the store that counts its reads of the primary row: once it
-      // has read it twice (the verdict, then how long the lock has), it has found it live.
-      let primaryReads = 0;
-      const counting = new Proxy(store, {
-        get(target, property, receiver) {
-          const value = Reflect.get(target, property, receiver);
-          if (property === 'read')
-            return (table: string, key: string) => {
-              if (key === 'a') primaryReads++;
-              return target.read(table, key);
-            };
-          if (property === 'readMany')
-            return (refs: readonly { table: string; key: string }[]) => {
-              primaryReads += refs.filter((r) => r.key === 'a').length;
-              return target.readMany(refs);
-            };
-          return typeof value === 'function' ? value.bind(target) : value;
-        },
-      });
-      const resolver = new Percolator({ store: counting });
+      const { owner, commit, go, abort } = await pausedOwner(store);
+      const { view, seen } = countingView(store);
+      const resolver = new Percolator({ store: view });
       const settled: string[] = [];
       const waiting = resolver.resolveLocks('t', 'b', {
         waitMs: 30_000,
         onSettled: (lock) => settled.push(lock.outcome.action),
       });
       // Its first look finds the lock live (the owner refreshes it); then the owner goes on.
-      await vi.waitFor(() => expect(primaryReads).toBeGreaterThanOrEqual(2), { timeout: 10_000 });
-      if (outcome === 'rolled back') abort.abort();
-      open();
+      await vi.waitFor(() => expect(seen.primaryReads).toBeGreaterThanOrEqual(2), { timeout: 10_000 });
+      if (outcome === 'rolled back') abort();
+      go();
       const [result] = await waiting;
       const committed = await commit;
       if (outcome === 'committed') {
@@ -283,52 +305,14 @@ describe('operator APIs', () => {
     // Found in review: the fate came from the primary alone, and a committed transaction whose
     // primary record was pruned once its locks were settled was reported as not committed.
     const store = new MemoryStore();
-    let open!: () => void;
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    let paused!: () => void;
-    const atPause = new Promise<void>((resolve) => (paused = resolve));
-    const owner = new Percolator({
-      store,
-      onePhaseMaxRows: 1,
-      hooks: {
-        onCommitStep: async (e) => {
-          if (e.step !== 'beforeCommitPrimary') return;
-          paused();
-          await gate;
-        },
-      },
-    });
-    const commit = owner.transact(async (tx) => {
-      for (const r of ROWS) tx.set('t', r, 'v', 'new');
-    });
-    await atPause;
-    // The resolver's view: its reads of the primary counted, its reads of b held when asked.
-    let primaryReads = 0;
-    let holdB: Promise<void> | undefined;
-    const view = new Proxy(store, {
-      get(target, property, receiver) {
-        const value = Reflect.get(target, property, receiver);
-        if (property === 'read')
-          return async (table: string, key: string) => {
-            if (key === 'a') primaryReads++;
-            if (key === 'b' && holdB) await holdB;
-            return target.read(table, key);
-          };
-        if (property === 'readMany')
-          return async (refs: readonly { table: string; key: string }[]) => {
-            primaryReads += refs.filter((r) => r.key === 'a').length;
-            if (holdB && refs.some((r) => r.key === 'b')) await holdB;
-            return target.readMany(refs);
-          };
-        return typeof value === 'function' ? value.bind(target) : value;
-      },
-    });
+    const { owner, commit, go } = await pausedOwner(store);
+    const { view, seen, hold } = countingView(store);
     const resolver = new Percolator({ store: view });
     const waiting = resolver.resolveLocks('t', 'b', { waitMs: 30_000 });
-    await vi.waitFor(() => expect(primaryReads).toBeGreaterThanOrEqual(2), { timeout: 10_000 });
+    await vi.waitFor(() => expect(seen.primaryReads).toBeGreaterThanOrEqual(2), { timeout: 10_000 });
     let releaseB!: () => void;
-    holdB = new Promise<void>((resolve) => (releaseB = resolve));
-    open();
+    hold.b = new Promise<void>((resolve) => (releaseB = resolve));
+    go();
     await commit;
     await owner.flush(); // the secondaries committed: b's lock is gone, its commit record in its row
     // Meanwhile writers that keep one version prune the primary's record of it.
@@ -353,31 +337,12 @@ describe('operator APIs', () => {
       [30_000, 300, false],
     ] as const) {
       const store = new MemoryStore();
-      let open!: () => void;
-      const gate = new Promise<void>((resolve) => (open = resolve));
-      let paused!: () => void;
-      const atPause = new Promise<void>((resolve) => (paused = resolve));
-      const owner = new Percolator({
-        store,
-        lockTtlMs,
-        onePhaseMaxRows: 1,
-        hooks: {
-          onCommitStep: async (e) => {
-            if (e.step !== 'beforeCommitPrimary') return;
-            paused();
-            await gate;
-          },
-        },
-      });
-      const commit = owner.transact(async (tx) => {
-        for (const r of ROWS) tx.set('t', r, 'v', 'new');
-      });
-      await atPause;
+      const { owner, commit, go } = await pausedOwner(store, { lockTtlMs });
       const resolver = new Percolator({ store, lockTtlMs });
       const [result] = await resolver.resolveLocks('t', 'b', { waitMs });
       expect(result!.outcome.action).toBe('alive');
       expect((result!.outcome as { refreshed?: true }).refreshed === true).toBe(refreshed);
-      open();
+      go();
       await commit;
       await owner.close();
       await resolver.close();
